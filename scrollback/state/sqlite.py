@@ -1,0 +1,108 @@
+"""Opening the state database and applying its versioned migrations.
+
+Connections use WAL with `synchronous=FULL`, so a committed transaction is on
+disk before the caller answers (CONTRACT section 7: recording it IS
+acceptance). Each migration runs once, in its own transaction, and is recorded
+in `schema_migrations`; migrations only add tables and indexes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+DATABASE_FILE_NAME = "scrollback.db"
+BUSY_TIMEOUT_MS = 5000
+
+# (version, SQL). Append only: never edit a released migration.
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE blob (
+            sha256      TEXT PRIMARY KEY,
+            size_bytes  INTEGER NOT NULL,
+            media_type  TEXT NOT NULL DEFAULT '',
+            created_at  REAL NOT NULL
+        );
+        CREATE TABLE accepted_message (
+            seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+            client_txn_id  TEXT NOT NULL UNIQUE,
+            session_id     TEXT,
+            chat_key       TEXT,
+            text           TEXT NOT NULL,
+            attachments    TEXT NOT NULL,
+            content_digest TEXT NOT NULL,
+            accepted_at    REAL NOT NULL,
+            retired_at     REAL
+        );
+        CREATE INDEX accepted_message_session ON accepted_message (session_id, seq);
+        CREATE INDEX accepted_message_chat_key ON accepted_message (chat_key, seq);
+        CREATE TABLE blob_ref (
+            sha256       TEXT NOT NULL REFERENCES blob (sha256),
+            message_seq  INTEGER NOT NULL REFERENCES accepted_message (seq),
+            PRIMARY KEY (message_seq, sha256)
+        );
+        CREATE INDEX blob_ref_sha256 ON blob_ref (sha256);
+        CREATE TABLE chat_binding (
+            chat_key    TEXT PRIMARY KEY,
+            session_id  TEXT NOT NULL,
+            bound_at    REAL NOT NULL
+        );
+        """,
+    ),
+)
+
+
+def database_path(state_dir: Path) -> Path:
+    """The state database's path inside the state dir."""
+    return state_dir / DATABASE_FILE_NAME
+
+
+def connect(state_dir: Path) -> sqlite3.Connection:
+    """Open (creating if needed) the state database, migrated to the latest version.
+
+    The connection is in autocommit mode (`isolation_level=None`): callers open
+    transactions explicitly with `BEGIN IMMEDIATE` so that writers serialize.
+    """
+    state_dir.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(
+        database_path(state_dir),
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+    )
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    connection.execute("PRAGMA foreign_keys=ON")
+    connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    migrate(connection)
+    return connection
+
+
+def migrate(connection: sqlite3.Connection) -> int:
+    """Apply the migrations not yet applied; return the resulting version."""
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    for version, sql in MIGRATIONS:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            applied = connection.execute(
+                "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
+            ).fetchone()
+            if applied is None:
+                for statement in (s.strip() for s in sql.split(";")):
+                    if statement:
+                        connection.execute(statement)
+                connection.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, time.time()),
+                )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    row = connection.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
