@@ -1,0 +1,158 @@
+"""Server plumbing both services share: health, reflection, binding rules, error mapping.
+
+Each service's `server.py` builds its grpc.aio server through `build_server`,
+so both expose `grpc.health.v1.Health` and server reflection (grpcurl `list`
+works) and refuse to bind a non-loopback address without auth unless told
+`--insecure` (CONTRACT section 6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+# Every streamed or unary message stays below gRPC's default 4 MiB receive
+# limit, so clients with default settings read anything we send.
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class BindRefusedError(ValueError):
+    """A non-loopback address without auth and without --insecure."""
+
+
+def host_of(address: str) -> str:
+    """The host part of `host:port`, `[v6]:port` or `unix:` addresses."""
+    if address.startswith("unix:"):
+        return "localhost"
+    host, _, _ = address.rpartition(":")
+    return host.strip("[]")
+
+
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8, ::1, localhost and unix sockets."""
+    host = host_of(address)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_allowed(address: str, *, auth_configured: bool, insecure: bool) -> None:
+    """Refuse a non-loopback bind without auth unless explicitly insecure."""
+    if is_loopback(address) or auth_configured:
+        return
+    if insecure:
+        log.warning("binding a non-loopback address without auth (--insecure)")
+        return
+    raise BindRefusedError(
+        "refusing to bind a non-loopback address without auth; configure auth or pass --insecure"
+    )
+
+
+@dataclass
+class RunningServer:
+    """A started server, the port it bound and its health servicer."""
+
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    service_names: tuple[str, ...]
+
+    async def set_serving(self, serving: bool) -> None:
+        """Mark every service (and the overall server) SERVING or NOT_SERVING."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_names):
+            await self.health.set(name, status)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Health goes NOT_SERVING, in-flight calls get `grace` seconds, then stop."""
+        await self.set_serving(False)
+        await self.server.stop(grace)
+
+
+async def build_server(
+    address: str,
+    register: Callable[[grpc.aio.Server], None],
+    service_names: Sequence[str],
+    *,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> RunningServer:
+    """Build, bind and start a grpc.aio server with health and reflection."""
+    server = grpc.aio.server(
+        interceptors=list(interceptors),
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    register(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError("could not bind the configured address")
+    await server.start()
+    running = RunningServer(server, port, health_servicer, tuple(service_names))
+    await running.set_serving(True)
+    return running
+
+
+async def wait_for_shutdown_signal() -> None:
+    """Return when SIGINT or SIGTERM arrives."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+ErrorTable = Mapping[type[BaseException], grpc.StatusCode]
+
+
+def status_for(error: BaseException, table: ErrorTable) -> grpc.StatusCode | None:
+    """The status code the table maps this error (or its nearest base) to."""
+    for error_type in type(error).__mro__:
+        code = table.get(error_type)
+        if code is not None:
+            return code
+    return None
+
+
+async def abort_for(context: grpc.aio.ServicerContext, error: BaseException, table: ErrorTable) -> NoReturn:
+    """Abort the call with the mapped status and the error's own (path-free) message.
+
+    Errors the table does not know are INTERNAL with a fixed message: internals
+    never leak.
+    """
+    code = status_for(error, table)
+    if code is None:
+        log.exception("unexpected error", exc_info=error)
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+    await context.abort(code, str(error) or code.name.lower().replace("_", " "))
+    raise AssertionError("unreachable")  # context.abort always raises
