@@ -14,13 +14,16 @@ import logging
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
+
+# grpc's documented asyncio health servicer; its module is not in the stubs.
+AsyncHealthServicer: Any = health.aio.HealthServicer  # type: ignore[attr-defined]
 
 # Every streamed or unary message stays below gRPC's default 4 MiB receive
 # limit, so clients with default settings read anything we send.
@@ -68,7 +71,7 @@ class RunningServer:
 
     server: grpc.aio.Server
     port: int
-    health: health.aio.HealthServicer
+    health: Any  # AsyncHealthServicer
     service_names: tuple[str, ...]
 
     async def set_serving(self, serving: bool) -> None:
@@ -92,7 +95,7 @@ async def build_server(
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
     *,
-    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+    interceptors: Iterable[grpc.aio.ServerInterceptor[Any, Any]] = (),
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> RunningServer:
     """Build, bind and start a grpc.aio server with health and reflection."""
@@ -105,7 +108,7 @@ async def build_server(
         ],
     )
     register(server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = AsyncHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -144,7 +147,9 @@ def status_for(error: BaseException, table: ErrorTable) -> grpc.StatusCode | Non
     return None
 
 
-async def abort_for(context: grpc.aio.ServicerContext, error: BaseException, table: ErrorTable) -> NoReturn:
+async def abort_for(
+    context: grpc.aio.ServicerContext[Any, Any], error: BaseException, table: ErrorTable
+) -> NoReturn:
     """Abort the call with the mapped status and the error's own (path-free) message.
 
     Errors the table does not know are INTERNAL with a fixed message: internals

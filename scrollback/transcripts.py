@@ -148,7 +148,7 @@ class TranscriptRoot:
     def _fresh(self, *, force: bool = False) -> None:
         with self._lock:
             age = time.monotonic() - self._scanned_at
-            if force and age > 0.05 or age > self._rescan_interval:
+            if (force and age > 0.05) or age > self._rescan_interval:
                 self._rescan()
 
     def list(self) -> list[TranscriptFile]:
@@ -185,6 +185,6 @@ class TranscriptRoot:
         if not self.is_jailed(Path(real)):
             raise SessionNotFoundError()
         try:
-            return open(real, "rb", buffering=0)  # noqa: SIM115 - the caller owns the file
+            return open(real, "rb", buffering=0)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             raise SessionNotFoundError() from None

@@ -40,9 +40,8 @@ def _plugin(name: str) -> str:
 
 def generate(out_dir: Path) -> None:
     """Run protoc (from grpcio-tools) with the grpc and mypy-protobuf plugins."""
-    from grpc_tools import protoc  # imported here: a dev-only dependency
-
     import grpc_tools
+    from grpc_tools import protoc  # imported here: a dev-only dependency
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     args = [

@@ -56,7 +56,9 @@ def locate_image(line: bytes, index: int) -> LocatedImage:
     found: StrippedImage | None = next((i for i in stripped.images if i.index == index), None)
     if found is None:
         raise ImageNotStrippedError(index)
-    return LocatedImage(found.index, found.pin, found.declared_media_type, found.raw_start, found.raw_end)
+    return LocatedImage(
+        found.index, found.pin, found.declared_media_type, found.raw_start, found.raw_end
+    )
 
 
 def decode_image(line: bytes, located: LocatedImage) -> bytes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import mmap
 import os
 import re
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ import xxhash
 
 from scrollback.contract.enumeration import image_source_field, iter_image_blocks
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER_BYTES
+
+# What the scanner reads: the line's bytes, or a memory map of it.
+Buffer = bytes | mmap.mmap
 
 DEFAULT_INLINE_LIMIT = 32 * 1024
 MIN_INLINE_LIMIT = 1024
@@ -89,7 +93,7 @@ def pin_of(raw_payload: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(raw_payload)
 
 
-def _is_payload(line: bytes, start: int, end: int) -> bool:
+def _is_payload(line: Buffer, start: int, end: int) -> bool:
     """True if line[start:end] (a string's raw text) decodes to base64 characters only."""
     try:
         # SIMD validation at GB/s; the decoded bytes are dropped at once.
@@ -103,7 +107,7 @@ def _is_payload(line: bytes, start: int, end: int) -> bool:
     return _ESCAPED_ALPHABET_RUN.fullmatch(line, start, end) is not None
 
 
-def find_payload_spans(line: bytes, inline_limit: int) -> list[tuple[int, int]]:
+def find_payload_spans(line: Buffer, inline_limit: int) -> list[tuple[int, int]]:
     """Return (start, end) of the raw text of every payload string value.
 
     Strings are tokenized exactly as a JSON parser would: outside a string the
@@ -168,7 +172,9 @@ def _top_level_string(entry: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def oversize_stub(line_size: int, *, uuid: str = "", entry_type: str = "", timestamp: str = "") -> bytes:
+def oversize_stub(
+    line_size: int, *, uuid: str = "", entry_type: str = "", timestamp: str = ""
+) -> bytes:
     """The stub entry served for a line over the max line size after stripping."""
     stub: dict[str, Any] = {}
     if entry_type:
@@ -184,17 +190,35 @@ def oversize_stub(line_size: int, *, uuid: str = "", entry_type: str = "", times
 
 
 def strip_line(
-    line: bytes,
+    line: Buffer,
     inline_limit: int = DEFAULT_INLINE_LIMIT,
     max_line_size: int = DEFAULT_MAX_LINE_SIZE,
 ) -> StrippedLine | None:
     """Strip one line (without its newline). Return None if it is not a JSON object.
 
+    `line` is `bytes`, or an `mmap` of the line, so that a line over the max
+    line size is scanned without being read into memory. A line still over
+    `max_line_size` after stripping becomes the oversize stub, unparsed.
     Never raises for any input bytes.
     """
     spans = find_payload_spans(line, inline_limit)
+    stripped_size = len(line) - sum(end - start for start, end in spans)
+    stripped_size += len(spans) * len(STRIPPED_MEDIA_MARKER_BYTES)
+    if stripped_size > max_line_size:
+        # Too large even without its payloads: never parsed, never held whole.
+        return StrippedLine(
+            json=oversize_stub(len(line)),
+            uuid="",
+            type="",
+            timestamp="",
+            images=(),
+            failed_image_indexes=(),
+            image_count=0,
+            cut_count=len(spans),
+            oversize=True,
+        )
     if not spans:
-        probe = stripped = line
+        probe = stripped = bytes(line)
         placeholders: dict[str, int] = {}
     else:
         # A random per-call tag: no line can contain it by design or by chance.
@@ -219,17 +243,17 @@ def strip_line(
     images: list[StrippedImage] = []
     failed: list[int] = []
     index = -1
-    for index, block in enumerate(iter_image_blocks(entry)):  # noqa: B007
+    for index, block in enumerate(iter_image_blocks(entry)):
         data = image_source_field(block, "data")
         if not isinstance(data, str):
             continue
         if data == "":
             failed.append(index)
             continue
-        k = placeholders.get(data)
-        if k is None:
+        cut = placeholders.get(data)
+        if cut is None:
             continue  # a small inline image, or a marker already in the line
-        start, end = spans[k]
+        start, end = spans[cut]
         media_type = image_source_field(block, "media_type")
         images.append(
             StrippedImage(
@@ -243,9 +267,6 @@ def strip_line(
     uuid = _top_level_string(entry, "uuid")
     entry_type = _top_level_string(entry, "type")
     timestamp = _top_level_string(entry, "timestamp")
-    oversize = len(stripped) > max_line_size
-    if oversize:
-        stripped = oversize_stub(len(line), uuid=uuid, entry_type=entry_type, timestamp=timestamp)
     return StrippedLine(
         json=stripped,
         uuid=uuid,
@@ -255,5 +276,5 @@ def strip_line(
         failed_image_indexes=tuple(failed),
         image_count=index + 1,
         cut_count=len(spans),
-        oversize=oversize,
+        oversize=False,
     )
