@@ -127,6 +127,7 @@ class TranscriptRoot:
         self._scanned_at = float("-inf")
         self._files: list[TranscriptFile] = []
         self._by_id: dict[str, list[TranscriptFile]] = {}
+        self._dir_mtimes: dict[str, int] = {}
 
     def _real_root(self) -> str:
         return os.path.realpath(self.root)
@@ -144,11 +145,27 @@ class TranscriptRoot:
             by_id.setdefault(transcript.session_id, []).append(transcript)
         self._files, self._by_id = files, by_id
         self._scanned_at = time.monotonic()
+        self._dir_mtimes = {}
+        for directory in [str(self.root), *(p.path for p in projects)]:
+            try:
+                self._dir_mtimes[directory] = os.stat(directory).st_mtime_ns
+            except OSError:
+                continue
+
+    def _dirs_changed(self) -> bool:
+        """True if the root or a project dir changed since the last scan (a cheap stat each)."""
+        for directory, mtime_ns in self._dir_mtimes.items():
+            try:
+                if os.stat(directory).st_mtime_ns != mtime_ns:
+                    return True
+            except OSError:
+                return True
+        return False
 
     def _fresh(self, *, force: bool = False) -> None:
         with self._lock:
             age = time.monotonic() - self._scanned_at
-            if (force and age > 0.05) or age > self._rescan_interval:
+            if (force and (age > 0.05 or self._dirs_changed())) or age > self._rescan_interval:
                 self._rescan()
 
     def list(self) -> list[TranscriptFile]:

@@ -1,0 +1,88 @@
+"""The bus accepted-message events travel on: a Protocol and the in-process implementation.
+
+Events are the AcceptedRecords themselves, ordered by seq. A subscriber that
+falls behind is told so (`BusOverflowError`) and catches up from the store by
+seq, which is why events need no buffer of their own: the store is the log.
+A later backend (PostgreSQL LISTEN/NOTIFY) implements the same Protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from history_service.accept import AcceptedRecord
+
+SUBSCRIBER_QUEUE = 1024
+
+
+class BusOverflowError(Exception):
+    """The subscriber missed events; it must catch up from the store by seq."""
+
+
+class Subscription(Protocol):
+    """One subscriber's stream of events."""
+
+    async def get(self, wait_seconds: float) -> AcceptedRecord | None:
+        """The next event, or None after `wait_seconds`; BusOverflowError if events were lost."""
+        ...
+
+    def close(self) -> None:
+        """Stop receiving."""
+        ...
+
+
+class AcceptedBus(Protocol):
+    """Publishes accepted messages to every live subscriber."""
+
+    async def publish(self, record: AcceptedRecord) -> None:
+        """Send one event (after it was committed)."""
+        ...
+
+    def subscribe(self) -> Subscription:
+        """A new subscription that sees every event published from now on."""
+        ...
+
+
+class _QueueSubscription:
+    def __init__(self, bus: InProcessBus) -> None:
+        self._bus = bus
+        self.queue: asyncio.Queue[AcceptedRecord] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self.overflowed = False
+
+    async def get(self, wait_seconds: float) -> AcceptedRecord | None:
+        if self.overflowed:
+            self.overflowed = False
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            raise BusOverflowError()
+        if wait_seconds <= 0 or not self.queue.empty():
+            return None if self.queue.empty() else self.queue.get_nowait()
+        try:
+            return await asyncio.wait_for(self.queue.get(), wait_seconds)
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        self._bus._subscribers.discard(self)
+
+
+class InProcessBus:
+    """An AcceptedBus within one process (one event loop)."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[_QueueSubscription] = set()
+
+    async def publish(self, record: AcceptedRecord) -> None:
+        """Hand the event to every subscriber; a full one is marked overflowed."""
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber.queue.put_nowait(record)
+            except asyncio.QueueFull:
+                subscriber.overflowed = True
+
+    def subscribe(self) -> Subscription:
+        """Subscribe from now on."""
+        subscription = _QueueSubscription(self)
+        self._subscribers.add(subscription)
+        return subscription

@@ -1,0 +1,106 @@
+"""The history service's configuration: a frozen dataclass read from the environment.
+
+`HistoryConfig.from_env()` reads `SCROLLBACK_TRANSCRIPTS` (default
+`~/.claude/projects`), `SCROLLBACK_STATE` (default `./.scrollback`),
+`SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
+(`SCROLLBACK_HISTORY_*`). `validate()` raises `ConfigError` with a clear text.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from scrollback.contract.stripping import (
+    DEFAULT_INLINE_LIMIT,
+    DEFAULT_MAX_LINE_SIZE,
+    MIN_INLINE_LIMIT,
+)
+
+DEFAULT_TRANSCRIPTS = "~/.claude/projects"
+DEFAULT_STATE = "./.scrollback"
+DEFAULT_ADDR = "127.0.0.1:50051"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryConfig:
+    """Everything the history service needs to start."""
+
+    transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
+    state_dir: Path = Path(DEFAULT_STATE)
+    addr: str = DEFAULT_ADDR
+    insecure: bool = False
+    auth_configured: bool = False
+    default_inline_limit: int = DEFAULT_INLINE_LIMIT
+    max_line_size: int = DEFAULT_MAX_LINE_SIZE
+    # Raw bytes one window may scan before it ends early (its token continues).
+    max_window_bytes: int = 64 * 1024 * 1024
+    pending_keep: int = 50
+    pending_ttl_seconds: float = 600.0
+    heartbeat_seconds: float = 15.0
+    watch_poll_seconds: float = 0.2
+    rescan_interval_seconds: float = 2.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> HistoryConfig:
+        """Build from the environment (os.environ by default); keyword overrides win."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {
+            "transcripts": Path(
+                source.get("SCROLLBACK_TRANSCRIPTS", DEFAULT_TRANSCRIPTS)
+            ).expanduser(),
+            "state_dir": Path(source.get("SCROLLBACK_STATE", DEFAULT_STATE)).expanduser(),
+            "addr": source.get("SCROLLBACK_HISTORY_ADDR", DEFAULT_ADDR),
+        }
+        numeric: dict[str, type] = {
+            "default_inline_limit": int,
+            "max_line_size": int,
+            "max_window_bytes": int,
+            "pending_keep": int,
+            "pending_ttl_seconds": float,
+            "heartbeat_seconds": float,
+            "watch_poll_seconds": float,
+            "rescan_interval_seconds": float,
+        }
+        for name, kind in numeric.items():
+            key = "SCROLLBACK_HISTORY_" + name.upper()
+            if key in source:
+                try:
+                    values[name] = kind(source[key])
+                except ValueError:
+                    raise ConfigError(f"{key} must be a number") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return replace(cls(), **values)
+
+    def validate(self) -> HistoryConfig:
+        """Return self if usable, else raise ConfigError."""
+        if not self.addr or ":" not in self.addr:
+            raise ConfigError("the history address must be HOST:PORT")
+        if not MIN_INLINE_LIMIT <= self.default_inline_limit <= self.max_line_size:
+            raise ConfigError(
+                "the default inline limit must lie between 1 KiB and the max line size"
+            )
+        if self.max_line_size < 64 * 1024:
+            raise ConfigError("the max line size must be at least 64 KiB")
+        if self.max_window_bytes < 1024 * 1024:
+            raise ConfigError("the window byte budget must be at least 1 MiB")
+        if self.pending_keep < 1 or self.pending_ttl_seconds <= 0:
+            raise ConfigError(
+                "pending retention must keep at least one message for a positive time"
+            )
+        if self.heartbeat_seconds <= 0 or self.watch_poll_seconds <= 0:
+            raise ConfigError("heartbeat and poll intervals must be positive")
+        if self.rescan_interval_seconds < 0:
+            raise ConfigError("the rescan interval must not be negative")
+        if not self.transcripts.is_dir():
+            raise ConfigError("the transcripts root (SCROLLBACK_TRANSCRIPTS) is not a directory")
+        if self.state_dir.exists() and not self.state_dir.is_dir():
+            raise ConfigError("the state dir (SCROLLBACK_STATE) is not a directory")
+        return self

@@ -1,0 +1,205 @@
+"""The history service's domain facade: what each RPC does, with no grpc in sight.
+
+`HistoryCore` wires the transcript root, the token codec, the window reader,
+the session lister, the accepted-message store, the bus and the watcher. The
+servicer only translates protos to these calls and back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from history_service.accept import AcceptedRecord, validate_accept
+from history_service.bus import AcceptedBus
+from history_service.config import HistoryConfig
+from history_service.errors import InvalidArgumentError
+from history_service.sessions import SessionInfo, SessionLister
+from history_service.store import AcceptedMessageStore
+from history_service.tokens import (
+    DIRECTION_LATEST_FIRST,
+    FileIdentity,
+    TokenCodec,
+    WatchPosition,
+)
+from history_service.watch import SessionWatcher, position_scope
+from history_service.windows import (
+    Window,
+    WindowParams,
+    WindowReader,
+    validate_inline_limit,
+    validate_mode,
+    validate_params,
+)
+from scrollback.contract.refs import validate_id
+from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapResult:
+    """The header of a bootstrap and its window (None when the transcript does not exist yet)."""
+
+    session_id: str
+    pending: list[AcceptedRecord]
+    watch_position: str
+    window: Window | None
+
+
+class HistoryCore:
+    """Everything the RPCs do."""
+
+    def __init__(
+        self,
+        config: HistoryConfig,
+        root: TranscriptRoot,
+        codec: TokenCodec,
+        store: AcceptedMessageStore,
+        bus: AcceptedBus,
+    ) -> None:
+        self.config = config
+        self.root = root
+        self.codec = codec
+        self.store = store
+        self.bus = bus
+        self.reader = WindowReader(
+            root,
+            codec,
+            max_line_size=config.max_line_size,
+            max_window_bytes=config.max_window_bytes,
+        )
+        self.lister = SessionLister(root, codec)
+        self.watcher = SessionWatcher(
+            root,
+            codec,
+            store,
+            bus,
+            max_line_size=config.max_line_size,
+            poll_seconds=config.watch_poll_seconds,
+            heartbeat_seconds=config.heartbeat_seconds,
+        )
+
+    async def list_sessions(
+        self, page_size: int, page_token: str, project_dir: str
+    ) -> tuple[list[SessionInfo], str]:
+        """One page of sessions."""
+        return await self.lister.page(page_size, page_token, project_dir)
+
+    def window_params(
+        self,
+        session_id: str,
+        page_size: int,
+        page_token: str,
+        direction: int,
+        mode: int,
+        inline_limit: int,
+    ) -> WindowParams:
+        """Validate a window request."""
+        validate_id(session_id, "session id")
+        return validate_params(
+            session_id,
+            page_size,
+            page_token,
+            direction,
+            mode,
+            inline_limit,
+            default_inline_limit=self.config.default_inline_limit,
+            max_line_size=self.config.max_line_size,
+        )
+
+    async def read_window(self, params: WindowParams) -> Window:
+        """One window."""
+        return await self.reader.read(params)
+
+    async def accept(
+        self,
+        client_txn_id: str,
+        session_id: str,
+        chat_key: str,
+        text: str,
+        attachments: list[tuple[str, str, str]],
+    ) -> tuple[AcceptedRecord, bool]:
+        """Record a message durably, then announce it on the bus."""
+        request = validate_accept(client_txn_id, session_id, chat_key, text, attachments)
+        record, replayed = await asyncio.to_thread(self.store.accept, request)
+        if not replayed:
+            await self.bus.publish(record)
+        return record, replayed
+
+    async def bind(self, chat_key: str, session_id: str) -> int:
+        """Bind a chat key to a session id."""
+        validate_id(chat_key, "chat key")
+        validate_id(session_id, "session id")
+        moved = await asyncio.to_thread(self.store.bind, chat_key, session_id)
+        return moved
+
+    def _target(self, session_id: str, chat_key: str) -> None:
+        if session_id:
+            validate_id(session_id, "session id")
+            if chat_key:
+                validate_id(chat_key, "chat key")
+        elif chat_key:
+            validate_id(chat_key, "chat key")
+        else:
+            raise InvalidArgumentError("session_id or chat_key is required")
+
+    async def bootstrap(
+        self,
+        session_id: str,
+        chat_key: str,
+        page_size: int,
+        mode: int,
+        inline_limit: int,
+    ) -> BootstrapResult:
+        """Pending messages, the latest window and the watch position that continues it."""
+        self._target(session_id, chat_key)
+        target = session_id
+        if not target:
+            bound: str | None = await asyncio.to_thread(self.store.binding, chat_key)
+            target = bound or ""
+        params = None
+        if target:
+            params = self.window_params(
+                target, page_size, "", DIRECTION_LATEST_FIRST, mode, inline_limit
+            )
+        else:
+            validate_params(
+                "-",
+                page_size,
+                "",
+                DIRECTION_LATEST_FIRST,
+                mode,
+                inline_limit,
+                default_inline_limit=self.config.default_inline_limit,
+                max_line_size=self.config.max_line_size,
+            )
+        pending, last_seq = await asyncio.to_thread(
+            self.store.pending, target, "" if target else chat_key
+        )
+        window: Window | None = None
+        identity, offset = FileIdentity.null(), 0
+        if params is not None:
+            try:
+                window = await self.read_window(params)
+                identity, offset = window.identity, window.newest_end
+            except SessionNotFoundError:
+                if not pending and not chat_key:
+                    raise
+        scope = position_scope(session_id, chat_key)
+        position = self.codec.position(scope, WatchPosition(identity, offset, last_seq))
+        return BootstrapResult(target, pending, position, window)
+
+    def watch_mode(self, mode: int, inline_limit: int) -> tuple[int, int]:
+        """Validate a watch's media mode and inline limit."""
+        media = validate_mode(mode)
+        limit = validate_inline_limit(
+            inline_limit, self.config.default_inline_limit, self.config.max_line_size
+        )
+        return media, limit
+
+    def check_target(self, session_id: str, chat_key: str) -> None:
+        """Validate a session id or chat key target."""
+        self._target(session_id, chat_key)
+
+    def close(self) -> None:
+        """Release the store."""
+        self.store.close()

@@ -1,0 +1,43 @@
+"""Domain errors of the history service.
+
+Each maps to one gRPC status in the single table of `servicer.py`. Messages are
+fixed texts: they never carry a path, a token or a payload.
+"""
+
+from __future__ import annotations
+
+
+class InvalidArgumentError(ValueError):
+    """A malformed request field (page size, token, position, mode, limit)."""
+
+
+class FileRewrittenError(Exception):
+    """The transcript was rewritten or truncated since a token or position was minted."""
+
+    def __init__(self) -> None:
+        super().__init__("the transcript was rewritten or truncated since this token was issued")
+
+
+class TooLargeError(Exception):
+    """A request field over its size bound."""
+
+
+class TxnConflictError(Exception):
+    """A client_txn_id reused with different content."""
+
+    def __init__(self) -> None:
+        super().__init__("client_txn_id was already used with different content")
+
+
+class BlobMissingError(Exception):
+    """An attachment whose blob is not in the blob store."""
+
+    def __init__(self) -> None:
+        super().__init__("an attachment's blob is not in the blob store; upload it first")
+
+
+class ChatKeyBoundError(Exception):
+    """A chat key already bound to another session."""
+
+    def __init__(self) -> None:
+        super().__init__("the chat key is already bound to another session")

@@ -1,0 +1,264 @@
+"""The gRPC servicer: translates protos to HistoryCore calls and back, and errors to statuses.
+
+`ERROR_TABLE` is the one map from domain exceptions to status codes (CONTRACT
+section 9); `scrollback.grpc_support.abort_for` applies it, and anything not in
+it is INTERNAL with a fixed text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from history_service.accept import AcceptedRecord
+from history_service.core import HistoryCore
+from history_service.errors import (
+    BlobMissingError,
+    ChatKeyBoundError,
+    FileRewrittenError,
+    InvalidArgumentError,
+    TooLargeError,
+    TxnConflictError,
+)
+from history_service.lines import MediaMode, ServedLine, json_parts
+from history_service.sessions import SessionInfo
+from history_service.watch import WatchAccepted, WatchEntry
+from history_service.windows import Window
+from scrollback.contract.refs import ID_PATTERN, RefError
+from scrollback.grpc_support import ErrorTable, abort_for
+from scrollback.history.v1 import history_pb2 as pb
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
+from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
+
+ERROR_TABLE: ErrorTable = {
+    RefError: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
+    SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
+    AmbiguousSessionError: grpc.StatusCode.FAILED_PRECONDITION,
+    FileRewrittenError: grpc.StatusCode.FAILED_PRECONDITION,
+    BlobMissingError: grpc.StatusCode.FAILED_PRECONDITION,
+    ChatKeyBoundError: grpc.StatusCode.FAILED_PRECONDITION,
+    TxnConflictError: grpc.StatusCode.ALREADY_EXISTS,
+    TooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["HistoryService"].full_name
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def _session(info: SessionInfo) -> pb.Session:
+    modified = Timestamp()
+    modified.FromNanoseconds(info.modified_ns)
+    return pb.Session(
+        session_id=info.session_id,
+        project_dir=info.project_dir,
+        size_bytes=info.size_bytes,
+        modified_time=modified,
+        title=info.title,
+        is_subagent=info.is_subagent,
+        parent_session_id=info.parent_session_id,
+    )
+
+
+def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
+    return pb.AcceptedMessage(
+        seq=record.seq,
+        client_txn_id=record.client_txn_id,
+        session_id=record.session_id,
+        chat_key=record.chat_key,
+        text=record.text,
+        attachments=[
+            pb.Attachment(ref=a.ref, name=a.name, media_type=a.media_type)
+            for a in record.attachments
+        ],
+        accepted_time=_timestamp(record.accepted_at),
+    )
+
+
+def entry_messages(session_id: str, served: ServedLine) -> Iterator[pb.Entry | pb.EntryJsonChunk]:
+    """An Entry, then EntryJsonChunks when its json does not fit in one message."""
+    line = served.stripped
+    refs = []
+    if line.uuid and ID_PATTERN.fullmatch(line.uuid) and ID_PATTERN.fullmatch(session_id):
+        refs = [
+            ref_pb2.MediaRef(
+                session_id=session_id,
+                entry_uuid=line.uuid,
+                index=image.index,
+                pin=image.pin,
+                declared_media_type=image.declared_media_type,
+                approx_size_bytes=image.approx_size_bytes,
+                uri=f"{session_id}/{line.uuid}/{image.index}",
+            )
+            for image in line.images
+        ]
+    parts = json_parts(line.json)
+    yield pb.Entry(
+        uuid=line.uuid,
+        type=line.type,
+        timestamp=line.timestamp,
+        byte_offset=served.offset,
+        json=parts[0],
+        media_refs=refs,
+        failed_image_indexes=list(line.failed_image_indexes),
+        json_size_bytes=len(line.json),
+        line_size_bytes=served.line_size,
+        oversize=line.oversize,
+        payloads_deferred=served.payloads_deferred,
+    )
+    for part in parts[1:]:
+        yield pb.EntryJsonChunk(byte_offset=served.offset, json_part=part)
+
+
+def _window_end(window: Window) -> pb.WindowEnd:
+    return pb.WindowEnd(
+        next_page_token=window.next_page_token,
+        skipped_lines=window.skipped_lines,
+        file_size_bytes=window.file_size,
+    )
+
+
+class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
+    """scrollback.history.v1.HistoryService on a HistoryCore."""
+
+    def __init__(self, core: HistoryCore) -> None:
+        self._core = core
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Context
+    ) -> pb.ListSessionsResponse:
+        try:
+            sessions, token = await self._core.list_sessions(
+                request.page_size, request.page_token, request.project_dir
+            )
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
+        return pb.ListSessionsResponse(
+            sessions=[_session(s) for s in sessions], next_page_token=token
+        )
+
+    async def ReadWindow(
+        self, request: pb.ReadWindowRequest, context: Context
+    ) -> AsyncIterator[pb.ReadWindowResponse]:
+        try:
+            params = self._core.window_params(
+                request.session_id,
+                request.page_size,
+                request.page_token,
+                request.direction,
+                request.media_mode,
+                request.inline_limit_bytes,
+            )
+            window = await self._core.read_window(params)
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
+        for served in window.entries:
+            for message in entry_messages(params.session_id, served):
+                if isinstance(message, pb.Entry):
+                    yield pb.ReadWindowResponse(entry=message)
+                else:
+                    yield pb.ReadWindowResponse(entry_json_chunk=message)
+        yield pb.ReadWindowResponse(end=_window_end(window))
+
+    async def Bootstrap(
+        self, request: pb.BootstrapRequest, context: Context
+    ) -> AsyncIterator[pb.BootstrapResponse]:
+        try:
+            result = await self._core.bootstrap(
+                request.session_id,
+                request.chat_key,
+                request.page_size,
+                request.media_mode,
+                request.inline_limit_bytes,
+            )
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
+        yield pb.BootstrapResponse(
+            header=pb.BootstrapHeader(
+                pending=[_accepted(r) for r in result.pending],
+                watch_position=result.watch_position,
+                session_id=result.session_id,
+            )
+        )
+        window = result.window
+        if window is None:
+            yield pb.BootstrapResponse(end=pb.WindowEnd())
+            return
+        for served in window.entries:
+            for message in entry_messages(result.session_id, served):
+                if isinstance(message, pb.Entry):
+                    yield pb.BootstrapResponse(entry=message)
+                else:
+                    yield pb.BootstrapResponse(entry_json_chunk=message)
+        yield pb.BootstrapResponse(end=_window_end(window))
+
+    async def AcceptMessage(
+        self, request: pb.AcceptMessageRequest, context: Context
+    ) -> pb.AcceptMessageResponse:
+        try:
+            record, replayed = await self._core.accept(
+                request.client_txn_id,
+                request.session_id,
+                request.chat_key,
+                request.text,
+                [(a.ref, a.name, a.media_type) for a in request.attachments],
+            )
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
+        return pb.AcceptMessageResponse(message=_accepted(record), replayed=replayed)
+
+    async def BindChatKey(
+        self, request: pb.BindChatKeyRequest, context: Context
+    ) -> pb.BindChatKeyResponse:
+        try:
+            moved = await self._core.bind(request.chat_key, request.session_id)
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
+        return pb.BindChatKeyResponse(bound_messages=moved)
+
+    async def WatchSession(
+        self, request: pb.WatchSessionRequest, context: Context
+    ) -> AsyncIterator[pb.WatchSessionResponse]:
+        core = self._core
+        try:
+            core.check_target(request.session_id, request.chat_key)
+            mode, limit = core.watch_mode(request.media_mode, request.inline_limit_bytes)
+            scope, start = await core.watcher.start(
+                request.session_id, request.chat_key, request.position
+            )
+            events = core.watcher.events(
+                request.session_id, request.chat_key, scope, start, MediaMode(mode), limit
+            )
+            async for event in events:
+                if isinstance(event, WatchEntry):
+                    messages = list(entry_messages(event.session_id, event.line))
+                    for index, message in enumerate(messages):
+                        position = event.position if index == len(messages) - 1 else ""
+                        if isinstance(message, pb.Entry):
+                            yield pb.WatchSessionResponse(entry=message, position=position)
+                        else:
+                            yield pb.WatchSessionResponse(
+                                entry_json_chunk=message, position=position
+                            )
+                elif isinstance(event, WatchAccepted):
+                    yield pb.WatchSessionResponse(
+                        accepted=_accepted(event.record), position=event.position
+                    )
+                else:
+                    yield pb.WatchSessionResponse(
+                        heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
+                        position=event.position,
+                    )
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)

@@ -1,0 +1,181 @@
+"""Listing the sessions under the root: newest first, with titles, paged by keyset tokens.
+
+The tree walk is TranscriptRoot's (cached). A title is the conversation's
+summary, or else its first real user prompt, found in the head of the file
+with bounded reads that skip long lines (image lines are never loaded); titles
+are cached per file version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from dataclasses import dataclass
+
+from history_service.errors import InvalidArgumentError
+from history_service.lines import is_blank, iter_lines_forward
+from history_service.tokens import TokenCodec
+from scrollback.contract.stripping import parse_json_object
+from scrollback.transcripts import TranscriptFile, TranscriptRoot
+
+TITLE_CHARS = 200
+TITLE_HEAD_BYTES = 512 * 1024
+TITLE_MAX_LINE = 64 * 1024
+DEFAULT_LIST_SIZE = 100
+MAX_LIST_SIZE = 1000
+_NOT_A_PROMPT_PREFIXES = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One transcript as listed."""
+
+    session_id: str
+    project_dir: str
+    size_bytes: int
+    modified_ns: int
+    title: str
+    is_subagent: bool
+    parent_session_id: str
+
+    @property
+    def sort_key(self) -> tuple[int, str, str]:
+        """Newest first, then by project and id (the keyset of the page token)."""
+        return (-self.modified_ns, self.project_dir, self.session_id)
+
+
+def _prompt_text(entry: dict[str, object]) -> str:
+    if entry.get("type") != "user" or entry.get("isMeta") is True:
+        return ""
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    texts: list[str] = []
+    if isinstance(content, str):
+        texts.append(content)
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+            elif isinstance(block, dict) and block.get("type") == "tool_result":
+                return ""
+    for text in texts:
+        text = text.strip()
+        if text and not text.startswith(_NOT_A_PROMPT_PREFIXES):
+            return text
+    return ""
+
+
+def read_title(fd: int, size: int) -> str:
+    """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
+    prompt = ""
+    for raw in iter_lines_forward(fd, 0, min(size, TITLE_HEAD_BYTES), TITLE_MAX_LINE):
+        if raw.data is None or raw.size > TITLE_MAX_LINE or is_blank(raw):
+            continue
+        entry = parse_json_object(raw.data)
+        if entry is None:
+            continue
+        if entry.get("type") == "summary":
+            summary = entry.get("summary")
+            if isinstance(summary, str) and summary.strip():
+                return summary.strip()[:TITLE_CHARS]
+        if not prompt:
+            prompt = _prompt_text(entry)
+    return " ".join(prompt.split())[:TITLE_CHARS]
+
+
+class SessionLister:
+    """Lists the sessions of one root."""
+
+    def __init__(self, root: TranscriptRoot, codec: TokenCodec) -> None:
+        self._root = root
+        self._codec = codec
+        self._titles: dict[tuple[str, int, int, int], str] = {}
+        self._lock = threading.Lock()
+
+    async def page(
+        self, page_size: int, page_token: str, project_dir: str
+    ) -> tuple[list[SessionInfo], str]:
+        """One page of sessions and the next token (empty at the end)."""
+        if page_size < 0:
+            raise InvalidArgumentError("page_size must not be negative")
+        size = DEFAULT_LIST_SIZE if page_size == 0 else min(page_size, MAX_LIST_SIZE)
+        after = None
+        if page_token:
+            modified_ns, project, session = self._codec.parse_list_token(page_token)
+            after = (-modified_ns, project, session)
+        return await asyncio.to_thread(self._list, size, after, project_dir)
+
+    def _list(
+        self, size: int, after: tuple[int, str, str] | None, project_dir: str
+    ) -> tuple[list[SessionInfo], str]:
+        infos: list[tuple[SessionInfo, TranscriptFile]] = []
+        for transcript in self._root.list():
+            if project_dir and transcript.project_dir != project_dir:
+                continue
+            try:
+                stat = os.stat(transcript.path)
+            except OSError:
+                continue
+            infos.append(
+                (
+                    SessionInfo(
+                        transcript.session_id,
+                        transcript.project_dir,
+                        stat.st_size,
+                        stat.st_mtime_ns,
+                        "",
+                        transcript.is_subagent,
+                        transcript.parent_session_id,
+                    ),
+                    transcript,
+                )
+            )
+        infos.sort(key=lambda pair: pair[0].sort_key)
+        if after is not None:
+            infos = [pair for pair in infos if pair[0].sort_key > after]
+        page = infos[:size]
+        titled = [self._with_title(info, transcript) for info, transcript in page]
+        token = ""
+        if len(infos) > size:
+            last = page[-1][0]
+            token = self._codec.list_token((last.modified_ns, last.project_dir, last.session_id))
+        return titled, token
+
+    def _with_title(self, info: SessionInfo, transcript: TranscriptFile) -> SessionInfo:
+        try:
+            handle = self._root.open(transcript)
+        except (LookupError, OSError):
+            return info
+        fd = handle.fileno()
+        try:
+            stat = os.fstat(fd)
+            key = (
+                info.project_dir + "/" + info.session_id,
+                stat.st_ino,
+                stat.st_size,
+                stat.st_mtime_ns,
+            )
+            with self._lock:
+                title = self._titles.get(key)
+            if title is None:
+                title = read_title(fd, stat.st_size)
+                with self._lock:
+                    if len(self._titles) > 10_000:
+                        self._titles.clear()
+                    self._titles[key] = title
+        finally:
+            handle.close()
+        return SessionInfo(
+            info.session_id,
+            info.project_dir,
+            info.size_bytes,
+            info.modified_ns,
+            title,
+            info.is_subagent,
+            info.parent_session_id,
+        )

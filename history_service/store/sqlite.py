@@ -1,0 +1,212 @@
+"""The SQLite backend of the accepted-message store (the shared state database).
+
+One connection (WAL, synchronous=FULL, via scrollback.state.sqlite.connect)
+behind a lock; callers run these methods in a worker thread. Each write is one
+`BEGIN IMMEDIATE` transaction, committed before the method returns.
+Pending records age out (the newest `keep` per session, accepted within
+`ttl_seconds`): they get `retired_at` and lose their `blob_ref` rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
+from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
+from scrollback.state.sqlite import connect
+
+T = TypeVar("T")
+_COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
+
+
+def _record(row: tuple[Any, ...]) -> AcceptedRecord:
+    seq, txn, session_id, chat_key, text, attachments, accepted_at = row
+    specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
+    return AcceptedRecord(
+        int(seq), txn, session_id or "", chat_key or "", text, specs, float(accepted_at)
+    )
+
+
+class SqliteAcceptedMessageStore:
+    """AcceptedMessageStore on the shared SQLite state database."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        keep: int = 50,
+        ttl_seconds: float = 600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._connection = connect(state_dir)
+        self._lock = threading.Lock()
+        self._keep = keep
+        self._ttl = ttl_seconds
+        self._clock = clock
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            connection = self._connection
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(connection)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            return result
+
+    def accept(self, request: AcceptRequest) -> tuple[AcceptedRecord, bool]:
+        """Record a message durably; replay on the same txn id and content."""
+        digest = request.digest
+
+        def work(connection: sqlite3.Connection) -> tuple[AcceptedRecord, bool]:
+            row = connection.execute(
+                f"SELECT {_COLUMNS}, content_digest FROM accepted_message WHERE client_txn_id = ?",
+                (request.client_txn_id,),
+            ).fetchone()
+            if row is not None:
+                if row[-1] != digest:
+                    raise TxnConflictError()
+                return _record(row[:-1]), True
+            wanted = sorted({a.sha256 for a in request.attachments})
+            if wanted:
+                marks = ",".join("?" * len(wanted))
+                found = connection.execute(
+                    f"SELECT COUNT(*) FROM blob WHERE sha256 IN ({marks})", wanted
+                ).fetchone()[0]
+                if found != len(wanted):
+                    raise BlobMissingError()
+            session_id = request.session_id
+            if not session_id:
+                bound = connection.execute(
+                    "SELECT session_id FROM chat_binding WHERE chat_key = ?", (request.chat_key,)
+                ).fetchone()
+                session_id = bound[0] if bound else ""
+            now = self._clock()
+            attachments = orjson.dumps([[a.ref, a.name, a.media_type] for a in request.attachments])
+            cursor = connection.execute(
+                "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
+                " attachments, content_digest, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request.client_txn_id,
+                    session_id or None,
+                    request.chat_key or None,
+                    request.text,
+                    attachments.decode(),
+                    digest,
+                    now,
+                ),
+            )
+            seq = int(cursor.lastrowid or 0)
+            connection.executemany(
+                "INSERT OR IGNORE INTO blob_ref (sha256, message_seq) VALUES (?, ?)",
+                [(sha, seq) for sha in wanted],
+            )
+            self._retire(connection, now)
+            record = AcceptedRecord(
+                seq,
+                request.client_txn_id,
+                session_id,
+                request.chat_key,
+                request.text,
+                request.attachments,
+                now,
+            )
+            return record, False
+
+        return self._write(work)
+
+    def _retire(self, connection: sqlite3.Connection, now: float) -> None:
+        connection.execute(
+            "UPDATE accepted_message SET retired_at = ? WHERE retired_at IS NULL AND ("
+            " accepted_at < ? OR seq NOT IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER ("
+            "  PARTITION BY COALESCE(session_id, 'key:' || chat_key) ORDER BY seq DESC) AS rank"
+            "  FROM accepted_message WHERE retired_at IS NULL) WHERE rank <= ?))",
+            (now, now - self._ttl, self._keep),
+        )
+        connection.execute(
+            "DELETE FROM blob_ref WHERE message_seq IN"
+            " (SELECT seq FROM accepted_message WHERE retired_at IS NOT NULL)"
+        )
+
+    def bind(self, chat_key: str, session_id: str) -> int:
+        """Bind a chat key to a session; FAILED_PRECONDITION-style error if bound elsewhere."""
+
+        def work(connection: sqlite3.Connection) -> int:
+            row = connection.execute(
+                "SELECT session_id FROM chat_binding WHERE chat_key = ?", (chat_key,)
+            ).fetchone()
+            if row is not None and row[0] != session_id:
+                raise ChatKeyBoundError()
+            if row is None:
+                connection.execute(
+                    "INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES (?, ?, ?)",
+                    (chat_key, session_id, self._clock()),
+                )
+            cursor = connection.execute(
+                "UPDATE accepted_message SET session_id = ? WHERE chat_key = ? AND session_id IS NULL",
+                (session_id, chat_key),
+            )
+            return int(cursor.rowcount)
+
+        return self._write(work)
+
+    def binding(self, chat_key: str) -> str | None:
+        """The session a chat key is bound to, if any."""
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT session_id FROM chat_binding WHERE chat_key = ?", (chat_key,)
+            ).fetchone()
+        return str(row[0]) if row else None
+
+    def pending(self, session_id: str, chat_key: str) -> tuple[list[AcceptedRecord], int]:
+        """Unretired messages (retiring the aged ones first) and the last seq, in one transaction."""
+
+        def work(connection: sqlite3.Connection) -> tuple[list[AcceptedRecord], int]:
+            self._retire(connection, self._clock())
+            if session_id:
+                where, value = "session_id = ?", session_id
+            else:
+                where, value = "chat_key = ? AND session_id IS NULL", chat_key
+            rows = connection.execute(
+                f"SELECT {_COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
+                " ORDER BY seq",
+                (value,),
+            ).fetchall()
+            last = connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
+            ).fetchone()
+            return [_record(r) for r in rows], int(last[0])
+
+        return self._write(work)
+
+    def since(self, session_id: str, chat_key: str, after_seq: int) -> list[AcceptedRecord]:
+        """Messages of a session or chat key with seq > after_seq, oldest first."""
+        with self._lock:
+            rows = self._connection.execute(
+                f"SELECT {_COLUMNS} FROM accepted_message WHERE seq > ? AND"
+                " (session_id = ? OR chat_key = ?) ORDER BY seq LIMIT 1000",
+                (after_seq, session_id or None, chat_key or None),
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def last_seq(self) -> int:
+        """The highest seq assigned so far."""
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
+            ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._connection.close()

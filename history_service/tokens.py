@@ -1,0 +1,226 @@
+"""Opaque page tokens, listing tokens and watch positions.
+
+A token is base64url (no padding) of a small binary structure followed by a
+16-byte HMAC-SHA256 tag over the session id and the structure, under a key
+kept in the state dir. So a token can neither be forged nor moved to another
+session: anything that does not verify is INVALID_ARGUMENT.
+
+A transcript token names the file version it was minted for (`FileIdentity`:
+device, inode, the length and xxh3 hash of the file's first bytes, and its
+size at minting) and a byte boundary that is always a line start. It stays
+valid while the file only grows; `FileIdentity.check` refuses it once the
+file was rewritten or truncated.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import xxhash
+
+from history_service.errors import FileRewrittenError, InvalidArgumentError
+
+HEAD_BYTES = 4096
+KEY_FILE_NAME = "history-token.key"
+_TAG_BYTES = 16
+_VERSION = 1
+# kind, dev, ino, head_len, head_hash, size
+_IDENTITY = struct.Struct(">QQHQQ")
+_PAGE = struct.Struct(">BB")  # version, direction
+_POSITION_TAIL = struct.Struct(">QQ")  # offset, last_seq
+_BOUNDARY = struct.Struct(">Q")
+
+DIRECTION_LATEST_FIRST = 1
+DIRECTION_OLDEST_FIRST = 2
+_KIND_PAGE = b"P"
+_KIND_POSITION = b"W"
+_KIND_LIST = b"L"
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """One version of a transcript file: stays equal while the file only grows."""
+
+    dev: int
+    ino: int
+    head_len: int
+    head_hash: int
+    size: int
+
+    @property
+    def is_null(self) -> bool:
+        """True for the identity of a transcript that did not exist yet."""
+        return self.dev == 0 and self.ino == 0 and self.size == 0
+
+    @classmethod
+    def null(cls) -> FileIdentity:
+        """The identity of a transcript not written yet (any file continues it)."""
+        return cls(0, 0, 0, 0, 0)
+
+    @classmethod
+    def of(cls, fd: int) -> FileIdentity:
+        """The identity of an open file now."""
+        stat = os.fstat(fd)
+        head_len = min(HEAD_BYTES, stat.st_size)
+        head = os.pread(fd, head_len, 0)
+        return cls(
+            stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_intdigest(head), stat.st_size
+        )
+
+    def check(self, fd: int, boundary: int) -> FileIdentity:
+        """Return the file's current identity if it continues this one, else raise.
+
+        The file must be the same inode, at least as long as at minting, with the
+        same first bytes, and `boundary` must still be a line start.
+        """
+        current = FileIdentity.of(fd)
+        if self.is_null:
+            return current
+        if (current.dev, current.ino) != (self.dev, self.ino) or current.size < self.size:
+            raise FileRewrittenError()
+        head = os.pread(fd, self.head_len, 0)
+        if len(head) != self.head_len or xxhash.xxh3_64_intdigest(head) != self.head_hash:
+            raise FileRewrittenError()
+        if boundary > 0 and os.pread(fd, 1, boundary - 1) not in (b"\n",):
+            raise FileRewrittenError()
+        return current
+
+
+@dataclass(frozen=True, slots=True)
+class PageToken:
+    """Where the next page of a window starts (or ends, latest-first)."""
+
+    direction: int
+    identity: FileIdentity
+    boundary: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchPosition:
+    """Where a watch continues: a file version, a byte offset and the last accepted seq."""
+
+    identity: FileIdentity
+    offset: int
+    last_seq: int
+
+
+def load_or_create_key(state_dir: Path) -> bytes:
+    """The token key of this state dir, created (0600) on first use."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / KEY_FILE_NAME
+    try:
+        key = path.read_bytes()
+        if len(key) >= 32:
+            return key
+    except FileNotFoundError:
+        pass
+    key = os.urandom(32)
+    temp = path.with_suffix(".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    return key
+
+
+class TokenCodec:
+    """Mints and verifies tokens under one key."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def _seal(self, kind: bytes, scope: str, body: bytes) -> str:
+        payload = kind + body
+        tag = hmac.new(self._key, scope.encode() + b"\0" + payload, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(payload + tag[:_TAG_BYTES]).rstrip(b"=").decode("ascii")
+
+    def _open(self, kind: bytes, scope: str, token: str, what: str) -> bytes:
+        error = InvalidArgumentError(f"malformed {what}")
+        if not isinstance(token, str) or not token.isascii() or len(token) > 512:
+            raise error
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (binascii.Error, ValueError):
+            raise error from None
+        if len(raw) < 1 + _TAG_BYTES:
+            raise error
+        payload, tag = raw[:-_TAG_BYTES], raw[-_TAG_BYTES:]
+        expected = hmac.new(self._key, scope.encode() + b"\0" + payload, hashlib.sha256).digest()
+        if not hmac.compare_digest(tag, expected[:_TAG_BYTES]) or payload[:1] != kind:
+            raise error
+        return payload[1:]
+
+    @staticmethod
+    def _pack_identity(identity: FileIdentity) -> bytes:
+        return _IDENTITY.pack(
+            identity.dev, identity.ino, identity.head_len, identity.head_hash, identity.size
+        )
+
+    def page_token(self, session_id: str, token: PageToken) -> str:
+        """Mint a page token for a session."""
+        body = (
+            _PAGE.pack(_VERSION, token.direction)
+            + self._pack_identity(token.identity)
+            + _BOUNDARY.pack(token.boundary)
+        )
+        return self._seal(_KIND_PAGE, session_id, body)
+
+    def parse_page_token(self, session_id: str, token: str) -> PageToken:
+        """Verify and decode a page token; InvalidArgumentError if it is not ours."""
+        body = self._open(_KIND_PAGE, session_id, token, "page token")
+        if len(body) != _PAGE.size + _IDENTITY.size + _BOUNDARY.size:
+            raise InvalidArgumentError("malformed page token")
+        version, direction = _PAGE.unpack_from(body, 0)
+        if version != _VERSION or direction not in (DIRECTION_LATEST_FIRST, DIRECTION_OLDEST_FIRST):
+            raise InvalidArgumentError("malformed page token")
+        identity = FileIdentity(*_IDENTITY.unpack_from(body, _PAGE.size))
+        (boundary,) = _BOUNDARY.unpack_from(body, _PAGE.size + _IDENTITY.size)
+        if boundary > identity.size:
+            raise InvalidArgumentError("malformed page token")
+        return PageToken(direction, identity, boundary)
+
+    def position(self, scope: str, position: WatchPosition) -> str:
+        """Mint a watch position (scope: the session id, or `key:<chat key>`)."""
+        body = (
+            bytes([_VERSION])
+            + self._pack_identity(position.identity)
+            + _POSITION_TAIL.pack(position.offset, position.last_seq)
+        )
+        return self._seal(_KIND_POSITION, scope, body)
+
+    def parse_position(self, scope: str, token: str) -> WatchPosition:
+        """Verify and decode a watch position; InvalidArgumentError if it is not ours."""
+        body = self._open(_KIND_POSITION, scope, token, "watch position")
+        if len(body) != 1 + _IDENTITY.size + _POSITION_TAIL.size or body[0] != _VERSION:
+            raise InvalidArgumentError("malformed watch position")
+        identity = FileIdentity(*_IDENTITY.unpack_from(body, 1))
+        offset, last_seq = _POSITION_TAIL.unpack_from(body, 1 + _IDENTITY.size)
+        if offset > identity.size and not identity.is_null:
+            raise InvalidArgumentError("malformed watch position")
+        return WatchPosition(identity, offset, last_seq)
+
+    def list_token(self, sort_key: tuple[int, str, str]) -> str:
+        """Mint a ListSessions token: the sort key of the last session listed."""
+        mtime_ns, project, session = sort_key
+        body = struct.pack(">Q", mtime_ns) + project.encode() + b"\0" + session.encode()
+        return self._seal(_KIND_LIST, "", body)
+
+    def parse_list_token(self, token: str) -> tuple[int, str, str]:
+        """Verify and decode a ListSessions token."""
+        body = self._open(_KIND_LIST, "", token, "page token")
+        try:
+            (mtime_ns,) = struct.unpack_from(">Q", body, 0)
+            project, session = body[8:].decode().split("\0")
+        except (struct.error, UnicodeDecodeError, ValueError):
+            raise InvalidArgumentError("malformed page token") from None
+        return mtime_ns, project, session

@@ -1,0 +1,300 @@
+"""Windows (pages) of a transcript: latest-first or oldest-first, with opaque tokens.
+
+A window is read from one file version: the file is opened, its identity taken
+(and checked against the token's), and only the bytes up to the size seen then
+are read. Latest-first windows are found by reading backwards from their end
+in blocks; oldest-first windows forwards from their start; so a window costs
+O(window), whatever the file's size. Entries are kept only as stripped lines,
+and a window ends early once it scanned its byte budget (its token continues).
+
+Identical concurrent reads of the same window of the same file version share
+one scan (single-flight); failures are never cached. The blocking work runs in
+a worker thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from history_service.errors import InvalidArgumentError
+from history_service.lines import (
+    MediaMode,
+    RawLine,
+    ServedLine,
+    is_blank,
+    iter_lines_backward,
+    iter_lines_forward,
+    serve_line,
+    tail_start,
+)
+from history_service.singleflight import SingleFlight
+from history_service.tokens import (
+    DIRECTION_LATEST_FIRST,
+    DIRECTION_OLDEST_FIRST,
+    FileIdentity,
+    PageToken,
+    TokenCodec,
+)
+from scrollback.contract.stripping import MIN_INLINE_LIMIT
+from scrollback.transcripts import TranscriptFile, TranscriptRoot
+
+MAX_PAGE_SIZE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class WindowParams:
+    """A validated window request."""
+
+    session_id: str
+    page_size: int
+    page_token: str
+    direction: int
+    mode: MediaMode
+    inline_limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One page: entries in file order, and how to go on."""
+
+    entries: tuple[ServedLine, ...]
+    skipped_lines: int
+    file_size: int
+    next_page_token: str
+    identity: FileIdentity
+    # The end of the newest complete line this window could serve: where a
+    # watch continues after a latest-first first page.
+    newest_end: int
+
+
+def validate_params(
+    session_id: str,
+    page_size: int,
+    page_token: str,
+    direction: int,
+    mode: int,
+    inline_limit: int,
+    *,
+    default_inline_limit: int,
+    max_line_size: int,
+) -> WindowParams:
+    """Check and normalize a window request (raises InvalidArgumentError)."""
+    if page_size < 0:
+        raise InvalidArgumentError("page_size must not be negative")
+    size = MAX_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+    if direction == 0:
+        direction = DIRECTION_LATEST_FIRST
+    if direction not in (DIRECTION_LATEST_FIRST, DIRECTION_OLDEST_FIRST):
+        raise InvalidArgumentError("unknown read direction")
+    media = validate_mode(mode)
+    limit = validate_inline_limit(inline_limit, default_inline_limit, max_line_size)
+    return WindowParams(session_id, size, page_token, direction, media, limit)
+
+
+def validate_mode(mode: int) -> MediaMode:
+    """The media mode of a request (0 = DEFERRED)."""
+    if mode == 0:
+        return MediaMode.DEFERRED
+    try:
+        return MediaMode(mode)
+    except ValueError:
+        raise InvalidArgumentError("unknown media mode") from None
+
+
+def validate_inline_limit(value: int, default: int, max_line_size: int) -> int:
+    """The inline limit of a request (0 = the server default)."""
+    if value == 0:
+        return default
+    if not MIN_INLINE_LIMIT <= value <= max_line_size:
+        raise InvalidArgumentError("inline_limit_bytes is outside the server's bounds")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    fd: int
+    identity: FileIdentity
+    token: PageToken | None
+
+
+class WindowReader:
+    """Reads windows of the transcripts under one root."""
+
+    def __init__(
+        self,
+        root: TranscriptRoot,
+        codec: TokenCodec,
+        *,
+        max_line_size: int,
+        max_window_bytes: int,
+    ) -> None:
+        self._root = root
+        self._codec = codec
+        self._max_line_size = max_line_size
+        self._max_window_bytes = max_window_bytes
+        self.flights: SingleFlight[Window] = SingleFlight()
+
+    async def read(self, params: WindowParams) -> Window:
+        """Read one window (raises the domain errors of the contract)."""
+        opened = await asyncio.to_thread(self._open, params)
+        token = opened.token
+        direction = token.direction if token else params.direction
+        boundary = token.boundary if token else -1
+        key = (
+            opened.identity.dev,
+            opened.identity.ino,
+            opened.identity.head_hash,
+            opened.identity.size,
+            direction,
+            boundary,
+            params.page_size,
+            params.mode,
+            params.inline_limit,
+            params.session_id,
+        )
+        try:
+            window, _shared = await self.flights.do(
+                key, asyncio.to_thread(self._scan, opened, params, direction, boundary)
+            )
+        finally:
+            os.close(opened.fd)
+        return window
+
+    def _open(self, params: WindowParams) -> _Opened:
+        token = (
+            self._codec.parse_page_token(params.session_id, params.page_token)
+            if params.page_token
+            else None
+        )
+        transcript = self._root.resolve(params.session_id)
+        fd = open_transcript(self._root, transcript)
+        try:
+            if token is not None:
+                identity = token.identity.check(fd, token.boundary)
+            else:
+                identity = FileIdentity.of(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return _Opened(fd, identity, token)
+
+    def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
+        serve = _server(params, self._max_line_size)
+        if direction == DIRECTION_OLDEST_FIRST:
+            return self._scan_forward(opened, params, max(boundary, 0), serve)
+        return self._scan_backward(opened, params, boundary, serve)
+
+    def _scan_backward(
+        self,
+        opened: _Opened,
+        params: WindowParams,
+        boundary: int,
+        serve: Callable[[RawLine], ServedLine | None],
+    ) -> Window:
+        fd, identity = opened.fd, opened.identity
+        size = identity.size
+        newest: list[ServedLine] = []
+        skipped = 0
+        scanned = 0
+        if boundary < 0:
+            start = tail_start(fd, size)
+            newest_end = start
+            if start < size and size - start <= self._max_line_size:
+                data = os.pread(fd, size - start, start)
+                tail = serve(RawLine(start, start + len(data), data, False))
+                if tail is not None:
+                    newest.append(tail)
+                    newest_end = size
+                    scanned += len(data)
+            end = start
+        else:
+            end = newest_end = boundary
+        oldest = end
+        lines = iter_lines_backward(fd, end, self._max_line_size)
+        while len(newest) < params.page_size and scanned < self._max_window_bytes:
+            raw = next(lines, None)
+            if raw is None:
+                break
+            oldest = raw.start
+            scanned += raw.size + 1
+            if is_blank(raw):
+                continue
+            served = serve(raw)
+            if served is None:
+                skipped += 1
+            else:
+                newest.append(served)
+        newest.reverse()
+        token = ""
+        if oldest > 0:
+            token = self._codec.page_token(
+                params.session_id, PageToken(DIRECTION_LATEST_FIRST, identity, oldest)
+            )
+        return Window(tuple(newest), skipped, size, token, identity, newest_end)
+
+    def _scan_forward(
+        self,
+        opened: _Opened,
+        params: WindowParams,
+        boundary: int,
+        serve: Callable[[RawLine], ServedLine | None],
+    ) -> Window:
+        fd, identity = opened.fd, opened.identity
+        size = identity.size
+        entries: list[ServedLine] = []
+        skipped = 0
+        scanned = 0
+        position = boundary
+        at_end = False
+        lines = iter_lines_forward(fd, boundary, size, self._max_line_size)
+        while len(entries) < params.page_size and scanned < self._max_window_bytes:
+            raw = next(lines, None)
+            if raw is None:
+                at_end = True
+                break
+            scanned += raw.size + 1
+            if is_blank(raw):
+                if raw.terminated:
+                    position = raw.next_start
+                continue
+            if not raw.terminated:
+                # The unterminated last line: served only if it is a complete object.
+                tail = serve(raw) if raw.data is not None else None
+                if tail is not None:
+                    entries.append(tail)
+                    position = raw.end
+                at_end = True
+                break
+            served = serve(raw)
+            position = raw.next_start
+            if served is None:
+                skipped += 1
+            else:
+                entries.append(served)
+        if position >= size:
+            at_end = True
+        token = ""
+        if not at_end:
+            token = self._codec.page_token(
+                params.session_id, PageToken(DIRECTION_OLDEST_FIRST, identity, position)
+            )
+        return Window(tuple(entries), skipped, size, token, identity, position)
+
+
+def _server(params: WindowParams, max_line_size: int) -> Callable[[RawLine], ServedLine | None]:
+    def serve(raw: RawLine) -> ServedLine | None:
+        return serve_line(raw, params.mode, params.inline_limit, max_line_size)
+
+    return serve
+
+
+def open_transcript(root: TranscriptRoot, transcript: TranscriptFile) -> int:
+    """Open a resolved transcript (jailed, through TranscriptRoot) and return a raw fd."""
+    handle = root.open(transcript)
+    try:
+        return os.dup(handle.fileno())
+    finally:
+        handle.close()

@@ -1,0 +1,1 @@
+"""The Scrollback media service: transcript images and the content-addressed blob store."""

@@ -1,0 +1,112 @@
+"""The media service's configuration: defaults, environment, validation.
+
+`MediaConfig.from_env()` reads SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE,
+SCROLLBACK_MEDIA_ADDR and the SCROLLBACK_MEDIA_* tuning variables;
+`validate()` raises ConfigError for values out of bounds, at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from media_service.errors import ConfigError
+from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
+
+KIB = 1024
+MIB = 1024 * KIB
+DEFAULT_ADDR = "127.0.0.1:50052"
+DEFAULT_CHUNK_SIZE = 64 * KIB
+MAX_CHUNK_SIZE = 256 * KIB
+DEFAULT_MAX_BLOB_SIZE = 64 * MIB
+DEFAULT_GC_GRACE_SECONDS = 3600.0
+DEFAULT_GC_INTERVAL_SECONDS = 600.0
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number") from None
+
+
+@dataclass(frozen=True, slots=True)
+class MediaConfig:
+    """Everything the media server needs to start."""
+
+    transcripts: Path = Path("~/.claude/projects")
+    state: Path = Path(".scrollback")
+    addr: str = DEFAULT_ADDR
+    insecure: bool = False
+    auth_configured: bool = False
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    max_line_size: int = DEFAULT_MAX_LINE_SIZE
+    max_blob_size: int = DEFAULT_MAX_BLOB_SIZE
+    gc_grace_seconds: float = DEFAULT_GC_GRACE_SECONDS
+    gc_interval_seconds: float = DEFAULT_GC_INTERVAL_SECONDS
+    line_cache_entries: int = 4096
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> MediaConfig:
+        """Read the configuration from the environment (validated)."""
+        env = os.environ if env is None else env
+        config = cls(
+            transcripts=Path(env.get("SCROLLBACK_TRANSCRIPTS") or "~/.claude/projects"),
+            state=Path(env.get("SCROLLBACK_STATE") or ".scrollback"),
+            addr=env.get("SCROLLBACK_MEDIA_ADDR") or DEFAULT_ADDR,
+            chunk_size=_int(env, "SCROLLBACK_MEDIA_CHUNK_SIZE", DEFAULT_CHUNK_SIZE),
+            max_line_size=_int(env, "SCROLLBACK_MAX_LINE_SIZE", DEFAULT_MAX_LINE_SIZE),
+            max_blob_size=_int(env, "SCROLLBACK_MAX_BLOB_SIZE", DEFAULT_MAX_BLOB_SIZE),
+            gc_grace_seconds=_float(env, "SCROLLBACK_GC_GRACE_SECONDS", DEFAULT_GC_GRACE_SECONDS),
+            gc_interval_seconds=_float(
+                env, "SCROLLBACK_GC_INTERVAL_SECONDS", DEFAULT_GC_INTERVAL_SECONDS
+            ),
+        )
+        return config.validate()
+
+    def with_overrides(self, **changes: object) -> MediaConfig:
+        """A copy with some fields replaced (flags over env), validated."""
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+    def validate(self) -> MediaConfig:
+        """Return self if every value is within bounds; raise ConfigError otherwise."""
+        if not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
+            raise ConfigError(f"chunk size must be from 1 to {MAX_CHUNK_SIZE} bytes")
+        if self.max_line_size < 1024:
+            raise ConfigError("max line size must be at least 1024 bytes")
+        if not 1 <= self.max_blob_size <= 2**40:
+            raise ConfigError("max blob size must be from 1 byte to 1 TiB")
+        if self.gc_grace_seconds < 0:
+            raise ConfigError("gc grace period must not be negative")
+        if self.gc_interval_seconds <= 0:
+            raise ConfigError("gc interval must be positive")
+        if self.line_cache_entries < 0:
+            raise ConfigError("line cache size must not be negative")
+        if not self.addr or ":" not in self.addr:
+            raise ConfigError("address must be HOST:PORT")
+        return self
+
+    @property
+    def transcripts_root(self) -> Path:
+        """The transcripts root with ~ expanded."""
+        return self.transcripts.expanduser()
+
+    @property
+    def state_dir(self) -> Path:
+        """The state dir with ~ expanded."""
+        return self.state.expanduser()

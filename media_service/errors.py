@@ -1,0 +1,68 @@
+"""The media service's domain errors; servicer.py maps each to one status code.
+
+Every message is fixed text: never a path, a token or a payload. Lookups that
+fail for any reason a caller may not tell apart (unknown session, entry or
+index, failed upload) share one message.
+"""
+
+from __future__ import annotations
+
+NOT_FOUND_MESSAGE = "media not found"
+
+
+class MediaNotFoundError(LookupError):
+    """Unknown session, entry, index or blob, or a failed upload: one answer for all."""
+
+    def __init__(self) -> None:
+        super().__init__(NOT_FOUND_MESSAGE)
+
+
+class PinMismatchError(Exception):
+    """The transcript no longer holds the payload the ref was minted for."""
+
+    def __init__(self) -> None:
+        super().__init__("the transcript changed since the reference was minted (pin mismatch)")
+
+
+class LineTooLargeError(Exception):
+    """The entry's line is over the max line size; it is never loaded."""
+
+    def __init__(self) -> None:
+        super().__init__("the entry's line is over the max line size")
+
+
+class InvalidRequestError(ValueError):
+    """A malformed request (the message says which part, never echoing it)."""
+
+
+class ReadRangeError(Exception):
+    """read_offset / read_limit outside the medium (google.bytestream rules)."""
+
+
+class BlobTooLargeError(Exception):
+    """An upload over the max blob size."""
+
+    def __init__(self) -> None:
+        super().__init__("blob is over the max blob size")
+
+
+class BlobMismatchError(ValueError):
+    """The uploaded bytes do not match the declared sha256 or size."""
+
+
+class StorageFullError(Exception):
+    """The disk holding the state dir is full."""
+
+    def __init__(self) -> None:
+        super().__init__("no space left to store the blob")
+
+
+class CorruptMediaError(Exception):
+    """Stored bytes that do not match their digest, or an undecodable payload."""
+
+    def __init__(self, message: str = "stored media is corrupt") -> None:
+        super().__init__(message)
+
+
+class ConfigError(ValueError):
+    """A configuration value out of its bounds."""

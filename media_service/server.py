@@ -1,0 +1,131 @@
+"""Starting and running the media server: grpc.aio with health, reflection and periodic GC."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from media_service.blob_paths import BlobPaths
+from media_service.blobs import BlobStore, Clock
+from media_service.config import MediaConfig
+from media_service.gc import collect_garbage
+from media_service.library import MediaLibrary
+from media_service.servicer import MediaServicer
+from media_service.store.sqlite import SqliteBlobMetadataStore
+from media_service.transcript_media import TranscriptMedia
+from scrollback.grpc_support import (
+    RunningServer,
+    build_server,
+    check_bind_allowed,
+    wait_for_shutdown_signal,
+)
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.transcripts import TranscriptRoot
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = media_pb2.DESCRIPTOR.services_by_name["MediaService"].full_name
+# Room for a 256 KiB data chunk plus framing, and for upload chunks.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class RunningMediaServer(RunningServer):
+    """A running media server, with its blob store and GC task."""
+
+    library: MediaLibrary | None = None
+    gc_task: asyncio.Task[None] | None = None
+    closers: list[SqliteBlobMetadataStore] = field(default_factory=list)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop GC, drain in-flight calls, close the store."""
+        if self.gc_task is not None:
+            self.gc_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.gc_task
+        await super().stop(grace)
+        for closer in self.closers:
+            closer.close()
+
+
+async def _gc_loop(blobs: BlobStore, config: MediaConfig, clock: Clock) -> None:
+    while True:
+        await asyncio.sleep(config.gc_interval_seconds)
+        try:
+            await asyncio.to_thread(
+                collect_garbage, blobs, now=clock(), grace_seconds=config.gc_grace_seconds
+            )
+        except Exception:
+            log.exception("garbage collection failed")
+
+
+def build_library(
+    config: MediaConfig, *, clock: Clock | None = None
+) -> tuple[MediaLibrary, SqliteBlobMetadataStore]:
+    """The domain objects of a media server (also usable without gRPC)."""
+    metadata = SqliteBlobMetadataStore(config.state_dir)
+    blobs = BlobStore(
+        BlobPaths(config.state_dir),
+        metadata,
+        max_blob_size=config.max_blob_size,
+        clock=clock or time.time,
+    )
+    transcripts = TranscriptMedia(
+        TranscriptRoot(config.transcripts_root),
+        max_line_size=config.max_line_size,
+        cache_entries=config.line_cache_entries,
+    )
+    return MediaLibrary(transcripts, blobs), metadata
+
+
+async def start_media_server(
+    config: MediaConfig, *, clock: Clock | None = None
+) -> RunningMediaServer:
+    """Validate, clean stale uploads, bind and start; GC runs every gc_interval."""
+    config.validate()
+    check_bind_allowed(
+        config.addr, auth_configured=config.auth_configured, insecure=config.insecure
+    )
+    library, metadata = await asyncio.to_thread(build_library, config, clock=clock)
+    removed = await asyncio.to_thread(library.blobs.remove_stale_temps)
+    if removed:
+        log.info("removed %d stale upload temp files", removed)
+    servicer = MediaServicer(library, chunk_size=config.chunk_size)
+
+    def register(server: grpc.aio.Server) -> None:
+        media_pb2_grpc.add_MediaServiceServicer_to_server(servicer, server)
+
+    try:
+        running = await build_server(
+            config.addr, register, [SERVICE_NAME], max_message_bytes=MAX_MESSAGE_BYTES
+        )
+    except BaseException:
+        metadata.close()
+        raise
+    gc_task = asyncio.create_task(_gc_loop(library.blobs, config, clock or time.time))
+    return RunningMediaServer(
+        running.server,
+        running.port,
+        running.health,
+        running.service_names,
+        library=library,
+        gc_task=gc_task,
+        closers=[metadata],
+    )
+
+
+async def serve(config: MediaConfig) -> None:
+    """Run until SIGINT or SIGTERM, then stop gracefully."""
+    running = await start_media_server(config)
+    try:
+        waiter = asyncio.create_task(wait_for_shutdown_signal())
+        await asyncio.sleep(0)  # the signal handlers are installed before we say we listen
+        log.info("media service listening on %s (port %d)", config.addr, running.port)
+        await waiter
+    finally:
+        await running.stop()

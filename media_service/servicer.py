@@ -1,0 +1,196 @@
+"""`scrollback.media.v1.MediaService`: proto <-> domain translation only.
+
+Every domain error reaches the client through ERRORS, the one table mapping
+exceptions to status codes (CONTRACT section 9), via
+`scrollback.grpc_support.abort_for`. Blocking work runs in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from media_service.blobs import MediaInfo
+from media_service.errors import (
+    BlobMismatchError,
+    BlobTooLargeError,
+    CorruptMediaError,
+    InvalidRequestError,
+    LineTooLargeError,
+    MediaNotFoundError,
+    PinMismatchError,
+    ReadRangeError,
+    StorageFullError,
+)
+from media_service.library import MediaLibrary, Selector, TranscriptSelector
+from media_service.ranges import byte_range
+from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
+from scrollback.grpc_support import ErrorTable, abort_for, status_for
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.transcripts import AmbiguousSessionError
+
+Context = grpc.aio.ServicerContext[Any, Any]
+MAX_STAT_SELECTORS = 1000
+# Blob bytes are read from disk in blocks of this size, then sent in chunks.
+READ_BLOCK = 1024 * 1024
+
+ERRORS: ErrorTable = {
+    RefError: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    BlobMismatchError: grpc.StatusCode.INVALID_ARGUMENT,
+    MediaNotFoundError: grpc.StatusCode.NOT_FOUND,
+    PinMismatchError: grpc.StatusCode.FAILED_PRECONDITION,
+    AmbiguousSessionError: grpc.StatusCode.FAILED_PRECONDITION,
+    ReadRangeError: grpc.StatusCode.OUT_OF_RANGE,
+    LineTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    BlobTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    StorageFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    CorruptMediaError: grpc.StatusCode.DATA_LOSS,
+}
+
+
+def selector_from_proto(selector: media_pb2.MediaSelector) -> Selector:
+    """The domain selector of a MediaSelector; RefError / InvalidRequestError."""
+    which = selector.WhichOneof("ref")
+    if which == "media_ref":
+        ref = selector.media_ref
+        return TranscriptSelector(
+            TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index), ref.pin
+        )
+    if which == "blob_ref":
+        return parse_blob_ref(selector.blob_ref)
+    raise InvalidRequestError("a media selector needs media_ref or blob_ref")
+
+
+def metadata_to_proto(info: MediaInfo) -> media_pb2.MediaMetadata:
+    """MediaInfo -> MediaMetadata."""
+    return media_pb2.MediaMetadata(
+        content_type=info.content_type,
+        declared_media_type=info.declared_media_type,
+        size_bytes=info.size_bytes,
+        sha256=info.sha256,
+        safe_inline=info.safe_inline,
+        pin=info.pin,
+    )
+
+
+def error_to_proto(error: Exception) -> media_pb2.MediaError:
+    """A per-item error, through the same table; unknown errors say nothing more."""
+    code = status_for(error, ERRORS)
+    if code is None:
+        return media_pb2.MediaError(code="INTERNAL", message="internal error")
+    return media_pb2.MediaError(code=code.name, message=str(error) or code.name.lower())
+
+
+class MediaServicer(media_pb2_grpc.MediaServiceServicer):
+    """The MediaService RPCs over a MediaLibrary."""
+
+    def __init__(self, library: MediaLibrary, *, chunk_size: int) -> None:
+        self._library = library
+        self._chunk_size = chunk_size
+
+    async def ReadMedia(
+        self, request: media_pb2.ReadMediaRequest, context: Context
+    ) -> AsyncIterator[media_pb2.ReadMediaResponse]:
+        """Metadata first, then the bytes of [read_offset, read_offset + read_limit)."""
+        try:
+            if not request.HasField("media"):
+                raise InvalidRequestError("media is required")
+            selector = selector_from_proto(request.media)
+            media = await asyncio.to_thread(self._library.open, selector)
+        except Exception as error:
+            await abort_for(context, error, ERRORS)
+        try:
+            try:
+                start, end = byte_range(
+                    media.info.size_bytes, request.read_offset, request.read_limit
+                )
+            except ReadRangeError as error:
+                await abort_for(context, error, ERRORS)
+            yield media_pb2.ReadMediaResponse(metadata=metadata_to_proto(media.info))
+            position = start
+            while position < end:
+                block = await asyncio.to_thread(
+                    media.read, position, min(READ_BLOCK, end - position)
+                )
+                if not block:
+                    await abort_for(context, CorruptMediaError(), ERRORS)
+                for at in range(0, len(block), self._chunk_size):
+                    yield media_pb2.ReadMediaResponse(data=block[at : at + self._chunk_size])
+                position += len(block)
+        finally:
+            media.close()
+
+    async def StatMedia(
+        self, request: media_pb2.StatMediaRequest, context: Context
+    ) -> media_pb2.StatMediaResponse:
+        """Metadata of each selector, or its own error, in the order asked."""
+        if len(request.media) > MAX_STAT_SELECTORS:
+            await abort_for(
+                context,
+                InvalidRequestError(f"at most {MAX_STAT_SELECTORS} selectors per call"),
+                ERRORS,
+            )
+        selectors = list(request.media)
+
+        def stat_all() -> list[media_pb2.StatMediaResult]:
+            results: list[media_pb2.StatMediaResult] = []
+            for proto in selectors:
+                try:
+                    info = self._library.stat(selector_from_proto(proto))
+                except Exception as error:
+                    results.append(media_pb2.StatMediaResult(error=error_to_proto(error)))
+                else:
+                    results.append(media_pb2.StatMediaResult(metadata=metadata_to_proto(info)))
+            return results
+
+        return media_pb2.StatMediaResponse(results=await asyncio.to_thread(stat_all))
+
+    async def WriteBlob(
+        self,
+        request_iterator: AsyncIterator[media_pb2.WriteBlobRequest],
+        context: Context,
+    ) -> media_pb2.WriteBlobResponse:
+        """Header first, then data; answered once the blob is durable."""
+        blobs = self._library.blobs
+        try:
+            first = await anext(aiter(request_iterator), None)
+            if first is None or first.WhichOneof("item") != "header":
+                raise InvalidRequestError("the first message must be the header")
+            header = first.header
+            upload = await asyncio.to_thread(
+                blobs.begin_upload, header.sha256, header.size_bytes, header.media_type
+            )
+        except Exception as error:
+            await abort_for(context, error, ERRORS)
+        try:
+            async for message in request_iterator:
+                if message.WhichOneof("item") == "header":
+                    raise InvalidRequestError("the header must be sent only first")
+                if message.data:
+                    await asyncio.to_thread(upload.write, message.data)
+            written = await asyncio.to_thread(upload.finish)
+        except Exception as error:
+            upload.abort()
+            await abort_for(context, error, ERRORS)
+        except BaseException:
+            upload.abort()
+            raise
+        return media_pb2.WriteBlobResponse(
+            ref=written.ref, size_bytes=written.size_bytes, already_existed=written.already_existed
+        )
+
+    async def FindMissingBlobs(
+        self, request: media_pb2.FindMissingBlobsRequest, context: Context
+    ) -> media_pb2.FindMissingBlobsResponse:
+        """The digests the store lacks, in the order asked."""
+        try:
+            missing = await asyncio.to_thread(
+                self._library.blobs.find_missing, list(request.sha256)
+            )
+        except Exception as error:
+            await abort_for(context, error, ERRORS)
+        return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)

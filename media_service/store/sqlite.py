@@ -1,0 +1,111 @@
+"""The SQLite backend of BlobMetadataStore, on the shared state database.
+
+It uses `scrollback.state.sqlite.connect` (WAL, synchronous=FULL, migrated) and
+`BEGIN IMMEDIATE` for writes, so it serializes with the history service's
+accept transaction that writes blob_ref rows. One connection, guarded by a
+lock: callers run these methods in worker threads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from media_service.store.base import QUERY_BATCH, BlobRow
+from scrollback.state.sqlite import connect
+
+
+class SqliteBlobMetadataStore:
+    """Blob metadata in the `blob` table of the state database."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._connection: sqlite3.Connection = connect(state_dir)
+        self._lock = threading.Lock()
+
+    def get(self, sha256: str) -> BlobRow | None:
+        """The row of one blob, or None."""
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT sha256, size_bytes, media_type, created_at FROM blob WHERE sha256 = ?",
+                (sha256,),
+            ).fetchone()
+        return None if row is None else BlobRow(row[0], int(row[1]), row[2], float(row[3]))
+
+    def existing(self, digests: Sequence[str]) -> set[str]:
+        """Which of these digests have a row, QUERY_BATCH per query."""
+        found: set[str] = set()
+        unique = list(dict.fromkeys(digests))
+        with self._lock:
+            for start in range(0, len(unique), QUERY_BATCH):
+                batch = unique[start : start + QUERY_BATCH]
+                marks = ",".join("?" * len(batch))
+                rows = self._connection.execute(
+                    f"SELECT sha256 FROM blob WHERE sha256 IN ({marks})", batch
+                ).fetchall()
+                found.update(r[0] for r in rows)
+        return found
+
+    def _write(self, body: Callable[[sqlite3.Connection], bool]) -> bool:
+        with self._lock:
+            connection = self._connection
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = body(connection)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            return result
+
+    def publish(self, row: BlobRow, publish_file: Callable[[], None]) -> bool:
+        """Run `publish_file` and upsert the row in one write transaction."""
+
+        def body(connection: sqlite3.Connection) -> bool:
+            existed = (
+                connection.execute("SELECT 1 FROM blob WHERE sha256 = ?", (row.sha256,)).fetchone()
+                is not None
+            )
+            publish_file()
+            connection.execute(
+                "INSERT INTO blob (sha256, size_bytes, media_type, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at",
+                (row.sha256, row.size_bytes, row.media_type, row.created_at),
+            )
+            return existed
+
+        return self._write(body)
+
+    def unreferenced_before(self, cutoff: float, limit: int) -> list[str]:
+        """Digests of blobs created before `cutoff` that no blob_ref row names."""
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT sha256 FROM blob WHERE created_at < ? AND NOT EXISTS"
+                " (SELECT 1 FROM blob_ref WHERE blob_ref.sha256 = blob.sha256)"
+                " ORDER BY created_at LIMIT ?",
+                (cutoff, limit),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def delete_if_unreferenced(
+        self, sha256: str, cutoff: float, remove_file: Callable[[], None]
+    ) -> bool:
+        """Re-check and delete one blob's row and file in one write transaction."""
+
+        def body(connection: sqlite3.Connection) -> bool:
+            deleted = connection.execute(
+                "DELETE FROM blob WHERE sha256 = ? AND created_at < ? AND NOT EXISTS"
+                " (SELECT 1 FROM blob_ref WHERE blob_ref.sha256 = blob.sha256)",
+                (sha256, cutoff),
+            ).rowcount
+            if deleted:
+                remove_file()
+            return bool(deleted)
+
+        return self._write(body)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._connection.close()

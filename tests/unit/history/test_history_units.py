@@ -1,0 +1,169 @@
+"""Pure-code tests: line scanning both ways, tokens, single-flight, the SQLite store, config."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from history_service.accept import validate_accept
+from history_service.config import ConfigError, HistoryConfig
+from history_service.errors import (
+    FileRewrittenError,
+    InvalidArgumentError,
+    TxnConflictError,
+)
+from history_service.lines import (
+    BLOCK_BYTES,
+    iter_lines_backward,
+    iter_lines_forward,
+    json_parts,
+    tail_start,
+)
+from history_service.singleflight import SingleFlight
+from history_service.store.sqlite import SqliteAcceptedMessageStore
+from history_service.tokens import (
+    DIRECTION_OLDEST_FIRST,
+    FileIdentity,
+    PageToken,
+    TokenCodec,
+    WatchPosition,
+)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_line_scans_agree_with_split(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    lines = [b"x" * rng.choice([0, 1, 5, 300, 300_000, 700_000]) for _ in range(rng.randint(0, 10))]
+    data = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    max_line = rng.choice([10, 200, 400_000, 10**7])
+    expected = []
+    position = 0
+    for part in data.split(b"\n"):
+        if position >= len(data):
+            break
+        expected.append((position, position + len(part), position + len(part) < len(data)))
+        position += len(part) + 1
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        forward = list(iter_lines_forward(fd, 0, len(data), max_line))
+        assert [(r.start, r.end, r.terminated) for r in forward] == expected
+        end = tail_start(fd, len(data))
+        backward = list(iter_lines_backward(fd, end, max_line))
+        assert [(r.start, r.end) for r in backward] == [
+            (a, b) for a, b, done in reversed(expected) if done and b < end
+        ]
+        for raw in forward + backward:
+            if raw.size <= max_line:
+                assert raw.data == data[raw.start : raw.end]
+            else:
+                assert raw.data is None or raw.size < 2 * BLOCK_BYTES
+    finally:
+        os.close(fd)
+
+
+def test_json_parts_split_on_character_boundaries() -> None:
+    text = ("aé€😀" * 700_000).encode()
+    parts = json_parts(text, 1000_003)
+    assert "".join(parts).encode() == text
+    assert all(len(p.encode()) <= 1000_003 for p in parts)
+
+
+def test_tokens_round_trip_and_refuse_tampering(tmp_path: Path) -> None:
+    codec = TokenCodec(b"k" * 32)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":2}\n')
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        identity = FileIdentity.of(fd)
+        token = codec.page_token("s1", PageToken(DIRECTION_OLDEST_FIRST, identity, 8))
+        assert codec.parse_page_token("s1", token) == PageToken(DIRECTION_OLDEST_FIRST, identity, 8)
+        for bad in ("", "x", token + "A", token[:-2], "!" * 30):
+            with pytest.raises(InvalidArgumentError):
+                codec.parse_page_token("s1", bad)
+        with pytest.raises(InvalidArgumentError):
+            codec.parse_page_token("s2", token)
+        with pytest.raises(InvalidArgumentError):
+            TokenCodec(b"j" * 32).parse_page_token("s1", token)
+        with pytest.raises(InvalidArgumentError):
+            codec.parse_position("s1", token)
+        position = codec.position("s1", WatchPosition(identity, 16, 9))
+        assert codec.parse_position("s1", position) == WatchPosition(identity, 16, 9)
+        assert identity.check(fd, 8).size == identity.size
+        with pytest.raises(FileRewrittenError):
+            identity.check(fd, 3)  # not a line start
+    finally:
+        os.close(fd)
+    path.write_bytes(b'{"c":1}\n{"b":2}\n')
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(FileRewrittenError):
+            identity.check(fd, 8)
+    finally:
+        os.close(fd)
+
+
+async def test_single_flight_shares_one_run_and_caches_no_failure() -> None:
+    flights: SingleFlight[int] = SingleFlight()
+    calls = 0
+
+    async def work() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return calls
+
+    results = await asyncio.gather(*(flights.do("k", work()) for _ in range(5)))
+    assert calls == 1 and [r for r, _ in results] == [1] * 5
+    assert sum(shared for _, shared in results) == 4
+
+    async def fail() -> int:
+        await asyncio.sleep(0.01)
+        raise ValueError("boom")
+
+    for _ in range(2):
+        outcomes = await asyncio.gather(
+            *(flights.do("f", fail()) for _ in range(3)), return_exceptions=True
+        )
+        assert all(isinstance(o, ValueError) for o in outcomes)
+    assert flights.runs == 3  # one per burst: the failure was not cached
+
+
+def test_store_idempotency_binding_and_retirement(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = SqliteAcceptedMessageStore(tmp_path, keep=2, ttl_seconds=60, clock=lambda: now[0])
+    try:
+        request = validate_accept("t1", "", "key1", "hello", [])
+        record, replayed = store.accept(request)
+        assert not replayed and store.accept(request) == (record, True)
+        with pytest.raises(TxnConflictError):
+            store.accept(validate_accept("t1", "", "key1", "changed", []))
+        assert store.pending("", "key1")[0] == [record]
+        assert store.bind("key1", "s1") == 1
+        pending, last = store.pending("s1", "")
+        assert [p.seq for p in pending] == [record.seq] and last == record.seq
+        for n in range(3):
+            store.accept(validate_accept(f"u{n}", "s1", "", f"m{n}", []))
+        assert [p.text for p in store.pending("s1", "")[0]] == ["m1", "m2"]
+        now[0] += 61
+        assert store.pending("s1", "")[0] == []
+        assert [r.text for r in store.since("s1", "", 0)] == ["hello", "m0", "m1", "m2"]
+    finally:
+        store.close()
+
+
+def test_config_validation(tmp_path: Path) -> None:
+    env = {"SCROLLBACK_TRANSCRIPTS": str(tmp_path), "SCROLLBACK_STATE": str(tmp_path / "s")}
+    config = HistoryConfig.from_env(env).validate()
+    assert config.addr == "127.0.0.1:50051" and config.transcripts == tmp_path
+    with pytest.raises(ConfigError):
+        HistoryConfig.from_env({"SCROLLBACK_TRANSCRIPTS": str(tmp_path / "missing")}).validate()
+    with pytest.raises(ConfigError):
+        HistoryConfig.from_env({**env, "SCROLLBACK_HISTORY_PENDING_KEEP": "x"})
+    with pytest.raises(ConfigError):
+        HistoryConfig.from_env(env, heartbeat_seconds=0).validate()
