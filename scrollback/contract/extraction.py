@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import pybase64
 
-from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedImage, strip_line
+from scrollback.contract.stripping import (
+    MIN_INLINE_LIMIT,
+    StrippedImage,
+    StrippedLine,
+    strip_line,
+)
 
 
 class ImageNotFoundError(LookupError):
@@ -48,9 +53,13 @@ class LocatedImage:
     raw_end: int
 
 
-def locate_image(line: bytes, index: int) -> LocatedImage:
-    """Find image `index` of a line by the shared rule; raise if it has no payload."""
-    stripped = strip_line(line, inline_limit=MIN_INLINE_LIMIT, max_line_size=len(line) + 1)
+def strip_for_extraction(line: bytes) -> StrippedLine | None:
+    """Strip a line the way the extractor does: at the smallest inline limit, never stubbed."""
+    return strip_line(line, inline_limit=MIN_INLINE_LIMIT, max_line_size=len(line) + 1)
+
+
+def locate_in_stripped(stripped: StrippedLine | None, index: int) -> LocatedImage:
+    """Find image `index` in a line already stripped by `strip_for_extraction`."""
     if stripped is None or index >= stripped.image_count or index in stripped.failed_image_indexes:
         raise ImageNotFoundError(index)
     found: StrippedImage | None = next((i for i in stripped.images if i.index == index), None)
@@ -59,6 +68,11 @@ def locate_image(line: bytes, index: int) -> LocatedImage:
     return LocatedImage(
         found.index, found.pin, found.declared_media_type, found.raw_start, found.raw_end
     )
+
+
+def locate_image(line: bytes, index: int) -> LocatedImage:
+    """Find image `index` of a line by the shared rule; raise if it has no payload."""
+    return locate_in_stripped(strip_for_extraction(line), index)
 
 
 def decode_image(line: bytes, located: LocatedImage) -> bytes:

@@ -93,14 +93,25 @@ def pin_of(raw_payload: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(raw_payload)
 
 
+# Validation runs in slices whose length is a multiple of 4, so a megabyte
+# payload never costs a megabyte-sized transient decode.
+_VALIDATE_SLICE = 64 * 1024
+
+
 def _is_payload(line: Buffer, start: int, end: int) -> bool:
     """True if line[start:end] (a string's raw text) decodes to base64 characters only."""
+    view = memoryview(line)
     try:
-        # SIMD validation at GB/s; the decoded bytes are dropped at once.
-        pybase64.b64decode(memoryview(line)[start:end], validate=True)
+        # SIMD validation at GB/s; the decoded slices are dropped at once. A
+        # slice passes only if it is all base64 characters, so all slices
+        # passing means the whole text is.
+        for at in range(start, end, _VALIDATE_SLICE):
+            pybase64.b64decode(view[at : min(at + _VALIDATE_SLICE, end)], validate=True)
         return True
     except (binascii.Error, ValueError):
         pass
+    finally:
+        view.release()
     # Valid alphabet but odd padding, or escapes such as \/ and \u002F.
     if line.find(b"\\", start, end) < 0:
         return _ALPHABET_RUN.fullmatch(line, start, end) is not None
@@ -155,13 +166,15 @@ def parse_json_object(text: bytes) -> dict[str, Any] | None:
 
     orjson first; the standard library only when orjson refuses, because real
     transcripts (written by JavaScript) can hold lone surrogate escapes that
-    are valid JSON but that orjson rejects.
+    are valid JSON but that orjson rejects. The fallback decodes strict UTF-8
+    itself: `json.loads(bytes)` would also accept UTF-16/32, a BOM and
+    UTF-8-encoded surrogates, none of which is a UTF-8 JSON text.
     """
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         try:
-            value = json.loads(text, parse_constant=_strict_constant)
+            value = json.loads(text.decode("utf-8"), parse_constant=_strict_constant)
         except (ValueError, RecursionError):
             return None
     return value if isinstance(value, dict) else None
