@@ -1,0 +1,157 @@
+"""Servers under benchmark as subprocesses, so each one's memory is its own.
+
+`ServerProcess` starts `python -m <module> --addr 127.0.0.1:<port> ...` on a
+free loopback port, waits for its gRPC health check to say SERVING, and reads
+its resident memory from `/proc/<pid>/status` (VmRSS now, VmHWM the peak).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+START_TIMEOUT_SECONDS = 60.0
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def proc_status_kib(pid: int, field: str) -> int:
+    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM), in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+class ServerProcess:
+    """One server subprocess: `async with ServerProcess(module, args) as server`."""
+
+    def __init__(self, module: str, args: Sequence[str], name: str | None = None) -> None:
+        self.module = module
+        self.args = list(args)
+        self.name = name or module
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115  # closed in __aexit__
+
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        assert self._process is not None, "not started"
+        return self._process.pid
+
+    def rss_bytes(self) -> int:
+        """Resident memory now."""
+        return proc_status_kib(self.pid, "VmRSS") * 1024
+
+    def peak_rss_bytes(self) -> int:
+        """The most resident memory the process ever had (VmHWM)."""
+        return proc_status_kib(self.pid, "VmHWM") * 1024
+
+    def _log_tail(self) -> str:
+        self._log.seek(0)
+        return self._log.read()[-4000:].decode("utf-8", "replace")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+        return subprocess.Popen(
+            [sys.executable, "-m", self.module, "--addr", self.addr, *self.args],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    async def start(self) -> None:
+        """Spawn the process and wait until its health check says SERVING."""
+        self._process = self._spawn()
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        async with grpc.aio.insecure_channel(self.addr) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if self._process.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited at start:\n{self._log_tail()}")
+                try:
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    await self.stop()
+                    raise RuntimeError(f"{self.name} did not start:\n{self._log_tail()}")
+                await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it lingers."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.to_thread(process.wait, 10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            await asyncio.to_thread(process.wait, 10)
+
+    async def __aenter__(self) -> ServerProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.stop()
+        with contextlib.suppress(OSError):
+            self._log.close()
+
+
+def history_server(transcripts: Path, state: Path) -> ServerProcess:
+    """`python -m history_service` over a transcripts root."""
+    state.mkdir(parents=True, exist_ok=True)
+    return ServerProcess(
+        "history_service",
+        ["--transcripts", str(transcripts), "--state", str(state)],
+        name="history server",
+    )
+
+
+def media_server(transcripts: Path, state: Path) -> ServerProcess:
+    """`python -m media_service` over a transcripts root."""
+    state.mkdir(parents=True, exist_ok=True)
+    return ServerProcess(
+        "media_service",
+        ["--transcripts", str(transcripts), "--state", str(state)],
+        name="media server",
+    )
+
+
+def floor_server(image: Path, window: Path | None) -> ServerProcess:
+    """The bare grpc.aio floor server (`scrollback.bench.floor`)."""
+    args = ["--image", str(image)]
+    if window is not None:
+        args += ["--window", str(window)]
+    return ServerProcess("scrollback.bench.floor", args, name="floor server")

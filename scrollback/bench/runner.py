@@ -1,0 +1,582 @@
+"""The benchmark run behind `scrollback bench`: real servers, beside their baselines.
+
+`run_bench(config)` generates its own image-heavy transcripts in a scratch
+directory, starts `python -m history_service` and `python -m media_service`
+as subprocesses (so each one's RSS is its own, read from /proc), plus the
+floor server (`scrollback.bench.floor`), and measures every figure beside its
+baseline in the same run, interleaved, median of repeats:
+
+- stripper throughput vs a newline scan (`scrollback.bench.stripper.measure`);
+- latest ReadWindow of the same entries on the large vs the small transcript,
+  and a 200-entry one vs the naive reader (`services.naive_latest`);
+- ReadMedia of a 1.3 MB image vs the floor streaming the same bytes;
+- time to first byte of ReadMedia, large vs small transcript: cold (refs to
+  the last images, which the media server has not resolved yet; it scans
+  forward from the file's start, so these are the deepest) and warm (a ref it
+  resolved before);
+- peak RSS (VmHWM) of a fresh history server under 32 concurrent window
+  streams, 10 MB vs 1 MB images;
+- throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+from rich.console import Console
+
+from scrollback.bench import procs, services
+from scrollback.bench.figures import Figure, Target
+from scrollback.bench.floor import write_messages
+from scrollback.bench.stripper import measure as measure_stripper
+from scrollback.bench.transcripts import write_transcript
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.media.v1 import media_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
+
+MB = 1_000_000
+MIB = 1 << 20
+PROJECT = "bench"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Sizes and repeat counts of one run (`full()` and `quick()` are the presets)."""
+
+    small_bytes: int = 5 * MB
+    large_bytes: int = 500 * MB
+    image_bytes: int = 750_000  # raw bytes: ~1 MB of base64
+    big_image_bytes: int = 7_500_000  # raw bytes: ~10 MB of base64
+    photo_bytes: int = 1_300_000
+    big_transcript_bytes: int = 250 * MB
+    stripper_bytes: int = 256 * MIB
+    stripper_repeats: int = 9
+    repeats: int = 15
+    naive_repeats: int = 5
+    media_batch: int = 5
+    rss_streams: int = 32
+    rss_pages: int = 3
+    rss_repeats: int = 2
+    clients: int = 16
+    throughput_seconds: float = 5.0
+    throughput_rounds: int = 3
+    workdir: Path | None = None
+    keep_files: bool = False
+    label: str = "full"
+
+    @classmethod
+    def full(cls) -> BenchConfig:
+        """5 MB vs 500 MB."""
+        return cls()
+
+    @classmethod
+    def quick(cls) -> BenchConfig:
+        """2 MB vs 40 MB: the harness end to end in well under two minutes."""
+        return cls(
+            small_bytes=2 * MB,
+            large_bytes=40 * MB,
+            big_transcript_bytes=40 * MB,
+            stripper_bytes=8 * MIB,
+            stripper_repeats=5,
+            repeats=7,
+            naive_repeats=3,
+            media_batch=3,
+            rss_pages=2,
+            rss_repeats=1,
+            throughput_seconds=1.5,
+            throughput_rounds=2,
+            label="quick",
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The JSON-ready settings."""
+        values = asdict(self)
+        values["workdir"] = str(self.workdir) if self.workdir else None
+        return values
+
+
+@dataclass
+class _Refs:
+    """Refs the history server minted, per purpose."""
+
+    small_end: list[ref_pb2.MediaRef] = field(default_factory=list)
+    large_end: list[ref_pb2.MediaRef] = field(default_factory=list)
+    photo: list[ref_pb2.MediaRef] = field(default_factory=list)
+
+
+def _size(count: int) -> str:
+    return f"{count / MB:,.0f} MB" if count >= 10 * MB else f"{count / MB:,.1f} MB"
+
+
+def _with_session(ref: ref_pb2.MediaRef, session_id: str) -> ref_pb2.MediaRef:
+    copy = ref_pb2.MediaRef()
+    copy.CopyFrom(ref)
+    copy.session_id = session_id
+    return copy
+
+
+class _Run:
+    """One benchmark run's state: files, servers, figures."""
+
+    def __init__(self, config: BenchConfig, console: Console) -> None:
+        self.config = config
+        self.console = console
+        self.figures: list[Figure] = []
+        self.work = Path(config.workdir or tempfile.mkdtemp(prefix="scrollback-bench-"))
+        self.root = self.work / "root"
+        self.project = self.root / PROJECT
+        self.cold_repeats = config.repeats
+        self.sizes: dict[str, int] = {}
+        self.lines: dict[str, int] = {}
+
+    def log(self, text: str) -> None:
+        self.console.log(text)
+
+    def transcript(self, session_id: str) -> Path:
+        return self.project / f"{session_id}.jsonl"
+
+    # -- files ------------------------------------------------------------
+
+    def generate(self) -> None:
+        config = self.config
+        self.project.mkdir(parents=True, exist_ok=True)
+        plan = {
+            "small": (config.small_bytes, config.image_bytes),
+            "large": (config.large_bytes, config.image_bytes),
+            "photo": (4 * MB, config.photo_bytes),
+            "bigimg": (config.big_transcript_bytes, config.big_image_bytes),
+        }
+        for session_id, (size, image) in plan.items():
+            path = self.transcript(session_id)
+            self.lines[session_id] = write_transcript(
+                path,
+                size,
+                image_bytes=image,
+                session_id=session_id,  # type: ignore[arg-type]
+            )
+            self.sizes[session_id] = path.stat().st_size
+        # Copies of the small transcript: same uuids, other inodes, so every
+        # cold time-to-first-byte sample on it is a ref the media server never
+        # resolved (its line-offset cache is keyed by file identity and uuid).
+        for index in range(config.repeats):
+            shutil.copyfile(self.transcript("small"), self.transcript(f"small-e{index}"))
+        self.log(
+            "transcripts: "
+            + ", ".join(f"{name} {_size(size)}" for name, size in self.sizes.items())
+        )
+
+    # -- figures ----------------------------------------------------------
+
+    def add(self, figure: Figure) -> None:
+        self.figures.append(figure)
+        verdict = {True: "met", False: "MISSED", None: "-"}[figure.met]
+        self.log(f"{figure.name}: {figure.ratio:.2f}x ({verdict})")
+
+    def stripper(self) -> None:
+        config = self.config
+        result = measure_stripper(
+            total_bytes=config.stripper_bytes, repeats=config.stripper_repeats
+        )
+        self.add(
+            Figure(
+                key="stripper_throughput",
+                name="stripper throughput over image-heavy lines vs a bytes.find newline scan",
+                figure=result.figure,
+                baseline=result.baseline,
+                unit=result.unit,
+                baseline_label="newline scan",
+                ratio=result.ratio,
+                target=Target(">=", 0.25),
+            )
+        )
+
+    async def collect_refs(self, history: history_pb2_grpc.HistoryServiceAsyncStub) -> _Refs:
+        refs = _Refs()
+        for session_id in ("small", "large", "photo"):  # also warms the sessions up
+            await services.read_window(history, session_id)
+        refs.small_end = (await services.read_window(history, "small")).refs
+        refs.large_end = (await services.read_window(history, "large")).refs
+        refs.photo = (await services.read_window(history, "photo")).refs
+        if not (refs.small_end and refs.large_end and refs.photo):
+            raise RuntimeError("the generated transcripts minted no refs")
+        # Cold samples need refs the media server has not seen: distinct uuids.
+        large_distinct = len({ref.entry_uuid for ref in refs.large_end})
+        self.cold_repeats = max(1, min(self.config.repeats, large_distinct))
+        return refs
+
+    async def windows(
+        self, history: history_pb2_grpc.HistoryServiceAsyncStub
+    ) -> services.WindowResult:
+        config = self.config
+        small, large = self.transcript("small"), self.transcript("large")
+        captured = await services.read_window(history, "large", keep_messages=True)
+
+        # The same window on both files (as many entries as the small file
+        # holds, up to 200), so only the file size differs between the two.
+        same = min(200, self.lines["small"])
+
+        def window(session_id: str, page_size: int) -> services.TimedCase:
+            async def case(_round: int) -> float | None:
+                return await services.timed(
+                    lambda: services.read_window(history, session_id, page_size=page_size)
+                )
+
+            return case
+
+        def naive(path: Path, rounds: int) -> services.TimedCase:
+            async def case(round_number: int) -> float | None:
+                if round_number >= rounds:
+                    return None
+                start = time.perf_counter()
+                await asyncio.to_thread(services.naive_latest, path)
+                return time.perf_counter() - start
+
+            return case
+
+        medians = await services.interleave(
+            {
+                "small": window("small", same),
+                "large": window("large", same),
+                "large_200": window("large", 200),
+                "small_200": window("small", 200),
+                "naive_small": naive(small, config.repeats),
+                "naive_large": naive(large, config.naive_repeats),
+            },
+            config.repeats,
+        )
+        small_mb, large_mb = _size(self.sizes["small"]), _size(self.sizes["large"])
+        self.add(
+            Figure(
+                key="window_large_vs_small",
+                name=f"latest ReadWindow, the same {same} entries, {large_mb} vs {small_mb} file",
+                figure=medians["large"] * 1e3,
+                baseline=medians["small"] * 1e3,
+                unit="ms",
+                baseline_label=small_mb,
+                ratio=medians["large"] / medians["small"],
+                target=Target("<=", 1.5),
+            )
+        )
+        self.add(
+            Figure(
+                key="window_vs_naive_large",
+                name=f"latest ReadWindow (200 entries) vs naive json.loads of every line, "
+                f"{large_mb}",
+                figure=medians["large_200"] * 1e3,
+                baseline=medians["naive_large"] * 1e3,
+                unit="ms",
+                baseline_label="naive",
+                ratio=medians["naive_large"] / medians["large_200"],
+                target=Target(">=", 20),
+                note="ratio = naive time / ReadWindow time",
+            )
+        )
+        self.add(
+            Figure(
+                key="window_vs_naive_small",
+                name=f"latest ReadWindow (whole file) vs naive json.loads of every line, "
+                f"{small_mb}",
+                figure=medians["small_200"] * 1e3,
+                baseline=medians["naive_small"] * 1e3,
+                unit="ms",
+                baseline_label="naive",
+                ratio=medians["naive_small"] / medians["small_200"],
+                target=Target(),
+                note="ratio = naive time / ReadWindow time; no target: a file this small "
+                "is one window",
+            )
+        )
+        return captured
+
+    async def media_read(
+        self,
+        media: media_pb2_grpc.MediaServiceAsyncStub,
+        floor: media_pb2_grpc.MediaServiceAsyncStub,
+        photos: list[ref_pb2.MediaRef],
+        image_size: int,
+    ) -> None:
+        batch = self.config.media_batch
+
+        def case(stub: media_pb2_grpc.MediaServiceAsyncStub) -> services.TimedCase:
+            async def run(round_number: int) -> float | None:
+                ref = photos[round_number % len(photos)]
+                return await services.timed(lambda: services.drain_media(stub, ref), batch)
+
+            return run
+
+        medians = await services.interleave(
+            {"real": case(media), "floor": case(floor)}, self.config.repeats
+        )
+        self.add(
+            Figure(
+                key="media_read_vs_floor",
+                name=f"ReadMedia of a {image_size / MB:.1f} MB image vs bare grpc.aio server "
+                "streaming it from memory (64 KiB chunks)",
+                figure=medians["real"] * 1e3,
+                baseline=medians["floor"] * 1e3,
+                unit="ms",
+                baseline_label="floor",
+                ratio=medians["real"] / medians["floor"],
+                target=Target("<=", 1.3),
+            )
+        )
+
+    async def ttfb(self, media: media_pb2_grpc.MediaServiceAsyncStub, refs: _Refs) -> None:
+        small_mb, large_mb = _size(self.sizes["small"]), _size(self.sizes["large"])
+        rounds = self.cold_repeats
+        large_end = list(reversed(refs.large_end))  # the deepest first
+
+        def cold_small(ref: ref_pb2.MediaRef, kind: str) -> services.TimedCase:
+            async def run(round_number: int) -> float | None:
+                copy = _with_session(ref, f"small-{kind}{round_number}")
+                return await services.media_ttfb(media, copy)
+
+            return run
+
+        def cold_large(choices: list[ref_pb2.MediaRef]) -> services.TimedCase:
+            async def run(round_number: int) -> float | None:
+                return await services.media_ttfb(media, choices[round_number % len(choices)])
+
+            return run
+
+        # The media service finds an entry's line by scanning forward from the
+        # file's start: the last image is the deepest a ref can be.
+        for key, where, small_ref, large_refs in (
+            ("end", "last image of the file", refs.small_end[-1], large_end),
+        ):
+            kind = "e"
+            medians = await services.interleave(
+                {"small": cold_small(small_ref, kind), "large": cold_large(large_refs)},
+                rounds,
+            )
+            self.add(
+                Figure(
+                    key=f"ttfb_cold_{key}",
+                    name=f"ReadMedia time to first byte, cold ref ({where}), "
+                    f"{large_mb} vs {small_mb}",
+                    figure=medians["large"] * 1e3,
+                    baseline=medians["small"] * 1e3,
+                    unit="ms",
+                    baseline_label=small_mb,
+                    ratio=medians["large"] / medians["small"],
+                    target=Target("<=", 1.5),
+                    note="cold: a ref the media server has not resolved before",
+                )
+            )
+        batch = self.config.media_batch
+        warm_small = _with_session(refs.small_end[-1], "small-e0")
+        warm_large = large_end[0]
+
+        def warm(ref: ref_pb2.MediaRef) -> services.TimedCase:
+            async def run(_round: int) -> float | None:
+                total = 0.0
+                for _ in range(batch):
+                    total += await services.media_ttfb(media, ref)
+                return total / batch
+
+            return run
+
+        medians = await services.interleave(
+            {"small": warm(warm_small), "large": warm(warm_large)}, self.config.repeats
+        )
+        self.add(
+            Figure(
+                key="ttfb_warm_end",
+                name=f"ReadMedia time to first byte, warm ref (last image, resolved before), "
+                f"{large_mb} vs {small_mb}",
+                figure=medians["large"] * 1e3,
+                baseline=medians["small"] * 1e3,
+                unit="ms",
+                baseline_label=small_mb,
+                ratio=medians["large"] / medians["small"],
+                target=Target("<=", 1.5),
+            )
+        )
+
+    async def throughput(
+        self, history_addr: str, media_addr: str, floor_addr: str, photos: list[ref_pb2.MediaRef]
+    ) -> None:
+        config = self.config
+
+        async def window_unit(each: grpc.aio.Channel, index: int) -> float:
+            stub = history_pb2_grpc.HistoryServiceStub(each)
+            # A page size of its own per client: no two clients share one scan.
+            await services.read_window(stub, "large", page_size=200 - index)
+            return 1.0
+
+        async def media_unit(each: grpc.aio.Channel, index: int) -> float:
+            stub = media_pb2_grpc.MediaServiceStub(each)
+            return await services.drain_media(stub, photos[index % len(photos)]) / MB
+
+        def case(
+            addr: str, unit: Callable[[grpc.aio.Channel, int], Awaitable[float]]
+        ) -> services.TimedCase:
+            async def run(_round: int) -> float | None:
+                return await services.throughput(
+                    addr, config.clients, config.throughput_seconds, unit
+                )
+
+            return run
+
+        rates = await services.interleave(
+            {
+                "windows": case(history_addr, window_unit),
+                "windows_floor": case(floor_addr, window_unit),
+                "media": case(media_addr, media_unit),
+                "media_floor": case(floor_addr, media_unit),
+            },
+            config.throughput_rounds,
+        )
+        clients = config.clients
+        self.add(
+            Figure(
+                key="throughput_windows",
+                name=f"throughput, {clients} concurrent clients: latest windows of "
+                f"{_size(self.sizes['large'])} vs the floor replaying one from memory",
+                figure=rates["windows"],
+                baseline=rates["windows_floor"],
+                unit="windows/s",
+                baseline_label="floor",
+                ratio=rates["windows"] / rates["windows_floor"],
+                target=Target(),
+            )
+        )
+        self.add(
+            Figure(
+                key="throughput_media",
+                name=f"throughput, {clients} concurrent clients: ReadMedia of "
+                f"{config.photo_bytes / MB:.1f} MB images vs the floor",
+                figure=rates["media"],
+                baseline=rates["media_floor"],
+                unit="MB/s",
+                baseline_label="floor",
+                ratio=rates["media"] / rates["media_floor"],
+                target=Target(),
+            )
+        )
+
+    async def rss(self) -> None:
+        config = self.config
+        peaks: dict[str, list[float]] = {"large": [], "bigimg": []}
+        idles: list[float] = []
+        for repeat in range(config.rss_repeats):
+            order = ["large", "bigimg"] if repeat % 2 == 0 else ["bigimg", "large"]
+            for session_id in order:
+                state = self.work / f"state-rss-{session_id}-{repeat}"
+                async with procs.history_server(self.root, state) as server:
+                    idles.append(server.peak_rss_bytes() / MB)
+                    async with services.channel(server.addr) as each:
+                        stub = history_pb2_grpc.HistoryServiceStub(each)
+
+                        async def stream(
+                            index: int, stub: Any = stub, sid: str = session_id
+                        ) -> None:
+                            token = ""
+                            for _ in range(config.rss_pages):
+                                result = await services.read_window(
+                                    stub, sid, page_size=200 - index, page_token=token
+                                )
+                                token = result.next_token
+                                if not token:
+                                    return
+
+                        await asyncio.gather(*(stream(i) for i in range(config.rss_streams)))
+                    peaks[session_id].append(server.peak_rss_bytes() / MB)
+        small_images = services.median(peaks["large"])
+        big_images = services.median(peaks["bigimg"])
+        streams = config.rss_streams
+        self.add(
+            Figure(
+                key="rss_1mb_images",
+                name=f"history server peak RSS (VmHWM), {streams} concurrent window streams, "
+                "~1 MB images, vs the same server idle",
+                figure=small_images,
+                baseline=services.median(idles),
+                unit="MB",
+                baseline_label="idle",
+                ratio=small_images / services.median(idles),
+                target=Target(figure_max=200),
+            )
+        )
+        self.add(
+            Figure(
+                key="rss_10mb_vs_1mb_images",
+                name=f"history server peak RSS, {streams} concurrent window streams, "
+                "~10 MB vs ~1 MB images",
+                figure=big_images,
+                baseline=small_images,
+                unit="MB",
+                baseline_label="1 MB images",
+                ratio=big_images / small_images,
+                target=Target("<=", 1.2, figure_max=200),
+            )
+        )
+
+    # -- the whole run ----------------------------------------------------
+
+    async def run(self) -> list[Figure]:
+        self.log(f"scratch directory {self.work}")
+        self.stripper()
+        self.generate()
+        floor_dir = self.work / "floor"
+        floor_dir.mkdir(exist_ok=True)
+        history_proc = procs.history_server(self.root, self.work / "state-history")
+        media_proc = procs.media_server(self.root, self.work / "state-media")
+        async with (
+            history_proc as history_server,
+            media_proc as media_server,
+            services.channel(history_server.addr) as history_channel,
+            services.channel(media_server.addr) as media_channel,
+        ):
+            history = history_pb2_grpc.HistoryServiceStub(history_channel)
+            media = media_pb2_grpc.MediaServiceStub(media_channel)
+            refs = await self.collect_refs(history)
+            captured = await self.windows(history)
+            write_messages(floor_dir / "window.bin", captured.messages)
+            _metadata, image = await services.read_media(media, refs.photo[0])
+            (floor_dir / "image.bin").write_bytes(image)
+            async with (
+                procs.floor_server(
+                    floor_dir / "image.bin", floor_dir / "window.bin"
+                ) as floor_server,
+                services.channel(floor_server.addr) as floor_channel,
+            ):
+                floor = media_pb2_grpc.MediaServiceStub(floor_channel)
+                await self.media_read(media, floor, refs.photo, len(image))
+                await self.ttfb(media, refs)
+                await self.throughput(
+                    history_server.addr, media_server.addr, floor_server.addr, refs.photo
+                )
+        await self.rss()
+        return self.figures
+
+    def cleanup(self) -> None:
+        if not self.config.keep_files:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+async def run_bench_async(config: BenchConfig, console: Console | None = None) -> list[Figure]:
+    """Run every benchmark; return the figures in a stable order."""
+    run = _Run(config, console or Console(stderr=True))
+    try:
+        return await run.run()
+    finally:
+        run.cleanup()
+
+
+def run_bench(config: BenchConfig, console: Console | None = None) -> list[Figure]:
+    """`run_bench_async` on a fresh event loop."""
+    return asyncio.run(run_bench_async(config, console))
+
+
+def scaled(config: BenchConfig, **changes: Any) -> BenchConfig:
+    """A copy with some values replaced (flags over a preset)."""
+    return replace(config, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,76 @@
+"""The benchmark harness end to end at tiny sizes, so it never rots.
+
+Runs `scrollback bench --quick` with smaller sizes still (real server
+subprocesses, the floor server, every measurement) and checks only that every
+figure was produced and that no ratio is FAR outside its target (a factor of
+`SLACK`), so a slow or busy CI machine does not fail it. Timings are not
+asserted beyond that: benchmarks are not timed tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrollback.bench.figures import Figure, Target
+from scrollback.cli import main
+
+SLACK = 5.0
+EXPECTED = {
+    "stripper_throughput",
+    "window_large_vs_small",
+    "window_vs_naive_large",
+    "window_vs_naive_small",
+    "media_read_vs_floor",
+    "ttfb_cold_end",
+    "ttfb_warm_end",
+    "throughput_windows",
+    "throughput_media",
+    "rss_1mb_images",
+    "rss_10mb_vs_1mb_images",
+}
+# The naive reader's cost grows with the file while a window's does not: at
+# these sizes the 20x target cannot show, so only "not much slower than the
+# naive reader" is checked for it.
+SIZE_BOUND = {"window_vs_naive_large": 0.3}
+
+
+def _figure(item: dict[str, Any]) -> Figure:
+    target = Target(**item["target"])
+    fields = {k: v for k, v in item.items() if k not in {"target", "met"}}
+    return Figure(**fields, target=target)
+
+
+@pytest.mark.slow
+def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    code = main(
+        [
+            "bench",
+            "--quick",
+            "--small-mb=1.5",
+            "--large-mb=10",
+            "--big-images-mb=12",
+            "--stripper-mb=2",
+            "--repeats=3",
+            "--throughput-seconds=0.4",
+            f"--workdir={tmp_path / 'work'}",
+            f"--json-out={out}",
+        ]
+    )
+    assert code == 0
+    results = json.loads(out.read_text())
+    figures = {item["key"]: _figure(item) for item in results["figures"]}
+    assert set(figures) == EXPECTED
+    for key, figure in figures.items():
+        for value in (figure.figure, figure.baseline, figure.ratio):
+            assert math.isfinite(value) and value > 0, key
+        if key in SIZE_BOUND:
+            assert figure.ratio >= SIZE_BOUND[key], figure
+        else:
+            assert not figure.far_outside(SLACK), figure
+    assert not (tmp_path / "work").exists(), "the scratch files are removed"
