@@ -1,0 +1,34 @@
+"""Typed sync and asyncio clients of the Scrollback history and media services.
+
+- `Client` / `AsyncClient`: both services, plus `send` (upload, then accept).
+- `HistoryClient` / `AsyncHistoryClient`: windows, `iter_window`, bootstrap,
+  accept, a self-resuming `watch`.
+- `MediaClient` / `AsyncMediaClient`: verified, resumable, cached media reads,
+  and uploads.
+- `reconcile_pending`: the one comparison of pending messages with entries.
+- `client.errors`: one exception class per status code.
+"""
+
+from client._core import Deadlines, Media, MediaCache, RetryPolicy, WatchEvent, Window
+from client.aio import AsyncClient, AsyncHistoryClient, AsyncMediaClient
+from client.client import Client
+from client.history import HistoryClient
+from client.media import MediaClient
+from client.reconcile import Reconciliation, reconcile_pending
+
+__all__ = [
+    "AsyncClient",
+    "AsyncHistoryClient",
+    "AsyncMediaClient",
+    "Client",
+    "Deadlines",
+    "HistoryClient",
+    "Media",
+    "MediaCache",
+    "MediaClient",
+    "Reconciliation",
+    "RetryPolicy",
+    "WatchEvent",
+    "Window",
+    "reconcile_pending",
+]

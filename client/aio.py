@@ -1,0 +1,455 @@
+"""The asyncio clients: the same calls as client.history / client.media / client.client.
+
+    async with AsyncClient() as sb:
+        async for entry in sb.history.iter_window("abc"):
+            ...
+        async for event in sb.history.watch("abc", position):
+            ...
+
+They share the pure logic (retry policy, stream assemblers, cache, uploads)
+of `client._core`, so paging, chunk reassembly, watch resumption, media
+verification and caching behave exactly as in the sync clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from client._core import (
+    CHANNEL_OPTIONS,
+    DEFAULT_DEADLINES,
+    DEFAULT_RETRY,
+    Deadlines,
+    Media,
+    MediaCache,
+    ReadProgress,
+    RetryPolicy,
+    Upload,
+    WatchAssembler,
+    WatchEvent,
+    Window,
+    WindowAssembler,
+    accept_request,
+    cache_key_of,
+    call_metadata,
+    history_addr,
+    media_addr,
+    new_txn_id,
+    prepare_upload,
+    rpc_code,
+    selector_of,
+)
+from client._retry import retry_async
+from client.errors import from_rpc_error
+from client.history import WATCH_RESUME_CODES, WATCH_RETRY, direction_of
+from client.media import ImageSource, MediaTarget, stat_error
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.media.v1 import media_pb2_grpc
+
+
+class _AsyncBase:
+    def __init__(
+        self,
+        addr: str,
+        channel: grpc.aio.Channel | None,
+        interceptors: Sequence[Any],
+        metadata: Sequence[tuple[str, str]],
+        rng: random.Random | None,
+    ) -> None:
+        self.addr = addr
+        self._own = channel is None
+        self._channel = channel or grpc.aio.insecure_channel(
+            addr, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
+        )
+        self.metadata = call_metadata(metadata)
+        self._rng = rng or random.Random()
+
+    async def close(self) -> None:
+        """Close the channel (when this client opened it)."""
+        if self._own:
+            await self._channel.close(None)
+
+
+class AsyncHistoryClient(_AsyncBase):
+    """The asyncio twin of client.history.HistoryClient."""
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        deadlines: Deadlines = DEFAULT_DEADLINES,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        watch_retry: RetryPolicy = WATCH_RETRY,
+        interceptors: Sequence[Any] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+        token: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(history_addr(addr), channel, interceptors, metadata, rng)
+        self.metadata = call_metadata(metadata, token)
+        self.stub = history_pb2_grpc.HistoryServiceStub(self._channel)
+        self.deadlines = deadlines
+        self.retry = retry
+        self.watch_retry = watch_retry
+
+    async def __aenter__(self) -> AsyncHistoryClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def list_sessions(
+        self, *, page_size: int = 0, page_token: str = "", project_dir: str = ""
+    ) -> hpb.ListSessionsResponse:
+        """One page of sessions, newest first."""
+        request = hpb.ListSessionsRequest(
+            page_size=page_size, page_token=page_token, project_dir=project_dir
+        )
+
+        async def attempt() -> hpb.ListSessionsResponse:
+            return await self.stub.ListSessions(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            )
+
+        return await retry_async(attempt, self.retry, self._rng)
+
+    async def iter_sessions(
+        self, *, project_dir: str = "", page_size: int = 0
+    ) -> AsyncIterator[hpb.Session]:
+        """Every session under the root, newest first."""
+        token = ""
+        while True:
+            page = await self.list_sessions(
+                page_size=page_size, page_token=token, project_dir=project_dir
+            )
+            for session in page.sessions:
+                yield session
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def read_window(
+        self,
+        session_id: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        oldest_first: bool = False,
+        media_mode: hpb.MediaMode.ValueType = hpb.MEDIA_MODE_DEFERRED,
+        inline_limit_bytes: int = 0,
+    ) -> Window:
+        """One page with whole entries; retried as a whole."""
+        request = hpb.ReadWindowRequest(
+            session_id=session_id,
+            page_size=page_size,
+            page_token=page_token,
+            direction=direction_of(oldest_first),
+            media_mode=media_mode,
+            inline_limit_bytes=inline_limit_bytes,
+        )
+
+        async def attempt() -> Window:
+            assembler = WindowAssembler()
+            call = self.stub.ReadWindow(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            )
+            async for message in call:
+                assembler.feed(message)
+            return assembler.window()
+
+        return await retry_async(attempt, self.retry, self._rng)
+
+    async def iter_windows(
+        self, session_id: str, *, oldest_first: bool = True, page_size: int = 0, **options: Any
+    ) -> AsyncIterator[Window]:
+        """Every page of a session, one at a time."""
+        token = ""
+        while True:
+            window = await self.read_window(
+                session_id,
+                page_size=page_size,
+                page_token=token,
+                oldest_first=oldest_first,
+                **options,
+            )
+            yield window
+            token = window.next_page_token
+            if not token:
+                return
+
+    async def iter_window(
+        self, session_id: str, *, oldest_first: bool = True, page_size: int = 0, **options: Any
+    ) -> AsyncIterator[hpb.Entry]:
+        """Every entry of a session, lazily, page by page."""
+        async for window in self.iter_windows(
+            session_id, oldest_first=oldest_first, page_size=page_size, **options
+        ):
+            for entry in window.entries:
+                yield entry
+
+    async def bootstrap(
+        self, session_id: str = "", *, chat_key: str = "", page_size: int = 0
+    ) -> Window:
+        """Pending messages and the watch position (`.header`), then the latest window."""
+        request = hpb.BootstrapRequest(
+            session_id=session_id, chat_key=chat_key, page_size=page_size
+        )
+
+        async def attempt() -> Window:
+            assembler = WindowAssembler()
+            call = self.stub.Bootstrap(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            )
+            async for message in call:
+                assembler.feed(message)
+            return assembler.window()
+
+        return await retry_async(attempt, self.retry, self._rng)
+
+    async def accept_message(
+        self,
+        text: str,
+        *,
+        session_id: str | None = None,
+        chat_key: str | None = None,
+        attachments: Iterable[Any] = (),
+        txn_id: str | None = None,
+    ) -> hpb.AcceptMessageResponse:
+        """Record a message; retried with the same client_txn_id."""
+        request = accept_request(
+            txn_id or new_txn_id(), text, attachments, session_id=session_id, chat_key=chat_key
+        )
+
+        async def attempt() -> hpb.AcceptMessageResponse:
+            return await self.stub.AcceptMessage(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            )
+
+        return await retry_async(attempt, self.retry, self._rng)
+
+    async def bind_chat_key(self, chat_key: str, session_id: str) -> int:
+        """Bind a chat key to its session id (idempotent)."""
+        request = hpb.BindChatKeyRequest(chat_key=chat_key, session_id=session_id)
+
+        async def attempt() -> hpb.BindChatKeyResponse:
+            return await self.stub.BindChatKey(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            )
+
+        return int((await retry_async(attempt, self.retry, self._rng)).bound_messages)
+
+    async def watch(
+        self,
+        session_id: str = "",
+        position: str = "",
+        *,
+        chat_key: str = "",
+        heartbeats: bool = False,
+    ) -> AsyncIterator[WatchEvent]:
+        """Live events from `position`, resuming itself after drops; see HistoryClient.watch."""
+        assembler = WatchAssembler(position)
+        failures = 0
+        while True:
+            request = hpb.WatchSessionRequest(
+                session_id=session_id, chat_key=chat_key, position=assembler.position
+            )
+            call = self.stub.WatchSession(request, metadata=self.metadata)
+            try:
+                async for message in call:
+                    event = assembler.feed(message)
+                    if event is None:
+                        continue
+                    failures = 0
+                    if event.kind != "heartbeat" or heartbeats:
+                        yield event
+                return
+            except grpc.RpcError as error:
+                assembler.reset()
+                failures += 1
+                if (
+                    rpc_code(error) not in WATCH_RESUME_CODES
+                    or failures >= self.watch_retry.max_attempts
+                ):
+                    raise from_rpc_error(error) from None
+                await asyncio.sleep(self.watch_retry.delay(failures - 1, self._rng))
+            finally:
+                call.cancel()
+
+
+class AsyncMediaClient(_AsyncBase):
+    """The asyncio twin of client.media.MediaClient."""
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        deadlines: Deadlines = DEFAULT_DEADLINES,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        cache: MediaCache | None = None,
+        interceptors: Sequence[Any] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+        token: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(media_addr(addr), channel, interceptors, metadata, rng)
+        self.metadata = call_metadata(metadata, token)
+        self.stub = media_pb2_grpc.MediaServiceStub(self._channel)
+        self.deadlines = deadlines
+        self.retry = retry
+        self.cache = cache if cache is not None else MediaCache()
+
+    async def __aenter__(self) -> AsyncMediaClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def read_media(self, target: MediaTarget, pin: str | None = None) -> Media:
+        """All bytes of one medium, verified; an interrupted stream resumes at its offset."""
+        selector = selector_of(target, pin)
+        progress = ReadProgress()
+
+        async def attempt() -> Media:
+            request = mpb.ReadMediaRequest(media=selector, read_offset=progress.received)
+            call = self.stub.ReadMedia(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            )
+            async for message in call:
+                progress.feed(message)
+            return progress.finish()
+
+        return await retry_async(attempt, self.retry, self._rng)
+
+    async def stat_media(self, targets: Iterable[MediaTarget]) -> list[mpb.StatMediaResult]:
+        """Metadata of many media in one call."""
+        request = mpb.StatMediaRequest(media=[selector_of(t) for t in targets])
+
+        async def attempt() -> mpb.StatMediaResponse:
+            return await self.stub.StatMedia(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            )
+
+        return list((await retry_async(attempt, self.retry, self._rng)).results)
+
+    async def fetch(self, target: MediaTarget, pin: str | None = None) -> Media:
+        """One medium through the cache; see MediaClient.fetch."""
+        selector = selector_of(target, pin)
+        key = cache_key_of(selector)
+        cached = self.cache.lookup(key)
+        if cached is not None:
+            return cached
+        if selector.WhichOneof("ref") == "media_ref" and self.cache.sha256_for(key) is None:
+            (result,) = await self.stat_media([selector])
+            error = stat_error(result)
+            if error is not None:
+                raise error
+            self.cache.remember(key, result.metadata.sha256)
+            cached = self.cache.get(result.metadata.sha256)
+            if cached is not None:
+                return cached
+        media = await self.read_media(selector)
+        self.cache.put(key, media)
+        return media
+
+    async def find_missing_blobs(self, sha256s: Iterable[str]) -> list[str]:
+        """The digests the blob store does not have."""
+        request = mpb.FindMissingBlobsRequest(sha256=list(sha256s))
+
+        async def attempt() -> mpb.FindMissingBlobsResponse:
+            return await self.stub.FindMissingBlobs(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            )
+
+        return list((await retry_async(attempt, self.retry, self._rng)).missing_sha256)
+
+    async def write_blob(self, upload: Upload) -> mpb.WriteBlobResponse:
+        """Upload one blob (content-addressed, so retrying it is safe)."""
+
+        async def attempt() -> mpb.WriteBlobResponse:
+            return await self.stub.WriteBlob(
+                iter(upload.requests()), timeout=self.deadlines.stream, metadata=self.metadata
+            )
+
+        return await retry_async(attempt, self.retry, self._rng)
+
+    async def upload(self, images: Iterable[ImageSource | Upload]) -> list[Upload]:
+        """Upload attachments the store lacks (FindMissingBlobs first); return them all."""
+        uploads = [
+            image if isinstance(image, Upload) else prepare_upload(image, number)
+            for number, image in enumerate(images)
+        ]
+        if not uploads:
+            return []
+        missing = set(await self.find_missing_blobs(dict.fromkeys(u.sha256 for u in uploads)))
+        for upload in uploads:
+            if upload.sha256 in missing:
+                await self.write_blob(upload)
+                missing.discard(upload.sha256)
+        return uploads
+
+
+class AsyncClient:
+    """The asyncio twin of client.client.Client."""
+
+    def __init__(
+        self, history_addr: str | None = None, media_addr: str | None = None, **options: Any
+    ) -> None:
+        cache = options.pop("cache", None)
+        self.history = AsyncHistoryClient(history_addr, **options)
+        self.media = AsyncMediaClient(media_addr, cache=cache, **options)
+
+    async def close(self) -> None:
+        """Close both channels."""
+        await self.history.close()
+        await self.media.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def send(
+        self,
+        session_id: str | None,
+        text: str,
+        images: Iterable[ImageSource] = (),
+        *,
+        chat_key: str | None = None,
+        txn_id: str | None = None,
+    ) -> hpb.AcceptedMessage:
+        """Upload the images the store lacks, then AcceptMessage with one txn id."""
+        uploads = await self.media.upload(images)
+        response = await self.history.accept_message(
+            text,
+            session_id=session_id,
+            chat_key=chat_key,
+            attachments=uploads,
+            txn_id=txn_id or new_txn_id(),
+        )
+        return response.message

@@ -1,0 +1,280 @@
+"""The synchronous history client: windows, whole-session paging, bootstrap, accept, watch.
+
+    with HistoryClient("127.0.0.1:50051") as history:
+        for entry in history.iter_window("abc"):        # the whole session, lazily
+            print(entry.uuid, entry.json[:80])
+        for event in history.watch("abc", position):    # resumes itself after drops
+            ...
+
+Every call has a deadline (`Deadlines`), idempotent calls are retried on
+UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff and jitter
+(`RetryPolicy`), and failures raise the typed exceptions of `client.errors`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from client._core import (
+    CHANNEL_OPTIONS,
+    DEFAULT_DEADLINES,
+    DEFAULT_RETRY,
+    Deadlines,
+    RetryPolicy,
+    WatchAssembler,
+    WatchEvent,
+    Window,
+    WindowAssembler,
+    accept_request,
+    call_metadata,
+    history_addr,
+    new_txn_id,
+    rpc_code,
+)
+from client._retry import retry_sync
+from client.errors import from_rpc_error
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.history.v1 import history_pb2_grpc
+
+WATCH_RETRY = RetryPolicy(max_attempts=8, initial_backoff=0.05, max_backoff=2.0)
+# A watch's stream may end with these when the server goes away.
+WATCH_RESUME_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+
+def direction_of(oldest_first: bool) -> hpb.ReadDirection.ValueType:
+    """The ReadDirection for a flag."""
+    return hpb.READ_DIRECTION_OLDEST_FIRST if oldest_first else hpb.READ_DIRECTION_LATEST_FIRST
+
+
+class HistoryClient:
+    """A typed, retrying client of scrollback.history.v1.HistoryService."""
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        *,
+        channel: grpc.Channel | None = None,
+        deadlines: Deadlines = DEFAULT_DEADLINES,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        watch_retry: RetryPolicy = WATCH_RETRY,
+        interceptors: Sequence[Any] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+        token: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.addr = history_addr(addr)
+        self._own = channel is None
+        base = channel or grpc.insecure_channel(self.addr, options=list(CHANNEL_OPTIONS))
+        self._channel = base
+        wrapped = grpc.intercept_channel(base, *interceptors) if interceptors else base
+        self.stub = history_pb2_grpc.HistoryServiceStub(wrapped)
+        self.deadlines = deadlines
+        self.retry = retry
+        self.watch_retry = watch_retry
+        self.metadata = call_metadata(metadata, token)
+        self._rng = rng or random.Random()
+
+    def close(self) -> None:
+        """Close the channel (when this client opened it)."""
+        if self._own:
+            self._channel.close()
+
+    def __enter__(self) -> HistoryClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def list_sessions(
+        self, *, page_size: int = 0, page_token: str = "", project_dir: str = ""
+    ) -> hpb.ListSessionsResponse:
+        """One page of sessions, newest first."""
+        request = hpb.ListSessionsRequest(
+            page_size=page_size, page_token=page_token, project_dir=project_dir
+        )
+        return retry_sync(
+            lambda: self.stub.ListSessions(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            ),
+            self.retry,
+            self._rng,
+        )
+
+    def iter_sessions(self, *, project_dir: str = "", page_size: int = 0) -> Iterator[hpb.Session]:
+        """Every session under the root, newest first, page by page."""
+        token = ""
+        while True:
+            page = self.list_sessions(
+                page_size=page_size, page_token=token, project_dir=project_dir
+            )
+            yield from page.sessions
+            token = page.next_page_token
+            if not token:
+                return
+
+    def read_window(
+        self,
+        session_id: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        oldest_first: bool = False,
+        media_mode: hpb.MediaMode.ValueType = hpb.MEDIA_MODE_DEFERRED,
+        inline_limit_bytes: int = 0,
+    ) -> Window:
+        """One page with whole entries (json chunks reassembled); retried as a whole."""
+        request = hpb.ReadWindowRequest(
+            session_id=session_id,
+            page_size=page_size,
+            page_token=page_token,
+            direction=direction_of(oldest_first),
+            media_mode=media_mode,
+            inline_limit_bytes=inline_limit_bytes,
+        )
+
+        def attempt() -> Window:
+            assembler = WindowAssembler()
+            for message in self.stub.ReadWindow(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            ):
+                assembler.feed(message)
+            return assembler.window()
+
+        return retry_sync(attempt, self.retry, self._rng)
+
+    def iter_windows(
+        self, session_id: str, *, oldest_first: bool = True, page_size: int = 0, **options: Any
+    ) -> Iterator[Window]:
+        """Every page of a session, fetched one at a time as the caller advances."""
+        token = ""
+        while True:
+            window = self.read_window(
+                session_id,
+                page_size=page_size,
+                page_token=token,
+                oldest_first=oldest_first,
+                **options,
+            )
+            yield window
+            token = window.next_page_token
+            if not token:
+                return
+
+    def iter_window(
+        self, session_id: str, *, oldest_first: bool = True, page_size: int = 0, **options: Any
+    ) -> Iterator[hpb.Entry]:
+        """Every entry of a session, lazily, page by page.
+
+        Oldest first (the default) yields the whole file in order; latest first
+        yields the newest page first, each page in file order.
+        """
+        for window in self.iter_windows(
+            session_id, oldest_first=oldest_first, page_size=page_size, **options
+        ):
+            yield from window.entries
+
+    def bootstrap(self, session_id: str = "", *, chat_key: str = "", page_size: int = 0) -> Window:
+        """Pending messages and the watch position (`.header`), then the latest window."""
+        request = hpb.BootstrapRequest(
+            session_id=session_id, chat_key=chat_key, page_size=page_size
+        )
+
+        def attempt() -> Window:
+            assembler = WindowAssembler()
+            for message in self.stub.Bootstrap(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            ):
+                assembler.feed(message)
+            return assembler.window()
+
+        return retry_sync(attempt, self.retry, self._rng)
+
+    def accept_message(
+        self,
+        text: str,
+        *,
+        session_id: str | None = None,
+        chat_key: str | None = None,
+        attachments: Iterable[Any] = (),
+        txn_id: str | None = None,
+    ) -> hpb.AcceptMessageResponse:
+        """Record a message; retried with the same client_txn_id, so it is accepted once."""
+        request = accept_request(
+            txn_id or new_txn_id(),
+            text,
+            attachments,
+            session_id=session_id,
+            chat_key=chat_key,
+        )
+        return retry_sync(
+            lambda: self.stub.AcceptMessage(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            ),
+            self.retry,
+            self._rng,
+        )
+
+    def bind_chat_key(self, chat_key: str, session_id: str) -> int:
+        """Bind a chat key to its session id (idempotent); how many messages moved."""
+        request = hpb.BindChatKeyRequest(chat_key=chat_key, session_id=session_id)
+        response = retry_sync(
+            lambda: self.stub.BindChatKey(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            ),
+            self.retry,
+            self._rng,
+        )
+        return int(response.bound_messages)
+
+    def watch(
+        self,
+        session_id: str = "",
+        position: str = "",
+        *,
+        chat_key: str = "",
+        heartbeats: bool = False,
+    ) -> Iterator[WatchEvent]:
+        """Live events of a session from `position`, resuming itself after dropped connections.
+
+        On UNAVAILABLE the watch reconnects (backoff with jitter, the attempt
+        count reset by every event) from the position after the last complete
+        event it yielded, so it never yields a duplicate and never skips one.
+        Heartbeats only advance the position unless `heartbeats` is true.
+        Closing the generator cancels the call.
+        """
+        assembler = WatchAssembler(position)
+        failures = 0
+        while True:
+            request = hpb.WatchSessionRequest(
+                session_id=session_id, chat_key=chat_key, position=assembler.position
+            )
+            call = self.stub.WatchSession(request, metadata=self.metadata)
+            try:
+                for message in call:
+                    event = assembler.feed(message)
+                    if event is None:
+                        continue
+                    failures = 0
+                    if event.kind != "heartbeat" or heartbeats:
+                        yield event
+                return
+            except grpc.RpcError as error:
+                assembler.reset()
+                failures += 1
+                code = rpc_code(error)
+                if code not in WATCH_RESUME_CODES or failures >= self.watch_retry.max_attempts:
+                    raise from_rpc_error(error) from None
+                time.sleep(self.watch_retry.delay(failures - 1, self._rng))
+            finally:
+                call.cancel()  # type: ignore[no-untyped-call]

@@ -1,0 +1,488 @@
+"""The client-side commands of `scrollback` (sessions, window, media, send, tail, gc, export).
+
+Each `cmd_*` takes the parsed arguments and returns an exit code; failures
+are raised as `client.errors.ScrollbackError` (or `UsageError`) and turned
+into one line on stderr by `scrollback.cli.main`. Human-readable output uses
+rich; `--json` prints plain JSON (one document, or JSON lines for `tail`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from google.protobuf.json_format import MessageToDict
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from client._core import Deadlines, Media, media_selector
+from client.client import Client
+from client.errors import InvalidArgument
+from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.history.v1 import history_pb2 as hpb
+
+
+class UsageError(ValueError):
+    """Bad usage detected before any call (exit code 2)."""
+
+
+def _client(args: argparse.Namespace) -> Client:
+    timeout = getattr(args, "timeout", None)
+    deadlines = Deadlines(unary=timeout, stream=timeout) if timeout else Deadlines()
+    return Client(args.history_addr, args.media_addr, deadlines=deadlines)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _console() -> Console:
+    return Console(soft_wrap=False, highlight=False)
+
+
+def _proto_dict(message: Any) -> dict[str, Any]:
+    result: dict[str, Any] = MessageToDict(message, preserving_proto_field_name=True)
+    return result
+
+
+def _parsed(entry: hpb.Entry) -> dict[str, Any]:
+    try:
+        value = orjson.loads(entry.json)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
+    """A one-line summary of an entry's message: its text, with [image]/[tool] tags."""
+    parsed = _parsed(entry)
+    message = parsed.get("message")
+    parts: list[str] = []
+    if entry.type == "summary":
+        parts.append(str(parsed.get("summary", "")))
+    elif isinstance(message, dict):
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                kind = block.get("type")
+                if kind == "text":
+                    parts.append(str(block.get("text", "")))
+                elif kind == "image":
+                    parts.append("[image]")
+                elif kind == "tool_use":
+                    parts.append(f"[tool_use {block.get('name', '')}]")
+                elif kind == "tool_result":
+                    parts.append("[tool_result]")
+                elif isinstance(kind, str):
+                    parts.append(f"[{kind}]")
+    text = " ".join(" ".join(parts).split())
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def entry_dict(entry: hpb.Entry) -> dict[str, Any]:
+    """The JSON form of an entry: its fields, the parsed line and its media refs."""
+    return {
+        "uuid": entry.uuid,
+        "type": entry.type,
+        "timestamp": entry.timestamp,
+        "byte_offset": entry.byte_offset,
+        "oversize": entry.oversize,
+        "entry": _parsed(entry),
+        "media_refs": [
+            {"ref": r.uri or f"{r.session_id}/{r.entry_uuid}/{r.index}", "pin": r.pin}
+            | ({"declared_media_type": r.declared_media_type} if r.declared_media_type else {})
+            for r in entry.media_refs
+        ],
+        "failed_image_indexes": list(entry.failed_image_indexes),
+    }
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """List sessions, newest first."""
+    with _client(args) as sb:
+        sessions: list[hpb.Session] = []
+        for session in sb.history.iter_sessions(project_dir=args.project or ""):
+            sessions.append(session)
+            if args.limit and len(sessions) >= args.limit:
+                break
+    if args.json:
+        _print_json(
+            [
+                {
+                    "session_id": s.session_id,
+                    "project_dir": s.project_dir,
+                    "size_bytes": s.size_bytes,
+                    "modified_time": s.modified_time.ToJsonString()
+                    if s.HasField("modified_time")
+                    else "",
+                    "title": s.title,
+                    "is_subagent": s.is_subagent,
+                    "parent_session_id": s.parent_session_id,
+                }
+                for s in sessions
+            ]
+        )
+        return 0
+    table = Table()
+    table.add_column("session", no_wrap=True, overflow="fold")
+    table.add_column("project", overflow="ellipsis", no_wrap=True, max_width=20)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("modified", no_wrap=True)
+    table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
+    for s in sessions:
+        modified = (
+            s.modified_time.ToDatetime().strftime("%m-%d %H:%M")
+            if s.HasField("modified_time")
+            else ""
+        )
+        title = ("↳ " if s.is_subagent else "") + s.title[:60]
+        table.add_row(s.session_id, s.project_dir, f"{s.size_bytes:,}", modified, title)
+    _console().print(table)
+    return 0
+
+
+def cmd_window(args: argparse.Namespace) -> int:
+    """One page of a session (the latest by default)."""
+    if args.page_size is not None and args.page_size < 0:
+        raise UsageError("--page-size must not be negative")
+    with _client(args) as sb:
+        window = sb.history.read_window(
+            args.session,
+            page_size=args.page_size or 0,
+            page_token=args.older or "",
+            oldest_first=args.oldest_first,
+        )
+    if args.json:
+        _print_json(
+            {
+                "session_id": args.session,
+                "entries": [entry_dict(e) for e in window.entries],
+                "next_page_token": window.next_page_token,
+                "skipped_lines": window.skipped_lines,
+                "file_size_bytes": window.file_size_bytes,
+            }
+        )
+        return 0
+    table = Table()
+    table.add_column("time", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("uuid", no_wrap=True)
+    table.add_column("text", overflow="fold")
+    table.add_column("photos", justify="right", no_wrap=True)
+    for entry in window.entries:
+        table.add_row(
+            entry.timestamp[:19].replace("T", " "),
+            entry.type,
+            entry.uuid[:8],
+            entry_text(entry, 160),
+            str(len(entry.media_refs)) if entry.media_refs else "",
+        )
+    console = _console()
+    console.print(table)
+    if window.next_page_token:
+        # plain print: a wrapped token could not be copied back
+        print(f"next page: scrollback window {args.session} --older {window.next_page_token}")
+    if any(entry.media_refs for entry in window.entries):
+        console.print(
+            "photo refs and pins: --json; fetch one with `scrollback media REF --pin PIN`"
+        )
+    if window.skipped_lines:
+        console.print(f"{window.skipped_lines} line(s) skipped (not JSON objects)")
+    return 0
+
+
+def cmd_media(args: argparse.Namespace) -> int:
+    """Fetch one photo into a file (`-o -` for stdout)."""
+    try:
+        selector = media_selector(args.ref, args.pin)
+    except InvalidArgument as error:
+        raise UsageError(error.message) from None
+    with _client(args) as sb:
+        media = sb.media.read_media(selector)
+    if args.output == "-":
+        sys.stdout.buffer.write(media.data)
+        sys.stdout.buffer.flush()
+    else:
+        Path(args.output).write_bytes(media.data)
+    summary = _proto_dict(media.metadata) | {"output": args.output}
+    if args.json:
+        _print_json(summary)
+    elif args.output != "-":
+        print(
+            f"wrote {len(media.data):,} bytes ({media.metadata.content_type}, "
+            f"sha256 {media.metadata.sha256[:12]}…) to {args.output}"
+        )
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """Send a message (uploading images first) and print the accepted record."""
+    if bool(args.session) == bool(args.chat_key):
+        raise UsageError("give a SESSION or --chat-key, not both")
+    for image in args.image or []:
+        if not Path(image).is_file():
+            raise UsageError(f"no such image file: {image}")
+    with _client(args) as sb:
+        accepted = sb.send(
+            args.session or None,
+            args.text,
+            [Path(p) for p in args.image or []],
+            chat_key=args.chat_key or None,
+        )
+    if args.json:
+        _print_json(_proto_dict(accepted))
+    else:
+        print(
+            f"accepted #{accepted.seq} ({accepted.client_txn_id}) with "
+            f"{len(accepted.attachments)} attachment(s)"
+        )
+    return 0
+
+
+def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json: bool) -> None:
+    if as_json:
+        if entry is not None:
+            _print_json({"event": "entry"} | entry_dict(entry))
+        else:
+            _print_json({"event": kind} | _proto_dict(message))
+        return
+    if entry is not None:
+        stamp = entry.timestamp[11:19]
+        print(f"{stamp} {entry.type:<10} {entry_text(entry, 160)}", flush=True)
+    else:
+        print(f"{'':8} {kind:<10} #{message.seq} {message.text[:160]}", flush=True)
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """Print the last entries, then entries and accepted messages live; Ctrl-C stops."""
+    with _client(args) as sb:
+        boot = sb.history.bootstrap(args.session, page_size=max(args.last, 1))
+        assert boot.header is not None
+        for entry in boot.entries[-args.last :] if args.last else []:
+            _print_event_line("entry", entry, None, args.json)
+        for pending in boot.header.pending:
+            _print_event_line("pending", None, pending, args.json)
+        try:
+            for event in sb.history.watch(args.session, boot.header.watch_position):
+                _print_event_line(event.kind, event.entry, event.accepted, args.json)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Collect unreferenced blobs in the local state dir; print the report."""
+    from media_service.blob_paths import BlobPaths
+    from media_service.blobs import BlobStore
+    from media_service.config import DEFAULT_MAX_BLOB_SIZE
+    from media_service.gc import collect_garbage
+    from media_service.store.sqlite import SqliteBlobMetadataStore
+
+    state = Path(args.state or os.environ.get("SCROLLBACK_STATE") or ".scrollback").expanduser()
+    if args.grace < 0:
+        raise UsageError("--grace must not be negative")
+    if not state.is_dir():
+        raise UsageError("the state dir (SCROLLBACK_STATE) is not a directory")
+    metadata = SqliteBlobMetadataStore(state)
+    try:
+        store = BlobStore(BlobPaths(state), metadata, max_blob_size=DEFAULT_MAX_BLOB_SIZE)
+        report = collect_garbage(store, now=time.time(), grace_seconds=args.grace)
+    finally:
+        metadata.close()
+    if args.json:
+        _print_json(
+            {
+                "deleted": report.deleted,
+                "skipped": report.skipped,
+                "cutoff": report.cutoff,
+                "now": report.now,
+            }
+        )
+    else:
+        print(
+            f"gc: deleted {len(report.deleted)} unreferenced blob(s), skipped {report.skipped} "
+            f"(grace {args.grace:g} s)"
+        )
+    return 0
+
+
+_EXTENSIONS = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "image/avif": ".avif",
+    "image/heic": ".heic",
+}
+
+_PAGE_HEAD = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }}
+.entry {{ border-left: 3px solid #ccc; margin: 1rem 0; padding: .25rem .75rem; }}
+.user {{ border-color: #3b82f6; }} .assistant {{ border-color: #10b981; }}
+.meta {{ color: #666; font-size: 12px; }} .text {{ white-space: pre-wrap; }}
+img {{ max-width: 100%; height: auto; }} pre {{ white-space: pre-wrap; background: #f6f6f6; }}
+</style></head><body>
+<h1>{title}</h1>
+"""
+
+
+class _Exporter:
+    """Writes one session as index.html plus one file per distinct photo."""
+
+    def __init__(self, sb: Client, directory: Path) -> None:
+        self.sb = sb
+        self.directory = directory
+        self.media_dir = directory / "media"
+        self.media_dir.mkdir(parents=True, exist_ok=True)
+        self.written: dict[str, str] = {}
+        self.images = 0
+
+    def _media_file(self, media: Media) -> str:
+        sha256 = media.metadata.sha256
+        name = self.written.get(sha256)
+        if name is None:
+            extension = _EXTENSIONS.get(media.metadata.content_type, ".bin")
+            name = f"media/{sha256}{extension}"
+            (self.directory / name).write_bytes(media.data)
+            self.written[sha256] = name
+        return name
+
+    def _image_html(self, entry: hpb.Entry, index: int) -> str:
+        if index in entry.failed_image_indexes:
+            return '<p class="meta">[image not displayed]</p>'
+        ref = next((r for r in entry.media_refs if r.index == index), None)
+        if ref is None:
+            return '<p class="meta">[image kept inline in the transcript]</p>'
+        try:
+            media = self.sb.media.fetch(ref)
+        except Exception as error:  # one bad photo must not end the export
+            label = getattr(error, "code_name", "ERROR")
+            return f'<p class="meta">[media unavailable: {html.escape(label)}]</p>'
+        self.images += 1
+        name = html.escape(self._media_file(media), quote=True)
+        if not media.metadata.safe_inline:
+            return f'<p><a href="{name}" download>attachment ({media.metadata.size_bytes:,} bytes)</a></p>'
+        return f'<img loading="lazy" src="{name}" alt="image {index}">'
+
+    def _blocks_html(self, entry: hpb.Entry, blocks: list[Any], indexes: dict[int, int]) -> str:
+        out: list[str] = []
+        for block in blocks:
+            if isinstance(block, str):
+                out.append(f'<div class="text">{html.escape(block)}</div>')
+                continue
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                out.append(f'<div class="text">{html.escape(str(block.get("text", "")))}</div>')
+            elif kind == "image":
+                out.append(self._image_html(entry, indexes.get(id(block), -1)))
+            elif kind == "tool_use":
+                body = json.dumps(block.get("input"), indent=2, ensure_ascii=False)
+                out.append(
+                    f"<details><summary>tool: {html.escape(str(block.get('name', '')))}</summary>"
+                    f"<pre>{html.escape(body)}</pre></details>"
+                )
+            elif kind == "thinking":
+                out.append(
+                    "<details><summary>thinking</summary>"
+                    f'<div class="text">{html.escape(str(block.get("thinking", "")))}</div></details>'
+                )
+            else:
+                inner = block.get("content")
+                label = html.escape(str(kind))
+                if isinstance(inner, list | str):
+                    items = inner if isinstance(inner, list) else [inner]
+                    out.append(
+                        f"<details><summary>{label}</summary>"
+                        f"{self._blocks_html(entry, items, indexes)}</details>"
+                    )
+                else:
+                    out.append(f'<p class="meta">[{label}]</p>')
+        return "".join(out)
+
+    def entry_html(self, entry: hpb.Entry) -> str:
+        """One entry as an HTML fragment ("" for bookkeeping entries)."""
+        parsed = _parsed(entry)
+        if entry.type == "summary":
+            text = html.escape(str(parsed.get("summary", "")))
+            return f'<p class="meta">summary: {text}</p>\n'
+        if entry.type not in ("user", "assistant"):
+            return ""
+        message = parsed.get("message")
+        if not isinstance(message, dict):
+            return ""
+        indexes = {id(block): n for n, block in enumerate(iter_image_blocks(parsed))}
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [content]
+        body = self._blocks_html(entry, blocks, indexes)
+        stamp = html.escape(entry.timestamp)
+        kind = html.escape(entry.type)
+        return f'<div class="entry {kind}"><div class="meta">{kind} · {stamp}</div>{body}</div>\n'
+
+
+def _entries_with_progress(sb: Client, session: str, progress: Progress) -> Iterator[hpb.Entry]:
+    task = progress.add_task("export", total=None)
+    for window in sb.history.iter_windows(session, oldest_first=True):
+        progress.update(task, total=window.file_size_bytes)
+        for entry in window.entries:
+            yield entry
+            progress.update(task, completed=entry.byte_offset + entry.line_size_bytes + 1)
+    progress.update(task, completed=progress.tasks[task].total or 0)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write the session as a static HTML page with lazily loaded image files."""
+    directory = Path(args.html)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError("--html must name a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+    )
+    with _client(args) as sb:
+        exporter = _Exporter(sb, directory)
+        fragments: list[str] = []
+        count = 0
+        with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
+            for entry in _entries_with_progress(sb, args.session, progress):
+                count += 1
+                fragments.append(exporter.entry_html(entry))
+    title = html.escape(f"Scrollback session {args.session}")
+    page = _PAGE_HEAD.format(title=title) + "".join(fragments) + "</body></html>\n"
+    index = directory / "index.html"
+    index.write_text(page, encoding="utf-8")
+    summary = {
+        "index": str(index),
+        "entries": count,
+        "images": exporter.images,
+        "media_files": len(exporter.written),
+    }
+    if args.json:
+        _print_json(summary)
+    else:
+        print(f"exported {count} entries and {len(exporter.written)} image file(s) to {index}")
+    return 0

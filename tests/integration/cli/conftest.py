@@ -1,0 +1,25 @@
+"""Fixtures of the CLI tests: `cli_servers`, both real services in a background loop."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
+
+from client_helpers import ServerPair
+
+
+@pytest.fixture
+def cli_servers(tmp_path: Path) -> Iterator[ServerPair]:
+    """History and media servers over tmp_path/root and tmp_path/state."""
+    pair = ServerPair(tmp_path / "root", tmp_path / "state")
+    try:
+        pair.start_history(0)
+        pair.start_media(0)
+        yield pair
+    finally:
+        pair.close()

@@ -1,0 +1,184 @@
+"""The `scrollback` client commands against real services: output, --json and exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from client_helpers import ServerPair, assistant_line, png, user_line
+
+from scrollback.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], pair: ServerPair, *argv: str) -> tuple[int, str, str]:
+    """Run the CLI in-process against the pair; (exit code, stdout, stderr)."""
+    addrs = ["--history-addr", pair.history_addr, "--media-addr", pair.media_addr]
+    command, *rest = argv
+    code = main([command, *addrs, *rest])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], pair: ServerPair, *argv: str) -> Any:
+    code, out, err = run(capsys, pair, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _session(pair: ServerPair) -> None:
+    pair.transcript("c1").write_bytes(
+        user_line("u0", "<script>alert(1)</script> & hello", timestamp="2026-05-01T10:00:00.000Z")
+        + assistant_line("a0", "hi back")
+        + b"".join(user_line(f"u{n}", f"q{n}") for n in range(1, 30))
+        + user_line("p0", "a photo", images=(png(4), png(4)))
+    )
+
+
+def test_sessions_and_window(capsys: pytest.CaptureFixture[str], cli_servers: ServerPair) -> None:
+    _session(cli_servers)
+    sessions = run_json(capsys, cli_servers, "sessions")
+    assert [s["session_id"] for s in sessions] == ["c1"] and sessions[0]["project_dir"] == "proj"
+    code, out, _ = run(capsys, cli_servers, "sessions")
+    assert code == 0 and "c1" in out
+
+    latest = run_json(capsys, cli_servers, "window", "c1", "--page-size", "10")
+    assert [e["uuid"] for e in latest["entries"]][-1] == "p0" and len(latest["entries"]) == 10
+    older = run_json(
+        capsys,
+        cli_servers,
+        "window",
+        "c1",
+        "--page-size",
+        "10",
+        "--older",
+        latest["next_page_token"],
+    )
+    assert [e["uuid"] for e in older["entries"]] == [f"u{n}" for n in range(11, 21)]
+    first = run_json(capsys, cli_servers, "window", "c1", "--oldest-first", "--page-size", "2")
+    assert [e["uuid"] for e in first["entries"]] == ["u0", "a0"]
+    assert first["entries"][0]["entry"]["message"]["content"].startswith("<script>")
+    refs = latest["entries"][-1]["media_refs"]
+    assert [r["ref"] for r in refs] == ["c1/p0/0", "c1/p0/1"] and all(r["pin"] for r in refs)
+
+    code, out, _ = run(capsys, cli_servers, "window", "c1", "--page-size", "10")
+    assert code == 0 and "--older" in out and "photo refs" in out and "q29" in out
+
+
+def test_errors_are_one_line_with_exit_codes(
+    capsys: pytest.CaptureFixture[str], cli_servers: ServerPair, tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, cli_servers, "window", "missing")
+    assert code == 3 and out == ""
+    assert err.startswith("scrollback: NOT_FOUND: ") and err.count("\n") == 1
+    code, _, err = run(capsys, cli_servers, "window", "c1", "--older", "garbage")
+    assert code in (1, 3) and err.startswith("scrollback: ")
+    _session(cli_servers)
+    code, _, err = run(capsys, cli_servers, "window", "c1", "--older", "garbage")
+    assert code == 1 and err.startswith("scrollback: INVALID_ARGUMENT: ")
+    code, _, err = run(capsys, cli_servers, "media", "not a ref", "-o", str(tmp_path / "x"))
+    assert code == 2 and err.startswith("scrollback: usage: ")
+    code, _, err = run(capsys, cli_servers, "send", "c1", "x", "--image", str(tmp_path / "none"))
+    assert code == 2
+    with pytest.raises(SystemExit) as usage:
+        main(["window"])
+    assert usage.value.code == 2
+    capsys.readouterr()
+    dead = ["--history-addr", "127.0.0.1:1", "--media-addr", "127.0.0.1:1", "--timeout", "1"]
+    code = main(["sessions", *dead])
+    _, err = capsys.readouterr()
+    assert code == 1 and err.startswith("scrollback: UNAVAILABLE: ") and "Traceback" not in err
+
+
+def test_media_send_and_gc(
+    capsys: pytest.CaptureFixture[str], cli_servers: ServerPair, tmp_path: Path
+) -> None:
+    _session(cli_servers)
+    ref = run_json(capsys, cli_servers, "window", "c1")["entries"][-1]["media_refs"][0]
+    out_file = tmp_path / "photo.png"
+    meta = run_json(
+        capsys, cli_servers, "media", ref["ref"], "--pin", ref["pin"], "-o", str(out_file)
+    )
+    assert out_file.read_bytes() == png(4) and meta["content_type"] == "image/png"
+    code, _, err = run(capsys, cli_servers, "media", ref["ref"], "--pin", "0" * 32, "-o", "-")
+    assert code == 1 and err.startswith("scrollback: FAILED_PRECONDITION: ")
+
+    image = tmp_path / "upload.png"
+    image.write_bytes(png(5))
+    accepted = run_json(capsys, cli_servers, "send", "c1", "see this", "--image", str(image))
+    sha = hashlib.sha256(png(5)).hexdigest()
+    assert accepted["text"] == "see this" and accepted["attachments"][0]["ref"] == f"media:{sha}"
+    blob = run_json(capsys, cli_servers, "media", f"media:{sha}", "-o", str(tmp_path / "b.png"))
+    assert blob["sha256"] == sha and (tmp_path / "b.png").read_bytes() == png(5)
+    keyed = run_json(capsys, cli_servers, "send", "--chat-key", "k9", "first message")
+    assert keyed["chat_key"] == "k9"
+    code, out, _ = run(capsys, cli_servers, "send", "c1", "plain")
+    assert code == 0 and out.startswith("accepted #")
+
+    # gc: an unreferenced blob (uploaded, never accepted) goes; the referenced one stays
+    from client import Client
+
+    with Client(cli_servers.history_addr, cli_servers.media_addr) as sb:
+        (orphan,) = sb.media.upload([b"orphan bytes"])
+    code = main(["gc", "--state", str(cli_servers.state), "--grace", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["deleted"] == [orphan.sha256]
+    code = main(["gc", "--state", str(tmp_path / "nope")])
+    assert code == 2 and capsys.readouterr().err.startswith("scrollback: usage: ")
+
+
+def test_export_html(
+    capsys: pytest.CaptureFixture[str], cli_servers: ServerPair, tmp_path: Path
+) -> None:
+    _session(cli_servers)
+    target = tmp_path / "export"
+    summary = run_json(capsys, cli_servers, "export", "c1", "--html", str(target))
+    assert summary["entries"] == 32 and summary["media_files"] == 1 and summary["images"] == 2
+    page = (target / "index.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; hello" in page and "<script>" not in page
+    assert page.count('<img loading="lazy" src="media/') == 2
+    (photo,) = (target / "media").iterdir()
+    assert photo.read_bytes() == png(4) and photo.suffix == ".png"
+    assert photo.name in page
+
+
+def test_tail_prints_live_events_and_exits_0_on_ctrl_c(cli_servers: ServerPair) -> None:
+    path = cli_servers.transcript("t1")
+    path.write_bytes(user_line("u0", "already there"))
+    env = dict(os.environ, SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrollback.cli", "tail", "t1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        first = json.loads(process.stdout.readline())
+        assert first["event"] == "entry" and first["uuid"] == "u0"
+        with path.open("ab") as handle:
+            handle.write(user_line("u1", "live line"))
+        live = json.loads(process.stdout.readline())
+        assert live["uuid"] == "u1"
+        from client import HistoryClient
+
+        with HistoryClient(cli_servers.history_addr) as history:
+            history.accept_message("accepted live", session_id="t1")
+        accepted = json.loads(process.stdout.readline())
+        assert accepted["event"] == "accepted" and accepted["text"] == "accepted live"
+        time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 0
+        assert process.stderr is not None and "Traceback" not in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,0 +1,21 @@
+"""Fixtures of the client tests: `client_servers`, both real services in a background loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from client_helpers import ServerPair
+
+
+@pytest.fixture
+def client_servers(tmp_path: Path) -> Iterator[ServerPair]:
+    """History and media servers over tmp_path/root and tmp_path/state."""
+    pair = ServerPair(tmp_path / "root", tmp_path / "state")
+    try:
+        pair.start_history(0)
+        pair.start_media(0)
+        yield pair
+    finally:
+        pair.close()
