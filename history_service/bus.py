@@ -3,7 +3,8 @@
 Events are the AcceptedRecords themselves, ordered by seq. A subscriber that
 falls behind is told so (`BusOverflowError`) and catches up from the store by
 seq, which is why events need no buffer of their own: the store is the log.
-A later backend (PostgreSQL LISTEN/NOTIFY) implements the same Protocol.
+The PostgreSQL backend (history_service.bus_postgres, LISTEN/NOTIFY across
+replicas) implements the same Protocol and delivers through an InProcessBus.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class AcceptedBus(Protocol):
         """A new subscription that sees every event published from now on."""
         ...
 
+    def close(self) -> None:
+        """Stop delivering (release connections, threads)."""
+        ...
+
 
 class _QueueSubscription:
     def __init__(self, bus: InProcessBus) -> None:
@@ -75,6 +80,10 @@ class InProcessBus:
 
     async def publish(self, record: AcceptedRecord) -> None:
         """Hand the event to every subscriber; a full one is marked overflowed."""
+        self.publish_nowait(record)
+
+    def publish_nowait(self, record: AcceptedRecord) -> None:
+        """`publish`, from synchronous code on the loop."""
         for subscriber in list(self._subscribers):
             try:
                 subscriber.queue.put_nowait(record)
@@ -86,3 +95,11 @@ class InProcessBus:
         subscription = _QueueSubscription(self)
         self._subscribers.add(subscription)
         return subscription
+
+    def lose_events(self) -> None:
+        """Tell every subscriber events may have been missed (they catch up by seq)."""
+        for subscriber in list(self._subscribers):
+            subscriber.overflowed = True
+
+    def close(self) -> None:
+        """Nothing to release in process."""

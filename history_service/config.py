@@ -4,21 +4,33 @@
 `~/.claude/projects`), `SCROLLBACK_STATE` (default `./.scrollback`),
 `SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
 (`SCROLLBACK_HISTORY_*`). `validate()` raises `ConfigError` with a clear text.
+
+Security (`security`, shared with the media service, see scrollback.auth):
+`SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
+`SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
+`SCROLLBACK_HISTORY_METRICS_ADDR` (Prometheus endpoint, off when unset).
+
+`SCROLLBACK_DATABASE_URL` (`postgresql://...`) puts the accepted messages and
+the bus on PostgreSQL, shared by several replicas; unset, the embedded SQLite
+database in the state dir. The URL may hold a password: it is kept out of
+the dataclass repr and out of every error text.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from scrollback.auth import AuthConfigError, SecuritySettings
 from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
     MIN_INLINE_LIMIT,
 )
+from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE = "./.scrollback"
@@ -47,6 +59,8 @@ class HistoryConfig:
     heartbeat_seconds: float = 15.0
     watch_poll_seconds: float = 0.2
     rescan_interval_seconds: float = 2.0
+    database_url: str = field(default="", repr=False)
+    security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> HistoryConfig:
@@ -58,7 +72,14 @@ class HistoryConfig:
             ).expanduser(),
             "state_dir": Path(source.get("SCROLLBACK_STATE", DEFAULT_STATE)).expanduser(),
             "addr": source.get("SCROLLBACK_HISTORY_ADDR", DEFAULT_ADDR),
+            "database_url": source.get(DATABASE_URL_ENV, ""),
         }
+        try:
+            values["security"] = SecuritySettings.from_env(
+                source, metrics_var="SCROLLBACK_HISTORY_METRICS_ADDR"
+            )
+        except AuthConfigError as error:
+            raise ConfigError(str(error)) from None
         numeric: dict[str, type] = {
             "default_inline_limit": int,
             "max_line_size": int,
@@ -103,4 +124,10 @@ class HistoryConfig:
             raise ConfigError("the transcripts root (SCROLLBACK_TRANSCRIPTS) is not a directory")
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise ConfigError("the state dir (SCROLLBACK_STATE) is not a directory")
+        if self.database_url and not is_postgres_url(self.database_url):
+            raise ConfigError(f"{DATABASE_URL_ENV} must be a postgresql:// URL")
+        try:
+            self.security.validate()
+        except AuthConfigError as error:
+            raise ConfigError(str(error)) from None
         return self

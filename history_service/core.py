@@ -3,6 +3,10 @@
 `HistoryCore` wires the transcript root, the token codec, the window reader,
 the session lister, the accepted-message store, the bus and the watcher. The
 servicer only translates protos to these calls and back.
+
+With auth (a principal in scrollback.auth's context), every session id a call
+names must resolve through TranscriptRoot, which only sees the caller's
+projects: a session outside them is NOT_FOUND, like one that does not exist.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from history_service.windows import (
     validate_mode,
     validate_params,
 )
+from scrollback.auth import current_principal
 from scrollback.contract.refs import validate_id
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
@@ -120,6 +125,7 @@ class HistoryCore:
     ) -> tuple[AcceptedRecord, bool]:
         """Record a message durably, then announce it on the bus."""
         request = validate_accept(client_txn_id, session_id, chat_key, text, attachments)
+        await self._require_visible(session_id)
         record, replayed = await asyncio.to_thread(self.store.accept, request)
         if not replayed:
             await self.bus.publish(record)
@@ -129,8 +135,14 @@ class HistoryCore:
         """Bind a chat key to a session id."""
         validate_id(chat_key, "chat key")
         validate_id(session_id, "session id")
+        await self._require_visible(session_id)
         moved = await asyncio.to_thread(self.store.bind, chat_key, session_id)
         return moved
+
+    async def _require_visible(self, session_id: str) -> None:
+        """With auth, a named session must exist in one of the caller's projects."""
+        if session_id and current_principal() is not None:
+            await asyncio.to_thread(self.root.resolve, session_id)
 
     def _target(self, session_id: str, chat_key: str) -> None:
         if session_id:
@@ -152,6 +164,7 @@ class HistoryCore:
     ) -> BootstrapResult:
         """Pending messages, the latest window and the watch position that continues it."""
         self._target(session_id, chat_key)
+        await self._require_visible(session_id)
         target = session_id
         if not target:
             bound: str | None = await asyncio.to_thread(self.store.binding, chat_key)
@@ -197,9 +210,12 @@ class HistoryCore:
         return media, limit
 
     def check_target(self, session_id: str, chat_key: str) -> None:
-        """Validate a session id or chat key target."""
+        """Validate a session id or chat key target (with auth: the session is visible)."""
         self._target(session_id, chat_key)
+        if session_id and current_principal() is not None:
+            self.root.resolve(session_id)
 
     def close(self) -> None:
-        """Release the store."""
+        """Release the bus, then the store."""
+        self.bus.close()
         self.store.close()

@@ -2,9 +2,11 @@
 
 Nothing here reads a file from its start to find a window: backward reads
 start at the window's end and go back block by block until they met enough line
-starts, so a window costs O(window), not O(file). A line longer than the max
-line size is never held whole: the scan only looks for its newline and yields
-it without data (the caller serves an oversize stub).
+starts, so a window costs O(window), not O(file). Newlines are searched in one
+reusable block buffer and each line is read at most once more, so memory is a
+block plus the line being served. A line longer than the max line size is
+never held whole: the scan only looks for its newline and yields it without
+data (the caller serves an oversize stub).
 
 `serve_line` turns one raw line into what a window serves, through the
 contract's `strip_line` (the only stripper).
@@ -13,10 +15,13 @@ contract's `strip_line` (the only stripper).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
+from history_service.errors import FileRewrittenError
+from scrollback import metrics
 from scrollback.contract.stripping import StrippedLine, oversize_stub, strip_line
 
 BLOCK_BYTES = 256 * 1024
@@ -65,102 +70,149 @@ class ServedLine:
 
 
 def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator[RawLine]:
-    """Yield the lines in [start, end) in file order; the last may be unterminated."""
-    buf = bytearray()
-    buf_start = start  # file offset of buf[0]
-    cursor = 0  # index in buf of the current line's start
-    while True:
-        newline = buf.find(b"\n", cursor)
-        if newline >= 0:
-            yield RawLine(buf_start + cursor, buf_start + newline, bytes(buf[cursor:newline]), True)
-            cursor = newline + 1
-            continue
-        read_at = buf_start + len(buf)
-        line_start = buf_start + cursor
-        if read_at >= end:
-            if read_at > line_start:
-                yield RawLine(line_start, read_at, bytes(buf[cursor:]), False)
-            return
-        if read_at - line_start > max_line:
-            # Oversize: find its newline without keeping its bytes.
-            del buf[:]
-            position = read_at
-            found_at = -1
-            rest = b""
-            while position < end:
-                chunk = os.pread(fd, min(BLOCK_BYTES, end - position), position)
-                if not chunk:
-                    end = position
-                    break
-                found = chunk.find(b"\n")
+    """Yield the lines in [start, end) in file order; the last may be unterminated.
+
+    Newlines are searched in one reusable block buffer; a line that fits in the
+    block is copied out of it, a longer one is read with one `pread` of exactly
+    its size, and a line over `max_line` is never read whole. So memory is one
+    block plus the line being served, whatever the lines before it weighed.
+    """
+    block = bytearray(BLOCK_BYTES)
+    view = memoryview(block)
+    block_start = block_end = start  # the file range the block holds
+    position = start
+    while position < end:
+        search = position
+        newline = -1
+        while True:
+            if search < block_end:
+                found = block.find(b"\n", search - block_start, block_end - block_start)
                 if found >= 0:
-                    found_at, rest = position + found, chunk[found + 1 :]
+                    newline = block_start + found
                     break
-                position += len(chunk)
-            if found_at < 0:
-                yield RawLine(line_start, min(position, end), None, False)
-                return
-            yield RawLine(line_start, found_at, None, True)
-            buf, buf_start, cursor = bytearray(rest), found_at + 1, 0
-            continue
-        del buf[:cursor]
-        buf_start += cursor
-        cursor = 0
-        want = max(BLOCK_BYTES, len(buf))  # geometric growth for long lines
-        chunk = os.pread(fd, min(want, end - read_at), read_at)
-        if not chunk:
-            end = read_at  # the file shrank under us: stop at what we have
-            continue
-        buf += chunk
+                search = block_end
+            if search >= end:
+                break
+            read = os.preadv(fd, [view[: min(BLOCK_BYTES, end - search)]], search)
+            if read <= 0:
+                end = search  # the file shrank under us: stop at what we have
+                break
+            block_start, block_end = search, search + read
+        terminated = newline >= 0
+        line_end = newline if terminated else end
+        held = _hold(block_start, block_end, position, line_end, max_line)
+        try:
+            yield RawLine(
+                position,
+                line_end,
+                _line_bytes(fd, view, block_start, block_end, position, line_end, max_line),
+                terminated,
+            )
+        finally:
+            LONG_LINE_BUDGET.release(held)
+        if not terminated:
+            return
+        position = newline + 1
 
 
 def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
-    """Yield the lines before `end` (0 or just after a newline), newest first."""
-    if end <= 0:
-        return
-    buf = bytearray()
-    buf_start = (
-        end - 1
-    )  # buf covers [buf_start, buf_start + len(buf)); the newline at end-1 excluded
-    line_end = end - 1
+    """Yield the lines before `end` (0 or just after a newline), newest first.
+
+    The mirror of `iter_lines_forward`: newlines are searched backwards in one
+    reusable block, and each line is copied out of it or read exactly once.
+    """
+    block = bytearray(BLOCK_BYTES)
+    view = memoryview(block)
+    block_start = block_end = end
+    line_end = end - 1  # the newline that ends the current line (excluded)
     while line_end >= 0:
-        newline = buf.rfind(b"\n", 0, line_end - buf_start)
-        while newline < 0 and buf_start > 0:
-            if line_end - buf_start > max_line:
-                break
-            want = max(BLOCK_BYTES, len(buf))
-            read_from = max(0, buf_start - want)
-            chunk = os.pread(fd, buf_start - read_from, read_from)
-            buf[0:0] = chunk
-            buf_start = read_from
-            newline = buf.rfind(b"\n", 0, line_end - buf_start)
-        if newline < 0 and buf_start > 0:
-            # Oversize: find its start without keeping its bytes.
-            del buf[:]
-            position = buf_start
-            line_start = 0
-            while position > 0:
-                read_from = max(0, position - BLOCK_BYTES)
-                chunk = os.pread(fd, position - read_from, read_from)
-                found = chunk.rfind(b"\n")
+        search = line_end
+        newline = -1
+        while True:
+            if block_start < search:
+                found = block.rfind(b"\n", 0, search - block_start)
                 if found >= 0:
-                    line_start = read_from + found + 1
-                    buf = bytearray(chunk[: found + 1])
-                    buf_start = read_from
+                    newline = block_start + found
                     break
-                position = read_from
-            yield RawLine(line_start, line_end, None, True)
-            line_end = line_start - 1
-            continue
-        line_start = buf_start + newline + 1
-        if line_end - line_start > max_line:
-            yield RawLine(line_start, line_end, None, True)
-        else:
+                search = block_start
+            if search <= 0:
+                break
+            read_from = max(0, search - BLOCK_BYTES)
+            read = os.preadv(fd, [view[: search - read_from]], read_from)
+            if read != search - read_from:
+                raise FileShrankError()
+            block_start, block_end = read_from, search
+        line_start = newline + 1
+        held = _hold(block_start, block_end, line_start, line_end, max_line)
+        try:
             yield RawLine(
-                line_start, line_end, bytes(buf[newline + 1 : line_end - buf_start]), True
+                line_start,
+                line_end,
+                _line_bytes(fd, view, block_start, block_end, line_start, line_end, max_line),
+                True,
             )
-        del buf[newline + 1 :]
-        line_end = line_start - 1
+        finally:
+            LONG_LINE_BUDGET.release(held)
+        line_end = newline
+
+
+class LineMemoryBudget:
+    """Bounds the bytes of long lines held at once by all reads of the process.
+
+    Every window and watch reads in worker threads; without a bound, N
+    concurrent reads of 10 MB image lines hold N of them. A reader takes the
+    line's size from the budget before reading it and gives it back once the
+    line is served, waiting while others hold it; a line larger than the whole
+    budget waits until it can hold the budget alone. Short lines (at most a
+    block) do not take from it.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._held = 0
+        self._changed = threading.Condition()
+
+    def acquire(self, size: int) -> int:
+        """Take `size` bytes (cut to the budget); return what was taken."""
+        size = min(size, self.budget_bytes)
+        with self._changed:
+            self._changed.wait_for(lambda: self._held + size <= self.budget_bytes)
+            self._held += size
+        return size
+
+    def release(self, size: int) -> None:
+        """Give back what `acquire` took."""
+        with self._changed:
+            self._held -= size
+            self._changed.notify_all()
+
+
+LONG_LINE_BUDGET = LineMemoryBudget(32 * 1024 * 1024)
+
+
+class FileShrankError(FileRewrittenError):
+    """The file became shorter while it was being read (rewritten or truncated)."""
+
+
+def _hold(block_start: int, block_end: int, start: int, end: int, max_line: int) -> int:
+    """Take a long line's size from the budget until it is served; 0 for others."""
+    if end - start > max_line or (block_start <= start and end <= block_end):
+        return 0  # not read, or copied out of the block
+    return LONG_LINE_BUDGET.acquire(end - start)
+
+
+def _line_bytes(
+    fd: int, view: memoryview, block_start: int, block_end: int, start: int, end: int, max_line: int
+) -> bytes | None:
+    """The bytes of [start, end): from the block when it holds them, else one read."""
+    if end - start > max_line:
+        return None
+    if block_start <= start and end <= block_end:
+        return bytes(view[start - block_start : end - block_start])
+    data = os.pread(fd, end - start, start)
+    if len(data) != end - start:
+        raise FileShrankError()
+    return data
 
 
 def tail_start(fd: int, size: int) -> int:
@@ -208,6 +260,8 @@ def serve_line(
         deferred = mode == MediaMode.INLINE and stripped is not None and stripped.cut_count > 0
     if stripped is None:
         return None
+    if stripped.cut_count:
+        metrics.PAYLOADS_STRIPPED.inc(stripped.cut_count)
     return ServedLine(raw.start, raw.size, stripped, deferred)
 
 

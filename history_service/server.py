@@ -1,31 +1,35 @@
 """Starting and running the history server.
 
 `start_history_server(config)` validates the config, opens the state store and
-starts a grpc.aio server (health + reflection, via scrollback.grpc_support)
+the bus (`open_store_and_bus`: SQLite and the in-process bus by default;
+PostgreSQL and its LISTEN/NOTIFY bus when `database_url` is set) and starts a grpc.aio server (health + reflection, via scrollback.grpc_support)
 on the configured address; `serve(config)` runs it until SIGINT or SIGTERM,
 then stops gracefully.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
 import grpc
 
-from history_service.bus import InProcessBus
-from history_service.config import HistoryConfig
+from history_service.bus import AcceptedBus, InProcessBus
+from history_service.config import ConfigError, HistoryConfig
 from history_service.core import HistoryCore
 from history_service.servicer import SERVICE_NAME, HistoryServicer
+from history_service.store import AcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
+from scrollback.auth import AuthConfigError
 from scrollback.grpc_support import (
     RunningServer,
     build_server,
-    check_bind_allowed,
     wait_for_shutdown_signal,
 )
 from scrollback.history.v1 import history_pb2_grpc
+from scrollback.interceptors import prepare_security
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,7 @@ class RunningHistoryServer:
 
     running: RunningServer
     core: HistoryCore
+    metrics_port: int | None = None
 
     @property
     def port(self) -> int:
@@ -49,32 +54,82 @@ class RunningHistoryServer:
         self.core.close()
 
 
+async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStore, AcceptedBus]:
+    """The accepted-message store and bus the configuration selects.
+
+    Raises ConfigError (never showing the URL) when PostgreSQL is unreachable.
+    """
+    if not config.database_url:
+        store = await asyncio.to_thread(
+            SqliteAcceptedMessageStore,
+            config.state_dir,
+            keep=config.pending_keep,
+            ttl_seconds=config.pending_ttl_seconds,
+        )
+        return store, InProcessBus()
+    from history_service.bus_postgres import PostgresBus
+    from history_service.store.postgres import PostgresAcceptedMessageStore
+    from scrollback.state.postgres import DatabaseUnavailableError, open_pool
+
+    try:
+        pool = await asyncio.to_thread(open_pool, config.database_url, name="history")
+    except DatabaseUnavailableError as error:
+        raise ConfigError(str(error)) from None
+    pg_store = PostgresAcceptedMessageStore(
+        pool, keep=config.pending_keep, ttl_seconds=config.pending_ttl_seconds
+    )
+    pg_bus = PostgresBus(config.database_url, pool)
+    try:
+        await pg_bus.start()
+    except BaseException:
+        pg_bus.close()
+        pg_store.close()
+        raise
+    return pg_store, pg_bus
+
+
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
-    check_bind_allowed(
-        config.addr, auth_configured=config.auth_configured, insecure=config.insecure
-    )
-    store = SqliteAcceptedMessageStore(
-        config.state_dir, keep=config.pending_keep, ttl_seconds=config.pending_ttl_seconds
-    )
-    core = HistoryCore(
-        config,
-        TranscriptRoot(config.transcripts, rescan_interval=config.rescan_interval_seconds),
-        TokenCodec(load_or_create_key(config.state_dir)),
-        store,
-        InProcessBus(),
-    )
+    try:
+        security = prepare_security(
+            "history",
+            config.security,
+            address=config.addr,
+            insecure=config.insecure,
+            auth_configured=config.auth_configured,
+        )
+    except AuthConfigError as error:
+        raise ConfigError(str(error)) from None
+    store, bus = await open_store_and_bus(config)
+    try:
+        core = HistoryCore(
+            config,
+            TranscriptRoot(config.transcripts, rescan_interval=config.rescan_interval_seconds),
+            TokenCodec(load_or_create_key(config.state_dir)),
+            store,
+            bus,
+        )
+    except BaseException:
+        bus.close()
+        store.close()
+        raise
 
     def register(server: grpc.aio.Server) -> None:
         history_pb2_grpc.add_HistoryServiceServicer_to_server(HistoryServicer(core), server)
 
     try:
-        running = await build_server(config.addr, register, [SERVICE_NAME])
+        running = await build_server(
+            config.addr,
+            register,
+            [SERVICE_NAME],
+            interceptors=[security.policy],
+            credentials=security.credentials,
+        )
     except BaseException:
         core.close()
         raise
-    return RunningHistoryServer(running, core)
+    return RunningHistoryServer(running, core, security.metrics_port)
 
 
 async def serve(config: HistoryConfig) -> None:

@@ -32,6 +32,7 @@ from scrollback.grpc_support import ErrorTable, abort_for
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
 ERROR_TABLE: ErrorTable = {
@@ -44,6 +45,7 @@ ERROR_TABLE: ErrorTable = {
     ChatKeyBoundError: grpc.StatusCode.FAILED_PRECONDITION,
     TxnConflictError: grpc.StatusCode.ALREADY_EXISTS,
     TooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    StoreBusyError: grpc.StatusCode.UNAVAILABLE,
 }
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -100,6 +102,7 @@ def entry_messages(session_id: str, served: ServedLine) -> Iterator[pb.Entry | p
                 declared_media_type=image.declared_media_type,
                 approx_size_bytes=image.approx_size_bytes,
                 uri=f"{session_id}/{line.uuid}/{image.index}",
+                line_offset_hint=served.offset,
             )
             for image in line.images
         ]

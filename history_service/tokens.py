@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import os
@@ -122,14 +123,26 @@ def load_or_create_key(state_dir: Path) -> bytes:
     except FileNotFoundError:
         pass
     key = os.urandom(32)
-    temp = path.with_suffix(".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A unique temp name and link(), not replace(): replicas sharing the state dir
+    # that start at once agree on the first key written instead of each keeping its own.
+    temp = path.with_name(f"{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, key)
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(temp, path)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        existing = path.read_bytes()
+        if len(existing) < 32:  # a torn key from an old crash: replace it
+            os.replace(temp, path)
+            return key
+        return existing
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
     return key
 
 

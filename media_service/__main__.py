@@ -1,13 +1,16 @@
 """`python -m media_service [--transcripts DIR] [--state DIR] [--addr HOST:PORT] [--insecure]`.
 
 Flags override the environment (SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE,
-SCROLLBACK_MEDIA_ADDR); invalid configuration exits with status 2.
+SCROLLBACK_MEDIA_ADDR, SCROLLBACK_DATABASE_URL); invalid configuration exits with
+status 2. `--database-url postgresql://...` keeps blob metadata in a database
+shared by several replicas (prefer the environment variable for a password).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -27,6 +30,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without auth"
     )
+    parser.add_argument(
+        "--auth-tokens", type=Path, help="token file (YAML/JSON) of SCROLLBACK_AUTH_TOKENS"
+    )
+    parser.add_argument(
+        "--database-url", help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL)"
+    )
     return parser.parse_args(argv)
 
 
@@ -45,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             overrides["state"] = args.state
         if args.addr is not None:
             overrides["addr"] = args.addr
+        if args.database_url:
+            overrides["database_url"] = args.database_url
+        if args.auth_tokens is not None:
+            overrides["security"] = dataclasses.replace(
+                config.security, auth_tokens=args.auth_tokens.expanduser()
+            )
         config = config.with_overrides(**overrides)
         asyncio.run(serve(config))
     except (ConfigError, BindRefusedError) as error:

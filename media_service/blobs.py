@@ -6,6 +6,11 @@ directory fsynced), and only then recorded, in the same write transaction as
 the rename. Reads hash the whole file before a byte is served; a blob whose
 bytes no longer match its digest is DATA_LOSS and moved to quarantine.
 
+An upload holds an exclusive `flock` on its temp file from creation until the
+file is published or discarded. Start-up cleanup removes only temp files it
+can lock itself: with several media replicas sharing the blobs volume, a
+replica that starts never deletes another live replica's upload in progress.
+
 All of this is blocking I/O: callers on an event loop run it in a thread.
 """
 
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import logging
 import os
@@ -33,6 +39,8 @@ from media_service.errors import (
 )
 from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.store.base import BlobMetadataStore, BlobRow
+from scrollback import metrics
+from scrollback.auth import principal_name
 from scrollback.contract.refs import BLOB_REF_PREFIX, validate_sha256
 
 log = logging.getLogger(__name__)
@@ -74,7 +82,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _storage_error(error: OSError) -> Exception:
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+    # EFBIG: a file-size limit (RLIMIT_FSIZE, filesystem maximum) is a size bound too.
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return StorageFullError()
     return error
 
@@ -99,11 +108,14 @@ class BlobUpload:
         self.media_type = media_type
         self._hash = hashlib.sha256()
         self._written = 0
+        self._owner = principal_name()
         self._temp = store.paths.new_temp()
         self._file: BinaryIO | None = None
         try:
             self._file = open(self._temp, "xb")  # noqa: SIM115 - closed in finish/abort
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
+            self.abort()
             raise _storage_error(error) from None
 
     def write(self, data: bytes) -> None:
@@ -135,8 +147,6 @@ class BlobUpload:
         try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
             target = self._store.paths.blob(self.sha256)
 
             def publish() -> None:
@@ -145,7 +155,10 @@ class BlobUpload:
                 _fsync_dir(target.parent)
 
             row = BlobRow(self.sha256, self.size_bytes, self.media_type, self._store.clock())
-            existed = self._store.metadata.publish(row, publish)
+            existed = self._store.metadata.publish(row, publish, self._owner)
+            # Closed (and unlocked) only once published: start-up cleanup never takes it.
+            self._file.close()
+            self._file = None
         except OSError as error:
             self.abort()
             raise _storage_error(error) from None
@@ -182,14 +195,29 @@ class BlobStore:
         paths.ensure_dirs()
 
     def remove_stale_temps(self) -> int:
-        """Remove temp files left by uploads that never finished (at start-up)."""
+        """Remove temp files left by uploads that never finished (at start-up).
+
+        A temp file some process still holds locked is an upload in progress
+        (another replica's, on a shared volume) and is left alone.
+        """
         removed = 0
         for temp in self.paths.temp_files():
+            try:
+                fd = os.open(temp, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
             try:
                 os.unlink(temp)
                 removed += 1
             except FileNotFoundError:
                 pass
+            finally:
+                os.close(fd)
         return removed
 
     def begin_upload(self, sha256: str, size_bytes: int, media_type: str) -> BlobUpload:
@@ -288,6 +316,7 @@ class BlobStore:
             if os.stat(source).st_ino != inode:
                 return
             os.replace(source, self.paths.quarantine(sha256, self.clock()))
+            metrics.BLOB_VERIFY_FAILURES.inc()
             log.error("blob %s is corrupt: moved to quarantine", sha256)
         except FileNotFoundError:
             pass

@@ -3,17 +3,30 @@
 `MediaConfig.from_env()` reads SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE,
 SCROLLBACK_MEDIA_ADDR and the SCROLLBACK_MEDIA_* tuning variables;
 `validate()` raises ConfigError for values out of bounds, at start-up.
+
+Security (`security`, shared with the history service, see scrollback.auth):
+`SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
+`SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
+`SCROLLBACK_MEDIA_METRICS_ADDR` (Prometheus endpoint, off when unset).
+`SCROLLBACK_DATABASE_URL` (`postgresql://...`) keeps blob metadata in
+PostgreSQL, shared by several replicas whose state dirs (the blob bytes) are
+one shared volume; unset, the embedded SQLite database in the state dir. The
+URL may hold a password: it is kept out of the repr and every error text.
+`SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS` (default 30): a WriteBlob client
+silent that long is cut off with DEADLINE_EXCEEDED and its upload discarded.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from media_service.errors import ConfigError
+from scrollback.auth import AuthConfigError, SecuritySettings
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
+from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -23,6 +36,7 @@ MAX_CHUNK_SIZE = 256 * KIB
 DEFAULT_MAX_BLOB_SIZE = 64 * MIB
 DEFAULT_GC_GRACE_SECONDS = 3600.0
 DEFAULT_GC_INTERVAL_SECONDS = 600.0
+DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -60,11 +74,18 @@ class MediaConfig:
     gc_grace_seconds: float = DEFAULT_GC_GRACE_SECONDS
     gc_interval_seconds: float = DEFAULT_GC_INTERVAL_SECONDS
     line_cache_entries: int = 4096
+    write_idle_timeout_seconds: float = DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS
+    database_url: str = field(default="", repr=False)
+    security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> MediaConfig:
         """Read the configuration from the environment (validated)."""
         env = os.environ if env is None else env
+        try:
+            security = SecuritySettings.from_env(env, metrics_var="SCROLLBACK_MEDIA_METRICS_ADDR")
+        except AuthConfigError as error:
+            raise ConfigError(str(error)) from None
         config = cls(
             transcripts=Path(env.get("SCROLLBACK_TRANSCRIPTS") or "~/.claude/projects"),
             state=Path(env.get("SCROLLBACK_STATE") or ".scrollback"),
@@ -76,6 +97,13 @@ class MediaConfig:
             gc_interval_seconds=_float(
                 env, "SCROLLBACK_GC_INTERVAL_SECONDS", DEFAULT_GC_INTERVAL_SECONDS
             ),
+            write_idle_timeout_seconds=_float(
+                env,
+                "SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS",
+                DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS,
+            ),
+            database_url=env.get(DATABASE_URL_ENV) or "",
+            security=security,
         )
         return config.validate()
 
@@ -99,6 +127,14 @@ class MediaConfig:
             raise ConfigError("line cache size must not be negative")
         if not self.addr or ":" not in self.addr:
             raise ConfigError("address must be HOST:PORT")
+        if self.write_idle_timeout_seconds <= 0:
+            raise ConfigError("the write idle timeout must be positive")
+        if self.database_url and not is_postgres_url(self.database_url):
+            raise ConfigError(f"{DATABASE_URL_ENV} must be a postgresql:// URL")
+        try:
+            self.security.validate()
+        except AuthConfigError as error:
+            raise ConfigError(str(error)) from None
         return self
 
     @property

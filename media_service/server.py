@@ -1,4 +1,9 @@
-"""Starting and running the media server: grpc.aio with health, reflection and periodic GC."""
+"""Starting and running the media server: grpc.aio with health, reflection and periodic GC.
+
+`open_metadata_store(config)` picks the blob metadata backend: the embedded
+SQLite database in the state dir, or PostgreSQL when `database_url` is set
+(several replicas sharing one database and one blobs volume).
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,20 @@ import grpc
 from media_service.blob_paths import BlobPaths
 from media_service.blobs import BlobStore, Clock
 from media_service.config import MediaConfig
+from media_service.errors import ConfigError
 from media_service.gc import collect_garbage
 from media_service.library import MediaLibrary
 from media_service.servicer import MediaServicer
+from media_service.store.base import BlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import TranscriptMedia
+from scrollback.auth import AuthConfigError
 from scrollback.grpc_support import (
     RunningServer,
     build_server,
-    check_bind_allowed,
     wait_for_shutdown_signal,
 )
+from scrollback.interceptors import prepare_security
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.transcripts import TranscriptRoot
 
@@ -40,7 +48,8 @@ class RunningMediaServer(RunningServer):
 
     library: MediaLibrary | None = None
     gc_task: asyncio.Task[None] | None = None
-    closers: list[SqliteBlobMetadataStore] = field(default_factory=list)
+    closers: list[BlobMetadataStore] = field(default_factory=list)
+    metrics_port: int | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop GC, drain in-flight calls, close the store."""
@@ -64,23 +73,35 @@ async def _gc_loop(blobs: BlobStore, config: MediaConfig, clock: Clock) -> None:
             log.exception("garbage collection failed")
 
 
+def open_metadata_store(config: MediaConfig) -> BlobMetadataStore:
+    """The metadata backend the configuration selects (blocking; ConfigError if unreachable)."""
+    if not config.database_url:
+        return SqliteBlobMetadataStore(config.state_dir)
+    from media_service.store.postgres import PostgresBlobMetadataStore
+    from scrollback.state.postgres import DatabaseUnavailableError, open_pool
+
+    try:
+        return PostgresBlobMetadataStore(open_pool(config.database_url, name="media"))
+    except DatabaseUnavailableError as error:
+        raise ConfigError(str(error)) from None
+
+
 def build_library(
     config: MediaConfig, *, clock: Clock | None = None
-) -> tuple[MediaLibrary, SqliteBlobMetadataStore]:
+) -> tuple[MediaLibrary, BlobMetadataStore]:
     """The domain objects of a media server (also usable without gRPC)."""
-    metadata = SqliteBlobMetadataStore(config.state_dir)
+    metadata = open_metadata_store(config)
     blobs = BlobStore(
         BlobPaths(config.state_dir),
         metadata,
         max_blob_size=config.max_blob_size,
         clock=clock or time.time,
     )
+    root = TranscriptRoot(config.transcripts_root)
     transcripts = TranscriptMedia(
-        TranscriptRoot(config.transcripts_root),
-        max_line_size=config.max_line_size,
-        cache_entries=config.line_cache_entries,
+        root, max_line_size=config.max_line_size, cache_entries=config.line_cache_entries
     )
-    return MediaLibrary(transcripts, blobs), metadata
+    return MediaLibrary(transcripts, blobs, root), metadata
 
 
 async def start_media_server(
@@ -88,21 +109,38 @@ async def start_media_server(
 ) -> RunningMediaServer:
     """Validate, clean stale uploads, bind and start; GC runs every gc_interval."""
     config.validate()
-    check_bind_allowed(
-        config.addr, auth_configured=config.auth_configured, insecure=config.insecure
-    )
+    try:
+        security = prepare_security(
+            "media",
+            config.security,
+            address=config.addr,
+            insecure=config.insecure,
+            auth_configured=config.auth_configured,
+            byte_counted_methods=frozenset({"ReadMedia"}),
+        )
+    except AuthConfigError as error:
+        raise ConfigError(str(error)) from None
     library, metadata = await asyncio.to_thread(build_library, config, clock=clock)
     removed = await asyncio.to_thread(library.blobs.remove_stale_temps)
     if removed:
         log.info("removed %d stale upload temp files", removed)
-    servicer = MediaServicer(library, chunk_size=config.chunk_size)
+    servicer = MediaServicer(
+        library,
+        chunk_size=config.chunk_size,
+        write_idle_timeout=config.write_idle_timeout_seconds,
+    )
 
     def register(server: grpc.aio.Server) -> None:
         media_pb2_grpc.add_MediaServiceServicer_to_server(servicer, server)
 
     try:
         running = await build_server(
-            config.addr, register, [SERVICE_NAME], max_message_bytes=MAX_MESSAGE_BYTES
+            config.addr,
+            register,
+            [SERVICE_NAME],
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            interceptors=[security.policy],
+            credentials=security.credentials,
         )
     except BaseException:
         metadata.close()
@@ -116,6 +154,7 @@ async def start_media_server(
         library=library,
         gc_task=gc_task,
         closers=[metadata],
+        metrics_port=security.metrics_port,
     )
 
 

@@ -30,6 +30,13 @@ AsyncHealthServicer: Any = health.aio.HealthServicer  # type: ignore[attr-define
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
+class MalformedRequestError(ValueError):
+    """A request message that does not parse (bad wire format, string fields not UTF-8)."""
+
+    def __init__(self) -> None:
+        super().__init__("malformed request message")
+
+
 class BindRefusedError(ValueError):
     """A non-loopback address without auth and without --insecure."""
 
@@ -97,8 +104,9 @@ async def build_server(
     *,
     interceptors: Iterable[grpc.aio.ServerInterceptor[Any, Any]] = (),
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
-    """Build, bind and start a grpc.aio server with health and reflection."""
+    """Build, bind and start a grpc.aio server with health and reflection (TLS with credentials)."""
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
@@ -113,7 +121,10 @@ async def build_server(
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(address)
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError("could not bind the configured address")
     await server.start()
@@ -140,6 +151,8 @@ ErrorTable = Mapping[type[BaseException], grpc.StatusCode]
 
 def status_for(error: BaseException, table: ErrorTable) -> grpc.StatusCode | None:
     """The status code the table maps this error (or its nearest base) to."""
+    if isinstance(error, MalformedRequestError):
+        return grpc.StatusCode.INVALID_ARGUMENT
     for error_type in type(error).__mro__:
         code = table.get(error_type)
         if code is not None:
@@ -153,8 +166,10 @@ async def abort_for(
     """Abort the call with the mapped status and the error's own (path-free) message.
 
     Errors the table does not know are INTERNAL with a fixed message: internals
-    never leak.
+    never leak. An abort already under way passes through.
     """
+    if isinstance(error, grpc.aio.AbortError):
+        raise error
     code = status_for(error, table)
     if code is None:
         log.exception("unexpected error", exc_info=error)

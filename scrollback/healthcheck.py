@@ -27,7 +27,9 @@ def main(argv: list[str]) -> int:
     if not 1 <= len(argv) <= 2:
         print("usage: python -m scrollback.healthcheck ADDRESS [SERVICE]", file=sys.stderr)
         return 2
-    return 0 if check(*argv) else 1
+    address = argv[0]
+    service = argv[1] if len(argv) == 2 else ""
+    return 0 if check(address, service) else 1
 
 
 if __name__ == "__main__":

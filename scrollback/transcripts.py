@@ -10,6 +10,11 @@ Every path handed out is jailed: its real path (symlinks resolved) lies under
 the root's real path, or the transcript does not exist. A session id shared by
 two transcripts is ambiguous and refused rather than guessed. Errors never
 carry a path.
+
+Visibility is enforced here too, so no RPC can forget it: `list` and
+`resolve` only see the project dirs the current caller may read
+(`scrollback.auth.project_visible`); a session in another project is not
+found, the same answer as one that does not exist.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from scrollback.auth import project_visible
 from scrollback.contract.refs import ID_PATTERN, validate_id
 
 TRANSCRIPT_SUFFIX = ".jsonl"
@@ -169,9 +175,9 @@ class TranscriptRoot:
                 self._rescan()
 
     def list(self) -> list[TranscriptFile]:
-        """All transcripts under the root (cached up to rescan_interval)."""
+        """The transcripts under the root the caller may see (cached up to rescan_interval)."""
         self._fresh()
-        return [t for t in self._files if self.is_jailed(t.path)]
+        return [t for t in self._files if project_visible(t.project_dir) and self.is_jailed(t.path)]
 
     def is_jailed(self, path: Path) -> bool:
         """True if the path's real location lies under the root's real location."""
@@ -187,6 +193,7 @@ class TranscriptRoot:
         if not candidates or not all(os.path.exists(c.path) for c in candidates):
             self._fresh(force=True)
             candidates = self._by_id.get(session_id)
+        candidates = [c for c in candidates or () if project_visible(c.project_dir)]
         if not candidates:
             raise SessionNotFoundError()
         if len(candidates) > 1:

@@ -5,6 +5,10 @@ behind a lock; callers run these methods in a worker thread. Each write is one
 `BEGIN IMMEDIATE` transaction, committed before the method returns.
 Pending records age out (the newest `keep` per session, accepted within
 `ttl_seconds`): they get `retired_at` and lose their `blob_ref` rows.
+
+With auth, each message records who accepted it (`accepted_by`): messages
+found by chat key alone are visible only to that principal, and a replay of
+another principal's client_txn_id is a conflict.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import orjson
 
 from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
 from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
-from scrollback.state.sqlite import connect
+from scrollback.auth import principal_name
+from scrollback.state.sqlite import connect, write_transaction
 
 T = TypeVar("T")
 _COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
@@ -53,29 +58,23 @@ class SqliteAcceptedMessageStore:
 
     def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
-            connection = self._connection
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            return result
+            return write_transaction(self._connection, work)
 
     def accept(self, request: AcceptRequest) -> tuple[AcceptedRecord, bool]:
         """Record a message durably; replay on the same txn id and content."""
         digest = request.digest
+        accepted_by = principal_name()
 
         def work(connection: sqlite3.Connection) -> tuple[AcceptedRecord, bool]:
             row = connection.execute(
-                f"SELECT {_COLUMNS}, content_digest FROM accepted_message WHERE client_txn_id = ?",
+                f"SELECT {_COLUMNS}, accepted_by, content_digest FROM accepted_message"
+                " WHERE client_txn_id = ?",
                 (request.client_txn_id,),
             ).fetchone()
             if row is not None:
-                if row[-1] != digest:
+                if row[-1] != digest or (accepted_by is not None and row[-2] != accepted_by):
                     raise TxnConflictError()
-                return _record(row[:-1]), True
+                return _record(row[:-2]), True
             wanted = sorted({a.sha256 for a in request.attachments})
             if wanted:
                 marks = ",".join("?" * len(wanted))
@@ -94,7 +93,8 @@ class SqliteAcceptedMessageStore:
             attachments = orjson.dumps([[a.ref, a.name, a.media_type] for a in request.attachments])
             cursor = connection.execute(
                 "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
-                " attachments, content_digest, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " attachments, content_digest, accepted_at, accepted_by)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.client_txn_id,
                     session_id or None,
@@ -103,6 +103,7 @@ class SqliteAcceptedMessageStore:
                     attachments.decode(),
                     digest,
                     now,
+                    accepted_by,
                 ),
             )
             seq = int(cursor.lastrowid or 0)
@@ -151,9 +152,11 @@ class SqliteAcceptedMessageStore:
                     "INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES (?, ?, ?)",
                     (chat_key, session_id, self._clock()),
                 )
+            by = principal_name()
             cursor = connection.execute(
-                "UPDATE accepted_message SET session_id = ? WHERE chat_key = ? AND session_id IS NULL",
-                (session_id, chat_key),
+                "UPDATE accepted_message SET session_id = ? WHERE chat_key = ? AND session_id IS NULL"
+                " AND (? IS NULL OR accepted_by = ?)",
+                (session_id, chat_key, by, by),
             )
             return int(cursor.rowcount)
 
@@ -172,14 +175,17 @@ class SqliteAcceptedMessageStore:
 
         def work(connection: sqlite3.Connection) -> tuple[list[AcceptedRecord], int]:
             self._retire(connection, self._clock())
+            by = principal_name()
             if session_id:
-                where, value = "session_id = ?", session_id
+                values: list[str | None]
+                where, values = "session_id = ?", [session_id]
             else:
-                where, value = "chat_key = ? AND session_id IS NULL", chat_key
+                where = "chat_key = ? AND session_id IS NULL AND (? IS NULL OR accepted_by = ?)"
+                values = [chat_key, by, by]
             rows = connection.execute(
                 f"SELECT {_COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
                 " ORDER BY seq",
-                (value,),
+                values,
             ).fetchall()
             last = connection.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
@@ -190,11 +196,13 @@ class SqliteAcceptedMessageStore:
 
     def since(self, session_id: str, chat_key: str, after_seq: int) -> list[AcceptedRecord]:
         """Messages of a session or chat key with seq > after_seq, oldest first."""
+        by = principal_name()
         with self._lock:
             rows = self._connection.execute(
                 f"SELECT {_COLUMNS} FROM accepted_message WHERE seq > ? AND"
-                " (session_id = ? OR chat_key = ?) ORDER BY seq LIMIT 1000",
-                (after_seq, session_id or None, chat_key or None),
+                " (session_id = ? OR (chat_key = ? AND (? IS NULL OR accepted_by = ?)))"
+                " ORDER BY seq LIMIT 1000",
+                (after_seq, session_id or None, chat_key or None, by, by),
             ).fetchall()
         return [_record(r) for r in rows]
 

@@ -4,11 +4,15 @@ File operations that must not interleave with another process's (publishing
 an upload, deleting a collected blob) are passed in as callbacks and run while
 the backend holds its write lock, inside the transaction that changes the row:
 a GC can never unlink a file that an upload has just re-published.
+
+Backends: `sqlite` (the embedded default) and `postgres` (several replicas
+over one database); media_service.server picks one from the configuration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,12 +41,23 @@ class BlobMetadataStore(Protocol):
         """Which of these digests have a row (queried in batches)."""
         ...
 
-    def publish(self, row: BlobRow, publish_file: Callable[[], None]) -> bool:
-        """In one write transaction: run `publish_file`, then upsert the row.
+    def publish(
+        self, row: BlobRow, publish_file: Callable[[], None], owner: str | None = None
+    ) -> bool:
+        """In one write transaction: run `publish_file`, then upsert the row
+        (and record `owner` as one of the blob's uploaders, when given).
 
         An existing row keeps its size and media type and gets the new
         created_at (a fresh grace period). Return True if the row existed.
         """
+        ...
+
+    def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
+        """Which of these digests `principal` uploaded."""
+        ...
+
+    def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
+        """(session_id, accepted_by) of the accepted messages that reference a blob."""
         ...
 
     def unreferenced_before(self, cutoff: float, limit: int) -> list[str]:
@@ -55,6 +70,12 @@ class BlobMetadataStore(Protocol):
         """In one write transaction, re-check the blob is still unreferenced and
         older than `cutoff`; if so delete its row and run `remove_file`. Return
         True if deleted.
+        """
+        ...
+
+    def exclusive_gc(self) -> AbstractContextManager[bool]:
+        """While the block runs, be the only collector of the database: yield True,
+        or False when another process's collection holds it (skip this round).
         """
         ...
 

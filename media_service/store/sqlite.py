@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from media_service.store.base import QUERY_BATCH, BlobRow
-from scrollback.state.sqlite import connect
+from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
 
 
 class SqliteBlobMetadataStore:
@@ -49,18 +50,12 @@ class SqliteBlobMetadataStore:
 
     def _write(self, body: Callable[[sqlite3.Connection], bool]) -> bool:
         with self._lock:
-            connection = self._connection
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                result = body(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            return result
+            return write_transaction(self._connection, body)
 
-    def publish(self, row: BlobRow, publish_file: Callable[[], None]) -> bool:
-        """Run `publish_file` and upsert the row in one write transaction."""
+    def publish(
+        self, row: BlobRow, publish_file: Callable[[], None], owner: str | None = None
+    ) -> bool:
+        """Run `publish_file`, upsert the row and record the owner in one write transaction."""
 
         def body(connection: sqlite3.Connection) -> bool:
             existed = (
@@ -73,6 +68,12 @@ class SqliteBlobMetadataStore:
                 " ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at",
                 (row.sha256, row.size_bytes, row.media_type, row.created_at),
             )
+            if owner is not None:
+                connection.execute(
+                    "INSERT OR IGNORE INTO blob_owner (sha256, principal, created_at)"
+                    " VALUES (?, ?, ?)",
+                    (row.sha256, owner, row.created_at),
+                )
             return existed
 
         return self._write(body)
@@ -100,10 +101,42 @@ class SqliteBlobMetadataStore:
                 (sha256, cutoff),
             ).rowcount
             if deleted:
+                connection.execute("DELETE FROM blob_owner WHERE sha256 = ?", (sha256,))
                 remove_file()
             return bool(deleted)
 
         return self._write(body)
+
+    def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
+        """Which of these digests `principal` uploaded, QUERY_BATCH per query."""
+        found: set[str] = set()
+        unique = list(dict.fromkeys(digests))
+        with self._lock, busy_as_unavailable():
+            for start in range(0, len(unique), QUERY_BATCH):
+                batch = unique[start : start + QUERY_BATCH]
+                marks = ",".join("?" * len(batch))
+                rows = self._connection.execute(
+                    f"SELECT sha256 FROM blob_owner WHERE principal = ? AND sha256 IN ({marks})",
+                    [principal, *batch],
+                ).fetchall()
+                found.update(r[0] for r in rows)
+        return found
+
+    def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
+        """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
+        with self._lock, busy_as_unavailable():
+            rows = self._connection.execute(
+                "SELECT DISTINCT m.session_id, m.accepted_by FROM blob_ref r"
+                " JOIN accepted_message m ON m.seq = r.message_seq WHERE r.sha256 = ? LIMIT 1000",
+                (sha256,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    @contextmanager
+    def exclusive_gc(self) -> Iterator[bool]:
+        """Always granted: each deletion is its own `BEGIN IMMEDIATE` transaction,
+        so collectors of one SQLite file already serialize safely."""
+        yield True
 
     def close(self) -> None:
         """Close the connection."""

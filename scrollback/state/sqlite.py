@@ -3,17 +3,78 @@
 Connections use WAL with `synchronous=FULL`, so a committed transaction is on
 disk before the caller answers (CONTRACT section 7: recording it IS
 acceptance). Each migration runs once, in its own transaction, and is recorded
-in `schema_migrations`; migrations only add tables and indexes.
+in `schema_migrations`; migrations only add tables, columns and indexes.
+
+Migration 2 (auth): `blob_owner` records who uploaded a blob (several
+uploaders of the same bytes each own it) and `accepted_message.accepted_by`
+who accepted a message (NULL without auth).
+
+Every wait on the database is bounded: the busy timeout
+(`SCROLLBACK_STATE_BUSY_TIMEOUT_MS`, default 5000) ends a wait on another
+writer's lock with `StoreBusyError`, which the services answer as UNAVAILABLE.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 DATABASE_FILE_NAME = "scrollback.db"
 BUSY_TIMEOUT_MS = 5000
+BUSY_TIMEOUT_ENV = "SCROLLBACK_STATE_BUSY_TIMEOUT_MS"
+T = TypeVar("T")
+
+
+class StoreBusyError(Exception):
+    """The state database stayed locked by another writer past the busy timeout."""
+
+    def __init__(self) -> None:
+        super().__init__("the state database is busy; retry later")
+
+
+def busy_timeout_ms() -> int:
+    """The configured busy timeout in milliseconds."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV, "")
+    try:
+        return max(1, int(text)) if text else BUSY_TIMEOUT_MS
+    except ValueError:
+        return BUSY_TIMEOUT_MS
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
+@contextmanager
+def busy_as_unavailable() -> Iterator[None]:
+    """Turn SQLite's 'database is locked' into StoreBusyError."""
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        if _is_busy(error):
+            raise StoreBusyError() from None
+        raise
+
+
+def write_transaction(connection: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `work` in one `BEGIN IMMEDIATE` transaction; busy -> StoreBusyError."""
+    with busy_as_unavailable():
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            result = work(connection)
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return result
+
 
 # (version, SQL). Append only: never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -52,6 +113,19 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        2,
+        """
+        CREATE TABLE blob_owner (
+            sha256      TEXT NOT NULL,
+            principal   TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            PRIMARY KEY (sha256, principal)
+        );
+        ALTER TABLE accepted_message ADD COLUMN accepted_by TEXT;
+        CREATE INDEX accepted_message_accepted_by ON accepted_message (accepted_by, chat_key);
+        """,
+    ),
 )
 
 
@@ -67,16 +141,17 @@ def connect(state_dir: Path) -> sqlite3.Connection:
     transactions explicitly with `BEGIN IMMEDIATE` so that writers serialize.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
+    timeout_ms = busy_timeout_ms()
     connection = sqlite3.connect(
         database_path(state_dir),
         isolation_level=None,
         check_same_thread=False,
-        timeout=BUSY_TIMEOUT_MS / 1000,
+        timeout=timeout_ms / 1000,
     )
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     connection.execute("PRAGMA foreign_keys=ON")
-    connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    connection.execute(f"PRAGMA busy_timeout={timeout_ms}")
     migrate(connection)
     return connection
 

@@ -50,6 +50,7 @@ class MediaRef(_message.Message):
     DECLARED_MEDIA_TYPE_FIELD_NUMBER: _builtins.int
     APPROX_SIZE_BYTES_FIELD_NUMBER: _builtins.int
     URI_FIELD_NUMBER: _builtins.int
+    LINE_OFFSET_HINT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id: the transcript's file name without ".jsonl". Must match
     [A-Za-z0-9_-]{1,64}, else INVALID_ARGUMENT. An unknown session is
@@ -84,6 +85,13 @@ class MediaRef(_message.Message):
     """Output only: the string form "<sessionId>/<entryUuid>/<index>". Ignored
     on requests.
     """
+    line_offset_hint: _builtins.int
+    """The byte offset of the entry's line in the transcript when the history
+    service minted the ref. Optional on requests: a hint that lets the media
+    service read that one line instead of searching the transcript for the
+    entry. A wrong or stale hint costs a search, never a wrong answer (the
+    entry uuid and the pin are still checked); it never causes an error.
+    """
     def __init__(
         self,
         *,
@@ -94,10 +102,11 @@ class MediaRef(_message.Message):
         declared_media_type: _builtins.str = ...,
         approx_size_bytes: _builtins.int = ...,
         uri: _builtins.str = ...,
+        line_offset_hint: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approx_size_bytes", b"approx_size_bytes", "declared_media_type", b"declared_media_type", "entry_uuid", b"entry_uuid", "index", b"index", "pin", b"pin", "session_id", b"session_id", "uri", b"uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approx_size_bytes", b"approx_size_bytes", "declared_media_type", b"declared_media_type", "entry_uuid", b"entry_uuid", "index", b"index", "line_offset_hint", b"line_offset_hint", "pin", b"pin", "session_id", b"session_id", "uri", b"uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,249 @@
+"""The PostgreSQL backend of the accepted-message store, shared by several replicas.
+
+The same rules as the SQLite backend (history_service.store.sqlite), on a
+pooled connection per call (scrollback.state.postgres). Every write
+transaction first takes one transaction-scoped advisory lock, the counterpart
+of SQLite's `BEGIN IMMEDIATE`: writers of all replicas serialize, so seqs
+commit in the order they are assigned (a watcher reading `seq > last` can
+never skip a seq that commits later) and the ageing updates cannot deadlock.
+
+Idempotency across replicas: `client_txn_id` is UNIQUE and the insert is
+`ON CONFLICT DO NOTHING`; a loser re-reads the winner's row and replays it
+(or reports the conflict), so a race of two replicas records one message.
+Attachments' blob rows are locked `FOR SHARE` while the blob_ref rows are
+written, so a concurrent garbage collection either sees the references or
+has already removed the blob (BlobMissingError), never half.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import psycopg
+
+from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
+from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
+from scrollback.auth import principal_name
+from scrollback.state.postgres import ACCEPT_LOCK, Pool, transaction, unavailable_on_failure
+
+_COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+def _record(row: tuple[Any, ...]) -> AcceptedRecord:
+    seq, txn, session_id, chat_key, text, attachments, accepted_at = row
+    specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
+    return AcceptedRecord(
+        int(seq), txn, session_id or "", chat_key or "", text, specs, float(accepted_at)
+    )
+
+
+class PostgresAcceptedMessageStore:
+    """AcceptedMessageStore on a PostgreSQL database shared by the replicas."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        keep: int = 50,
+        ttl_seconds: float = 600.0,
+        clock: Callable[[], float] = time.time,
+        owns_pool: bool = True,
+    ) -> None:
+        self._pool = pool
+        self._keep = keep
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._owns_pool = owns_pool
+
+    @staticmethod
+    def _lock(connection: Connection) -> None:
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (ACCEPT_LOCK,))
+
+    @staticmethod
+    def _existing(
+        connection: Connection, request: AcceptRequest, digest: str, accepted_by: str | None
+    ) -> tuple[AcceptedRecord, bool] | None:
+        row = connection.execute(
+            f"SELECT {_COLUMNS}, accepted_by, content_digest FROM accepted_message"
+            " WHERE client_txn_id = %s",
+            (request.client_txn_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        if row[-1] != digest or (accepted_by is not None and row[-2] != accepted_by):
+            raise TxnConflictError()
+        return _record(row[:-2]), True
+
+    def accept(self, request: AcceptRequest) -> tuple[AcceptedRecord, bool]:
+        """Record a message durably; replay on the same txn id and content."""
+        digest = request.digest
+        accepted_by = principal_name()
+
+        def work(connection: Connection) -> tuple[AcceptedRecord, bool]:
+            self._lock(connection)
+            replay = self._existing(connection, request, digest, accepted_by)
+            if replay is not None:
+                return replay
+            wanted = sorted({a.sha256 for a in request.attachments})
+            if wanted:
+                found = connection.execute(
+                    "SELECT sha256 FROM blob WHERE sha256 = ANY(%s) ORDER BY sha256 FOR SHARE",
+                    (wanted,),
+                ).fetchall()
+                if len(found) != len(wanted):
+                    raise BlobMissingError()
+            session_id = request.session_id
+            if not session_id:
+                bound = connection.execute(
+                    "SELECT session_id FROM chat_binding WHERE chat_key = %s", (request.chat_key,)
+                ).fetchone()
+                session_id = str(bound[0]) if bound else ""
+            now = self._clock()
+            attachments = orjson.dumps([[a.ref, a.name, a.media_type] for a in request.attachments])
+            inserted = connection.execute(
+                "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
+                " attachments, content_digest, accepted_at, accepted_by)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (client_txn_id) DO NOTHING RETURNING seq",
+                (
+                    request.client_txn_id,
+                    session_id or None,
+                    request.chat_key or None,
+                    request.text,
+                    attachments.decode(),
+                    digest,
+                    now,
+                    accepted_by,
+                ),
+            ).fetchone()
+            if inserted is None:
+                # Another replica won the race on this txn id: replay its record.
+                replay = self._existing(connection, request, digest, accepted_by)
+                if replay is None:  # pragma: no cover - the conflict row is committed
+                    raise TxnConflictError()
+                return replay
+            seq = int(inserted[0])
+            if wanted:
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO blob_ref (sha256, message_seq) VALUES (%s, %s)"
+                        " ON CONFLICT DO NOTHING",
+                        [(sha, seq) for sha in wanted],
+                    )
+            self._retire(connection, now)
+            record = AcceptedRecord(
+                seq,
+                request.client_txn_id,
+                session_id,
+                request.chat_key,
+                request.text,
+                request.attachments,
+                now,
+            )
+            return record, False
+
+        return transaction(self._pool, work)
+
+    def _retire(self, connection: Connection, now: float) -> None:
+        connection.execute(
+            "UPDATE accepted_message SET retired_at = %s WHERE retired_at IS NULL AND ("
+            " accepted_at < %s OR seq NOT IN (SELECT ranked.seq FROM (SELECT seq, ROW_NUMBER()"
+            "  OVER (PARTITION BY COALESCE(session_id, 'key:' || chat_key) ORDER BY seq DESC)"
+            "  AS rank FROM accepted_message WHERE retired_at IS NULL) AS ranked"
+            "  WHERE ranked.rank <= %s))",
+            (now, now - self._ttl, self._keep),
+        )
+        connection.execute(
+            "DELETE FROM blob_ref WHERE message_seq IN"
+            " (SELECT seq FROM accepted_message WHERE retired_at IS NOT NULL)"
+        )
+
+    def bind(self, chat_key: str, session_id: str) -> int:
+        """Bind a chat key to a session; ChatKeyBoundError if bound elsewhere."""
+        by = principal_name()
+
+        def work(connection: Connection) -> int:
+            self._lock(connection)
+            connection.execute(
+                "INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES (%s, %s, %s)"
+                " ON CONFLICT (chat_key) DO NOTHING",
+                (chat_key, session_id, self._clock()),
+            )
+            row = connection.execute(
+                "SELECT session_id FROM chat_binding WHERE chat_key = %s", (chat_key,)
+            ).fetchone()
+            if row is None or row[0] != session_id:
+                raise ChatKeyBoundError()
+            cursor = connection.execute(
+                "UPDATE accepted_message SET session_id = %s WHERE chat_key = %s"
+                " AND session_id IS NULL AND (%s::text IS NULL OR accepted_by = %s)",
+                (session_id, chat_key, by, by),
+            )
+            return int(cursor.rowcount)
+
+        return transaction(self._pool, work)
+
+    def binding(self, chat_key: str) -> str | None:
+        """The session a chat key is bound to, if any."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            row = connection.execute(
+                "SELECT session_id FROM chat_binding WHERE chat_key = %s", (chat_key,)
+            ).fetchone()
+        return str(row[0]) if row else None
+
+    def pending(self, session_id: str, chat_key: str) -> tuple[list[AcceptedRecord], int]:
+        """Unretired messages (retiring the aged ones first) and the last seq, in one transaction."""
+        by = principal_name()
+
+        def work(connection: Connection) -> tuple[list[AcceptedRecord], int]:
+            self._lock(connection)
+            self._retire(connection, self._clock())
+            values: list[str | None]
+            if session_id:
+                where, values = "session_id = %s", [session_id]
+            else:
+                where = (
+                    "chat_key = %s AND session_id IS NULL"
+                    " AND (%s::text IS NULL OR accepted_by = %s)"
+                )
+                values = [chat_key, by, by]
+            rows = connection.execute(
+                f"SELECT {_COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
+                " ORDER BY seq",
+                values,
+            ).fetchall()
+            last = connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
+            ).fetchone()
+            return [_record(r) for r in rows], int(last[0]) if last else 0
+
+        return transaction(self._pool, work)
+
+    def since(self, session_id: str, chat_key: str, after_seq: int) -> list[AcceptedRecord]:
+        """Messages of a session or chat key with seq > after_seq, oldest first."""
+        by = principal_name()
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(
+                f"SELECT {_COLUMNS} FROM accepted_message WHERE seq > %s AND"
+                " (session_id = %s OR (chat_key = %s AND (%s::text IS NULL OR accepted_by = %s)))"
+                " ORDER BY seq LIMIT 1000",
+                (after_seq, session_id or None, chat_key or None, by, by),
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def last_seq(self) -> int:
+        """The highest seq committed so far."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            row = connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        """Close the pool (when this store opened it)."""
+        if self._owns_pool:
+            self._pool.close()

@@ -1,0 +1,162 @@
+"""The PostgreSQL backend of BlobMetadataStore, shared by several media replicas.
+
+Bytes stay on a volume the replicas share (`<state>/blobs`); only metadata is
+here. Row locks give the guarantees SQLite's single writer gives:
+
+- `publish` locks the blob's row (`FOR UPDATE`) before it renames the file
+  into place, so it waits for a collection deleting that blob to commit, and
+  a collection that comes second finds the fresh created_at and keeps it;
+- `delete_if_unreferenced` locks the row, then re-checks the references in a
+  new statement (so it sees every committed blob_ref), and unlinks the file
+  before its transaction commits;
+- the history service's accept locks its blobs `FOR SHARE` while it writes
+  their blob_ref rows, so a collection waits for it and then sees them.
+
+`exclusive_gc` takes a session advisory lock (`pg_try_advisory_lock`): when
+several replicas collect at once, one collects and the others skip the round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from media_service.store.base import QUERY_BATCH, BlobRow
+from scrollback.state.postgres import GC_LOCK, Pool, transaction, unavailable_on_failure
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+class PostgresBlobMetadataStore:
+    """Blob metadata in the `blob`, `blob_ref` and `blob_owner` tables of PostgreSQL."""
+
+    def __init__(self, pool: Pool, *, owns_pool: bool = True) -> None:
+        self._pool = pool
+        self._owns_pool = owns_pool
+
+    def get(self, sha256: str) -> BlobRow | None:
+        """The row of one blob, or None."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            row = connection.execute(
+                "SELECT sha256, size_bytes, media_type, created_at FROM blob WHERE sha256 = %s",
+                (sha256,),
+            ).fetchone()
+        return None if row is None else BlobRow(row[0], int(row[1]), row[2], float(row[3]))
+
+    def _batched(self, query: str, digests: Sequence[str], *lead: str) -> set[str]:
+        found: set[str] = set()
+        unique = list(dict.fromkeys(digests))
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            for start in range(0, len(unique), QUERY_BATCH):
+                batch = unique[start : start + QUERY_BATCH]
+                rows = connection.execute(query, (*lead, batch)).fetchall()
+                found.update(str(r[0]) for r in rows)
+        return found
+
+    def existing(self, digests: Sequence[str]) -> set[str]:
+        """Which of these digests have a row, QUERY_BATCH per query."""
+        return self._batched("SELECT sha256 FROM blob WHERE sha256 = ANY(%s)", digests)
+
+    def publish(
+        self, row: BlobRow, publish_file: Callable[[], None], owner: str | None = None
+    ) -> bool:
+        """Lock the row, run `publish_file`, upsert the row and record the owner; commit."""
+
+        def body(connection: Connection) -> bool:
+            existed = (
+                connection.execute(
+                    "SELECT 1 FROM blob WHERE sha256 = %s FOR UPDATE", (row.sha256,)
+                ).fetchone()
+                is not None
+            )
+            publish_file()
+            connection.execute(
+                "INSERT INTO blob (sha256, size_bytes, media_type, created_at)"
+                " VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at",
+                (row.sha256, row.size_bytes, row.media_type, row.created_at),
+            )
+            if owner is not None:
+                connection.execute(
+                    "INSERT INTO blob_owner (sha256, principal, created_at) VALUES (%s, %s, %s)"
+                    " ON CONFLICT DO NOTHING",
+                    (row.sha256, owner, row.created_at),
+                )
+            return existed
+
+        return transaction(self._pool, body)
+
+    def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
+        """Which of these digests `principal` uploaded, QUERY_BATCH per query."""
+        return self._batched(
+            "SELECT sha256 FROM blob_owner WHERE principal = %s AND sha256 = ANY(%s)",
+            digests,
+            principal,
+        )
+
+    def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
+        """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(
+                "SELECT DISTINCT m.session_id, m.accepted_by FROM blob_ref r"
+                " JOIN accepted_message m ON m.seq = r.message_seq WHERE r.sha256 = %s LIMIT 1000",
+                (sha256,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def unreferenced_before(self, cutoff: float, limit: int) -> list[str]:
+        """Digests of blobs created before `cutoff` that no blob_ref row names."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(
+                "SELECT sha256 FROM blob WHERE created_at < %s AND NOT EXISTS"
+                " (SELECT 1 FROM blob_ref WHERE blob_ref.sha256 = blob.sha256)"
+                " ORDER BY created_at LIMIT %s",
+                (cutoff, limit),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def delete_if_unreferenced(
+        self, sha256: str, cutoff: float, remove_file: Callable[[], None]
+    ) -> bool:
+        """Lock, re-check and delete one blob's row and file in one transaction."""
+
+        def body(connection: Connection) -> bool:
+            locked = connection.execute(
+                "SELECT 1 FROM blob WHERE sha256 = %s AND created_at < %s FOR UPDATE",
+                (sha256, cutoff),
+            ).fetchone()
+            if locked is None:
+                return False
+            referenced = connection.execute(
+                "SELECT 1 FROM blob_ref WHERE sha256 = %s LIMIT 1", (sha256,)
+            ).fetchone()
+            if referenced is not None:
+                return False
+            connection.execute("DELETE FROM blob WHERE sha256 = %s", (sha256,))
+            connection.execute("DELETE FROM blob_owner WHERE sha256 = %s", (sha256,))
+            remove_file()
+            return True
+
+        return transaction(self._pool, body)
+
+    @contextmanager
+    def exclusive_gc(self) -> Iterator[bool]:
+        """Hold the cluster-wide GC lock while the block runs; yield False if another holds it."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            row = connection.execute("SELECT pg_try_advisory_lock(%s)", (GC_LOCK,)).fetchone()
+            connection.commit()
+            acquired = bool(row and row[0])
+            try:
+                yield acquired
+            finally:
+                if acquired:
+                    connection.execute("SELECT pg_advisory_unlock(%s)", (GC_LOCK,))
+                    connection.commit()
+
+    def close(self) -> None:
+        """Close the pool (when this store opened it)."""
+        if self._owns_pool:
+            self._pool.close()

@@ -1,0 +1,232 @@
+"""Who is calling, and what they may see: bearer tokens, principals, and the security settings.
+
+No grpc here: the interceptor (`scrollback.interceptors`) reads the
+`authorization: Bearer <token>` metadata, looks the token up in a `TokenTable`
+and sets the caller's `Principal` in a context variable for the rest of the
+call. Domain code asks `current_principal()` / `project_visible()`; with no
+auth configured there is no principal and everything is visible (the embedded
+loopback default).
+
+Token file (YAML or JSON, `SCROLLBACK_AUTH_TOKENS` / `--auth-tokens`)::
+
+    tokens:
+      - token_sha256: "<64 hex: sha256 of the token text>"   # preferred
+        principal: alice
+        projects: ["-Users-alice-proj"]
+      - token: "plain-token-text"                            # accepted, discouraged
+        principal: ops
+        projects: ["*"]                                      # every project
+
+Tokens are compared by their sha256 in constant time, against every entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+ALL_PROJECTS = "*"
+_HEX = frozenset("0123456789abcdef")
+DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
+
+
+class AuthConfigError(ValueError):
+    """A token file or security setting that cannot be used (never echoes a token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller and the project dirs it may read."""
+
+    name: str
+    projects: frozenset[str]
+
+    def sees_project(self, project_dir: str) -> bool:
+        """True if this principal may read transcripts of that project dir."""
+        return ALL_PROJECTS in self.projects or project_dir in self.projects
+
+
+_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "scrollback_principal", default=None
+)
+
+
+def current_principal() -> Principal | None:
+    """The caller of the current RPC, or None when auth is not configured."""
+    return _principal.get()
+
+
+def set_principal(principal: Principal | None) -> contextvars.Token[Principal | None]:
+    """Set the caller for the current context (the interceptor does this)."""
+    return _principal.set(principal)
+
+
+def reset_principal(token: contextvars.Token[Principal | None]) -> None:
+    """Undo `set_principal` (ignored if the context changed meanwhile)."""
+    with contextlib.suppress(ValueError):
+        _principal.reset(token)
+
+
+def project_visible(project_dir: str) -> bool:
+    """True if the current caller may read that project dir (always, without auth)."""
+    principal = _principal.get()
+    return principal is None or principal.sees_project(project_dir)
+
+
+def principal_name() -> str | None:
+    """The current caller's name, or None without auth."""
+    principal = _principal.get()
+    return None if principal is None else principal.name
+
+
+def token_digest(token: str) -> bytes:
+    """The sha256 of a token's text (what the table stores)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class TokenTable:
+    """Token digests -> principals, looked up in constant time per entry."""
+
+    def __init__(self, entries: list[tuple[bytes, Principal]]) -> None:
+        if not entries:
+            raise AuthConfigError("the token file lists no tokens")
+        self._entries = entries
+
+    @property
+    def principals(self) -> list[Principal]:
+        """Every principal in the table."""
+        return [principal for _, principal in self._entries]
+
+    def lookup(self, token: str) -> Principal | None:
+        """The principal of a token, or None; compares against every entry."""
+        digest = token_digest(token)
+        found: Principal | None = None
+        for stored, principal in self._entries:
+            if hmac.compare_digest(stored, digest) and found is None:
+                found = principal
+        return found
+
+    @classmethod
+    def from_data(cls, data: Any) -> TokenTable:
+        """Build from the parsed file (`{"tokens": [...]}`)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("tokens"), list):
+            raise AuthConfigError("the token file must hold a 'tokens' list")
+        entries: list[tuple[bytes, Principal]] = []
+        for number, item in enumerate(data["tokens"], 1):
+            if not isinstance(item, Mapping):
+                raise AuthConfigError(f"token entry {number} is not a mapping")
+            name = item.get("principal")
+            if not isinstance(name, str) or not name:
+                raise AuthConfigError(f"token entry {number} needs a principal name")
+            projects = item.get("projects", [])
+            if not isinstance(projects, list) or not all(isinstance(p, str) for p in projects):
+                raise AuthConfigError(f"token entry {number}: projects must be a list of names")
+            hashed, plain = item.get("token_sha256"), item.get("token")
+            if isinstance(hashed, str) and len(hashed) == 64 and set(hashed.lower()) <= _HEX:
+                digest = bytes.fromhex(hashed)
+            elif isinstance(plain, str) and plain:
+                digest = token_digest(plain)
+            else:
+                raise AuthConfigError(f"token entry {number} needs token_sha256 (64 hex) or token")
+            entries.append((digest, Principal(name, frozenset(projects))))
+        return cls(entries)
+
+    @classmethod
+    def from_file(cls, path: Path) -> TokenTable:
+        """Read a YAML or JSON token file."""
+        try:
+            text = path.read_bytes()
+        except OSError:
+            raise AuthConfigError(
+                "the token file (SCROLLBACK_AUTH_TOKENS) cannot be read"
+            ) from None
+        try:
+            data = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (orjson.JSONDecodeError, yaml.YAMLError):
+            raise AuthConfigError("the token file is not valid YAML or JSON") from None
+        return cls.from_data(data)
+
+
+def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name)
+    return Path(value).expanduser() if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class SecuritySettings:
+    """Auth, TLS, per-principal limits and the metrics endpoint of one server."""
+
+    auth_tokens: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL
+    # HOST:PORT of the Prometheus endpoint; empty = off.
+    metrics_addr: str = ""
+
+    @property
+    def auth_configured(self) -> bool:
+        """True when bearer tokens are required."""
+        return self.auth_tokens is not None
+
+    @property
+    def tls_configured(self) -> bool:
+        """True when the server speaks TLS."""
+        return self.tls_cert is not None
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, metrics_var: str = ""
+    ) -> SecuritySettings:
+        """SCROLLBACK_AUTH_TOKENS, SCROLLBACK_TLS_{CERT,KEY,CLIENT_CA},
+        SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL and the service's metrics variable."""
+        source = os.environ if env is None else env
+        streams_text = source.get("SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL", "")
+        try:
+            streams = int(streams_text) if streams_text else DEFAULT_MAX_STREAMS_PER_PRINCIPAL
+        except ValueError:
+            raise AuthConfigError(
+                "SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL must be an integer"
+            ) from None
+        return cls(
+            auth_tokens=_optional_path(source, "SCROLLBACK_AUTH_TOKENS"),
+            tls_cert=_optional_path(source, "SCROLLBACK_TLS_CERT"),
+            tls_key=_optional_path(source, "SCROLLBACK_TLS_KEY"),
+            tls_client_ca=_optional_path(source, "SCROLLBACK_TLS_CLIENT_CA"),
+            max_streams_per_principal=streams,
+            metrics_addr=source.get(metrics_var, "") if metrics_var else "",
+        )
+
+    def validate(self) -> SecuritySettings:
+        """Return self if usable; AuthConfigError otherwise (files are read at start)."""
+        if self.max_streams_per_principal < 1:
+            raise AuthConfigError("the max streams per principal must be at least 1")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise AuthConfigError("SCROLLBACK_TLS_CERT and SCROLLBACK_TLS_KEY go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise AuthConfigError("SCROLLBACK_TLS_CLIENT_CA needs SCROLLBACK_TLS_CERT and _KEY")
+        for name, path in (
+            ("SCROLLBACK_AUTH_TOKENS", self.auth_tokens),
+            ("SCROLLBACK_TLS_CERT", self.tls_cert),
+            ("SCROLLBACK_TLS_KEY", self.tls_key),
+            ("SCROLLBACK_TLS_CLIENT_CA", self.tls_client_ca),
+        ):
+            if path is not None and not path.is_file():
+                raise AuthConfigError(f"{name} does not name a readable file")
+        if self.metrics_addr and ":" not in self.metrics_addr:
+            raise AuthConfigError("the metrics address must be HOST:PORT")
+        return self
+
+    def token_table(self) -> TokenTable | None:
+        """The token table, read now, or None without auth."""
+        return None if self.auth_tokens is None else TokenTable.from_file(self.auth_tokens)

@@ -1,0 +1,334 @@
+"""The grpc.aio server interceptor both services share: auth, per-principal limits, logs, metrics.
+
+`ServerPolicy` wraps every RPC handler except health and reflection:
+
+- auth: with a token table, `authorization: Bearer <token>` is required;
+  missing or unknown is UNAUTHENTICATED. The caller's principal is set in
+  `scrollback.auth`'s context variable for the whole call (domain code reads
+  it; `asyncio.to_thread` carries it into worker threads).
+- limits: at most `max_streams` calls in flight per principal (anonymous
+  callers share one budget); over it is RESOURCE_EXHAUSTED naming the limit.
+- one structured log line per RPC (`scrollback.rpc`: service, method, code,
+  duration, principal; never payloads or tokens) and Prometheus metrics.
+
+`prepare_security` turns `SecuritySettings` into the interceptor, the TLS
+credentials and the bind check, and starts the metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter as Tally
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from scrollback import metrics
+from scrollback.auth import (
+    Principal,
+    SecuritySettings,
+    TokenTable,
+    reset_principal,
+    set_principal,
+)
+from scrollback.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
+
+log = logging.getLogger(__name__)
+rpc_log = logging.getLogger("scrollback.rpc")
+
+EXEMPT_PREFIXES = (
+    "/grpc.health.v1.",
+    "/grpc.reflection.v1alpha.",
+    "/grpc.reflection.v1.",
+)
+Context = grpc.aio.ServicerContext[Any, Any]
+if TYPE_CHECKING:
+    _InterceptorBase = grpc.aio.ServerInterceptor[Any, Any]
+else:  # the runtime class is not generic
+    _InterceptorBase = grpc.aio.ServerInterceptor
+MALFORMED_MESSAGE = "malformed request message"
+
+
+class _Malformed:
+    """Stands for a request message that did not deserialize."""
+
+
+_MALFORMED = _Malformed()
+
+
+def _safe_deserializer(inner: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """A deserializer that returns _MALFORMED instead of raising (bad wire format, bad UTF-8)."""
+    if inner is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return inner(data)
+        except Exception:
+            return _MALFORMED
+
+    return deserialize
+
+
+async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if request is _MALFORMED:
+            raise MalformedRequestError()
+        yield request
+
+
+@dataclass
+class _Call:
+    method: str
+    principal: Principal | None
+    failure: str
+    started: float
+    admitted: bool = False
+    error: BaseException | None = None
+    token: Any = None
+
+
+def _bearer(metadata: Sequence[Any] | None) -> str | None:
+    for item in metadata or ():
+        key, value = item[0], item[1]
+        if key == "authorization":
+            text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            scheme, _, token = text.strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return ""
+    return None
+
+
+class ServerPolicy(_InterceptorBase):
+    """Auth, per-principal concurrency, logs and metrics around every RPC."""
+
+    def __init__(
+        self,
+        service: str,
+        tokens: TokenTable | None,
+        *,
+        max_streams: int,
+        byte_counted_methods: frozenset[str] = frozenset(),
+    ) -> None:
+        self._service = service
+        self._tokens = tokens
+        self._max_streams = max_streams
+        self._byte_counted = byte_counted_methods
+        self._active: Tally[str] = Tally()
+
+    def active_calls(self, principal: str = "") -> int:
+        """Calls in flight for a principal ("" = anonymous)."""
+        return self._active[principal]
+
+    def _authenticate(self, metadata: Sequence[Any] | None) -> tuple[Principal | None, str]:
+        if self._tokens is None:
+            return None, ""
+        token = _bearer(metadata)
+        if token is None:
+            return None, "missing bearer token"
+        principal = self._tokens.lookup(token)
+        if principal is None:
+            return None, "unknown bearer token"
+        return principal, ""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(EXEMPT_PREFIXES):
+            return handler
+        short = method.rsplit("/", 1)[-1]
+        metadata = handler_call_details.invocation_metadata
+        return self._wrap(handler, short, metadata)
+
+    def _start(self, method: str, metadata: Sequence[Any] | None) -> _Call:
+        principal, failure = self._authenticate(metadata)
+        return _Call(method, principal, failure, time.perf_counter())
+
+    async def _admit(self, call: _Call, context: Context, request: Any = None) -> None:
+        if call.failure:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, call.failure)
+        if request is _MALFORMED:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE)
+        key = call.principal.name if call.principal else ""
+        if self._active[key] >= self._max_streams:
+            metrics.LIMIT_REFUSALS.labels("max_streams_per_principal").inc()
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"over the limit of {self._max_streams} concurrent calls per principal"
+                " (max_streams_per_principal)",
+            )
+        self._active[key] += 1
+        call.admitted = True
+        call.token = set_principal(call.principal)
+
+    def _finish(self, call: _Call, context: Context) -> None:
+        if call.admitted:
+            key = call.principal.name if call.principal else ""
+            self._active[key] -= 1
+            if self._active[key] <= 0:
+                del self._active[key]
+            reset_principal(call.token)
+        error = call.error
+        if error is None or isinstance(error, grpc.aio.AbortError):
+            code = context.code() or grpc.StatusCode.OK
+            if isinstance(code, int):  # some versions report the raw integer
+                code = next(
+                    (c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN
+                )
+        elif isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+            code = grpc.StatusCode.CANCELLED
+        else:
+            code = grpc.StatusCode.UNKNOWN
+        duration = time.perf_counter() - call.started
+        name = call.principal.name if call.principal else "-"
+        metrics.RPC_REQUESTS.labels(self._service, call.method, code.name).inc()
+        metrics.RPC_LATENCY.labels(self._service, call.method).observe(duration)
+        rpc_log.info(
+            "rpc service=%s method=%s code=%s duration_ms=%.1f principal=%s",
+            self._service,
+            call.method,
+            code.name,
+            duration * 1000,
+            name,
+        )
+
+    def _wrap(self, handler: Any, method: str, metadata: Sequence[Any] | None) -> Any:
+        counted = method in self._byte_counted
+        deserializer = _safe_deserializer(handler.request_deserializer)
+        if not handler.request_streaming and not handler.response_streaming:
+            inner = handler.unary_unary
+
+            async def unary_unary(request: Any, context: Context) -> Any:
+                call = self._start(method, metadata)
+                try:
+                    await self._admit(call, context, request)
+                    return await inner(request, context)
+                except BaseException as error:
+                    call.error = error
+                    raise
+                finally:
+                    self._finish(call, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, deserializer, handler.response_serializer
+            )
+        if handler.request_streaming and not handler.response_streaming:
+            inner = handler.stream_unary
+
+            async def stream_unary(requests: Any, context: Context) -> Any:
+                call = self._start(method, metadata)
+                try:
+                    await self._admit(call, context)
+                    return await inner(_checked(requests), context)
+                except BaseException as error:
+                    call.error = error
+                    raise
+                finally:
+                    self._finish(call, context)
+
+            return grpc.stream_unary_rpc_method_handler(
+                stream_unary, deserializer, handler.response_serializer
+            )
+
+        streaming_inner = (
+            handler.unary_stream if not handler.request_streaming else handler.stream_stream
+        )
+
+        async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
+            call = self._start(method, metadata)
+            try:
+                if handler.request_streaming:
+                    await self._admit(call, context)
+                    result = streaming_inner(_checked(request), context)
+                else:
+                    await self._admit(call, context, request)
+                    result = streaming_inner(request, context)
+                if hasattr(result, "__aiter__"):
+                    async for message in result:
+                        if counted:
+                            metrics.READ_MEDIA_BYTES.inc(len(getattr(message, "data", b"")))
+                        yield message
+                else:
+                    await result
+            except BaseException as error:
+                call.error = error
+                raise
+            finally:
+                self._finish(call, context)
+
+        if handler.request_streaming:
+            return grpc.stream_stream_rpc_method_handler(
+                streaming, deserializer, handler.response_serializer
+            )
+        return grpc.unary_stream_rpc_method_handler(
+            streaming, deserializer, handler.response_serializer
+        )
+
+
+@dataclass
+class PreparedSecurity:
+    """What a server needs from its security settings."""
+
+    policy: ServerPolicy
+    credentials: grpc.ServerCredentials | None
+    metrics_port: int | None
+
+
+def server_credentials(settings: SecuritySettings) -> grpc.ServerCredentials | None:
+    """TLS credentials (mutual TLS when a client CA is set), or None for plaintext."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    client_ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+def prepare_security(
+    service: str,
+    settings: SecuritySettings,
+    *,
+    address: str,
+    insecure: bool,
+    auth_configured: bool = False,
+    byte_counted_methods: frozenset[str] = frozenset(),
+) -> PreparedSecurity:
+    """Validate the settings, check the bind rule, read tokens and certificates, start metrics.
+
+    Raises AuthConfigError or BindRefusedError.
+    """
+    settings.validate()
+    check_bind_allowed(
+        address,
+        auth_configured=auth_configured or settings.auth_configured,
+        insecure=insecure,
+    )
+    tokens = settings.token_table()
+    if tokens is None:
+        where = "loopback" if is_loopback(address) else "a non-loopback address (--insecure)"
+        log.info("%s service: auth is off (no token file); serving %s", service, where)
+    else:
+        log.info("%s service: bearer-token auth on, %d principals", service, len(tokens.principals))
+    credentials = server_credentials(settings)
+    policy = ServerPolicy(
+        service,
+        tokens,
+        max_streams=settings.max_streams_per_principal,
+        byte_counted_methods=byte_counted_methods,
+    )
+    metrics_port = None
+    if settings.metrics_addr:
+        metrics_port = metrics.serve_metrics(settings.metrics_addr)
+        log.info("%s service: metrics on port %d", service, metrics_port)
+    return PreparedSecurity(policy, credentials, metrics_port)
