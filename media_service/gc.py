@@ -6,6 +6,12 @@ the write transaction that deletes the row, and the file is unlinked inside
 that transaction, so a concurrent accept (which writes blob_ref rows under
 the same write lock) either sees the blob or finds it gone, never half.
 
+With several replicas on one PostgreSQL database, a collection runs only
+while it holds the metadata store's `exclusive_gc` lock: a replica that finds
+another collecting skips the round (`GcReport.locked_out`). The per-blob
+re-check keeps even overlapping collections correct; the lock keeps them from
+doing the work twice.
+
 Used by the media server's periodic task and by `scrollback gc`.
 """
 
@@ -32,6 +38,7 @@ class GcReport:
     cutoff: float
     deleted: list[str] = field(default_factory=list)
     skipped: int = 0
+    locked_out: bool = False
 
 
 def collect_garbage(
@@ -41,6 +48,18 @@ def collect_garbage(
     when = time.time() if now is None else now
     cutoff = when - grace_seconds
     report = GcReport(now=when, cutoff=cutoff)
+    with store.metadata.exclusive_gc() as acquired:
+        if not acquired:
+            report.locked_out = True
+            log.info("gc skipped: another replica is collecting")
+            return report
+        _collect(store, cutoff, report)
+    if report.deleted:
+        log.info("gc removed %d unreferenced blobs", len(report.deleted))
+    return report
+
+
+def _collect(store: BlobStore, cutoff: float, report: GcReport) -> None:
     seen: set[str] = set()
     while True:
         candidates = [
@@ -62,6 +81,3 @@ def collect_garbage(
                 report.deleted.append(sha256)
             else:
                 report.skipped += 1
-    if report.deleted:
-        log.info("gc removed %d unreferenced blobs", len(report.deleted))
-    return report

@@ -3,6 +3,13 @@
 A selector names either a transcript image (ref + pin) or a blob (sha256);
 `stat` gives its metadata, `open` its metadata plus a reader of its verified
 bytes. Everything here blocks: the servicer runs it in a thread.
+
+With auth, a `media:<sha256>` blob is readable only by a principal that
+uploaded it or can see an accepted message referencing it (its session's
+project is visible, or it accepted the message itself): a known hash is not a
+key. Others get the same NOT_FOUND as for a blob that does not exist, and
+FindMissingBlobs reports such blobs as missing (re-uploading them makes the
+caller an owner).
 """
 
 from __future__ import annotations
@@ -13,16 +20,24 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from media_service.blobs import BlobStore, MediaInfo
+from media_service.errors import MediaNotFoundError
 from media_service.transcript_media import TranscriptMedia
+from scrollback.auth import current_principal
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
+from scrollback.transcripts import TranscriptRoot
 
 
 @dataclass(frozen=True, slots=True)
 class TranscriptSelector:
-    """A transcript image, with the pin it was minted with."""
+    """A transcript image, with the pin it was minted with.
+
+    `line_offset_hint` is where the history service saw the entry's line
+    (None: no hint); it only ever saves a search, never changes an answer.
+    """
 
     ref: TranscriptImageRef
     pin: str
+    line_offset_hint: int | None = None
 
 
 Selector = TranscriptSelector | BlobRef
@@ -36,10 +51,13 @@ class OpenMedia:
         info: MediaInfo,
         read: Callable[[int, int], bytes],
         close: Callable[[], None] = lambda: None,
+        data: bytes | None = None,
     ) -> None:
         self.info = info
         self._read = read
         self._close = close
+        # The whole medium when it is held in memory: served without more reads.
+        self.data = data
 
     def read(self, offset: int, length: int) -> bytes:
         """Up to `length` bytes from `offset`."""
@@ -53,7 +71,7 @@ class OpenMedia:
     def of_bytes(cls, info: MediaInfo, data: bytes) -> OpenMedia:
         """A medium held in memory."""
         view = memoryview(data)
-        return cls(info, lambda offset, length: bytes(view[offset : offset + length]))
+        return cls(info, lambda offset, length: bytes(view[offset : offset + length]), data=data)
 
     @classmethod
     def of_file(cls, info: MediaInfo, handle: BinaryIO) -> OpenMedia:
@@ -65,21 +83,64 @@ class OpenMedia:
 class MediaLibrary:
     """Transcript images and blobs behind one interface."""
 
-    def __init__(self, transcripts: TranscriptMedia, blobs: BlobStore) -> None:
+    def __init__(
+        self, transcripts: TranscriptMedia, blobs: BlobStore, root: TranscriptRoot | None = None
+    ) -> None:
         self.transcripts = transcripts
         self.blobs = blobs
+        self._root = root
+
+    def _session_visible(self, session_id: str) -> bool:
+        if self._root is None:
+            return False
+        try:
+            self._root.resolve(session_id)
+        except LookupError:
+            return False
+        except ValueError:
+            return False
+        return True
+
+    def blob_visible(self, sha256: str) -> bool:
+        """True if the current caller may read this blob (always, without auth)."""
+        principal = current_principal()
+        if principal is None:
+            return True
+        if self.blobs.metadata.owned_by([sha256], principal.name):
+            return True
+        for session_id, accepted_by in self.blobs.metadata.referencing(sha256):
+            if accepted_by == principal.name:
+                return True
+            if session_id and self._session_visible(session_id):
+                return True
+        return False
+
+    def _check_blob(self, sha256: str) -> None:
+        if not self.blob_visible(sha256):
+            raise MediaNotFoundError()
+
+    def find_missing(self, digests: list[str]) -> list[str]:
+        """The digests the store lacks or the caller may not read, in the order asked."""
+        missing = self.blobs.find_missing(digests)
+        if current_principal() is None:
+            return missing
+        absent = set(missing)
+        return [d for d in digests if d in absent or not self.blob_visible(d)]
 
     def stat(self, selector: Selector) -> MediaInfo:
-        """Metadata only (a transcript image is still decoded to hash it)."""
+        """Metadata only (a transcript image is still found and pin-checked)."""
         if isinstance(selector, TranscriptSelector):
-            info, _ = self.transcripts.read(selector.ref, selector.pin)
-            return info
+            return self.transcripts.stat(selector.ref, selector.pin, selector.line_offset_hint)
+        self._check_blob(selector.sha256)
         return self.blobs.stat(selector.sha256)
 
     def open(self, selector: Selector) -> OpenMedia:
         """Metadata and verified bytes, ready to stream."""
         if isinstance(selector, TranscriptSelector):
-            info, data = self.transcripts.read(selector.ref, selector.pin)
+            info, data = self.transcripts.read(
+                selector.ref, selector.pin, selector.line_offset_hint
+            )
             return OpenMedia.of_bytes(info, data)
+        self._check_blob(selector.sha256)
         info, handle = self.blobs.open_verified(selector.sha256)
         return OpenMedia.of_file(info, handle)

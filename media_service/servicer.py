@@ -30,12 +30,20 @@ from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.grpc_support import ErrorTable, abort_for, status_for
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_STAT_SELECTORS = 1000
 # Blob bytes are read from disk in blocks of this size, then sent in chunks.
 READ_BLOCK = 1024 * 1024
+
+DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
+
+
+class UploadIdleError(Exception):
+    """A WriteBlob client stopped sending for longer than the idle timeout."""
+
 
 ERRORS: ErrorTable = {
     RefError: grpc.StatusCode.INVALID_ARGUMENT,
@@ -49,6 +57,8 @@ ERRORS: ErrorTable = {
     BlobTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     StorageFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     CorruptMediaError: grpc.StatusCode.DATA_LOSS,
+    StoreBusyError: grpc.StatusCode.UNAVAILABLE,
+    UploadIdleError: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 
@@ -57,8 +67,11 @@ def selector_from_proto(selector: media_pb2.MediaSelector) -> Selector:
     which = selector.WhichOneof("ref")
     if which == "media_ref":
         ref = selector.media_ref
+        # proto3: an absent hint reads as 0, and offset 0 is cheap to try.
         return TranscriptSelector(
-            TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index), ref.pin
+            TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index),
+            ref.pin,
+            ref.line_offset_hint,
         )
     if which == "blob_ref":
         return parse_blob_ref(selector.blob_ref)
@@ -88,9 +101,27 @@ def error_to_proto(error: Exception) -> media_pb2.MediaError:
 class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     """The MediaService RPCs over a MediaLibrary."""
 
-    def __init__(self, library: MediaLibrary, *, chunk_size: int) -> None:
+    def __init__(
+        self,
+        library: MediaLibrary,
+        *,
+        chunk_size: int,
+        write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT,
+    ) -> None:
         self._library = library
         self._chunk_size = chunk_size
+        self._idle_timeout = write_idle_timeout
+
+    async def _next(
+        self, iterator: AsyncIterator[media_pb2.WriteBlobRequest]
+    ) -> media_pb2.WriteBlobRequest | None:
+        """The next upload message, None at the end; UploadIdleError after the idle timeout."""
+        try:
+            return await asyncio.wait_for(anext(iterator, None), self._idle_timeout)
+        except TimeoutError:
+            raise UploadIdleError(
+                f"no upload data for {self._idle_timeout:g} s (write_idle_timeout_seconds)"
+            ) from None
 
     async def ReadMedia(
         self, request: media_pb2.ReadMediaRequest, context: Context
@@ -100,6 +131,8 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             if not request.HasField("media"):
                 raise InvalidRequestError("media is required")
             selector = selector_from_proto(request.media)
+            if request.read_offset < 0 or request.read_limit < 0:
+                byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
             media = await asyncio.to_thread(self._library.open, selector)
         except Exception as error:
             await abort_for(context, error, ERRORS)
@@ -111,6 +144,13 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             except ReadRangeError as error:
                 await abort_for(context, error, ERRORS)
             yield media_pb2.ReadMediaResponse(metadata=metadata_to_proto(media.info))
+            chunk = self._chunk_size
+            if media.data is not None:
+                # In memory already: each chunk is copied once, no thread hop.
+                view = memoryview(media.data)
+                for at in range(start, end, chunk):
+                    yield media_pb2.ReadMediaResponse(data=bytes(view[at : min(at + chunk, end)]))
+                return
             position = start
             while position < end:
                 block = await asyncio.to_thread(
@@ -118,8 +158,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 )
                 if not block:
                     await abort_for(context, CorruptMediaError(), ERRORS)
-                for at in range(0, len(block), self._chunk_size):
-                    yield media_pb2.ReadMediaResponse(data=block[at : at + self._chunk_size])
+                view = memoryview(block)
+                for at in range(0, len(block), chunk):
+                    yield media_pb2.ReadMediaResponse(data=bytes(view[at : at + chunk]))
                 position += len(block)
         finally:
             media.close()
@@ -156,8 +197,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     ) -> media_pb2.WriteBlobResponse:
         """Header first, then data; answered once the blob is durable."""
         blobs = self._library.blobs
+        iterator = aiter(request_iterator)
         try:
-            first = await anext(aiter(request_iterator), None)
+            first = await self._next(iterator)
             if first is None or first.WhichOneof("item") != "header":
                 raise InvalidRequestError("the first message must be the header")
             header = first.header
@@ -167,7 +209,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         except Exception as error:
             await abort_for(context, error, ERRORS)
         try:
-            async for message in request_iterator:
+            while (message := await self._next(iterator)) is not None:
                 if message.WhichOneof("item") == "header":
                     raise InvalidRequestError("the header must be sent only first")
                 if message.data:
@@ -188,9 +230,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     ) -> media_pb2.FindMissingBlobsResponse:
         """The digests the store lacks, in the order asked."""
         try:
-            missing = await asyncio.to_thread(
-                self._library.blobs.find_missing, list(request.sha256)
-            )
+            missing = await asyncio.to_thread(self._library.find_missing, list(request.sha256))
         except Exception as error:
             await abort_for(context, error, ERRORS)
         return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)

@@ -1,31 +1,46 @@
 """Resolving a transcript image ref to its exact bytes (CONTRACT sections 2 and 4).
 
-The entry's line is found by a bounded-chunk byte search for its top-level
-`"uuid"` key (`"uuid":"<id>"`, whitespace allowed around the colon), never by
-loading the file: the byte before the key's quote must be `{` or `,` (after
-whitespace), and the line is then confirmed by parsing with the shared
-`strip_line`, whose top-level uuid must be the one asked for (so a
-parentUuid, a leafUuid, a nested object or text never matches). Only that one
-line is read, and a line over the max line size is never loaded.
+The entry's line is found, in this order:
 
-The image is then located, pin-checked and decoded with
-`scrollback.contract.extraction`, the same enumeration code that minted the
-ref. An LRU cache maps (file identity, entry uuid) to the line's offset, so
-repeated reads of one transcript do not rescan it; a cached offset is
-re-verified on every use.
+1. at the ref's line offset hint (the offset the history service saw the line
+   at), if the caller has one: the offset must start a line, the line is read
+   up to its newline with bounded reads (never past the max line size) and
+   must parse with the top-level uuid asked for and the pin asked for;
+2. at the offset remembered in an LRU cache keyed by (file identity, entry
+   uuid), re-verified the same way;
+3. by a bounded-chunk byte search for the quoted value `"<id>"` (`bytes.find`),
+   each hit confirmed as a top-level `"uuid"` key by a small anchored regex
+   over the bytes just before it (`"uuid"`, whitespace allowed around the
+   colon), the byte before the key's quote being `{` or `,` (after
+   whitespace), then by parsing the line with the shared stripper, whose
+   top-level uuid must be the one asked for (so a parentUuid, a leafUuid, a
+   nested object or text never matches).
+
+A wrong, stale or hostile hint or cached offset only ever costs a search:
+whatever either points at is verified exactly as a searched line is. Only the
+one line is read, and a line over the max line size is never loaded.
+
+Each line is stripped once (`strip_for_extraction`, the same enumeration code
+that minted the ref); the image is located in that result, pin-checked and
+decoded from the line on every read. The metadata of the decoded bytes
+(sha256, sniffed type, size) is cached per (file identity, entry uuid, index,
+pin): the pin is a hash of the payload's raw text, so a line whose pin still
+matches decodes to the same bytes.
 
 Blocking I/O throughout: callers on an event loop run it in a thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from media_service.blobs import MediaInfo
 from media_service.errors import (
@@ -35,22 +50,31 @@ from media_service.errors import (
     PinMismatchError,
 )
 from media_service.sniff import SNIFF_BYTES, sniff
+from scrollback import metrics
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
     UndecodablePayloadError,
     decode_image,
-    locate_image,
+    locate_in_stripped,
+    strip_for_extraction,
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
-from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
+# The first read of a hinted line; later reads grow fourfold (bounded by the max line size).
+HINT_FIRST_READ = 256 * 1024
 _MAX_SPACE = 16
-# Longest possible match: "uuid" + spaces + : + spaces + "<64 chars>".
-_OVERLAP = 6 + _MAX_SPACE + 1 + _MAX_SPACE + 66
+# The longest `"uuid"<spaces>:<spaces>` before a value.
+_KEY_REACH = 6 + _MAX_SPACE + 1 + _MAX_SPACE
+_KEY_WINDOW = 48
+# A `"uuid"` key ending exactly where the quoted value starts (used with endpos = the hit).
+_KEY_BEFORE = re.compile(rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}\Z' % (_MAX_SPACE, _MAX_SPACE))
 _WHITESPACE = b" \t\r\n"
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 def uuid_key_pattern(entry_uuid: str) -> re.Pattern[bytes]:
@@ -69,7 +93,7 @@ class Candidate:
     line: bytes | None
 
 
-def _preceded_by_object_start(fd: int, buf: bytes, index: int, buf_base: int) -> bool:
+def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int) -> bool:
     """True if the first non-whitespace byte before buf[index] is `{` or `,`."""
     i = index - 1
     while i >= 0 and buf[i] in _WHITESPACE:
@@ -101,89 +125,145 @@ def _line_end(fd: int, start: int, search_from: int, max_line_size: int) -> int 
 def iter_candidate_lines(fd: int, entry_uuid: str, max_line_size: int) -> Iterator[Candidate]:
     """Every line with a `"uuid"` key equal to `entry_uuid` preceded by `{` or `,`.
 
-    Reads the file in SCAN_CHUNK blocks with an overlap for matches across
-    block boundaries; each candidate line is yielded once.
+    Reads the file in SCAN_CHUNK blocks into one reused buffer, keeping an
+    overlap for matches across block boundaries, and looks for the quoted
+    value with `bytes.find`; only a hit is checked for the key before it.
+    Each candidate line is yielded once.
     """
-    pattern = uuid_key_pattern(entry_uuid)
-    tail = b""
+    needle = b'"' + entry_uuid.encode("ascii") + b'"'
+    chunk_size = SCAN_CHUNK
+    overlap = _KEY_REACH + len(needle)
+    buffer = bytearray(overlap + chunk_size)
+    view = memoryview(buffer)
+    kept = 0  # overlap bytes from the previous block, at the buffer's front
     read_at = 0
     line_start_carry = 0  # start of the line in effect at `read_at`
     done_until = -1  # candidate lines already yielded end before this offset
     oversize_start = -1
-    while True:
-        chunk = os.pread(fd, SCAN_CHUNK, read_at)
-        if not chunk:
-            return
-        buf = tail + chunk
-        buf_base = read_at - len(tail)
-        for match in pattern.finditer(buf):
-            if match.end() <= len(tail):
-                continue  # found in the previous block already
-            at = buf_base + match.start()
-            if at < done_until:
-                continue
-            newline = buf.rfind(b"\n", 0, match.start())
-            start = buf_base + newline + 1 if newline >= 0 else line_start_carry
-            if start == oversize_start:
-                continue
-            if not _preceded_by_object_start(fd, buf, match.start(), buf_base):
-                continue
-            end = _line_end(fd, start, buf_base + match.end(), max_line_size)
-            if end is None:
-                oversize_start = start
-                yield Candidate(start, None)
-                continue
-            done_until = end
-            yield Candidate(start, os.pread(fd, end - start, start))
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            line_start_carry = read_at + newline + 1
-        read_at += len(chunk)
-        tail = buf[-_OVERLAP:]
+    try:
+        while True:
+            count = os.preadv(fd, [view[kept : kept + chunk_size]], read_at)
+            if count == 0:
+                return
+            size = kept + count
+            buf_base = read_at - kept
+            # Hits ending inside the overlap were seen with the previous block.
+            hit = buffer.find(needle, max(0, kept - len(needle) + 1), size)
+            while hit >= 0:
+                key = _KEY_BEFORE.search(buffer, max(0, hit - _KEY_WINDOW), hit)
+                at = buf_base + hit
+                if key is not None and at >= done_until:
+                    key_start = key.start()
+                    newline = buffer.rfind(b"\n", 0, key_start)
+                    start = buf_base + newline + 1 if newline >= 0 else line_start_carry
+                    if start != oversize_start and _preceded_by_object_start(
+                        fd, buffer, key_start, buf_base
+                    ):
+                        end = _line_end(fd, start, at + len(needle), max_line_size)
+                        if end is None:
+                            oversize_start = start
+                            yield Candidate(start, None)
+                        else:
+                            done_until = end
+                            yield Candidate(start, os.pread(fd, end - start, start))
+                hit = buffer.find(needle, hit + 1, size)
+            newline = buffer.rfind(b"\n", kept, size)
+            if newline >= 0:
+                line_start_carry = buf_base + newline + 1
+            read_at += count
+            keep = min(overlap, size)
+            buffer[:keep] = buffer[size - keep : size]
+            kept = keep
+    finally:
+        view.release()
 
 
 def _line_at(fd: int, start: int, length: int) -> bytes | None:
     """The whole line at a cached offset, or None if the file no longer has it there."""
     if start > 0 and os.pread(fd, 1, start - 1) != b"\n":
         return None
-    data = os.pread(fd, length + 1, start)
-    if len(data) < length or b"\n" in data[:length]:
+    # The line's bytes exactly (no slicing copy of a megabyte line), then what follows it.
+    data = os.pread(fd, length, start)
+    if len(data) < length or data.find(b"\n") >= 0:
         return None
-    if len(data) == length + 1 and data[length:] != b"\n":
+    if os.pread(fd, 1, start + length) not in (b"\n", b""):
         return None
-    return data[:length]
+    return data
 
 
-class LineOffsetCache:
-    """LRU of (device, inode, entry uuid) -> (line offset, line length)."""
+def line_from(fd: int, start: int, max_line_size: int) -> bytes | None:
+    """The line starting at `start` (a hint), read up to its newline; None if there is none.
+
+    None when `start` does not start a line (not 0 and not just after a
+    newline), is at or past EOF, or the line is over `max_line_size` (at most
+    `max_line_size + 1` bytes are ever read). An unterminated last line is
+    returned as it is.
+    """
+    if start < 0 or (start > 0 and os.pread(fd, 1, start - 1) != b"\n"):
+        return None
+    parts: list[bytes] = []
+    total = 0
+    position = start
+    block = HINT_FIRST_READ
+    budget = max_line_size + 1  # the line and its newline
+    while total < budget:
+        data = os.pread(fd, min(block, budget - total), position)
+        if not data:
+            break
+        newline = data.find(b"\n")
+        if newline >= 0:
+            if not parts:
+                return data[:newline]
+            parts.append(data[:newline])
+            return b"".join(parts)
+        parts.append(data)
+        total += len(data)
+        position += len(data)
+        block *= 4
+    if total == 0 or total > max_line_size:
+        return None
+    return b"".join(parts)
+
+
+class LruCache(Generic[K, V]):
+    """A thread-safe bounded LRU map."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[tuple[int, int, str], tuple[int, int]] = OrderedDict()
+        self._entries: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[int, int, str]) -> tuple[int, int] | None:
-        """The cached span, freshened; or None."""
-        with self._lock:
-            span = self._entries.get(key)
-            if span is not None:
-                self._entries.move_to_end(key)
-            return span
+    def __len__(self) -> int:
+        return len(self._entries)
 
-    def put(self, key: tuple[int, int, str], span: tuple[int, int]) -> None:
-        """Remember a span, evicting the least recently used."""
+    def get(self, key: K) -> V | None:
+        """The cached value, freshened; or None."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        """Remember a value, evicting the least recently used."""
         if self._capacity == 0:
             return
         with self._lock:
-            self._entries[key] = span
+            self._entries[key] = value
             self._entries.move_to_end(key)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
 
-    def discard(self, key: tuple[int, int, str]) -> None:
-        """Forget a span that no longer holds."""
+    def discard(self, key: K) -> None:
+        """Forget a value that no longer holds."""
         with self._lock:
             self._entries.pop(key, None)
+
+
+# (device, inode, entry uuid) -> (line offset, line length)
+LineOffsetCache = LruCache[tuple[int, int, str], tuple[int, int]]
+# (device, inode, entry uuid, index, pin) -> metadata of the decoded bytes
+MediaInfoCache = LruCache[tuple[int, int, str, int, str], MediaInfo]
 
 
 class _Outcome:
@@ -203,15 +283,23 @@ class TranscriptMedia:
         self._root = root
         self._max_line_size = max_line_size
         self.cache = LineOffsetCache(cache_entries)
+        self.infos = MediaInfoCache(cache_entries)
 
     def _try_line(
-        self, line: bytes, ref: TranscriptImageRef, pin: str, outcome: _Outcome
-    ) -> tuple[MediaInfo, bytes] | None:
-        stripped = strip_line(line, inline_limit=MIN_INLINE_LIMIT, max_line_size=len(line) + 1)
+        self,
+        line: bytes,
+        ref: TranscriptImageRef,
+        pin: str,
+        outcome: _Outcome,
+        file_id: tuple[int, int],
+        want_bytes: bool,
+    ) -> tuple[MediaInfo, bytes | None] | None:
+        """The image if this line is the entry with the pin asked for; else None."""
+        stripped = strip_for_extraction(line)
         if stripped is None or stripped.uuid != ref.entry_uuid:
             return None
         try:
-            located = locate_image(line, ref.index)
+            located = locate_in_stripped(stripped, ref.index)
         except ImageNotFoundError:
             return None
         except ImageNotStrippedError:
@@ -220,28 +308,32 @@ class TranscriptMedia:
         if located.pin != pin:
             outcome.pin_mismatch = True
             return None
-        try:
-            data = decode_image(line, located)
-        except UndecodablePayloadError:
-            raise CorruptMediaError("the transcript's payload is not valid base64") from None
-        sniffed = sniff(data[:SNIFF_BYTES])
-        info = MediaInfo(
-            content_type=sniffed.content_type,
-            declared_media_type=located.declared_media_type,
-            size_bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-            safe_inline=sniffed.safe_inline,
-            pin=located.pin,
-        )
+        info_key = (*file_id, ref.entry_uuid, ref.index, pin)
+        info = self.infos.get(info_key)
+        data: bytes | None = None
+        if info is None or want_bytes:
+            try:
+                data = decode_image(line, located)
+            except UndecodablePayloadError:
+                raise CorruptMediaError("the transcript's payload is not valid base64") from None
+            if info is None or info.size_bytes != len(data):
+                sniffed = sniff(data[:SNIFF_BYTES])
+                info = MediaInfo(
+                    content_type=sniffed.content_type,
+                    declared_media_type=located.declared_media_type,
+                    size_bytes=len(data),
+                    sha256=hashlib.sha256(data).hexdigest(),
+                    safe_inline=sniffed.safe_inline,
+                    pin=located.pin,
+                )
+                self.infos.put(info_key, info)
+        if info.declared_media_type != located.declared_media_type:
+            info = dataclasses.replace(info, declared_media_type=located.declared_media_type)
         return info, data
 
-    def read(self, ref: TranscriptImageRef, pin: str) -> tuple[MediaInfo, bytes]:
-        """The image's metadata and decoded bytes.
-
-        MediaNotFoundError (unknown session/entry/index, failed upload),
-        PinMismatchError, LineTooLargeError, CorruptMediaError,
-        AmbiguousSessionError, RefError.
-        """
+    def _find(
+        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None, want_bytes: bool
+    ) -> tuple[MediaInfo, bytes | None]:
         validate_pin(pin)
         try:
             transcript = self._root.resolve(ref.session_id)
@@ -251,26 +343,64 @@ class TranscriptMedia:
         with handle:
             fd = handle.fileno()
             stat = os.fstat(fd)
-            key = (stat.st_dev, stat.st_ino, ref.entry_uuid)
-            outcome = _Outcome()
+            file_id = (stat.st_dev, stat.st_ino)
+            key = (*file_id, ref.entry_uuid)
             cached = self.cache.get(key)
+            if (
+                line_offset_hint is not None
+                and 0 <= line_offset_hint < stat.st_size
+                and (cached is None or cached[0] != line_offset_hint)
+            ):
+                line = line_from(fd, line_offset_hint, self._max_line_size)
+                if line is not None:
+                    found = self._try_line(line, ref, pin, _Outcome(), file_id, want_bytes)
+                    if found is not None:
+                        self.cache.put(key, (line_offset_hint, len(line)))
+                        return found
             if cached is not None:
                 line = _line_at(fd, *cached)
-                found = None if line is None else self._try_line(line, ref, pin, outcome)
-                if found is not None:
-                    return found
+                if line is not None:
+                    found = self._try_line(line, ref, pin, _Outcome(), file_id, want_bytes)
+                    if found is not None:
+                        return found
                 self.cache.discard(key)
-                outcome = _Outcome()
+            outcome = _Outcome()
             for candidate in iter_candidate_lines(fd, ref.entry_uuid, self._max_line_size):
                 if candidate.line is None:
                     outcome.oversize = True
                     continue
-                found = self._try_line(candidate.line, ref, pin, outcome)
+                found = self._try_line(candidate.line, ref, pin, outcome, file_id, want_bytes)
                 if found is not None:
                     self.cache.put(key, (candidate.start, len(candidate.line)))
                     return found
         if outcome.pin_mismatch:
+            metrics.PIN_MISMATCHES.inc()
             raise PinMismatchError()
         if outcome.oversize:
             raise LineTooLargeError()
         raise MediaNotFoundError()
+
+    def read(
+        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+    ) -> tuple[MediaInfo, bytes]:
+        """The image's metadata and decoded bytes.
+
+        `line_offset_hint` is where the entry's line is believed to start; it
+        is tried first and is only ever a hint. MediaNotFoundError (unknown
+        session/entry/index, failed upload), PinMismatchError,
+        LineTooLargeError, CorruptMediaError, AmbiguousSessionError, RefError.
+        """
+        info, data = self._find(ref, pin, line_offset_hint, want_bytes=True)
+        assert data is not None
+        return info, data
+
+    def stat(
+        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+    ) -> MediaInfo:
+        """The image's metadata, as `read` gives it.
+
+        The line is still found, parsed and pin-checked; the payload is only
+        decoded if its metadata is not cached.
+        """
+        info, _ = self._find(ref, pin, line_offset_hint, want_bytes=False)
+        return info

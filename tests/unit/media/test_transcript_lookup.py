@@ -1,0 +1,191 @@
+"""The transcript line lookup: hinted line reads, the uuid search, the metadata cache."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from media_service import transcript_media
+from media_service.transcript_media import (
+    TranscriptMedia,
+    iter_candidate_lines,
+    line_from,
+    uuid_key_pattern,
+)
+from scrollback.contract.refs import TranscriptImageRef
+from scrollback.contract.stripping import strip_line
+from scrollback.transcripts import TranscriptRoot
+
+
+def _fd(tmp_path: Path, data: bytes) -> int:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    return os.open(path, os.O_RDONLY)
+
+
+def test_line_from_bounds(tmp_path: Path) -> None:
+    data = b'{"a":1}\n{"b":22}\r\n' + b"x" * 20 + b"\n" + b'{"tail":1}'
+    fd = _fd(tmp_path, data)
+    try:
+        assert line_from(fd, 0, 1024) == b'{"a":1}'
+        assert line_from(fd, 8, 1024) == b'{"b":22}\r'
+        assert line_from(fd, 1, 1024) is None  # not the start of a line
+        assert line_from(fd, 7, 1024) is None  # the newline itself
+        assert line_from(fd, 18, 20) == b"x" * 20  # exactly the max line size
+        assert line_from(fd, 18, 19) is None  # one byte over
+        assert line_from(fd, 39, 1024) == b'{"tail":1}'  # unterminated last line
+        assert line_from(fd, len(data), 1024) is None  # EOF
+        assert line_from(fd, len(data) + 100, 1024) is None
+        assert line_from(fd, -1, 1024) is None
+    finally:
+        os.close(fd)
+
+
+def test_line_from_reads_no_more_than_the_max_line_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fd = _fd(tmp_path, b"y" * 100_000 + b"\n")
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        reads.append(length)
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(transcript_media, "HINT_FIRST_READ", 1000)
+    monkeypatch.setattr(transcript_media.os, "pread", pread)
+    try:
+        assert line_from(fd, 0, 5000) is None
+        assert sum(reads) <= 5001
+        reads.clear()
+        assert line_from(fd, 0, 100_000) == b"y" * 100_000
+        assert sum(reads) <= 100_001
+    finally:
+        os.close(fd)
+
+
+SPACES = st.text(alphabet=" \t\r", max_size=20)  # no raw newline inside a line
+
+
+@st.composite
+def uuid_lines(draw: st.DrawFn) -> bytes:
+    """Lines holding the uuid in many shapes: keys, values, text, nesting, odd spacing."""
+    lines: list[bytes] = []
+    for _ in range(draw(st.integers(0, 8))):
+        pad = "p" * draw(st.integers(0, 50))
+        shape = draw(st.sampled_from(["top", "parent", "nested", "text", "other", "tail"]))
+        before, after = draw(SPACES), draw(SPACES)
+        lead = draw(st.sampled_from(["{", "{ ", '{"x":1,', '{"x":1 , ', '{"x":[1]']))
+        if shape == "top":
+            body = f'{lead}"uuid"{before}:{after}"u-t","pad":"{pad}"}}'
+        elif shape == "tail":
+            body = f'{{"pad":"{pad}"{before},{after}"uuid":"u-t"}}'
+        elif shape == "parent":
+            body = f'{{"parentUuid":"u-t","uuid":"u-o","pad":"{pad}"}}'
+        elif shape == "nested":
+            body = f'{{"uuid":"u-o","r":{{"uuid"{before}:{after}"u-t"}},"pad":"{pad}"}}'
+        elif shape == "text":
+            body = f'{{"uuid":"u-o","t":"\\"uuid\\":\\"u-t\\" uuid: \\"u-t\\"{pad}"}}'
+        else:
+            body = f'{{"uuid":"u-t-longer","pad":"{pad}"}}'
+        lines.append(body.encode())
+    return b"\n".join(lines) + draw(st.sampled_from([b"", b"\n"]))
+
+
+def reference_candidates(data: bytes, entry_uuid: str) -> list[tuple[int, bytes]]:
+    """Lines where the old whole-file regex finds the key, preceded by `{` or `,`."""
+    pattern = uuid_key_pattern(entry_uuid)
+    found: list[tuple[int, bytes]] = []
+    start = 0
+    for line in data.split(b"\n"):
+        for match in pattern.finditer(line):
+            before = line[: match.start()].rstrip(b" \t\r\n")
+            if before and before[-1:] in (b"{", b","):
+                found.append((start, line))
+                break
+        start += len(line) + 1
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(uuid_lines(), st.integers(1, 80))
+def test_search_matches_the_regex_reference(data: bytes, chunk: int) -> None:
+    original = transcript_media.SCAN_CHUNK
+    transcript_media.SCAN_CHUNK = chunk
+    fd, name = tempfile.mkstemp()
+    try:
+        os.write(fd, data)
+        found = [(c.start, c.line) for c in iter_candidate_lines(fd, "u-t", 10_000)]
+    finally:
+        transcript_media.SCAN_CHUNK = original
+        os.close(fd)
+        os.unlink(name)
+    expected = reference_candidates(data, "u-t")
+    # a trailing empty "line" after the last newline never matches
+    assert found == expected
+    for _start, line in found:
+        parsed: Any = json.loads(line)
+        if parsed.get("uuid") != "u-t":
+            assert "u-t" in json.dumps(parsed)
+
+
+def _image_line(uuid: str, payload: bytes) -> bytes:
+    block = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(payload).decode(),
+        },
+    }
+    value = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": [block]}}
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def test_metadata_is_cached_but_bytes_are_decoded_each_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 100
+    line = _image_line("u-1", payload)
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "s.jsonl").write_bytes(b'{"uuid":"u-0"}\n' + line + b"\n")
+    stripped = strip_line(line)
+    assert stripped is not None
+    pin = stripped.images[0].pin
+    media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
+    ref = TranscriptImageRef("s", "u-1", 0)
+
+    hashed: list[int] = []
+    real = transcript_media.hashlib
+
+    def sha256(data: bytes) -> Any:
+        hashed.append(len(data))
+        return real.sha256(data)
+
+    monkeypatch.setattr(transcript_media, "hashlib", types.SimpleNamespace(sha256=sha256))
+    decoded: list[int] = []
+    real_decode = transcript_media.decode_image
+
+    def decode(line: bytes, located: Any) -> bytes:
+        data = real_decode(line, located)
+        decoded.append(len(data))
+        return data
+
+    monkeypatch.setattr(transcript_media, "decode_image", decode)
+    first, data = media.read(ref, pin)
+    assert data == payload and first.sha256 == real.sha256(payload).hexdigest()
+    second, again = media.read(ref, pin, 15)
+    assert again == payload and second == first
+    assert media.stat(ref, pin) == first
+    assert hashed == [len(payload)]  # hashed once
+    assert decoded == [len(payload)] * 2  # decoded for each read, not for the stat
