@@ -314,6 +314,9 @@ class TranscriptMedia:
         if info is None or want_bytes:
             try:
                 data = decode_image(line, located)
+            except ImageNotStrippedError:
+                outcome.pin_mismatch = True  # not a payload the history service could cut
+                return None
             except UndecodablePayloadError:
                 raise CorruptMediaError("the transcript's payload is not valid base64") from None
             if info is None or info.size_bytes != len(data):

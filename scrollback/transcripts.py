@@ -134,9 +134,14 @@ class TranscriptRoot:
         self._files: list[TranscriptFile] = []
         self._by_id: dict[str, list[TranscriptFile]] = {}
         self._dir_mtimes: dict[str, int] = {}
+        self._root_real: str | None = None
 
     def _real_root(self) -> str:
-        return os.path.realpath(self.root)
+        # Resolved again at every rescan, so a root that is itself a symlink
+        # being repointed is followed within rescan_interval.
+        if self._root_real is None:
+            self._root_real = os.path.realpath(self.root)
+        return self._root_real
 
     def _rescan(self) -> None:
         files: list[TranscriptFile] = []
@@ -150,6 +155,7 @@ class TranscriptRoot:
         for transcript in files:
             by_id.setdefault(transcript.session_id, []).append(transcript)
         self._files, self._by_id = files, by_id
+        self._root_real = os.path.realpath(self.root)
         self._scanned_at = time.monotonic()
         self._dir_mtimes = {}
         for directory in [str(self.root), *(p.path for p in projects)]:
@@ -181,9 +187,10 @@ class TranscriptRoot:
 
     def is_jailed(self, path: Path) -> bool:
         """True if the path's real location lies under the root's real location."""
-        real_root = self._real_root()
-        real = os.path.realpath(path)
-        return real.startswith(real_root + os.sep)
+        return self._is_real_path_jailed(os.path.realpath(path))
+
+    def _is_real_path_jailed(self, real: str) -> bool:
+        return real.startswith(self._real_root() + os.sep)
 
     def resolve(self, session_id: str) -> TranscriptFile:
         """The transcript of a session id; RefError, SessionNotFoundError or AmbiguousSessionError."""
@@ -206,7 +213,7 @@ class TranscriptRoot:
     def open(self, transcript: TranscriptFile) -> BinaryIO:
         """Open a resolved transcript for reading, re-checking the jail at open time."""
         real = os.path.realpath(transcript.path)
-        if not self.is_jailed(Path(real)):
+        if not self._is_real_path_jailed(real):
             raise SessionNotFoundError()
         try:
             return open(real, "rb", buffering=0)

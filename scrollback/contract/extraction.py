@@ -18,6 +18,7 @@ from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     StrippedImage,
     StrippedLine,
+    is_payload,
     strip_line,
 )
 
@@ -54,8 +55,16 @@ class LocatedImage:
 
 
 def strip_for_extraction(line: bytes) -> StrippedLine | None:
-    """Strip a line the way the extractor does: at the smallest inline limit, never stubbed."""
-    return strip_line(line, inline_limit=MIN_INLINE_LIMIT, max_line_size=len(line) + 1)
+    """Strip a line the way the extractor does: at the smallest inline limit, never stubbed.
+
+    Long string values are cut without checking their characters: only the
+    one payload asked for is checked, by `decode_image`, whose validating
+    decode is that check. Image indexes do not depend on which strings were
+    cut, so they are the ones the history service minted.
+    """
+    return strip_line(
+        line, inline_limit=MIN_INLINE_LIMIT, max_line_size=len(line) + 1, validate_payloads=False
+    )
 
 
 def locate_in_stripped(stripped: StrippedLine | None, index: int) -> LocatedImage:
@@ -76,13 +85,21 @@ def locate_image(line: bytes, index: int) -> LocatedImage:
 
 
 def decode_image(line: bytes, located: LocatedImage) -> bytes:
-    """Decode the located payload into the image's exact bytes."""
+    """Decode the located payload into the image's exact bytes.
+
+    ImageNotStrippedError when the located string is not base64 characters
+    (no ref was ever minted for it); UndecodablePayloadError when it is, but
+    is not valid base64.
+    """
     raw = memoryview(line)[located.raw_start : located.raw_end]
     if line.find(b"\\", located.raw_start, located.raw_end) >= 0:
         raw = memoryview(_ESCAPE.sub(_unescape, raw.tobytes()))
     try:
         decoded: bytes = pybase64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError) as error:
+        if not is_payload(line, located.raw_start, located.raw_end):
+            # Not base64 characters: the history service never cut it.
+            raise ImageNotStrippedError(located.index) from error
         raise UndecodablePayloadError(located.index) from error
     return decoded
 

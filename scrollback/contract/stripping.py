@@ -98,7 +98,7 @@ def pin_of(raw_payload: bytes | memoryview) -> str:
 _VALIDATE_SLICE = 64 * 1024
 
 
-def _is_payload(line: Buffer, start: int, end: int) -> bool:
+def is_payload(line: Buffer, start: int, end: int) -> bool:
     """True if line[start:end] (a string's raw text) decodes to base64 characters only."""
     view = memoryview(line)
     try:
@@ -118,13 +118,17 @@ def _is_payload(line: Buffer, start: int, end: int) -> bool:
     return _ESCAPED_ALPHABET_RUN.fullmatch(line, start, end) is not None
 
 
-def find_payload_spans(line: Buffer, inline_limit: int) -> list[tuple[int, int]]:
+def find_payload_spans(
+    line: Buffer, inline_limit: int, *, validate: bool = True
+) -> list[tuple[int, int]]:
     """Return (start, end) of the raw text of every payload string value.
 
     Strings are tokenized exactly as a JSON parser would: outside a string the
     next quote opens one; inside, the first quote preceded by an even run of
     backslashes closes it. Only strings whose raw text is at least
-    `inline_limit` bytes are examined further.
+    `inline_limit` bytes are examined further. With `validate=False` every
+    such string value is returned unchecked: the extractor checks only the one
+    payload it decodes (see `is_payload`).
     """
     spans: list[tuple[int, int]] = []
     if len(line) < inline_limit + 2:
@@ -151,7 +155,7 @@ def find_payload_spans(line: Buffer, inline_limit: int) -> list[tuple[int, int]]
             while after < size and line[after] in _JSON_WHITESPACE:
                 after += 1
             is_key = after < size and line[after] == _COLON
-            if not is_key and _is_payload(line, opening + 1, closing):
+            if not is_key and (not validate or is_payload(line, opening + 1, closing)):
                 spans.append((opening + 1, closing))
         position = closing + 1
     return spans
@@ -206,15 +210,19 @@ def strip_line(
     line: Buffer,
     inline_limit: int = DEFAULT_INLINE_LIMIT,
     max_line_size: int = DEFAULT_MAX_LINE_SIZE,
+    *,
+    validate_payloads: bool = True,
 ) -> StrippedLine | None:
     """Strip one line (without its newline). Return None if it is not a JSON object.
 
     `line` is `bytes`, or an `mmap` of the line, so that a line over the max
     line size is scanned without being read into memory. A line still over
     `max_line_size` after stripping becomes the oversize stub, unparsed.
+    `validate_payloads=False` is the extractor's mode: long string values are
+    cut unchecked, so the line's `json` is only fit for locating images.
     Never raises for any input bytes.
     """
-    spans = find_payload_spans(line, inline_limit)
+    spans = find_payload_spans(line, inline_limit, validate=validate_payloads)
     stripped_size = len(line) - sum(end - start for start, end in spans)
     stripped_size += len(spans) * len(STRIPPED_MEDIA_MARKER_BYTES)
     if stripped_size > max_line_size:

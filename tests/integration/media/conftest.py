@@ -4,31 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from media_helpers import MediaEnv, StartMedia
 
 from media_service.config import MediaConfig
-from media_service.server import RunningMediaServer, start_media_server
+from media_service.server import start_media_server
 from scrollback.media.v1 import media_pb2_grpc
-
-
-@dataclass
-class MediaEnv:
-    """A running media server and where its files live."""
-
-    root: Path
-    state: Path
-    server: RunningMediaServer
-    channel: grpc.aio.Channel
-    stub: media_pb2_grpc.MediaServiceAsyncStub
-    config: MediaConfig
-
-
-StartMedia = Callable[..., Awaitable[MediaEnv]]
 
 
 @pytest.fixture

@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from media_service.config import MediaConfig
+from media_service.server import RunningMediaServer
 from scrollback.contract.enumeration import image_source_field, iter_image_blocks
 from scrollback.contract.stripping import strip_line
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
@@ -135,3 +139,18 @@ async def read_error(
     except grpc.aio.AioRpcError as error:
         return error
     raise AssertionError("ReadMedia succeeded")
+
+
+@dataclass
+class MediaEnv:
+    """A running media server and where its files live."""
+
+    root: Path
+    state: Path
+    server: RunningMediaServer
+    channel: grpc.aio.Channel
+    stub: media_pb2_grpc.MediaServiceAsyncStub
+    config: MediaConfig
+
+
+StartMedia = Callable[..., Awaitable[MediaEnv]]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import MediaEnv, StartMedia
 from media_helpers import (
+    MediaEnv,
+    StartMedia,
     dumps,
     entry,
     expected_images,

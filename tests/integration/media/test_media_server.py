@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from conftest import StartMedia
+from media_helpers import StartMedia
 
 from scrollback.media.v1 import media_pb2
 

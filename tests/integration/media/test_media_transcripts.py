@@ -11,8 +11,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import MediaEnv, StartMedia
 from media_helpers import (
+    MediaEnv,
+    StartMedia,
     dumps,
     entry,
     expected_images,

@@ -7,8 +7,7 @@ import shutil
 
 import grpc
 import pytest
-from conftest import MediaEnv
-from media_helpers import expected_images, read_media, write_transcript
+from media_helpers import MediaEnv, expected_images, read_media, write_transcript
 from test_media_transcripts import corpus_files_with_images, generated_lines
 
 from scrollback.media.v1 import media_pb2
