@@ -187,7 +187,7 @@ class LineMemoryBudget:
             self._changed.notify_all()
 
 
-LONG_LINE_BUDGET = LineMemoryBudget(32 * 1024 * 1024)
+LONG_LINE_BUDGET = LineMemoryBudget(16 * 1024 * 1024)
 
 
 class FileShrankError(FileRewrittenError):

@@ -95,7 +95,7 @@ def pin_of(raw_payload: bytes | memoryview) -> str:
 
 # Validation runs in slices whose length is a multiple of 4, so a megabyte
 # payload never costs a megabyte-sized transient decode.
-_VALIDATE_SLICE = 64 * 1024
+_VALIDATE_SLICE = 256 * 1024
 
 
 def is_payload(line: Buffer, start: int, end: int) -> bool:
@@ -118,6 +118,46 @@ def is_payload(line: Buffer, start: int, end: int) -> bool:
     return _ESCAPED_ALPHABET_RUN.fullmatch(line, start, end) is not None
 
 
+def _validated_run_end(line: Buffer, view: memoryview, start: int) -> int:
+    """Where a pure-base64 string starting at `start` closes, or -1.
+
+    Validates forward in slices; the first slice that fails must hold the
+    closing quote, with base64 characters only before it. So a payload's end
+    is found by the same pass that validates it, not by a separate scan. Any
+    other shape (escapes, odd padding, no quote) answers -1 and the caller
+    takes the exact path.
+    """
+    size = len(line)
+    position = start
+    while position < size:
+        end = min(position + _VALIDATE_SLICE, size)
+        try:
+            pybase64.b64decode(view[position:end], validate=True)
+            position = end
+            continue
+        except (binascii.Error, ValueError):
+            pass
+        quote = line.find(b'"', position, end)
+        if quote < 0:
+            return -1
+        if quote > position:
+            try:
+                pybase64.b64decode(view[position:quote], validate=True)
+            except (binascii.Error, ValueError):
+                return -1
+        return quote
+    return -1
+
+
+def _is_key(line: Buffer, closing: int) -> bool:
+    """True if the string closing at `closing` is an object key (a colon follows)."""
+    size = len(line)
+    after = closing + 1
+    while after < size and line[after] in _JSON_WHITESPACE:
+        after += 1
+    return after < size and line[after] == _COLON
+
+
 def find_payload_spans(
     line: Buffer, inline_limit: int, *, validate: bool = True
 ) -> list[tuple[int, int]]:
@@ -136,28 +176,39 @@ def find_payload_spans(
     find = line.find
     size = len(line)
     position = 0
-    while True:
-        opening = find(b'"', position)
-        if opening < 0:
-            break
-        closing = find(b'"', opening + 1)
-        while closing > 0 and line[closing - 1] == _BACKSLASH:
-            run_start = closing - 1
-            while line[run_start - 1] == _BACKSLASH and run_start - 1 > opening:
-                run_start -= 1
-            if (closing - run_start) % 2 == 0:
+    with memoryview(line) as view:
+        while True:
+            opening = find(b'"', position)
+            if opening < 0:
                 break
-            closing = find(b'"', closing + 1)
-        if closing < 0:
-            break  # an unterminated string: the line is not JSON; nothing more to cut
-        if closing - opening - 1 >= inline_limit:
-            after = closing + 1
-            while after < size and line[after] in _JSON_WHITESPACE:
-                after += 1
-            is_key = after < size and line[after] == _COLON
-            if not is_key and (not validate or is_payload(line, opening + 1, closing)):
+            if (
+                opening + 1 + inline_limit <= size
+                and find(b'"', opening + 1, opening + 1 + inline_limit) < 0
+            ):
+                # Long enough to be a payload: the fast path validates it and
+                # finds its closing quote in one pass.
+                closing = _validated_run_end(line, view, opening + 1)
+                if closing >= 0 and not _is_key(line, closing):
+                    spans.append((opening + 1, closing))
+                    position = closing + 1
+                    continue
+            closing = find(b'"', opening + 1)
+            while closing > 0 and line[closing - 1] == _BACKSLASH:
+                run_start = closing - 1
+                while line[run_start - 1] == _BACKSLASH and run_start - 1 > opening:
+                    run_start -= 1
+                if (closing - run_start) % 2 == 0:
+                    break
+                closing = find(b'"', closing + 1)
+            if closing < 0:
+                break  # an unterminated string: the line is not JSON; nothing more to cut
+            if (
+                closing - opening - 1 >= inline_limit
+                and not _is_key(line, closing)
+                and (not validate or is_payload(line, opening + 1, closing))
+            ):
                 spans.append((opening + 1, closing))
-        position = closing + 1
+            position = closing + 1
     return spans
 
 

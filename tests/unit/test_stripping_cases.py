@@ -545,3 +545,30 @@ def test_errors_carry_no_payload() -> None:
     with pytest.raises(UndecodablePayloadError) as caught:
         extract_image(line, 0)
     assert "QQQQ" not in str(caught.value)
+
+
+@pytest.mark.parametrize("slices", [1, 2])
+@pytest.mark.parametrize("delta", [-8, -4, 0, 4, 8])
+def test_payload_ending_at_and_around_validation_slice_boundaries(slices: int, delta: int) -> None:
+    # The fast path validates long strings in slices and finds the closing
+    # quote in the first slice that fails: the quote may sit anywhere in it.
+    from scrollback.contract.stripping import _VALIDATE_SLICE
+
+    payload = (b"QUJD" * (_VALIDATE_SLICE * slices // 4 + 8))[: _VALIDATE_SLICE * slices + delta]
+    line = entry(image_block(payload))
+    result = strip_line(line)
+    assert result is not None
+    assert [(i.index, i.raw_length) for i in result.images] == [(0, len(payload))]
+    assert result.images[0].pin == xxhash.xxh3_128_hexdigest(payload)
+    assert STRIPPED_MEDIA_MARKER_BYTES in result.json and payload not in result.json
+
+
+@pytest.mark.parametrize("bad", [b" ", b"\\n", b"-", b'\\"'])
+def test_long_string_with_one_bad_character_after_a_slice_is_not_cut(bad: bytes) -> None:
+    from scrollback.contract.stripping import _VALIDATE_SLICE
+
+    text = b"QUJD" * (_VALIDATE_SLICE // 4) + bad + b"QUJD" * 64
+    result = strip_line(entry(image_block(text)))
+    assert result is not None
+    assert result.images == () and result.cut_count == 0
+    assert json.loads(result.json) == json.loads(entry(image_block(text)))
