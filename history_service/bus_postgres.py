@@ -12,7 +12,7 @@ reconnects and tells every subscriber events may have been missed
 (BusOverflowError: they catch up from the store by seq); and every
 `resync_seconds` it compares the highest committed seq with the highest it
 heard of, so an accept whose replica died between commit and notify still
-wakes the watchers.
+wakes the watchers (`SCROLLBACK_HISTORY_BUS_RESYNC_SECONDS`, default 1).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from typing import Any
 
 import orjson
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "scrollback_accepted"
 RECONNECT_SECONDS = 1.0
+STOP_CHECK_SECONDS = 0.5
 
 
 def _event(payload: str) -> AcceptedRecord | None:
@@ -130,15 +132,17 @@ class PostgresBus:
                 self._stopping.wait(RECONNECT_SECONDS)
 
     def _listen(self, connection: psycopg.Connection[Any]) -> None:
+        next_resync = time.monotonic() + self._resync
         while not self._stopping.is_set():
-            for notify in connection.notifies(timeout=self._resync):
+            for notify in connection.notifies(timeout=STOP_CHECK_SECONDS):
                 record = _event(notify.payload)
                 if record is None:
                     continue
                 self._heard = max(self._heard, record.seq)
                 self._hand_over(record)
-                if self._stopping.is_set():
-                    return
+            if time.monotonic() < next_resync:
+                continue
+            next_resync = time.monotonic() + self._resync
             row = connection.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
             ).fetchone()
@@ -151,4 +155,4 @@ class PostgresBus:
         """Stop listening."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join(timeout=self._resync + 2)
+            self._thread.join(timeout=STOP_CHECK_SECONDS + 2)

@@ -59,6 +59,7 @@ class HistoryConfig:
     heartbeat_seconds: float = 15.0
     watch_poll_seconds: float = 0.2
     rescan_interval_seconds: float = 2.0
+    bus_resync_seconds: float = 1.0
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -89,6 +90,7 @@ class HistoryConfig:
             "heartbeat_seconds": float,
             "watch_poll_seconds": float,
             "rescan_interval_seconds": float,
+            "bus_resync_seconds": float,
         }
         for name, kind in numeric.items():
             key = "SCROLLBACK_HISTORY_" + name.upper()
@@ -118,6 +120,8 @@ class HistoryConfig:
             )
         if self.heartbeat_seconds <= 0 or self.watch_poll_seconds <= 0:
             raise ConfigError("heartbeat and poll intervals must be positive")
+        if self.bus_resync_seconds <= 0:
+            raise ConfigError("the bus resync interval must be positive")
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
         if not self.transcripts.is_dir():

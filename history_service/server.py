@@ -78,12 +78,14 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
     pg_store = PostgresAcceptedMessageStore(
         pool, keep=config.pending_keep, ttl_seconds=config.pending_ttl_seconds
     )
-    pg_bus = PostgresBus(config.database_url, pool)
+    pg_bus = PostgresBus(config.database_url, pool, resync_seconds=config.bus_resync_seconds)
     try:
         await pg_bus.start()
-    except BaseException:
+    except BaseException as error:
         pg_bus.close()
         pg_store.close()
+        if isinstance(error, Exception) and type(error).__module__.startswith("psycopg"):
+            raise ConfigError(str(DatabaseUnavailableError())) from None
         raise
     return pg_store, pg_bus
 

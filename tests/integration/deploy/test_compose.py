@@ -33,9 +33,11 @@ ADDR_ENV = {"history": "SCROLLBACK_HISTORY_ADDR", "media": "SCROLLBACK_MEDIA_ADD
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    """The parsed docker-compose.yml."""
+    """The parsed docker-compose.yml, default services only (profiled ones start only on
+    request; the `scaled` profile is tested in tests/integration/stores)."""
     data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     assert isinstance(data, dict)
+    data["services"] = {k: v for k, v in data["services"].items() if not v.get("profiles")}
     return data
 
 

@@ -1,0 +1,183 @@
+"""The PostgreSQL state database: connection pools and versioned migrations.
+
+Selected by `SCROLLBACK_DATABASE_URL` (or `--database-url`); without it the
+services use the embedded SQLite database (scrollback.state.sqlite). The
+migrations mirror SQLite's versions 1 and 2 in PostgreSQL's dialect and are
+recorded in the same `schema_migrations` table. Several replicas may start at
+once: the migrator takes a transaction-scoped advisory lock first, so exactly
+one applies each version and the others wait, then find it applied.
+
+Errors never carry the URL (it may hold a password): a database that cannot be
+reached at start-up is `DatabaseUnavailableError` with a fixed text, and a
+connection lost or a pool exhausted while serving is `StoreBusyError`, which
+the services answer as UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from scrollback.state.sqlite import StoreBusyError, busy_timeout_ms
+from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
+
+T = TypeVar("T")
+
+# Advisory lock keys (one 64-bit key space per database).
+MIGRATION_LOCK = 0x5C20_0001
+ACCEPT_LOCK = 0x5C20_0002
+GC_LOCK = 0x5C20_0003
+
+# (version, SQL). Append only: never edit a released migration.
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE blob (
+            sha256      TEXT PRIMARY KEY,
+            size_bytes  BIGINT NOT NULL,
+            media_type  TEXT NOT NULL DEFAULT '',
+            created_at  DOUBLE PRECISION NOT NULL
+        );
+        CREATE TABLE accepted_message (
+            seq            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            client_txn_id  TEXT NOT NULL UNIQUE,
+            session_id     TEXT,
+            chat_key       TEXT,
+            text           TEXT NOT NULL,
+            attachments    TEXT NOT NULL,
+            content_digest TEXT NOT NULL,
+            accepted_at    DOUBLE PRECISION NOT NULL,
+            retired_at     DOUBLE PRECISION
+        );
+        CREATE INDEX accepted_message_session ON accepted_message (session_id, seq);
+        CREATE INDEX accepted_message_chat_key ON accepted_message (chat_key, seq);
+        CREATE TABLE blob_ref (
+            sha256       TEXT NOT NULL REFERENCES blob (sha256),
+            message_seq  BIGINT NOT NULL REFERENCES accepted_message (seq),
+            PRIMARY KEY (message_seq, sha256)
+        );
+        CREATE INDEX blob_ref_sha256 ON blob_ref (sha256);
+        CREATE TABLE chat_binding (
+            chat_key    TEXT PRIMARY KEY,
+            session_id  TEXT NOT NULL,
+            bound_at    DOUBLE PRECISION NOT NULL
+        );
+        """,
+    ),
+    (
+        2,
+        """
+        CREATE TABLE blob_owner (
+            sha256      TEXT NOT NULL,
+            principal   TEXT NOT NULL,
+            created_at  DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (sha256, principal)
+        );
+        ALTER TABLE accepted_message ADD COLUMN accepted_by TEXT;
+        CREATE INDEX accepted_message_accepted_by ON accepted_message (accepted_by, chat_key);
+        """,
+    ),
+)
+
+Pool = psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
+
+
+class DatabaseUnavailableError(Exception):
+    """The PostgreSQL database could not be reached or migrated (the URL is never shown)."""
+
+    def __init__(self, reason: str = "cannot connect") -> None:
+        super().__init__(
+            f"PostgreSQL state database ({DATABASE_URL_ENV}): {reason}; check that it is reachable"
+        )
+
+
+def migrate(connection: psycopg.Connection[tuple[Any, ...]]) -> int:
+    """Apply the migrations not yet applied, in one transaction; return the version.
+
+    The transaction-scoped advisory lock comes first, so concurrent migrators
+    serialize and each version is applied exactly once.
+    """
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations"
+            " (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        applied = {
+            int(row[0])
+            for row in connection.execute("SELECT version FROM schema_migrations").fetchall()
+        }
+        for version, sql in MIGRATIONS:
+            if version in applied:
+                continue
+            for statement in (s.strip() for s in sql.split(";")):
+                if statement:
+                    connection.execute(statement)
+            connection.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
+                (version, time.time()),
+            )
+        row = connection.execute(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _configure(connection: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Bound every lock wait like SQLite's busy timeout (a timeout is StoreBusyError)."""
+    connection.execute(f"SET lock_timeout = {busy_timeout_ms():d}")
+    connection.commit()
+
+
+def open_pool(url: str, *, name: str, max_size: int = 8, connect_timeout: float = 10.0) -> Pool:
+    """A connection pool on a migrated database; DatabaseUnavailableError if unreachable."""
+    if not is_postgres_url(url):
+        raise DatabaseUnavailableError("the URL must start with postgresql://")
+    try:
+        # One direct connection first: a refused or misconfigured database fails at
+        # once (the pool would keep retrying), and the schema is migrated before
+        # any pooled connection serves.
+        with psycopg.connect(url, connect_timeout=max(1, int(connect_timeout))) as connection:
+            migrate(connection)
+    except psycopg.Error:
+        raise DatabaseUnavailableError() from None
+    pool: Pool = psycopg_pool.ConnectionPool(
+        url,
+        min_size=1,
+        max_size=max(2, max_size),
+        name=name,
+        open=False,
+        timeout=busy_timeout_ms() / 1000,
+        kwargs={"connect_timeout": max(1, int(connect_timeout))},
+        configure=_configure,
+    )
+    try:
+        pool.open(wait=True, timeout=connect_timeout)
+    except (psycopg.Error, psycopg_pool.PoolTimeout):
+        pool.close()
+        raise DatabaseUnavailableError() from None
+    except BaseException:
+        pool.close()
+        raise
+    return pool
+
+
+@contextmanager
+def unavailable_on_failure() -> Iterator[None]:
+    """Turn a lost connection, an exhausted pool or a lock timeout into StoreBusyError."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout):
+        raise StoreBusyError() from None
+
+
+def transaction(pool: Pool, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
+    """Run `work` in one transaction on a pooled connection (committed, or rolled back)."""
+    with unavailable_on_failure(), pool.connection() as connection, connection.transaction():
+        return work(connection)

@@ -1,0 +1,315 @@
+"""ONE contract for both state backends: every test runs on SQLite and on PostgreSQL.
+
+Each Protocol method of AcceptedMessageStore and BlobMetadataStore is
+exercised with the same expectations on both backends, so they cannot
+drift: accept idempotency and conflicts, the blob check and the blob_ref rows
+of the same transaction, ageing (which releases blob_ref rows), chat-key
+binding, pending listing, since/last_seq, publish/owned_by/referencing/
+existing, the collection rules, and a race of two "replicas" (two store
+instances, two connections) accepting the same client_txn_id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from history_service.accept import AcceptRequest, AttachmentSpec
+from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
+from history_service.store import AcceptedMessageStore
+from history_service.store.postgres import PostgresAcceptedMessageStore
+from history_service.store.sqlite import SqliteAcceptedMessageStore
+from media_service.store.base import BlobMetadataStore, BlobRow
+from media_service.store.postgres import PostgresBlobMetadataStore
+from media_service.store.sqlite import SqliteBlobMetadataStore
+from scrollback.auth import Principal, reset_principal, set_principal
+from scrollback.state import postgres as pg_state
+from scrollback.state.postgres import DatabaseUnavailableError, Pool, open_pool
+
+KEEP, TTL, T0 = 2, 60.0, 1_000_000.0
+
+
+@contextmanager
+def as_principal(name: str) -> Iterator[None]:
+    """Run the block as an authenticated caller."""
+    token = set_principal(Principal(name, frozenset()))
+    try:
+        yield
+    finally:
+        reset_principal(token)
+
+
+@dataclass
+class Backend:
+    """One backend's two stores, a settable clock and a way to open another 'replica'."""
+
+    name: str
+    history: AcceptedMessageStore
+    media: BlobMetadataStore
+    now: list[float]
+    replica: Callable[[], tuple[AcceptedMessageStore, BlobMetadataStore]]
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def clock(self) -> float:
+        return self.now[0]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    now = [T0]
+    closers: list[Callable[[], None]] = []
+    if request.param == "sqlite":
+
+        def replica() -> tuple[AcceptedMessageStore, BlobMetadataStore]:
+            history = SqliteAcceptedMessageStore(
+                tmp_path, keep=KEEP, ttl_seconds=TTL, clock=lambda: now[0]
+            )
+            media = SqliteBlobMetadataStore(tmp_path)
+            closers.extend([history.close, media.close])
+            return history, media
+
+    else:
+        url: str = request.getfixturevalue("pg_url")
+
+        def replica() -> tuple[AcceptedMessageStore, BlobMetadataStore]:
+            pool: Pool = open_pool(url, name="contract", max_size=4)
+            closers.append(pool.close)
+            history = PostgresAcceptedMessageStore(
+                pool, keep=KEEP, ttl_seconds=TTL, clock=lambda: now[0], owns_pool=False
+            )
+            return history, PostgresBlobMetadataStore(pool, owns_pool=False)
+
+    history, media = replica()
+    yield Backend(request.param, history, media, now, replica, closers)
+    for close in reversed(closers):
+        close()
+
+
+def _request(
+    txn: str, text: str = "hi", *, session: str = "s1", key: str = "", blobs: tuple[str, ...] = ()
+) -> AcceptRequest:
+    specs = tuple(AttachmentSpec(f"media:{sha}", f"{sha[:6]}.png", "image/png") for sha in blobs)
+    return AcceptRequest(txn, "" if key else session, key, text, specs)
+
+
+def _sha(label: str) -> str:
+    return hashlib.sha256(label.encode()).hexdigest()
+
+
+def _publish(
+    backend: Backend, label: str, *, at: float | None = None, owner: str | None = None
+) -> tuple[str, bool, list[str]]:
+    sha = _sha(label)
+    calls: list[str] = []
+    row = BlobRow(sha, len(label), "image/png", backend.clock() if at is None else at)
+    existed = backend.media.publish(row, lambda: calls.append(sha), owner)
+    return sha, existed, calls
+
+
+def test_accept_is_idempotent_and_conflicts_on_other_content(backend: Backend) -> None:
+    assert backend.history.last_seq() == 0
+    record, replayed = backend.history.accept(_request("t1"))
+    assert not replayed and record.seq > 0 and record.session_id == "s1"
+    again, replayed = backend.history.accept(_request("t1"))
+    assert replayed and again == record
+    with pytest.raises(TxnConflictError):
+        backend.history.accept(_request("t1", "other text"))
+    with as_principal("bob"), pytest.raises(TxnConflictError):
+        backend.history.accept(_request("t1"))  # another principal's txn id
+    assert backend.history.last_seq() == record.seq
+
+
+def test_accept_checks_blobs_and_writes_blob_refs(backend: Backend) -> None:
+    missing = _sha("never uploaded")
+    with pytest.raises(BlobMissingError):
+        backend.history.accept(_request("t1", blobs=(missing,)))
+    assert backend.history.last_seq() == 0, "a refused accept records nothing"
+    sha, existed, calls = _publish(backend, "photo")
+    assert not existed and calls == [sha]
+    record, _ = backend.history.accept(_request("t2", blobs=(sha, sha)))
+    assert [a.sha256 for a in record.attachments] == [sha, sha]
+    assert backend.media.referencing(sha) == [("s1", None)]
+    assert backend.media.unreferenced_before(T0 + 10, 100) == []
+
+
+def test_ageing_retires_and_releases_blob_refs(backend: Backend) -> None:
+    sha, _, _ = _publish(backend, "old photo")
+    first, _ = backend.history.accept(_request("t1", "one", blobs=(sha,)))
+    backend.history.accept(_request("t2", "two"))
+    assert backend.media.referencing(sha) == [("s1", None)]
+    backend.history.accept(_request("t3", "three"))  # keep=2: "one" retires
+    pending, last = backend.history.pending("s1", "")
+    assert [r.text for r in pending] == ["two", "three"] and last == first.seq + 2
+    assert backend.media.referencing(sha) == []
+    assert backend.media.unreferenced_before(T0 + 1, 100) == [sha]
+    backend.now[0] = T0 + TTL + 1  # everything is older than the ttl
+    assert backend.history.pending("s1", "") == ([], last)
+    # retired messages still replay and still come back from `since`
+    assert backend.history.accept(_request("t1", "one", blobs=(sha,)))[1]
+    assert [r.text for r in backend.history.since("s1", "", 0)] == ["one", "two", "three"]
+
+
+def test_bind_moves_chat_key_messages_and_pending_lists_them(backend: Backend) -> None:
+    store = backend.history
+    keyed, _ = store.accept(_request("k1", "first", key="chat1"))
+    assert keyed.session_id == "" and keyed.chat_key == "chat1"
+    assert [r.seq for r in store.pending("", "chat1")[0]] == [keyed.seq]
+    assert store.binding("chat1") is None
+    assert store.bind("chat1", "s9") == 1
+    assert store.binding("chat1") == "s9"
+    assert store.bind("chat1", "s9") == 0, "binding again moves nothing"
+    with pytest.raises(ChatKeyBoundError):
+        store.bind("chat1", "elsewhere")
+    later, _ = store.accept(_request("k2", "second", key="chat1"))
+    assert later.session_id == "s9", "a bound chat key accepts into its session"
+    assert [r.text for r in store.pending("s9", "")[0]] == ["first", "second"]
+    assert store.pending("", "chat1")[0] == []
+
+
+def test_chat_key_messages_are_visible_to_their_principal_only(backend: Backend) -> None:
+    store = backend.history
+    with as_principal("alice"):
+        store.accept(_request("a1", "mine", key="k"))
+    with as_principal("bob"):
+        assert store.pending("", "k")[0] == []
+        assert store.since("", "k", 0) == []
+        assert store.bind("k", "sb") == 0
+    with as_principal("alice"):
+        assert [r.text for r in store.since("", "k", 0)] == ["mine"]
+
+
+def test_since_and_last_seq_order_by_seq(backend: Backend) -> None:
+    store = backend.history
+    seqs = [
+        store.accept(_request(f"t{n}", f"m{n}", session="a" if n % 2 else "b"))[0].seq
+        for n in range(6)
+    ]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 6
+    assert [r.seq for r in store.since("a", "", 0)] == seqs[1::2]
+    assert [r.seq for r in store.since("a", "", seqs[3])] == [seqs[5]]
+    assert store.since("b", "", seqs[-1]) == []
+    assert store.last_seq() == seqs[-1]
+
+
+def test_publish_get_existing_and_owners(backend: Backend) -> None:
+    media = backend.media
+    sha, existed, calls = _publish(backend, "bytes", owner="alice")
+    assert not existed and calls == [sha]
+    row = media.get(sha)
+    assert row == BlobRow(sha, 5, "image/png", T0)
+    assert media.get(_sha("absent")) is None
+    # a re-upload keeps size and media type and gets a fresh created_at
+    fresh = BlobRow(sha, 999, "text/plain", T0 + 50)
+    assert media.publish(fresh, lambda: None, "bob")
+    assert media.get(sha) == BlobRow(sha, 5, "image/png", T0 + 50)
+    many = [_sha(f"x{n}") for n in range(1200)]  # over QUERY_BATCH
+    assert media.existing([*many, sha, sha]) == {sha}
+    assert media.owned_by([sha, *many], "alice") == {sha}
+    assert media.owned_by([sha], "bob") == {sha}
+    assert media.owned_by([sha], "carol") == set()
+
+
+def test_collection_rules(backend: Backend) -> None:
+    media = backend.media
+    old, _, _ = _publish(backend, "old", at=T0 - 100, owner="alice")
+    young, _, _ = _publish(backend, "young", at=T0)
+    kept, _, _ = _publish(backend, "kept", at=T0 - 200)
+    backend.history.accept(_request("t1", blobs=(kept,)))
+    cutoff = T0 - 10
+    assert media.unreferenced_before(cutoff, 100) == [old]
+    assert media.unreferenced_before(T0 + 1, 1) == [old], "oldest first, limited"
+    removed: list[str] = []
+    assert not media.delete_if_unreferenced(young, cutoff, lambda: removed.append(young))
+    assert not media.delete_if_unreferenced(kept, cutoff, lambda: removed.append(kept))
+    assert media.delete_if_unreferenced(old, cutoff, lambda: removed.append(old))
+    assert not media.delete_if_unreferenced(old, cutoff, lambda: removed.append("twice"))
+    assert removed == [old]
+    assert media.get(old) is None and media.owned_by([old], "alice") == set()
+    assert media.get(young) is not None and media.get(kept) is not None
+
+
+def test_exclusive_gc(backend: Backend) -> None:
+    _, other_media = backend.replica()
+    with backend.media.exclusive_gc() as first:
+        assert first
+        with other_media.exclusive_gc() as second:
+            # PostgreSQL: one collector across replicas; SQLite: per-row transactions suffice.
+            assert second is (backend.name == "sqlite")
+    with other_media.exclusive_gc() as again:
+        assert again, "released when the block ends"
+
+
+def test_two_replicas_racing_on_one_txn_id_record_one_message(backend: Backend) -> None:
+    replicas = [backend.replica()[0] for _ in range(2)]
+    for n in range(10):
+        barrier = threading.Barrier(2)
+
+        def accept(
+            store: AcceptedMessageStore, txn: str = f"race{n}", barrier: threading.Barrier = barrier
+        ) -> tuple[int, bool]:
+            barrier.wait()
+            record, replayed = store.accept(_request(txn, "same"))
+            return record.seq, replayed
+
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(accept, replicas))
+        assert {seq for seq, _ in results} == {results[0][0]}, results
+        assert sorted(replayed for _, replayed in results) == [False, True], results
+    assert len(backend.history.since("s1", "", 0)) == 10
+
+
+def test_postgres_migrations_are_versioned_and_safe_to_race(
+    make_database: Callable[[], str],
+) -> None:
+    url = make_database()
+
+    def migrate_once() -> int:
+        with psycopg.connect(url) as connection:
+            return pg_state.migrate(connection)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda _: migrate_once(), range(4))) == [2, 2, 2, 2]
+    with psycopg.connect(url) as connection:
+        rows = connection.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()
+    assert [r[0] for r in rows] == [v for v, _ in pg_state.MIGRATIONS]
+
+
+def test_sqlite_and_postgres_define_the_same_tables(tmp_path: Path, pg_url: str) -> None:
+    open_pool(pg_url, name="schema").close()
+    with psycopg.connect(pg_url) as connection:
+        pg_columns = {
+            (t, c)
+            for t, c in connection.execute(
+                "SELECT table_name, column_name FROM information_schema.columns"
+                " WHERE table_schema = 'public'"
+            ).fetchall()
+        }
+    SqliteBlobMetadataStore(tmp_path).close()
+    lite = sqlite3.connect(tmp_path / "scrollback.db")
+    try:
+        tables = [r[0] for r in lite.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        lite_columns = {
+            (t, r[1])
+            for t in tables
+            if t != "sqlite_sequence"
+            for r in lite.execute(f"PRAGMA table_info({t})")
+        }
+    finally:
+        lite.close()
+    assert pg_columns == lite_columns
+
+
+def test_unreachable_database_error_never_shows_the_url() -> None:
+    url = "postgresql://scrollback:s3cret-pw@127.0.0.1:1/nowhere"
+    with pytest.raises(DatabaseUnavailableError) as raised:
+        open_pool(url, name="unreachable", connect_timeout=1)
+    assert "s3cret" not in str(raised.value) and "127.0.0.1" not in str(raised.value)
