@@ -9,6 +9,7 @@ verify media the same way.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import mimetypes
 import os
 import random
@@ -40,6 +41,32 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 UPLOAD_CHUNK = 1024 * 1024
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def channel_target(addr: str) -> tuple[str, list[tuple[str, Any]]]:
+    """The gRPC target and channel options for an address, or several.
+
+    `HOST:PORT` is used as is; `IP:PORT,IP:PORT,...` (several replicas, IP
+    literals) becomes one `ipv4:`/`ipv6:` target. Either way calls are spread
+    over every address the target resolves to with the `round_robin` policy, so
+    a DNS name with one record per replica balances too.
+    """
+    options: list[tuple[str, Any]] = [*CHANNEL_OPTIONS, ("grpc.lb_policy_name", "round_robin")]
+    parts = [part.strip() for part in addr.split(",") if part.strip()]
+    if len(parts) <= 1:
+        return (parts[0] if parts else addr), options
+    hosts = [part.rpartition(":")[0].strip("[]") for part in parts]
+    try:
+        families = {ipaddress.ip_address(host).version for host in hosts}
+    except ValueError:
+        raise InvalidArgument(
+            "several addresses must be IP:PORT literals; for host names use one DNS name "
+            "that resolves to every replica"
+        ) from None
+    if len(families) != 1:
+        raise InvalidArgument("several addresses must be all IPv4 or all IPv6")
+    scheme = "ipv4" if families == {4} else "ipv6"
+    return f"{scheme}:{','.join(parts)}", options
 
 
 def history_addr(explicit: str | None = None) -> str:

@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 
 from client._core import (
-    CHANNEL_OPTIONS,
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
     Deadlines,
@@ -38,6 +37,7 @@ from client._core import (
     accept_request,
     cache_key_of,
     call_metadata,
+    channel_target,
     history_addr,
     media_addr,
     new_txn_id,
@@ -66,9 +66,12 @@ class _AsyncBase:
     ) -> None:
         self.addr = addr
         self._own = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            addr, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
-        )
+        if channel is None:
+            target, options = channel_target(addr)
+            channel = grpc.aio.insecure_channel(
+                target, options=options, interceptors=list(interceptors) or None
+            )
+        self._channel = channel
         self.metadata = call_metadata(metadata)
         self._rng = rng or random.Random()
 

@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 
 from client._core import (
-    CHANNEL_OPTIONS,
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
     Deadlines,
@@ -33,6 +32,7 @@ from client._core import (
     Upload,
     cache_key_of,
     call_metadata,
+    channel_target,
     media_addr,
     prepare_upload,
     selector_of,
@@ -73,7 +73,10 @@ class MediaClient:
     ) -> None:
         self.addr = media_addr(addr)
         self._own = channel is None
-        base = channel or grpc.insecure_channel(self.addr, options=list(CHANNEL_OPTIONS))
+        if channel is None:
+            target, options = channel_target(self.addr)
+            channel = grpc.insecure_channel(target, options=options)
+        base = channel
         self._channel = base
         wrapped = grpc.intercept_channel(base, *interceptors) if interceptors else base
         self.stub = media_pb2_grpc.MediaServiceStub(wrapped)

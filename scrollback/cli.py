@@ -3,6 +3,7 @@
 - `scrollback up`: both services in the foreground on embedded defaults
   (SQLite state and local files), until Ctrl-C or SIGTERM.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
+- `scrollback loadtest [--seconds S] [--clients N]`: a bounded load test on loopback.
 - `scrollback sessions`: the sessions under the root, newest first.
 - `scrollback window SESSION [--older TOKEN | --oldest-first] [--page-size N]`: one page.
 - `scrollback media REF -o FILE`: one photo; REF is `<session>/<uuid>/<index>` with
@@ -105,6 +106,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_loadtest(args: argparse.Namespace) -> int:
+    from scrollback.loadtest import run_load
+
+    report = run_load(args.seconds, args.clients)
+    print(report.render())
+    return EXIT_FAILURE if report.total_errors else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `scrollback` command."""
     parser = argparse.ArgumentParser(prog="scrollback", description=__doc__.splitlines()[0])
@@ -130,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_arguments(bench)
     bench.set_defaults(handler=_cmd_bench)
+
+    loadtest = commands.add_parser(
+        "loadtest", help="a bounded load test of both services on loopback"
+    )
+    loadtest.add_argument("--seconds", type=float, default=60.0, help="how long to run")
+    loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients")
+    loadtest.set_defaults(handler=_cmd_loadtest)
     _add_client_commands(commands)
     return parser
 

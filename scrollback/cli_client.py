@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -287,21 +286,27 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    """Collect unreferenced blobs in the local state dir; print the report."""
+    """Collect unreferenced blobs in the configured store; print the report.
+
+    The store is the one the media service would use: SQLite in the state dir,
+    or PostgreSQL when SCROLLBACK_DATABASE_URL is set.
+    """
     from media_service.blob_paths import BlobPaths
     from media_service.blobs import BlobStore
-    from media_service.config import DEFAULT_MAX_BLOB_SIZE
+    from media_service.config import MediaConfig
     from media_service.gc import collect_garbage
-    from media_service.store.sqlite import SqliteBlobMetadataStore
+    from media_service.server import open_metadata_store
 
-    state = Path(args.state or os.environ.get("SCROLLBACK_STATE") or ".scrollback").expanduser()
     if args.grace < 0:
         raise UsageError("--grace must not be negative")
-    if not state.is_dir():
+    config = MediaConfig.from_env()
+    if args.state:
+        config = config.with_overrides(state=Path(args.state))
+    if not config.state_dir.is_dir():
         raise UsageError("the state dir (SCROLLBACK_STATE) is not a directory")
-    metadata = SqliteBlobMetadataStore(state)
+    metadata = open_metadata_store(config)
     try:
-        store = BlobStore(BlobPaths(state), metadata, max_blob_size=DEFAULT_MAX_BLOB_SIZE)
+        store = BlobStore(BlobPaths(config.state_dir), metadata, max_blob_size=config.max_blob_size)
         report = collect_garbage(store, now=time.time(), grace_seconds=args.grace)
     finally:
         metadata.close()

@@ -350,3 +350,21 @@ def test_unreachable_database_is_one_line_without_the_url(tmp_path: Path) -> Non
         assert result.returncode == 2, result.stderr
         assert b"s3cret" not in result.stderr + result.stdout
         assert b"SCROLLBACK_DATABASE_URL" in result.stderr
+
+
+def test_client_balances_over_both_history_replicas_and_survives_losing_one(
+    cluster: Cluster,
+) -> None:
+    from client.history import HistoryClient
+
+    addresses = ",".join(r.address for r in cluster.history)
+    with HistoryClient(addresses) as client:
+        for _ in range(20):
+            client.list_sessions()
+        served = [r.log.read_text().count("method=ListSessions") for r in cluster.history]
+        assert all(count > 0 for count in served), f"round_robin must use both replicas: {served}"
+        cluster.history[0].process.terminate()
+        cluster.history[0].process.wait(10)
+        for _ in range(5):
+            client.list_sessions()  # retried on the replica that is left
+    assert cluster.history[1].log.read_text().count("method=ListSessions") >= served[1] + 5
