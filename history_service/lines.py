@@ -22,7 +22,13 @@ from enum import IntEnum
 
 from history_service.errors import FileRewrittenError
 from scrollback import metrics
-from scrollback.contract.stripping import StrippedLine, oversize_stub, strip_line
+from scrollback.contract.stripping import (
+    LineReader,
+    StrippedLine,
+    oversize_stub,
+    strip_line,
+    strip_line_streamed,
+)
 
 BLOCK_BYTES = 256 * 1024
 # A served entry's json up to this size goes whole into one Entry message
@@ -41,12 +47,15 @@ class MediaMode(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class RawLine:
-    """One line's byte range (newline excluded) and its bytes, or None when oversize."""
+    """One line's byte range (newline excluded) and its bytes, or None when too large to hold."""
 
     start: int
     end: int
     data: bytes | None
     terminated: bool
+    # The file it was read from, so a line too large to hold can be stripped
+    # by streaming it (-1 when the bytes are all there is).
+    fd: int = -1
 
     @property
     def size(self) -> int:
@@ -107,6 +116,7 @@ def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator
                 line_end,
                 _line_bytes(fd, view, block_start, block_end, position, line_end, max_line),
                 terminated,
+                fd,
             )
         finally:
             LONG_LINE_BUDGET.release(held)
@@ -150,6 +160,7 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
                 line_end,
                 _line_bytes(fd, view, block_start, block_end, line_start, line_end, max_line),
                 True,
+                fd,
             )
         finally:
             LONG_LINE_BUDGET.release(held)
@@ -192,6 +203,20 @@ LONG_LINE_BUDGET = LineMemoryBudget(16 * 1024 * 1024)
 
 class FileShrankError(FileRewrittenError):
     """The file became shorter while it was being read (rewritten or truncated)."""
+
+
+def _reader(fd: int, start: int, size: int) -> LineReader:
+    """Reads of one line's bytes by offset within the line, each exact or FileShrankError."""
+
+    def read(offset: int, length: int) -> bytes:
+        if offset < 0 or offset + length > size:
+            raise ValueError("read outside the line")
+        data = os.pread(fd, length, start + offset)
+        if len(data) != length:
+            raise FileShrankError()
+        return data
+
+    return read
 
 
 def _hold(block_start: int, block_end: int, start: int, end: int, max_line: int) -> int:
@@ -238,7 +263,22 @@ def is_blank(raw: RawLine) -> bool:
 def serve_line(
     raw: RawLine, mode: MediaMode, inline_limit: int, max_line_size: int
 ) -> ServedLine | None:
-    """Strip one non-blank line for serving; None if it is not a JSON object."""
+    """Strip one non-blank line for serving; None if it is not a JSON object.
+
+    A line too large to hold is stripped by streaming it from its file, and
+    served stripped when that brings it under the max line size; only a line
+    still too large after stripping (or one with no file) becomes the stub.
+    """
+    if raw.data is None and raw.fd >= 0:
+        stripped = strip_line_streamed(
+            _reader(raw.fd, raw.start, raw.size), raw.size, inline_limit, max_line_size
+        )
+        if stripped is None:
+            return None
+        if stripped.cut_count:
+            metrics.PAYLOADS_STRIPPED.inc(stripped.cut_count)
+        deferred = mode == MediaMode.INLINE and stripped.cut_count > 0
+        return ServedLine(raw.start, raw.size, stripped, deferred)
     if raw.data is None or raw.size > max_line_size:
         stub = StrippedLine(
             json=oversize_stub(raw.size),

@@ -20,6 +20,7 @@ import json
 import mmap
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,20 +267,170 @@ def strip_line(
 ) -> StrippedLine | None:
     """Strip one line (without its newline). Return None if it is not a JSON object.
 
-    `line` is `bytes`, or an `mmap` of the line, so that a line over the max
-    line size is scanned without being read into memory. A line still over
-    `max_line_size` after stripping becomes the oversize stub, unparsed.
+    `line` is `bytes` (or an `mmap` of it). A line still over `max_line_size`
+    after stripping becomes the oversize stub, unparsed. A line too large to
+    hold goes through `strip_line_streamed` instead, to the same result.
     `validate_payloads=False` is the extractor's mode: long string values are
     cut unchecked, so the line's `json` is only fit for locating images.
     Never raises for any input bytes.
     """
     spans = find_payload_spans(line, inline_limit, validate=validate_payloads)
-    stripped_size = len(line) - sum(end - start for start, end in spans)
+    view = memoryview(line)
+    try:
+        return _assemble(
+            len(line),
+            spans,
+            lambda start, end: line[start:end],
+            lambda start, end: pin_of(view[start:end]),
+            max_line_size,
+        )
+    finally:
+        view.release()
+
+
+# Reads `length` bytes of the line from `offset` (relative to the line's start),
+# all of them or raising: a line that shrinks while it is read is not JSON.
+LineReader = Callable[[int, int], bytes]
+STREAM_CHUNK = 1024 * 1024
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+
+
+def strip_line_streamed(
+    read: LineReader,
+    size: int,
+    inline_limit: int = DEFAULT_INLINE_LIMIT,
+    max_line_size: int = DEFAULT_MAX_LINE_SIZE,
+    *,
+    chunk_size: int = STREAM_CHUNK,
+) -> StrippedLine | None:
+    """`strip_line` for a line of `size` bytes too large to hold: read in chunks.
+
+    The same tokenizing rules find the long string values in one pass; each is
+    then checked and pinned in a second pass of bounded reads; only the kept
+    text (at most `max_line_size`) is ever held. The result equals
+    `strip_line` of the same bytes.
+    """
+    found = _stream_long_strings(read, size, inline_limit, chunk_size)
+    spans: list[tuple[int, int]] = []
+    pins: dict[tuple[int, int], str] = {}
+    for start, end in found:
+        if _stream_is_key(read, size, end):
+            continue
+        pin = _stream_payload_pin(read, start, end, chunk_size)
+        if pin is not None:
+            spans.append((start, end))
+            pins[(start, end)] = pin
+    return _assemble(
+        size,
+        spans,
+        lambda start, end: read(start, end - start),
+        lambda start, end: pins[(start, end)],
+        max_line_size,
+    )
+
+
+def _stream_long_strings(
+    read: LineReader, size: int, inline_limit: int, chunk_size: int
+) -> list[tuple[int, int]]:
+    """(start, end) of the raw text of every string at least `inline_limit` long."""
+    found: list[tuple[int, int]] = []
+    in_string = False
+    string_start = 0
+    carried_backslashes = 0  # the run of backslashes ending the previous chunk, in a string
+    offset = 0
+    while offset < size:
+        data = read(offset, min(chunk_size, size - offset))
+        position = 0
+        while position < len(data):
+            quote = data.find(b'"', position)
+            if not in_string:
+                if quote < 0:
+                    break
+                in_string, string_start = True, offset + quote + 1
+                carried_backslashes = 0
+                position = quote + 1
+                continue
+            if quote < 0:
+                tail = _backslashes_before(data, len(data), position)
+                carried_backslashes = (
+                    carried_backslashes + tail if tail == len(data) - position else tail
+                )
+                break
+            run = _backslashes_before(data, quote, position)
+            if run == quote - position:
+                run += carried_backslashes
+            carried_backslashes = 0
+            position = quote + 1
+            if run % 2:
+                continue  # an escaped quote
+            in_string = False
+            if offset + quote - string_start >= inline_limit:
+                found.append((string_start, offset + quote))
+        offset += len(data)
+    return found
+
+
+def _backslashes_before(data: bytes, end: int, floor: int) -> int:
+    """How many backslashes run back from data[end - 1], not below `floor`."""
+    position = end
+    while position > floor and data[position - 1] == _BACKSLASH:
+        position -= 1
+    return end - position
+
+
+def _stream_is_key(read: LineReader, size: int, closing: int) -> bool:
+    """True if a colon follows the string closing at `closing` (after whitespace)."""
+    position = closing + 1
+    while position < size:
+        data = read(position, min(64, size - position))
+        rest = data.lstrip(_JSON_WHITESPACE)
+        if rest:
+            return rest[0] == _COLON
+        position += len(data)
+    return False
+
+
+def _stream_payload_pin(read: LineReader, start: int, end: int, chunk_size: int) -> str | None:
+    """The pin of line[start:end] if it is a payload (base64 once unescaped), else None."""
+    digest = xxhash.xxh3_128()
+    carry = b""
+    position = start
+    while position < end:
+        data = read(position, min(chunk_size, end - position))
+        position += len(data)
+        digest.update(data)
+        text = carry + data
+        cut = len(text)
+        if position < end:
+            # Never split an escape (at most 6 bytes: \u00XX) between two checks.
+            backslash = text.rfind(b"\\", max(0, cut - 5))
+            if backslash >= 0:
+                cut = backslash
+        piece, carry = text[:cut], text[cut:]
+        if b"\\" in piece:
+            if _ESCAPED_ALPHABET_RUN.fullmatch(piece) is None:
+                return None
+        elif piece.translate(None, _BASE64_ALPHABET):
+            return None
+    if carry and _ESCAPED_ALPHABET_RUN.fullmatch(carry) is None:
+        return None
+    return digest.hexdigest()
+
+
+def _assemble(
+    size: int,
+    spans: list[tuple[int, int]],
+    segment: Callable[[int, int], bytes],
+    pin: Callable[[int, int], str],
+    max_line_size: int,
+) -> StrippedLine | None:
+    """Build the stripped line from the kept segments, parse it, and enumerate its images."""
+    stripped_size = size - sum(end - start for start, end in spans)
     stripped_size += len(spans) * len(STRIPPED_MEDIA_MARKER_BYTES)
     if stripped_size > max_line_size:
         # Too large even without its payloads: never parsed, never held whole.
         return StrippedLine(
-            json=oversize_stub(len(line)),
+            json=oversize_stub(size),
             uuid="",
             type="",
             timestamp="",
@@ -290,7 +441,7 @@ def strip_line(
             oversize=True,
         )
     if not spans:
-        probe = stripped = bytes(line)
+        probe = stripped = bytes(segment(0, size))
         placeholders: dict[str, int] = {}
     else:
         # A random per-call tag: no line can contain it by design or by chance.
@@ -299,9 +450,9 @@ def strip_line(
         kept: list[bytes] = []
         previous = 0
         for start, end in spans:
-            kept.append(line[previous:start])
+            kept.append(segment(previous, start))
             previous = end
-        kept.append(line[previous:])
+        kept.append(segment(previous, size))
         stripped = STRIPPED_MEDIA_MARKER_BYTES.join(kept)
         probe_parts: list[bytes] = [kept[0]]
         for k, part in enumerate(kept[1:]):
@@ -330,20 +481,17 @@ def strip_line(
         images.append(
             StrippedImage(
                 index=index,
-                pin=pin_of(memoryview(line)[start:end]),
+                pin=pin(start, end),
                 declared_media_type=media_type if isinstance(media_type, str) else "",
                 raw_start=start,
                 raw_end=end,
             )
         )
-    uuid = _top_level_string(entry, "uuid")
-    entry_type = _top_level_string(entry, "type")
-    timestamp = _top_level_string(entry, "timestamp")
     return StrippedLine(
         json=stripped,
-        uuid=uuid,
-        type=entry_type,
-        timestamp=timestamp,
+        uuid=_top_level_string(entry, "uuid"),
+        type=_top_level_string(entry, "type"),
+        timestamp=_top_level_string(entry, "timestamp"),
         images=tuple(images),
         failed_image_indexes=tuple(failed),
         image_count=index + 1,

@@ -10,6 +10,7 @@ import textwrap
 
 import grpc
 import orjson
+import xxhash
 from history_helpers import (
     LATEST,
     OLDEST,
@@ -186,6 +187,33 @@ async def test_oversize_lines_get_a_stub(history_server: HarnessFactory) -> None
             small, stub, after = page.entries
             assert stub.oversize and "message too large to display" in stub.json
             assert stub.line_size_bytes > 64 * 1024 and (small.uuid, after.uuid) == ("s1", "s2")
+
+
+async def test_line_over_the_max_size_is_served_stripped_when_stripping_fits_it(
+    history_server: HarnessFactory,
+) -> None:
+    # CONTRACT section 3: only a line still over the max line size AFTER
+    # stripping is a stub. This one is 4x the max size, all of it one photo.
+    payload = base64.b64encode(os.urandom(192 * 1024))
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": payload.decode()},
+    }
+    async with history_server(max_line_size=64 * 1024, default_inline_limit=1024) as history:
+        history.transcript("photo").write_bytes(
+            line(type="user", uuid="s1")
+            + line(type="user", uuid="p1", message={"content": [image]})
+            + line(type="user", uuid="s2")
+        )
+        for direction in (LATEST, OLDEST):
+            page = await read_page(history.stub, session_id="photo", direction=direction)
+            small, photo, after = page.entries
+            assert not photo.oversize and photo.uuid == "p1"
+            assert photo.line_size_bytes > 4 * 64 * 1024
+            assert [ref.index for ref in photo.media_refs] == [0]
+            assert photo.media_refs[0].pin == xxhash.xxh3_128_hexdigest(payload)
+            assert payload.decode() not in photo.json
+            assert (small.uuid, after.uuid) == ("s1", "s2")
 
 
 async def test_token_and_request_errors(history: HistoryHarness) -> None:
