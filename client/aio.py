@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Iterable, Sequence
-from types import TracebackType
 from typing import Any
 
 import grpc
 
+from client._base import AsyncChannelClient, AsyncClosing
 from client._core import (
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
@@ -36,8 +36,6 @@ from client._core import (
     WindowAssembler,
     accept_request,
     cache_key_of,
-    call_metadata,
-    channel_target,
     history_addr,
     media_addr,
     new_txn_id,
@@ -47,7 +45,7 @@ from client._core import (
 )
 from client._retry import retry_async
 from client.errors import from_rpc_error
-from client.history import WATCH_RESUME_CODES, WATCH_RETRY, direction_of
+from client.history import WATCH_RESUME_CODES, WATCH_RETRY, window_request
 from client.media import ImageSource, MediaTarget, stat_error
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
@@ -55,33 +53,7 @@ from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
 
 
-class _AsyncBase:
-    def __init__(
-        self,
-        addr: str,
-        channel: grpc.aio.Channel | None,
-        interceptors: Sequence[Any],
-        metadata: Sequence[tuple[str, str]],
-        rng: random.Random | None,
-    ) -> None:
-        self.addr = addr
-        self._own = channel is None
-        if channel is None:
-            target, options = channel_target(addr)
-            channel = grpc.aio.insecure_channel(
-                target, options=options, interceptors=list(interceptors) or None
-            )
-        self._channel = channel
-        self.metadata = call_metadata(metadata)
-        self._rng = rng or random.Random()
-
-    async def close(self) -> None:
-        """Close the channel (when this client opened it)."""
-        if self._own:
-            await self._channel.close(None)
-
-
-class AsyncHistoryClient(_AsyncBase):
+class AsyncHistoryClient(AsyncChannelClient):
     """The asyncio twin of client.history.HistoryClient."""
 
     def __init__(
@@ -97,23 +69,11 @@ class AsyncHistoryClient(_AsyncBase):
         token: str | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        super().__init__(history_addr(addr), channel, interceptors, metadata, rng)
-        self.metadata = call_metadata(metadata, token)
+        super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng)
         self.stub = history_pb2_grpc.HistoryServiceStub(self._channel)
         self.deadlines = deadlines
         self.retry = retry
         self.watch_retry = watch_retry
-
-    async def __aenter__(self) -> AsyncHistoryClient:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def list_sessions(
         self, *, page_size: int = 0, page_token: str = "", project_dir: str = ""
@@ -156,13 +116,8 @@ class AsyncHistoryClient(_AsyncBase):
         inline_limit_bytes: int = 0,
     ) -> Window:
         """One page with whole entries; retried as a whole."""
-        request = hpb.ReadWindowRequest(
-            session_id=session_id,
-            page_size=page_size,
-            page_token=page_token,
-            direction=direction_of(oldest_first),
-            media_mode=media_mode,
-            inline_limit_bytes=inline_limit_bytes,
+        request = window_request(
+            session_id, page_size, page_token, oldest_first, media_mode, inline_limit_bytes
         )
 
         async def attempt() -> Window:
@@ -293,7 +248,7 @@ class AsyncHistoryClient(_AsyncBase):
                 call.cancel()
 
 
-class AsyncMediaClient(_AsyncBase):
+class AsyncMediaClient(AsyncChannelClient):
     """The asyncio twin of client.media.MediaClient."""
 
     def __init__(
@@ -309,23 +264,11 @@ class AsyncMediaClient(_AsyncBase):
         token: str | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        super().__init__(media_addr(addr), channel, interceptors, metadata, rng)
-        self.metadata = call_metadata(metadata, token)
+        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng)
         self.stub = media_pb2_grpc.MediaServiceStub(self._channel)
         self.deadlines = deadlines
         self.retry = retry
         self.cache = cache if cache is not None else MediaCache()
-
-    async def __aenter__(self) -> AsyncMediaClient:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def read_media(self, target: MediaTarget, pin: str | None = None) -> Media:
         """All bytes of one medium, verified; an interrupted stream resumes at its offset."""
@@ -411,7 +354,7 @@ class AsyncMediaClient(_AsyncBase):
         return uploads
 
 
-class AsyncClient:
+class AsyncClient(AsyncClosing):
     """The asyncio twin of client.client.Client."""
 
     def __init__(
@@ -425,17 +368,6 @@ class AsyncClient:
         """Close both channels."""
         await self.history.close()
         await self.media.close()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def send(
         self,

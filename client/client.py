@@ -9,16 +9,16 @@ with Client() as sb:                              # SCROLLBACK_*_ADDR or the def
 from __future__ import annotations
 
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Any
 
+from client._base import Closing
 from client._core import new_txn_id
 from client.history import HistoryClient
 from client.media import ImageSource, MediaClient
 from scrollback.history.v1 import history_pb2 as hpb
 
 
-class Client:
+class Client(Closing):
     """A history client and a media client; keyword options go to both."""
 
     def __init__(
@@ -32,17 +32,6 @@ class Client:
         """Close both channels."""
         self.history.close()
         self.media.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def send(
         self,

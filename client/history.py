@@ -16,11 +16,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from types import TracebackType
 from typing import Any
 
 import grpc
 
+from client._base import SyncChannelClient
 from client._core import (
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
@@ -31,8 +31,6 @@ from client._core import (
     Window,
     WindowAssembler,
     accept_request,
-    call_metadata,
-    channel_target,
     history_addr,
     new_txn_id,
     rpc_code,
@@ -52,7 +50,26 @@ def direction_of(oldest_first: bool) -> hpb.ReadDirection.ValueType:
     return hpb.READ_DIRECTION_OLDEST_FIRST if oldest_first else hpb.READ_DIRECTION_LATEST_FIRST
 
 
-class HistoryClient:
+def window_request(
+    session_id: str,
+    page_size: int,
+    page_token: str,
+    oldest_first: bool,
+    media_mode: hpb.MediaMode.ValueType,
+    inline_limit_bytes: int,
+) -> hpb.ReadWindowRequest:
+    """The ReadWindowRequest of `read_window` (sync and asyncio)."""
+    return hpb.ReadWindowRequest(
+        session_id=session_id,
+        page_size=page_size,
+        page_token=page_token,
+        direction=direction_of(oldest_first),
+        media_mode=media_mode,
+        inline_limit_bytes=inline_limit_bytes,
+    )
+
+
+class HistoryClient(SyncChannelClient):
     """A typed, retrying client of scrollback.history.v1.HistoryService."""
 
     def __init__(
@@ -68,36 +85,11 @@ class HistoryClient:
         token: str | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.addr = history_addr(addr)
-        self._own = channel is None
-        if channel is None:
-            target, options = channel_target(self.addr)
-            channel = grpc.insecure_channel(target, options=options)
-        base = channel
-        self._channel = base
-        wrapped = grpc.intercept_channel(base, *interceptors) if interceptors else base
-        self.stub = history_pb2_grpc.HistoryServiceStub(wrapped)
+        super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng)
+        self.stub = history_pb2_grpc.HistoryServiceStub(self._intercepted)
         self.deadlines = deadlines
         self.retry = retry
         self.watch_retry = watch_retry
-        self.metadata = call_metadata(metadata, token)
-        self._rng = rng or random.Random()
-
-    def close(self) -> None:
-        """Close the channel (when this client opened it)."""
-        if self._own:
-            self._channel.close()
-
-    def __enter__(self) -> HistoryClient:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def list_sessions(
         self, *, page_size: int = 0, page_token: str = "", project_dir: str = ""
@@ -137,13 +129,8 @@ class HistoryClient:
         inline_limit_bytes: int = 0,
     ) -> Window:
         """One page with whole entries (json chunks reassembled); retried as a whole."""
-        request = hpb.ReadWindowRequest(
-            session_id=session_id,
-            page_size=page_size,
-            page_token=page_token,
-            direction=direction_of(oldest_first),
-            media_mode=media_mode,
-            inline_limit_bytes=inline_limit_bytes,
+        request = window_request(
+            session_id, page_size, page_token, oldest_first, media_mode, inline_limit_bytes
         )
 
         def attempt() -> Window:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from os import PathLike
-from types import TracebackType
 from typing import Any
 
 import grpc
 
+from client._base import SyncChannelClient
 from client._core import (
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
@@ -31,8 +31,6 @@ from client._core import (
     RetryPolicy,
     Upload,
     cache_key_of,
-    call_metadata,
-    channel_target,
     media_addr,
     prepare_upload,
     selector_of,
@@ -55,7 +53,7 @@ def stat_error(result: mpb.StatMediaResult) -> Exception | None:
     return error_class(code)(result.error.message, code=code)
 
 
-class MediaClient:
+class MediaClient(SyncChannelClient):
     """A typed, retrying, caching client of scrollback.media.v1.MediaService."""
 
     def __init__(
@@ -71,36 +69,11 @@ class MediaClient:
         token: str | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.addr = media_addr(addr)
-        self._own = channel is None
-        if channel is None:
-            target, options = channel_target(self.addr)
-            channel = grpc.insecure_channel(target, options=options)
-        base = channel
-        self._channel = base
-        wrapped = grpc.intercept_channel(base, *interceptors) if interceptors else base
-        self.stub = media_pb2_grpc.MediaServiceStub(wrapped)
+        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng)
+        self.stub = media_pb2_grpc.MediaServiceStub(self._intercepted)
         self.deadlines = deadlines
         self.retry = retry
         self.cache = cache if cache is not None else MediaCache()
-        self.metadata = call_metadata(metadata, token)
-        self._rng = rng or random.Random()
-
-    def close(self) -> None:
-        """Close the channel (when this client opened it)."""
-        if self._own:
-            self._channel.close()
-
-    def __enter__(self) -> MediaClient:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def read_media(self, target: MediaTarget, pin: str | None = None) -> Media:
         """All bytes of one medium, verified; an interrupted stream resumes at its offset."""

@@ -8,38 +8,25 @@ holds a password: a flag is visible in the process list).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import dataclasses
-import logging
 import sys
-from pathlib import Path
 
 from history_service.config import ConfigError, HistoryConfig
 from history_service.server import serve
-from scrollback.grpc_support import BindRefusedError
+from scrollback.service_cli import run_service, service_parser, with_auth_tokens
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, then serve until SIGINT/SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m history_service", description=__doc__)
-    parser.add_argument("--transcripts", type=Path, help="the transcripts root")
-    parser.add_argument("--state", type=Path, help="the state dir")
-    parser.add_argument("--addr", help="HOST:PORT to listen on")
-    parser.add_argument(
-        "--insecure", action="store_true", help="allow a non-loopback address without auth"
-    )
-    parser.add_argument(
-        "--auth-tokens", type=Path, help="token file (YAML/JSON) of SCROLLBACK_AUTH_TOKENS"
-    )
-    parser.add_argument(
-        "--database-url", help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL)"
+    parser = service_parser(
+        "python -m history_service",
+        __doc__,
+        transcripts_help="the transcripts root",
+        state_help="the state dir",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
+
+    def build_config() -> HistoryConfig:
         config = HistoryConfig.from_env(
             transcripts=args.transcripts.expanduser() if args.transcripts else None,
             state_dir=args.state.expanduser() if args.state else None,
@@ -49,18 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.auth_tokens is not None:
             config = dataclasses.replace(
-                config,
-                security=dataclasses.replace(
-                    config.security, auth_tokens=args.auth_tokens.expanduser()
-                ),
+                config, security=with_auth_tokens(config.security, args.auth_tokens)
             )
-        asyncio.run(serve(config))
-    except (ConfigError, BindRefusedError) as error:
-        print(f"history_service: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        pass
-    return 0
+        return config
+
+    return run_service("history_service", build_config, serve, ConfigError)
 
 
 if __name__ == "__main__":

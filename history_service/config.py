@@ -24,13 +24,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scrollback.auth import AuthConfigError, SecuritySettings
+from scrollback.auth import SecuritySettings
 from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
     MIN_INLINE_LIMIT,
 )
-from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
+from scrollback.service_config import security_from_env, validate_shared
+from scrollback.state.urls import DATABASE_URL_ENV
 
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE = "./.scrollback"
@@ -75,12 +76,9 @@ class HistoryConfig:
             "addr": source.get("SCROLLBACK_HISTORY_ADDR", DEFAULT_ADDR),
             "database_url": source.get(DATABASE_URL_ENV, ""),
         }
-        try:
-            values["security"] = SecuritySettings.from_env(
-                source, metrics_var="SCROLLBACK_HISTORY_METRICS_ADDR"
-            )
-        except AuthConfigError as error:
-            raise ConfigError(str(error)) from None
+        values["security"] = security_from_env(
+            source, metrics_var="SCROLLBACK_HISTORY_METRICS_ADDR", config_error=ConfigError
+        )
         numeric: dict[str, type] = {
             "default_inline_limit": int,
             "max_line_size": int,
@@ -128,10 +126,5 @@ class HistoryConfig:
             raise ConfigError("the transcripts root (SCROLLBACK_TRANSCRIPTS) is not a directory")
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise ConfigError("the state dir (SCROLLBACK_STATE) is not a directory")
-        if self.database_url and not is_postgres_url(self.database_url):
-            raise ConfigError(f"{DATABASE_URL_ENV} must be a postgresql:// URL")
-        try:
-            self.security.validate()
-        except AuthConfigError as error:
-            raise ConfigError(str(error)) from None
+        validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self

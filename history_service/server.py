@@ -22,7 +22,6 @@ from history_service.servicer import SERVICE_NAME, HistoryServicer
 from history_service.store import AcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
-from scrollback.auth import AuthConfigError
 from scrollback.grpc_support import (
     RunningServer,
     build_server,
@@ -30,6 +29,7 @@ from scrollback.grpc_support import (
 )
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.interceptors import prepare_security
+from scrollback.service_config import auth_errors_as, open_database_pool
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -69,12 +69,11 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
         return store, InProcessBus()
     from history_service.bus_postgres import PostgresBus
     from history_service.store.postgres import PostgresAcceptedMessageStore
-    from scrollback.state.postgres import DatabaseUnavailableError, open_pool
+    from scrollback.state.postgres import DatabaseUnavailableError
 
-    try:
-        pool = await asyncio.to_thread(open_pool, config.database_url, name="history")
-    except DatabaseUnavailableError as error:
-        raise ConfigError(str(error)) from None
+    pool = await asyncio.to_thread(
+        open_database_pool, config.database_url, name="history", config_error=ConfigError
+    )
     pg_store = PostgresAcceptedMessageStore(
         pool, keep=config.pending_keep, ttl_seconds=config.pending_ttl_seconds
     )
@@ -93,7 +92,7 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
-    try:
+    with auth_errors_as(ConfigError):
         security = prepare_security(
             "history",
             config.security,
@@ -101,8 +100,6 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
             insecure=config.insecure,
             auth_configured=config.auth_configured,
         )
-    except AuthConfigError as error:
-        raise ConfigError(str(error)) from None
     store, bus = await open_store_and_bus(config)
     try:
         core = HistoryCore(

@@ -8,7 +8,7 @@ it is INTERNAL with a fixed text.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -132,6 +132,22 @@ def _window_end(window: Window) -> pb.WindowEnd:
     )
 
 
+WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapResponse)
+
+
+def _window_responses(
+    response: type[WindowResponse], session_id: str, window: Window
+) -> Iterator[WindowResponse]:
+    """A window as `response` messages: each Entry (then its json chunks), then the end."""
+    for served in window.entries:
+        for message in entry_messages(session_id, served):
+            if isinstance(message, pb.Entry):
+                yield response(entry=message)
+            else:
+                yield response(entry_json_chunk=message)
+    yield response(end=_window_end(window))
+
+
 class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     """scrollback.history.v1.HistoryService on a HistoryCore."""
 
@@ -166,13 +182,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             window = await self._core.read_window(params)
         except Exception as error:
             await abort_for(context, error, ERROR_TABLE)
-        for served in window.entries:
-            for message in entry_messages(params.session_id, served):
-                if isinstance(message, pb.Entry):
-                    yield pb.ReadWindowResponse(entry=message)
-                else:
-                    yield pb.ReadWindowResponse(entry_json_chunk=message)
-        yield pb.ReadWindowResponse(end=_window_end(window))
+        for response in _window_responses(pb.ReadWindowResponse, params.session_id, window):
+            yield response
 
     async def Bootstrap(
         self, request: pb.BootstrapRequest, context: Context
@@ -198,13 +209,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if window is None:
             yield pb.BootstrapResponse(end=pb.WindowEnd())
             return
-        for served in window.entries:
-            for message in entry_messages(result.session_id, served):
-                if isinstance(message, pb.Entry):
-                    yield pb.BootstrapResponse(entry=message)
-                else:
-                    yield pb.BootstrapResponse(entry_json_chunk=message)
-        yield pb.BootstrapResponse(end=_window_end(window))
+        for response in _window_responses(pb.BootstrapResponse, result.session_id, window):
+            yield response
 
     async def AcceptMessage(
         self, request: pb.AcceptMessageRequest, context: Context

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from media_service.errors import ConfigError
-from scrollback.auth import AuthConfigError, SecuritySettings
+from scrollback.auth import SecuritySettings
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
-from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
+from scrollback.service_config import security_from_env, validate_shared
+from scrollback.state.urls import DATABASE_URL_ENV
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -82,10 +83,9 @@ class MediaConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> MediaConfig:
         """Read the configuration from the environment (validated)."""
         env = os.environ if env is None else env
-        try:
-            security = SecuritySettings.from_env(env, metrics_var="SCROLLBACK_MEDIA_METRICS_ADDR")
-        except AuthConfigError as error:
-            raise ConfigError(str(error)) from None
+        security = security_from_env(
+            env, metrics_var="SCROLLBACK_MEDIA_METRICS_ADDR", config_error=ConfigError
+        )
         config = cls(
             transcripts=Path(env.get("SCROLLBACK_TRANSCRIPTS") or "~/.claude/projects"),
             state=Path(env.get("SCROLLBACK_STATE") or ".scrollback"),
@@ -129,12 +129,7 @@ class MediaConfig:
             raise ConfigError("address must be HOST:PORT")
         if self.write_idle_timeout_seconds <= 0:
             raise ConfigError("the write idle timeout must be positive")
-        if self.database_url and not is_postgres_url(self.database_url):
-            raise ConfigError(f"{DATABASE_URL_ENV} must be a postgresql:// URL")
-        try:
-            self.security.validate()
-        except AuthConfigError as error:
-            raise ConfigError(str(error)) from None
+        validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self
 
     @property

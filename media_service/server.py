@@ -25,7 +25,6 @@ from media_service.servicer import MediaServicer
 from media_service.store.base import BlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import TranscriptMedia
-from scrollback.auth import AuthConfigError
 from scrollback.grpc_support import (
     RunningServer,
     build_server,
@@ -33,6 +32,7 @@ from scrollback.grpc_support import (
 )
 from scrollback.interceptors import prepare_security
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.service_config import auth_errors_as, open_database_pool
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -78,12 +78,10 @@ def open_metadata_store(config: MediaConfig) -> BlobMetadataStore:
     if not config.database_url:
         return SqliteBlobMetadataStore(config.state_dir)
     from media_service.store.postgres import PostgresBlobMetadataStore
-    from scrollback.state.postgres import DatabaseUnavailableError, open_pool
 
-    try:
-        return PostgresBlobMetadataStore(open_pool(config.database_url, name="media"))
-    except DatabaseUnavailableError as error:
-        raise ConfigError(str(error)) from None
+    return PostgresBlobMetadataStore(
+        open_database_pool(config.database_url, name="media", config_error=ConfigError)
+    )
 
 
 def build_library(
@@ -109,7 +107,7 @@ async def start_media_server(
 ) -> RunningMediaServer:
     """Validate, clean stale uploads, bind and start; GC runs every gc_interval."""
     config.validate()
-    try:
+    with auth_errors_as(ConfigError):
         security = prepare_security(
             "media",
             config.security,
@@ -118,8 +116,6 @@ async def start_media_server(
             auth_configured=config.auth_configured,
             byte_counted_methods=frozenset({"ReadMedia"}),
         )
-    except AuthConfigError as error:
-        raise ConfigError(str(error)) from None
     library, metadata = await asyncio.to_thread(build_library, config, clock=clock)
     removed = await asyncio.to_thread(library.blobs.remove_stale_temps)
     if removed:

@@ -21,24 +21,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import psycopg
 
-from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
+from history_service.accept import AcceptedRecord, AcceptRequest
 from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
+from history_service.store.records import (
+    COLUMNS,
+    REPLAY_COLUMNS,
+    attachments_json,
+    new_record,
+    record_of,
+    replay_of,
+)
 from scrollback.auth import principal_name
 from scrollback.state.postgres import ACCEPT_LOCK, Pool, transaction, unavailable_on_failure
 
-_COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
 Connection = psycopg.Connection[tuple[Any, ...]]
-
-
-def _record(row: tuple[Any, ...]) -> AcceptedRecord:
-    seq, txn, session_id, chat_key, text, attachments, accepted_at = row
-    specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
-    return AcceptedRecord(
-        int(seq), txn, session_id or "", chat_key or "", text, specs, float(accepted_at)
-    )
 
 
 class PostgresAcceptedMessageStore:
@@ -68,15 +66,10 @@ class PostgresAcceptedMessageStore:
         connection: Connection, request: AcceptRequest, digest: str, accepted_by: str | None
     ) -> tuple[AcceptedRecord, bool] | None:
         row = connection.execute(
-            f"SELECT {_COLUMNS}, accepted_by, content_digest FROM accepted_message"
-            " WHERE client_txn_id = %s",
+            f"SELECT {REPLAY_COLUMNS} FROM accepted_message WHERE client_txn_id = %s",
             (request.client_txn_id,),
         ).fetchone()
-        if row is None:
-            return None
-        if row[-1] != digest or (accepted_by is not None and row[-2] != accepted_by):
-            raise TxnConflictError()
-        return _record(row[:-2]), True
+        return None if row is None else replay_of(row, digest, accepted_by)
 
     def accept(self, request: AcceptRequest) -> tuple[AcceptedRecord, bool]:
         """Record a message durably; replay on the same txn id and content."""
@@ -103,7 +96,6 @@ class PostgresAcceptedMessageStore:
                 ).fetchone()
                 session_id = str(bound[0]) if bound else ""
             now = self._clock()
-            attachments = orjson.dumps([[a.ref, a.name, a.media_type] for a in request.attachments])
             inserted = connection.execute(
                 "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
                 " attachments, content_digest, accepted_at, accepted_by)"
@@ -114,7 +106,7 @@ class PostgresAcceptedMessageStore:
                     session_id or None,
                     request.chat_key or None,
                     request.text,
-                    attachments.decode(),
+                    attachments_json(request),
                     digest,
                     now,
                     accepted_by,
@@ -135,16 +127,7 @@ class PostgresAcceptedMessageStore:
                         [(sha, seq) for sha in wanted],
                     )
             self._retire(connection, now)
-            record = AcceptedRecord(
-                seq,
-                request.client_txn_id,
-                session_id,
-                request.chat_key,
-                request.text,
-                request.attachments,
-                now,
-            )
-            return record, False
+            return new_record(seq, request, session_id, now), False
 
         return transaction(self._pool, work)
 
@@ -212,14 +195,14 @@ class PostgresAcceptedMessageStore:
                 )
                 values = [chat_key, by, by]
             rows = connection.execute(
-                f"SELECT {_COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
+                f"SELECT {COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
                 " ORDER BY seq",
                 values,
             ).fetchall()
             last = connection.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
             ).fetchone()
-            return [_record(r) for r in rows], int(last[0]) if last else 0
+            return [record_of(r) for r in rows], int(last[0]) if last else 0
 
         return transaction(self._pool, work)
 
@@ -228,12 +211,12 @@ class PostgresAcceptedMessageStore:
         by = principal_name()
         with unavailable_on_failure(), self._pool.connection() as connection:
             rows = connection.execute(
-                f"SELECT {_COLUMNS} FROM accepted_message WHERE seq > %s AND"
+                f"SELECT {COLUMNS} FROM accepted_message WHERE seq > %s AND"
                 " (session_id = %s OR (chat_key = %s AND (%s::text IS NULL OR accepted_by = %s)))"
                 " ORDER BY seq LIMIT 1000",
                 (after_seq, session_id or None, chat_key or None, by, by),
             ).fetchall()
-        return [_record(r) for r in rows]
+        return [record_of(r) for r in rows]
 
     def last_seq(self) -> int:
         """The highest seq committed so far."""

@@ -18,25 +18,22 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import orjson
-
-from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
-from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
+from history_service.accept import AcceptedRecord, AcceptRequest
+from history_service.errors import BlobMissingError, ChatKeyBoundError
+from history_service.store.records import (
+    COLUMNS,
+    REPLAY_COLUMNS,
+    attachments_json,
+    new_record,
+    record_of,
+    replay_of,
+)
 from scrollback.auth import principal_name
 from scrollback.state.sqlite import connect, write_transaction
 
 T = TypeVar("T")
-_COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
-
-
-def _record(row: tuple[Any, ...]) -> AcceptedRecord:
-    seq, txn, session_id, chat_key, text, attachments, accepted_at = row
-    specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
-    return AcceptedRecord(
-        int(seq), txn, session_id or "", chat_key or "", text, specs, float(accepted_at)
-    )
 
 
 class SqliteAcceptedMessageStore:
@@ -67,14 +64,11 @@ class SqliteAcceptedMessageStore:
 
         def work(connection: sqlite3.Connection) -> tuple[AcceptedRecord, bool]:
             row = connection.execute(
-                f"SELECT {_COLUMNS}, accepted_by, content_digest FROM accepted_message"
-                " WHERE client_txn_id = ?",
+                f"SELECT {REPLAY_COLUMNS} FROM accepted_message WHERE client_txn_id = ?",
                 (request.client_txn_id,),
             ).fetchone()
             if row is not None:
-                if row[-1] != digest or (accepted_by is not None and row[-2] != accepted_by):
-                    raise TxnConflictError()
-                return _record(row[:-2]), True
+                return replay_of(row, digest, accepted_by)
             wanted = sorted({a.sha256 for a in request.attachments})
             if wanted:
                 marks = ",".join("?" * len(wanted))
@@ -90,7 +84,6 @@ class SqliteAcceptedMessageStore:
                 ).fetchone()
                 session_id = bound[0] if bound else ""
             now = self._clock()
-            attachments = orjson.dumps([[a.ref, a.name, a.media_type] for a in request.attachments])
             cursor = connection.execute(
                 "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
                 " attachments, content_digest, accepted_at, accepted_by)"
@@ -100,7 +93,7 @@ class SqliteAcceptedMessageStore:
                     session_id or None,
                     request.chat_key or None,
                     request.text,
-                    attachments.decode(),
+                    attachments_json(request),
                     digest,
                     now,
                     accepted_by,
@@ -112,16 +105,7 @@ class SqliteAcceptedMessageStore:
                 [(sha, seq) for sha in wanted],
             )
             self._retire(connection, now)
-            record = AcceptedRecord(
-                seq,
-                request.client_txn_id,
-                session_id,
-                request.chat_key,
-                request.text,
-                request.attachments,
-                now,
-            )
-            return record, False
+            return new_record(seq, request, session_id, now), False
 
         return self._write(work)
 
@@ -183,14 +167,14 @@ class SqliteAcceptedMessageStore:
                 where = "chat_key = ? AND session_id IS NULL AND (? IS NULL OR accepted_by = ?)"
                 values = [chat_key, by, by]
             rows = connection.execute(
-                f"SELECT {_COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
+                f"SELECT {COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
                 " ORDER BY seq",
                 values,
             ).fetchall()
             last = connection.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
             ).fetchone()
-            return [_record(r) for r in rows], int(last[0])
+            return [record_of(r) for r in rows], int(last[0])
 
         return self._write(work)
 
@@ -199,12 +183,12 @@ class SqliteAcceptedMessageStore:
         by = principal_name()
         with self._lock:
             rows = self._connection.execute(
-                f"SELECT {_COLUMNS} FROM accepted_message WHERE seq > ? AND"
+                f"SELECT {COLUMNS} FROM accepted_message WHERE seq > ? AND"
                 " (session_id = ? OR (chat_key = ? AND (? IS NULL OR accepted_by = ?)))"
                 " ORDER BY seq LIMIT 1000",
                 (after_seq, session_id or None, chat_key or None, by, by),
             ).fetchall()
-        return [_record(r) for r in rows]
+        return [record_of(r) for r in rows]
 
     def last_seq(self) -> int:
         """The highest seq assigned so far."""

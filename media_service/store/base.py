@@ -11,10 +11,10 @@ over one database); media_service.server picks one from the configuration.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 # Below SQLite's (and PostgreSQL's) bind-parameter limits.
 QUERY_BATCH = 500
@@ -28,6 +28,18 @@ class BlobRow:
     size_bytes: int
     media_type: str
     created_at: float
+
+
+def blob_row(row: tuple[Any, ...]) -> BlobRow:
+    """The BlobRow of a `sha256, size_bytes, media_type, created_at` row."""
+    return BlobRow(row[0], int(row[1]), row[2], float(row[3]))
+
+
+def digest_batches(digests: Sequence[str]) -> Iterator[list[str]]:
+    """The distinct digests (first occurrence order), QUERY_BATCH at a time."""
+    unique = list(dict.fromkeys(digests))
+    for start in range(0, len(unique), QUERY_BATCH):
+        yield unique[start : start + QUERY_BATCH]
 
 
 class BlobMetadataStore(Protocol):

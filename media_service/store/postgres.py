@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from media_service.store.base import QUERY_BATCH, BlobRow
+from media_service.store.base import BlobRow, blob_row, digest_batches
 from scrollback.state.postgres import GC_LOCK, Pool, transaction, unavailable_on_failure
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -44,14 +44,12 @@ class PostgresBlobMetadataStore:
                 "SELECT sha256, size_bytes, media_type, created_at FROM blob WHERE sha256 = %s",
                 (sha256,),
             ).fetchone()
-        return None if row is None else BlobRow(row[0], int(row[1]), row[2], float(row[3]))
+        return None if row is None else blob_row(row)
 
     def _batched(self, query: str, digests: Sequence[str], *lead: str) -> set[str]:
         found: set[str] = set()
-        unique = list(dict.fromkeys(digests))
         with unavailable_on_failure(), self._pool.connection() as connection:
-            for start in range(0, len(unique), QUERY_BATCH):
-                batch = unique[start : start + QUERY_BATCH]
+            for batch in digest_batches(digests):
                 rows = connection.execute(query, (*lead, batch)).fetchall()
                 found.update(str(r[0]) for r in rows)
         return found

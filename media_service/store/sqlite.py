@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from media_service.store.base import QUERY_BATCH, BlobRow
+from media_service.store.base import BlobRow, blob_row, digest_batches
 from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
 
 
@@ -32,15 +32,13 @@ class SqliteBlobMetadataStore:
                 "SELECT sha256, size_bytes, media_type, created_at FROM blob WHERE sha256 = ?",
                 (sha256,),
             ).fetchone()
-        return None if row is None else BlobRow(row[0], int(row[1]), row[2], float(row[3]))
+        return None if row is None else blob_row(row)
 
     def existing(self, digests: Sequence[str]) -> set[str]:
         """Which of these digests have a row, QUERY_BATCH per query."""
         found: set[str] = set()
-        unique = list(dict.fromkeys(digests))
         with self._lock:
-            for start in range(0, len(unique), QUERY_BATCH):
-                batch = unique[start : start + QUERY_BATCH]
+            for batch in digest_batches(digests):
                 marks = ",".join("?" * len(batch))
                 rows = self._connection.execute(
                     f"SELECT sha256 FROM blob WHERE sha256 IN ({marks})", batch
@@ -110,10 +108,8 @@ class SqliteBlobMetadataStore:
     def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
         """Which of these digests `principal` uploaded, QUERY_BATCH per query."""
         found: set[str] = set()
-        unique = list(dict.fromkeys(digests))
         with self._lock, busy_as_unavailable():
-            for start in range(0, len(unique), QUERY_BATCH):
-                batch = unique[start : start + QUERY_BATCH]
+            for batch in digest_batches(digests):
                 marks = ",".join("?" * len(batch))
                 rows = self._connection.execute(
                     f"SELECT sha256 FROM blob_owner WHERE principal = ? AND sha256 IN ({marks})",

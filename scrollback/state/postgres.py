@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg_pool
 
-from scrollback.state.sqlite import StoreBusyError, busy_timeout_ms
+from scrollback.state.sqlite import StoreBusyError, busy_timeout_ms, migration_statements
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 T = TypeVar("T")
@@ -116,9 +116,8 @@ def migrate(connection: psycopg.Connection[tuple[Any, ...]]) -> int:
         for version, sql in MIGRATIONS:
             if version in applied:
                 continue
-            for statement in (s.strip() for s in sql.split(";")):
-                if statement:
-                    connection.execute(statement)
+            for statement in migration_statements(sql):
+                connection.execute(statement)
             connection.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
                 (version, time.time()),

@@ -129,6 +129,16 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 )
 
 
+def migration_statements(sql: str) -> Iterator[str]:
+    """The statements of one migration's SQL (split on `;`, blanks dropped).
+
+    Shared with the PostgreSQL migrations (scrollback.state.postgres).
+    """
+    for statement in (s.strip() for s in sql.split(";")):
+        if statement:
+            yield statement
+
+
 def database_path(state_dir: Path) -> Path:
     """The state database's path inside the state dir."""
     return state_dir / DATABASE_FILE_NAME
@@ -168,9 +178,8 @@ def migrate(connection: sqlite3.Connection) -> int:
                 "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
             ).fetchone()
             if applied is None:
-                for statement in (s.strip() for s in sql.split(";")):
-                    if statement:
-                        connection.execute(statement)
+                for statement in migration_statements(sql):
+                    connection.execute(statement)
                 connection.execute(
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                     (version, time.time()),

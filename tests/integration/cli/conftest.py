@@ -10,16 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
 
-from client_helpers import ServerPair
+from client_helpers import ServerPair, serving_pair
 
 
 @pytest.fixture
 def cli_servers(tmp_path: Path) -> Iterator[ServerPair]:
     """History and media servers over tmp_path/root and tmp_path/state."""
-    pair = ServerPair(tmp_path / "root", tmp_path / "state")
-    try:
-        pair.start_history(0)
-        pair.start_media(0)
-        yield pair
-    finally:
-        pair.close()
+    yield from serving_pair(tmp_path)

@@ -2,7 +2,8 @@
 
 `ServerPair` runs the history and media servers (grpc.aio, 127.0.0.1) in a
 thread with its own loop, over one transcripts root and one shared state dir,
-so sync clients and in-process CLI runs in the test thread can call them.
+so sync clients and in-process CLI runs in the test thread can call them;
+`serving_pair` is the body of the fixtures that start both for one test.
 Either server can be stopped and started again on the same port (the restart
 tests). Also: transcript line builders with real PNG payloads.
 """
@@ -15,7 +16,7 @@ import socket
 import struct
 import threading
 import zlib
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -182,3 +183,14 @@ class ServerPair:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+def serving_pair(tmp_path: Path) -> Iterator[ServerPair]:
+    """History and media servers over tmp_path/root and tmp_path/state, closed afterwards."""
+    pair = ServerPair(tmp_path / "root", tmp_path / "state")
+    try:
+        pair.start_history(0)
+        pair.start_media(0)
+        yield pair
+    finally:
+        pair.close()

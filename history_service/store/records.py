@@ -1,0 +1,61 @@
+"""Row <-> record rules both accepted-message backends share (no SQL here).
+
+`COLUMNS` is the column list every backend selects for a record, in the order
+`record_of` reads; `replay_of` decides what a row found for a reused
+client_txn_id means (a replay, or TxnConflictError); `attachments_json` is the
+stored form of the attachments and `new_record` the record of a fresh insert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
+from history_service.errors import TxnConflictError
+
+COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
+# Selected after COLUMNS when a reused client_txn_id is looked up.
+REPLAY_COLUMNS = f"{COLUMNS}, accepted_by, content_digest"
+
+
+def record_of(row: tuple[Any, ...]) -> AcceptedRecord:
+    """The record of a row of COLUMNS (NULL session id / chat key read as "")."""
+    seq, txn, session_id, chat_key, text, attachments, accepted_at = row
+    specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
+    return AcceptedRecord(
+        int(seq), txn, session_id or "", chat_key or "", text, specs, float(accepted_at)
+    )
+
+
+def replay_of(
+    row: tuple[Any, ...], digest: str, accepted_by: str | None
+) -> tuple[AcceptedRecord, bool]:
+    """The replayed record of a row of REPLAY_COLUMNS for the same client_txn_id.
+
+    Other content, or (with auth) another principal's message, is TxnConflictError.
+    """
+    if row[-1] != digest or (accepted_by is not None and row[-2] != accepted_by):
+        raise TxnConflictError()
+    return record_of(row[:-2]), True
+
+
+def attachments_json(request: AcceptRequest) -> str:
+    """The stored form of a request's attachments: a JSON list of [ref, name, media_type]."""
+    return orjson.dumps([[a.ref, a.name, a.media_type] for a in request.attachments]).decode()
+
+
+def new_record(
+    seq: int, request: AcceptRequest, session_id: str, accepted_at: float
+) -> AcceptedRecord:
+    """The record of a message just inserted as `seq`."""
+    return AcceptedRecord(
+        seq,
+        request.client_txn_id,
+        session_id,
+        request.chat_key,
+        request.text,
+        request.attachments,
+        accepted_at,
+    )
