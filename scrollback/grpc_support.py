@@ -20,6 +20,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from scrollback.memory import pin_mmap_threshold
+
 log = logging.getLogger(__name__)
 
 # grpc's documented asyncio health servicer; its module is not in the stubs.
@@ -107,6 +109,7 @@ async def build_server(
     credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
     """Build, bind and start a grpc.aio server with health and reflection (TLS with credentials)."""
+    pin_mmap_threshold()
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
