@@ -183,7 +183,8 @@ def find_payload_spans(
             if opening < 0:
                 break
             if (
-                opening + 1 + inline_limit <= size
+                validate
+                and opening + 1 + inline_limit <= size
                 and find(b'"', opening + 1, opening + 1 + inline_limit) < 0
             ):
                 # Long enough to be a payload: the fast path validates it and
