@@ -6,7 +6,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SCROLLBACK_VENV:-$REPO/.venv}"
 
 find_python() {
-  for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+  for candidate in "${PYTHON:-}" python3 python3.13 python3.12 python3.11; do
     [ -n "$candidate" ] || continue
     if command -v "$candidate" >/dev/null 2>&1 &&
       "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
