@@ -25,7 +25,7 @@ from scrollback import metrics
 from scrollback.contract.stripping import (
     LineReader,
     StrippedLine,
-    oversize_stub,
+    oversize_line,
     strip_line,
     strip_line_streamed,
 )
@@ -280,17 +280,7 @@ def serve_line(
         deferred = mode == MediaMode.INLINE and stripped.cut_count > 0
         return ServedLine(raw.start, raw.size, stripped, deferred)
     if raw.data is None or raw.size > max_line_size:
-        stub = StrippedLine(
-            json=oversize_stub(raw.size),
-            uuid="",
-            type="",
-            timestamp="",
-            images=(),
-            failed_image_indexes=(),
-            image_count=0,
-            cut_count=0,
-            oversize=True,
-        )
+        stub = oversize_line(raw.size)
         return ServedLine(raw.start, raw.size, stub, False)
     deferred = False
     if mode == MediaMode.INLINE and raw.size <= ENTRY_JSON_FIT:

@@ -242,21 +242,24 @@ def _top_level_string(entry: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def oversize_stub(
-    line_size: int, *, uuid: str = "", entry_type: str = "", timestamp: str = ""
-) -> bytes:
-    """The stub entry served for a line over the max line size after stripping."""
-    stub: dict[str, Any] = {}
-    if entry_type:
-        stub["type"] = entry_type
-    if uuid:
-        stub["uuid"] = uuid
-    if timestamp:
-        stub["timestamp"] = timestamp
+def oversize_line(line_size: int, cut_count: int = 0) -> StrippedLine:
+    """The stub entry served for a line over the max line size after stripping.
+
+    It is never parsed, so it carries no uuid, type or timestamp.
+    """
     text = f"[message too large to display: ~{max(1, round(line_size / 1024))} KB]"
-    stub["message"] = {"content": [{"type": "text", "text": text}]}
-    stub["scrollbackOversize"] = True
-    return orjson.dumps(stub)
+    stub = {"message": {"content": [{"type": "text", "text": text}]}, "scrollbackOversize": True}
+    return StrippedLine(
+        json=orjson.dumps(stub),
+        uuid="",
+        type="",
+        timestamp="",
+        images=(),
+        failed_image_indexes=(),
+        image_count=0,
+        cut_count=cut_count,
+        oversize=True,
+    )
 
 
 def strip_line(
@@ -430,17 +433,7 @@ def _assemble(
     stripped_size += len(spans) * len(STRIPPED_MEDIA_MARKER_BYTES)
     if stripped_size > max_line_size:
         # Too large even without its payloads: never parsed, never held whole.
-        return StrippedLine(
-            json=oversize_stub(size),
-            uuid="",
-            type="",
-            timestamp="",
-            images=(),
-            failed_image_indexes=(),
-            image_count=0,
-            cut_count=len(spans),
-            oversize=True,
-        )
+        return oversize_line(size, len(spans))
     if not spans:
         probe = stripped = bytes(segment(0, size))
         placeholders: dict[str, int] = {}
