@@ -6,10 +6,19 @@
 - `MediaClient` / `AsyncMediaClient`: verified, resumable, cached media reads,
   and uploads.
 - `reconcile_pending`: the one comparison of pending messages with entries.
+- `media_selector`: a MediaSelector from a ref's string form (and its pin).
 - `client.errors`: one exception class per status code.
 """
 
-from client._core import Deadlines, Media, MediaCache, RetryPolicy, WatchEvent, Window
+from client._core import (
+    Deadlines,
+    Media,
+    MediaCache,
+    RetryPolicy,
+    WatchEvent,
+    Window,
+    media_selector,
+)
 from client.aio import AsyncClient, AsyncHistoryClient, AsyncMediaClient
 from client.client import Client
 from client.history import HistoryClient
@@ -30,5 +39,6 @@ __all__ = [
     "RetryPolicy",
     "WatchEvent",
     "Window",
+    "media_selector",
     "reconcile_pending",
 ]

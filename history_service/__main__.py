@@ -13,7 +13,7 @@ import sys
 
 from history_service.config import ConfigError, HistoryConfig
 from history_service.server import serve
-from scrollback.service_cli import run_service, service_parser, with_auth_tokens
+from scrollback.server.service_cli import run_service, service_parser, with_auth_tokens
 
 
 def main(argv: list[str] | None = None) -> int:

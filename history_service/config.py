@@ -5,7 +5,7 @@
 `SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
 (`SCROLLBACK_HISTORY_*`). `validate()` raises `ConfigError` with a clear text.
 
-Security (`security`, shared with the media service, see scrollback.auth):
+Security (`security`, shared with the media service, see scrollback.server.auth):
 `SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
 `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
 `SCROLLBACK_HISTORY_METRICS_ADDR` (Prometheus endpoint, off when unset).
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scrollback.auth import SecuritySettings
 from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
     MIN_INLINE_LIMIT,
 )
-from scrollback.service_config import security_from_env, validate_shared
+from scrollback.server.auth import SecuritySettings
+from scrollback.server.service_config import security_from_env, validate_shared
 from scrollback.state.urls import DATABASE_URL_ENV
 
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"

@@ -4,7 +4,7 @@
 the session lister, the accepted-message store, the bus and the watcher. The
 servicer only translates protos to these calls and back.
 
-With auth (a principal in scrollback.auth's context), every session id a call
+With auth (a principal in scrollback.server.auth's context), every session id a call
 names must resolve through TranscriptRoot, which only sees the caller's
 projects: a session outside them is NOT_FOUND, like one that does not exist.
 """
@@ -35,8 +35,8 @@ from history_service.windows import (
     validate_mode,
     validate_params,
 )
-from scrollback.auth import current_principal
 from scrollback.contract.refs import validate_id
+from scrollback.server.auth import current_principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 

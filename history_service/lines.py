@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from history_service.errors import FileRewrittenError
-from scrollback import metrics
 from scrollback.contract.stripping import (
     LineReader,
     StrippedLine,
@@ -29,6 +28,7 @@ from scrollback.contract.stripping import (
     strip_line,
     strip_line_streamed,
 )
+from scrollback.server import metrics
 
 BLOCK_BYTES = 256 * 1024
 # A served entry's json up to this size goes whole into one Entry message

@@ -2,7 +2,7 @@
 
 `start_history_server(config)` validates the config, opens the state store and
 the bus (`open_store_and_bus`: SQLite and the in-process bus by default;
-PostgreSQL and its LISTEN/NOTIFY bus when `database_url` is set) and starts a grpc.aio server (health + reflection, via scrollback.grpc_support)
+PostgreSQL and its LISTEN/NOTIFY bus when `database_url` is set) and starts a grpc.aio server (health + reflection, via scrollback.server.grpc_support)
 on the configured address; `serve(config)` runs it until SIGINT or SIGTERM,
 then stops gracefully.
 """
@@ -22,14 +22,14 @@ from history_service.servicer import SERVICE_NAME, HistoryServicer
 from history_service.store import AcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
-from scrollback.grpc_support import (
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.server.grpc_support import (
     RunningServer,
     build_server,
     wait_for_shutdown_signal,
 )
-from scrollback.history.v1 import history_pb2_grpc
-from scrollback.interceptors import prepare_security
-from scrollback.service_config import auth_errors_as, open_database_pool
+from scrollback.server.interceptors import prepare_security
+from scrollback.server.service_config import auth_errors_as, open_database_pool
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The gRPC servicer: translates protos to HistoryCore calls and back, and errors to statuses.
 
 `ERROR_TABLE` is the one map from domain exceptions to status codes (CONTRACT
-section 9); `scrollback.grpc_support.abort_for` applies it, and anything not in
+section 9); `scrollback.server.grpc_support.abort_for` applies it, and anything not in
 it is INTERNAL with a fixed text.
 """
 
@@ -28,10 +28,10 @@ from history_service.sessions import SessionInfo
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.windows import Window
 from scrollback.contract.refs import ID_PATTERN, RefError
-from scrollback.grpc_support import ErrorTable, abort_for
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from scrollback.server.grpc_support import ErrorTable, abort_for
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 

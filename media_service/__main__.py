@@ -14,7 +14,7 @@ import sys
 from media_service.config import MediaConfig
 from media_service.errors import ConfigError
 from media_service.server import serve
-from scrollback.service_cli import run_service, service_parser, with_auth_tokens
+from scrollback.server.service_cli import run_service, service_parser, with_auth_tokens
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -39,9 +39,9 @@ from media_service.errors import (
 )
 from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.store.base import BlobMetadataStore, BlobRow
-from scrollback import metrics
-from scrollback.auth import principal_name
 from scrollback.contract.refs import BLOB_REF_PREFIX, validate_sha256
+from scrollback.server import metrics
+from scrollback.server.auth import principal_name
 
 log = logging.getLogger(__name__)
 

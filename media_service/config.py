@@ -4,7 +4,7 @@
 SCROLLBACK_MEDIA_ADDR and the SCROLLBACK_MEDIA_* tuning variables;
 `validate()` raises ConfigError for values out of bounds, at start-up.
 
-Security (`security`, shared with the history service, see scrollback.auth):
+Security (`security`, shared with the history service, see scrollback.server.auth):
 `SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
 `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
 `SCROLLBACK_MEDIA_METRICS_ADDR` (Prometheus endpoint, off when unset).
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from media_service.errors import ConfigError
-from scrollback.auth import SecuritySettings
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
-from scrollback.service_config import security_from_env, validate_shared
+from scrollback.server.auth import SecuritySettings
+from scrollback.server.service_config import security_from_env, validate_shared
 from scrollback.state.urls import DATABASE_URL_ENV
 
 KIB = 1024

@@ -22,8 +22,8 @@ from typing import BinaryIO
 from media_service.blobs import BlobStore, MediaInfo
 from media_service.errors import MediaNotFoundError
 from media_service.transcript_media import TranscriptMedia
-from scrollback.auth import current_principal
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
+from scrollback.server.auth import current_principal
 from scrollback.transcripts import TranscriptRoot
 
 

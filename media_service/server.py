@@ -19,20 +19,20 @@ from media_service.blob_paths import BlobPaths
 from media_service.blobs import BlobStore, Clock
 from media_service.config import MediaConfig
 from media_service.errors import ConfigError
-from media_service.gc import collect_garbage
+from media_service.gc import GcReport, collect_garbage
 from media_service.library import MediaLibrary
 from media_service.servicer import MediaServicer
 from media_service.store.base import BlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import TranscriptMedia
-from scrollback.grpc_support import (
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.server.grpc_support import (
     RunningServer,
     build_server,
     wait_for_shutdown_signal,
 )
-from scrollback.interceptors import prepare_security
-from scrollback.media.v1 import media_pb2, media_pb2_grpc
-from scrollback.service_config import auth_errors_as, open_database_pool
+from scrollback.server.interceptors import prepare_security
+from scrollback.server.service_config import auth_errors_as, open_database_pool
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,13 @@ def open_metadata_store(config: MediaConfig) -> BlobMetadataStore:
     )
 
 
-def build_library(
+def open_blob_store(
     config: MediaConfig, *, clock: Clock | None = None
-) -> tuple[MediaLibrary, BlobMetadataStore]:
-    """The domain objects of a media server (also usable without gRPC)."""
+) -> tuple[BlobStore, BlobMetadataStore]:
+    """The blob store of the configured state dir and metadata backend (blocking).
+
+    The caller closes the returned metadata store.
+    """
     metadata = open_metadata_store(config)
     blobs = BlobStore(
         BlobPaths(config.state_dir),
@@ -95,6 +98,27 @@ def build_library(
         max_blob_size=config.max_blob_size,
         clock=clock or time.time,
     )
+    return blobs, metadata
+
+
+def collect_garbage_now(config: MediaConfig, *, grace_seconds: float) -> GcReport:
+    """One garbage collection over the configured store, as the server's periodic task runs it.
+
+    `scrollback gc` uses this; it needs the state dir and the metadata backend,
+    not the transcripts root.
+    """
+    blobs, metadata = open_blob_store(config)
+    try:
+        return collect_garbage(blobs, now=time.time(), grace_seconds=grace_seconds)
+    finally:
+        metadata.close()
+
+
+def build_library(
+    config: MediaConfig, *, clock: Clock | None = None
+) -> tuple[MediaLibrary, BlobMetadataStore]:
+    """The domain objects of a media server (also usable without gRPC)."""
+    blobs, metadata = open_blob_store(config, clock=clock)
     root = TranscriptRoot(config.transcripts_root)
     transcripts = TranscriptMedia(
         root, max_line_size=config.max_line_size, cache_entries=config.line_cache_entries

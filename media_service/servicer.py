@@ -2,7 +2,7 @@
 
 Every domain error reaches the client through ERRORS, the one table mapping
 exceptions to status codes (CONTRACT section 9), via
-`scrollback.grpc_support.abort_for`. Blocking work runs in threads.
+`scrollback.server.grpc_support.abort_for`. Blocking work runs in threads.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from media_service.errors import (
 from media_service.library import MediaLibrary, Selector, TranscriptSelector
 from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
-from scrollback.grpc_support import ErrorTable, abort_for, status_for
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.server.grpc_support import ErrorTable, abort_for, status_for
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 

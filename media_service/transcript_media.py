@@ -50,7 +50,6 @@ from media_service.errors import (
     PinMismatchError,
 )
 from media_service.sniff import SNIFF_BYTES, sniff
-from scrollback import metrics
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -60,6 +59,7 @@ from scrollback.contract.extraction import (
     strip_for_extraction,
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
+from scrollback.server import metrics
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024

@@ -13,7 +13,7 @@ carry a path.
 
 Visibility is enforced here too, so no RPC can forget it: `list` and
 `resolve` only see the project dirs the current caller may read
-(`scrollback.auth.project_visible`); a session in another project is not
+(`scrollback.server.auth.project_visible`); a session in another project is not
 found, the same answer as one that does not exist.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from scrollback.auth import project_visible
 from scrollback.contract.refs import ID_PATTERN, validate_id
+from scrollback.server.auth import project_visible
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 SUBAGENT_DIR = "subagents"

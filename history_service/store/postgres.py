@@ -33,7 +33,7 @@ from history_service.store.records import (
     record_of,
     replay_of,
 )
-from scrollback.auth import principal_name
+from scrollback.server.auth import principal_name
 from scrollback.state.postgres import ACCEPT_LOCK, Pool, transaction, unavailable_on_failure
 
 Connection = psycopg.Connection[tuple[Any, ...]]

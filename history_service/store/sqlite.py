@@ -30,7 +30,7 @@ from history_service.store.records import (
     record_of,
     replay_of,
 )
-from scrollback.auth import principal_name
+from scrollback.server.auth import principal_name
 from scrollback.state.sqlite import connect, write_transaction
 
 T = TypeVar("T")

@@ -16,10 +16,10 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from media_service.transcript_media import iter_candidate_lines
-from scrollback.bench.services import naive_latest
-from scrollback.bench.stripper import newline_scan, strip_lines
-from scrollback.bench.transcripts import transcript_lines, write_transcript
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
+from scrollback_app.bench.services import naive_latest
+from scrollback_app.bench.stripper import newline_scan, strip_lines
+from scrollback_app.bench.transcripts import transcript_lines, write_transcript
 
 ROUNDS = 5
 T = TypeVar("T")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from scrollback.bench.figures import Figure, Target
-from scrollback.cli import main
+from scrollback_app.bench.figures import Figure, Target
+from scrollback_app.cli import main
 
 SLACK = 5.0
 EXPECTED = {

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from scrollback.memory import pin_mmap_threshold
+from scrollback.server.memory import pin_mmap_threshold
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from client_helpers import ServerPair, assistant_line, png, user_line
 
-from scrollback.cli import main
+from scrollback_app.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], pair: ServerPair, *argv: str) -> tuple[int, str, str]:
@@ -154,7 +154,7 @@ def test_tail_prints_live_events_and_exits_0_on_ctrl_c(cli_servers: ServerPair) 
     path.write_bytes(user_line("u0", "already there"))
     env = dict(os.environ, SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr)
     process = subprocess.Popen(
-        [sys.executable, "-m", "scrollback.cli", "tail", "t1", "--json"],
+        [sys.executable, "-m", "scrollback_app.cli", "tail", "t1", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

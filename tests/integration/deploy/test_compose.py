@@ -3,7 +3,7 @@
 No Docker engine runs here, so the test reads the compose file with PyYAML,
 checks what a deployment relies on (two services from one build, transcripts
 mounted read-only, one named state volume shared, healthchecks through
-`python -m scrollback.healthcheck`, the environment of CONTRACT section 6),
+`python -m scrollback.server.healthcheck`, the environment of CONTRACT section 6),
 then starts each service as a subprocess with the compose file's own
 `command` and `environment`, rewriting only the /transcripts and /state paths
 (to tmp dirs) and the ports (to free ones). It waits for the compose
@@ -71,7 +71,7 @@ def test_compose_structure(compose: dict[str, Any]) -> None:
         assert f"0.0.0.0:{port}" in command and "--insecure" in command
         assert service["ports"] == [f"127.0.0.1:{port}:{port}"], "publish on loopback only"
         check = service["healthcheck"]["test"]
-        assert check[:4] == ["CMD", "python", "-m", "scrollback.healthcheck"]
+        assert check[:4] == ["CMD", "python", "-m", "scrollback.server.healthcheck"]
         assert check[4] == f"127.0.0.1:{port}"
     assert _volume(services["history"]["volumes"][1]) == _volume(services["media"]["volumes"][1])
 

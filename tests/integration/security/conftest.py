@@ -15,7 +15,7 @@ from history_service.config import HistoryConfig
 from history_service.server import start_history_server
 from media_service.config import MediaConfig
 from media_service.server import start_media_server
-from scrollback.auth import SecuritySettings
+from scrollback.server.auth import SecuritySettings
 
 PairFactory = Callable[..., Any]
 

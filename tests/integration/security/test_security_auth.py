@@ -27,11 +27,11 @@ from security_helpers import (
 
 from history_service.config import ConfigError, HistoryConfig
 from history_service.server import start_history_server
-from scrollback.auth import SecuritySettings, TokenTable
-from scrollback.grpc_support import BindRefusedError
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.server.auth import SecuritySettings, TokenTable
+from scrollback.server.grpc_support import BindRefusedError
 
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 NOT_FOUND = grpc.StatusCode.NOT_FOUND

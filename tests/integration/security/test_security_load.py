@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from scrollback.loadtest import run_load
+from scrollback_app.loadtest import run_load
 
 SECONDS = float(os.environ.get("SCROLLBACK_LOAD_SECONDS", "8"))
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scrollback.auth import SecuritySettings
-from scrollback.grpc_support import BindRefusedError
+from scrollback.server.auth import SecuritySettings
+from scrollback.server.grpc_support import BindRefusedError
 
 ConfigT = TypeVar("ConfigT")
 

@@ -3,10 +3,10 @@
 `run_bench(config)` generates its own image-heavy transcripts in a scratch
 directory, starts `python -m history_service` and `python -m media_service`
 as subprocesses (so each one's RSS is its own, read from /proc), plus the
-floor server (`scrollback.bench.floor`), and measures every figure beside its
+floor server (`scrollback_app.bench.floor`), and measures every figure beside its
 baseline in the same run, interleaved, median of repeats:
 
-- stripper throughput vs a newline scan (`scrollback.bench.stripper.measure`);
+- stripper throughput vs a newline scan (`scrollback_app.bench.stripper.measure`);
 - latest ReadWindow of the same entries on the large vs the small transcript,
   and a 200-entry one vs the naive reader (`services.naive_latest`);
 - ReadMedia of a 1.3 MB image vs the floor streaming the same bytes;
@@ -33,14 +33,14 @@ from typing import Any
 import grpc
 from rich.console import Console
 
-from scrollback.bench import procs, services
-from scrollback.bench.figures import Figure, Target
-from scrollback.bench.floor import write_messages
-from scrollback.bench.stripper import measure as measure_stripper
-from scrollback.bench.transcripts import write_transcript
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from scrollback_app.bench import procs, services
+from scrollback_app.bench.figures import Figure, Target
+from scrollback_app.bench.floor import write_messages
+from scrollback_app.bench.stripper import measure as measure_stripper
+from scrollback_app.bench.transcripts import write_transcript
 
 MB = 1_000_000
 MIB = 1 << 20

@@ -2,7 +2,7 @@
 
 Each `cmd_*` takes the parsed arguments and returns an exit code; failures
 are raised as `client.errors.ScrollbackError` (or `UsageError`) and turned
-into one line on stderr by `scrollback.cli.main`. Human-readable output uses
+into one line on stderr by `scrollback_app.cli.main`. Human-readable output uses
 rich; `--json` prints plain JSON (one document, or JSON lines for `tail`).
 """
 
@@ -12,7 +12,6 @@ import argparse
 import html
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from client._core import Deadlines, Media, media_selector
-from client.client import Client
+from client import Client, Deadlines, Media, media_selector
 from client.errors import InvalidArgument
 from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.history.v1 import history_pb2 as hpb
@@ -291,11 +289,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     The store is the one the media service would use: SQLite in the state dir,
     or PostgreSQL when SCROLLBACK_DATABASE_URL is set.
     """
-    from media_service.blob_paths import BlobPaths
-    from media_service.blobs import BlobStore
     from media_service.config import MediaConfig
-    from media_service.gc import collect_garbage
-    from media_service.server import open_metadata_store
+    from media_service.server import collect_garbage_now
 
     if args.grace < 0:
         raise UsageError("--grace must not be negative")
@@ -304,12 +299,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         config = config.with_overrides(state=Path(args.state))
     if not config.state_dir.is_dir():
         raise UsageError("the state dir (SCROLLBACK_STATE) is not a directory")
-    metadata = open_metadata_store(config)
-    try:
-        store = BlobStore(BlobPaths(config.state_dir), metadata, max_blob_size=config.max_blob_size)
-        report = collect_garbage(store, now=time.time(), grace_seconds=args.grace)
-    finally:
-        metadata.close()
+    report = collect_garbage_now(config, grace_seconds=args.grace)
     if args.json:
         _print_json(
             {

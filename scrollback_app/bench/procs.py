@@ -150,8 +150,8 @@ def media_server(transcripts: Path, state: Path) -> ServerProcess:
 
 
 def floor_server(image: Path, window: Path | None) -> ServerProcess:
-    """The bare grpc.aio floor server (`scrollback.bench.floor`)."""
+    """The bare grpc.aio floor server (`scrollback_app.bench.floor`)."""
     args = ["--image", str(image)]
     if window is not None:
         args += ["--window", str(window)]
-    return ServerProcess("scrollback.bench.floor", args, name="floor server")
+    return ServerProcess("scrollback_app.bench.floor", args, name="floor server")

@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from scrollback.memory import pin_mmap_threshold
+from scrollback.server.memory import pin_mmap_threshold
 
 log = logging.getLogger(__name__)
 

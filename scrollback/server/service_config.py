@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from scrollback.auth import AuthConfigError, SecuritySettings
+from scrollback.server.auth import AuthConfigError, SecuritySettings
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 if TYPE_CHECKING:

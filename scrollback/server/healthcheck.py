@@ -1,4 +1,4 @@
-"""`python -m scrollback.healthcheck ADDRESS [SERVICE]`: exit 0 when the server reports SERVING.
+"""`python -m scrollback.server.healthcheck ADDRESS [SERVICE]`: exit 0 when the server reports SERVING.
 
 Used by docker-compose healthchecks, so images need no grpcurl or probe binary.
 """
@@ -25,7 +25,7 @@ def check(address: str, service: str = "", timeout: float = 3.0) -> bool:
 def main(argv: list[str]) -> int:
     """Run the check; 0 when serving, 1 otherwise, 2 on bad usage."""
     if not 1 <= len(argv) <= 2:
-        print("usage: python -m scrollback.healthcheck ADDRESS [SERVICE]", file=sys.stderr)
+        print("usage: python -m scrollback.server.healthcheck ADDRESS [SERVICE]", file=sys.stderr)
         return 2
     address = argv[0]
     service = argv[1] if len(argv) == 2 else ""

@@ -68,7 +68,7 @@ async def _run_up(insecure: bool) -> int:
     from history_service.server import start_history_server
     from media_service.config import MediaConfig
     from media_service.server import start_media_server
-    from scrollback.grpc_support import wait_for_shutdown_signal
+    from scrollback.server.grpc_support import wait_for_shutdown_signal
 
     history_config = HistoryConfig.from_env()
     media_config = MediaConfig.from_env()
@@ -101,13 +101,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from scrollback.bench.command import run
+    from scrollback_app.bench.command import run
 
     return run(args)
 
 
 def _cmd_loadtest(args: argparse.Namespace) -> int:
-    from scrollback.loadtest import run_load
+    from scrollback_app.loadtest import run_load
 
     report = run_load(args.seconds, args.clients)
     print(report.render())
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(handler=_cmd_up)
 
     bench = commands.add_parser("bench", help="run the benchmarks against their baselines")
-    from scrollback.bench.command import add_arguments as add_bench_arguments
+    from scrollback_app.bench.command import add_arguments as add_bench_arguments
 
     add_bench_arguments(bench)
     bench.set_defaults(handler=_cmd_bench)
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_client_commands(commands: Any) -> None:
-    from scrollback import cli_client as cc
+    from scrollback_app import cli_client as cc
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -239,7 +239,7 @@ def _report(error: Exception) -> int:
     import grpc
 
     from client.errors import NotFound, ScrollbackError, from_rpc_error
-    from scrollback.cli_client import UsageError
+    from scrollback_app.cli_client import UsageError
 
     if isinstance(error, grpc.RpcError):
         error = from_rpc_error(error)

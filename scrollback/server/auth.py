@@ -1,6 +1,6 @@
 """Who is calling, and what they may see: bearer tokens, principals, and the security settings.
 
-No grpc here: the interceptor (`scrollback.interceptors`) reads the
+No grpc here: the interceptor (`scrollback.server.interceptors`) reads the
 `authorization: Bearer <token>` metadata, looks the token up in a `TokenTable`
 and sets the caller's `Principal` in a context variable for the rest of the
 call. Domain code asks `current_principal()` / `project_visible()`; with no

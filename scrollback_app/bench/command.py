@@ -1,6 +1,6 @@
 """The `scrollback bench` subcommand: its flags, and running it.
 
-`add_arguments` declares the flags on the subparser `scrollback.cli` builds;
+`add_arguments` declares the flags on the subparser `scrollback_app.cli` builds;
 `run(args)` runs the preset (`--quick` or full) with the flags' overrides,
 prints the rich table (and the Markdown one with `--markdown`), and writes
 the JSON results to `--json-out` (default `bench-results.json`).
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scrollback.bench.figures import markdown_table, render_table, to_json
-from scrollback.bench.runner import MB, MIB, BenchConfig, run_bench, scaled
+from scrollback_app.bench.figures import markdown_table, render_table, to_json
+from scrollback_app.bench.runner import MB, MIB, BenchConfig, run_bench, scaled
 
 DEFAULT_JSON_OUT = Path("bench-results.json")
 

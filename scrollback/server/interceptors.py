@@ -4,7 +4,7 @@
 
 - auth: with a token table, `authorization: Bearer <token>` is required;
   missing or unknown is UNAUTHENTICATED. The caller's principal is set in
-  `scrollback.auth`'s context variable for the whole call (domain code reads
+  `scrollback.server.auth`'s context variable for the whole call (domain code reads
   it; `asyncio.to_thread` carries it into worker threads).
 - limits: at most `max_streams` calls in flight per principal (anonymous
   callers share one budget); over it is RESOURCE_EXHAUSTED naming the limit.
@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from scrollback import metrics
-from scrollback.auth import (
+from scrollback.server import metrics
+from scrollback.server.auth import (
     Principal,
     SecuritySettings,
     TokenTable,
     reset_principal,
     set_principal,
 )
-from scrollback.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
+from scrollback.server.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("scrollback.rpc")

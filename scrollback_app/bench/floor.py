@@ -7,10 +7,10 @@ It speaks the real services' RPCs so the same client code drives both:
 - `ReadWindow` replays a window captured from the real history server (the
   same `ReadWindowResponse` messages, already built, from memory).
 
-It is built by the same `scrollback.grpc_support.build_server` as the real
+It is built by the same `scrollback.server.grpc_support.build_server` as the real
 servers (same options, health, reflection), so the difference between the two
 is the work the real servers do. Run as
-`python -m scrollback.bench.floor --addr HOST:PORT --image FILE [--window FILE]`
+`python -m scrollback_app.bench.floor --addr HOST:PORT --image FILE [--window FILE]`
 where the window file holds length-prefixed serialized `ReadWindowResponse`s.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 import grpc
 
 from media_service.config import DEFAULT_CHUNK_SIZE
-from scrollback.grpc_support import build_server, wait_for_shutdown_signal
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.server.grpc_support import build_server, wait_for_shutdown_signal
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _LENGTH = struct.Struct("<I")
@@ -120,7 +120,9 @@ async def serve(addr: str, image: bytes, window: Sequence[bytes], chunk_size: in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags and serve."""
-    parser = argparse.ArgumentParser(prog="python -m scrollback.bench.floor", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m scrollback_app.bench.floor", description=__doc__
+    )
     parser.add_argument("--addr", required=True, help="HOST:PORT to listen on")
     parser.add_argument("--image", type=Path, required=True, help="the bytes ReadMedia streams")
     parser.add_argument("--window", type=Path, help="the captured ReadWindow messages")

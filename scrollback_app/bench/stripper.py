@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scrollback.bench.transcripts import transcript_lines
 from scrollback.contract.stripping import DEFAULT_INLINE_LIMIT, strip_line
+from scrollback_app.bench.transcripts import transcript_lines
 
 
 @dataclass(frozen=True)

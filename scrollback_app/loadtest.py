@@ -1,6 +1,6 @@
 """A bounded load test on loopback: both services as child processes, N clients mixing calls.
 
-`python -m scrollback.loadtest --seconds 60 --clients 8` writes a synthetic
+`python -m scrollback_app.loadtest --seconds 60 --clients 8` writes a synthetic
 corpus into a temp dir (transcripts with images), starts
 `python -m history_service` and `python -m media_service` on 127.0.0.1:0, and
 runs N client tasks that mix ReadWindow pages, ReadMedia of transcript images,
@@ -329,7 +329,7 @@ def run_load(seconds: float = 60.0, clients: int = 8, workdir: Path | None = Non
 
 def main(argv: list[str] | None = None) -> int:
     """Run from the command line; exit 1 on any error."""
-    parser = argparse.ArgumentParser(prog="python -m scrollback.loadtest", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m scrollback_app.loadtest", description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=8)
     args = parser.parse_args(argv)
