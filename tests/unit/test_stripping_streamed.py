@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_stripping_property import line_and_sizes
 
 from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     strip_line,
     strip_line_streamed,
 )
+from tests.unit.test_stripping_property import line_and_sizes
 
 
 def _reader(line: bytes, reads: list[int]) -> Any:

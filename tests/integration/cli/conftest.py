@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
-
-from client_helpers import ServerPair, serving_pair
+from tests.support.servers import ServerPair, serving_pair
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_helpers import ServerPair, assistant_line, png, user_line
 
 from scrollback_app.cli import main
+from tests.support.servers import ServerPair, assistant_line, png, user_line
 
 
 def run(capsys: pytest.CaptureFixture[str], pair: ServerPair, *argv: str) -> tuple[int, str, str]:

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from client_helpers import ServerPair, serving_pair
+
+from tests.support.servers import ServerPair, serving_pair
 
 
 @pytest.fixture

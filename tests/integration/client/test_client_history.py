@@ -8,10 +8,10 @@ import time
 import grpc
 import orjson
 import pytest
-from client_helpers import ServerPair, assistant_line, png, user_line
 
 from client import AsyncHistoryClient, HistoryClient, RetryPolicy
 from client.errors import FailedPrecondition, InvalidArgument, NotFound, ScrollbackError
+from tests.support.servers import ServerPair, assistant_line, png, user_line
 
 FAST_RETRY = RetryPolicy(max_attempts=40, initial_backoff=0.02, max_backoff=0.2)
 

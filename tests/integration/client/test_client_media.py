@@ -10,10 +10,10 @@ from typing import Any
 
 import grpc
 import pytest
-from client_helpers import ServerPair, png, user_line
 
 from client import AsyncClient, Client, HistoryClient, MediaCache
 from client.errors import FailedPrecondition, InvalidArgument, NotFound
+from tests.support.servers import ServerPair, png, user_line
 
 
 class CountingInterceptor(

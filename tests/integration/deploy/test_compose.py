@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
-from client_helpers import free_port, png, user_line
 
 from client import HistoryClient, MediaClient
+from tests.support.servers import free_port, png, user_line
 
 REPO = Path(__file__).resolve().parents[3]
 CONTAINER_PORTS = {"history": 50051, "media": 50052}

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client_helpers import ServerPair, png, user_line
+
+from tests.support.servers import ServerPair, png, user_line
 
 
 def _grpcurl() -> str:

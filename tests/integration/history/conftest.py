@@ -7,8 +7,6 @@ the `history` fixture is one with the default limits.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,17 +15,12 @@ from typing import Any
 import grpc
 import pytest
 
+from history_service.config import HistoryConfig
+from history_service.server import start_history_server
+from scrollback.history.v1 import history_pb2_grpc
+from tests.support.history import HarnessFactory, HistoryHarness
+
 REPO = Path(__file__).resolve().parents[3]
-if (
-    importlib.util.find_spec("history_service") is None
-):  # an editable install made before it existed
-    sys.path.insert(0, str(REPO))
-
-from history_helpers import HarnessFactory, HistoryHarness  # noqa: E402
-
-from history_service.config import HistoryConfig  # noqa: E402
-from history_service.server import start_history_server  # noqa: E402
-from scrollback.history.v1 import history_pb2_grpc  # noqa: E402
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import grpc
-from history_helpers import REPO, HarnessFactory, HistoryHarness, collect, expect_error, line
 
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.state.sqlite import connect
+from tests.support.history import REPO, HarnessFactory, HistoryHarness, collect, expect_error, line
 
 
 def _add_blob(state: Path, data: bytes) -> str:

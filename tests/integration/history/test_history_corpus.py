@@ -6,7 +6,7 @@ import csv
 import shutil
 from pathlib import Path
 
-from history_helpers import LATEST, OLDEST, HistoryHarness, read_all
+from tests.support.history import LATEST, OLDEST, HistoryHarness, read_all
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 

@@ -7,9 +7,9 @@ import random
 
 import grpc
 import orjson
-from history_helpers import HistoryHarness, collect, line
 
 from scrollback.history.v1 import history_pb2 as pb
+from tests.support.history import HistoryHarness, collect, line
 
 
 def _append(path_text: str, data: bytes) -> None:

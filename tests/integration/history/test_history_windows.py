@@ -11,7 +11,9 @@ import textwrap
 import grpc
 import orjson
 import xxhash
-from history_helpers import (
+
+from scrollback.history.v1 import history_pb2 as pb
+from tests.support.history import (
     LATEST,
     OLDEST,
     HarnessFactory,
@@ -22,8 +24,6 @@ from history_helpers import (
     read_all,
     read_page,
 )
-
-from scrollback.history.v1 import history_pb2 as pb
 
 APPENDER = textwrap.dedent(
     """

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from media_helpers import MediaEnv, StartMedia
 
 from media_service.config import MediaConfig
 from media_service.server import start_media_server
 from scrollback.media.v1 import media_pb2_grpc
+from tests.support.media import MediaEnv, StartMedia
 
 
 @pytest.fixture

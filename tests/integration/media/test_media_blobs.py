@@ -13,9 +13,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from media_helpers import MediaEnv, StartMedia, png_bytes, read_error, read_media
 
 from scrollback.media.v1 import media_pb2
+from tests.support.media import MediaEnv, StartMedia, png_bytes, read_error, read_media
 
 
 def upload_messages(

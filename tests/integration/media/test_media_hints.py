@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from media_helpers import (
+
+from media_service import transcript_media
+from scrollback.media.v1 import media_pb2
+from scrollback.ref.v1 import ref_pb2
+from tests.support.media import (
     MediaEnv,
     StartMedia,
     dumps,
@@ -18,10 +22,6 @@ from media_helpers import (
     read_media,
     write_transcript,
 )
-
-from media_service import transcript_media
-from scrollback.media.v1 import media_pb2
-from scrollback.ref.v1 import ref_pb2
 
 
 def offsets(lines: list[bytes]) -> list[int]:

@@ -9,9 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from media_helpers import StartMedia
-
 from scrollback.media.v1 import media_pb2
+from tests.support.media import StartMedia
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from media_helpers import (
+
+from scrollback.media.v1 import media_pb2
+from tests.support.media import (
     MediaEnv,
     StartMedia,
     dumps,
@@ -25,8 +27,6 @@ from media_helpers import (
     transcript_selector,
     write_transcript,
 )
-
-from scrollback.media.v1 import media_pb2
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "iansherr__claude-code-log"
 PIN0 = "0" * 32

@@ -7,11 +7,11 @@ import shutil
 
 import grpc
 import pytest
-from media_helpers import MediaEnv, expected_images, read_media, write_transcript
-from test_media_transcripts import corpus_files_with_images, generated_lines
 
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
+from tests.integration.media.test_media_transcripts import corpus_files_with_images, generated_lines
+from tests.support.media import MediaEnv, expected_images, read_media, write_transcript
 
 history_server = pytest.importorskip("history_service.server")
 history_config = pytest.importorskip("history_service.config")

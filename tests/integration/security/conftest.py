@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from security_helpers import Pair, write_token_file
 
 from history_service.config import HistoryConfig
 from history_service.server import start_history_server
 from media_service.config import MediaConfig
 from media_service.server import start_media_server
 from scrollback.server.auth import SecuritySettings
+from tests.support.security import Pair, write_token_file
 
 PairFactory = Callable[..., Any]
 

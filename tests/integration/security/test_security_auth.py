@@ -12,7 +12,15 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from security_helpers import (
+
+from history_service.config import ConfigError, HistoryConfig
+from history_service.server import start_history_server
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.server.auth import SecuritySettings, TokenTable
+from scrollback.server.grpc_support import BindRefusedError
+from tests.support.security import (
     auth,
     image_line,
     media_ref,
@@ -24,14 +32,6 @@ from security_helpers import (
     write_token_file,
     write_transcript,
 )
-
-from history_service.config import ConfigError, HistoryConfig
-from history_service.server import start_history_server
-from scrollback.history.v1 import history_pb2 as hpb
-from scrollback.history.v1 import history_pb2_grpc
-from scrollback.media.v1 import media_pb2 as mpb
-from scrollback.server.auth import SecuritySettings, TokenTable
-from scrollback.server.grpc_support import BindRefusedError
 
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 NOT_FOUND = grpc.StatusCode.NOT_FOUND

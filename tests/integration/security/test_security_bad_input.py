@@ -13,7 +13,13 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from security_helpers import (
+
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.media.v1 import media_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
+from tests.support.security import (
     auth,
     blob_files,
     db_counts,
@@ -22,12 +28,6 @@ from security_helpers import (
     text_line,
     write_transcript,
 )
-
-from scrollback.history.v1 import history_pb2 as hpb
-from scrollback.history.v1 import history_pb2_grpc
-from scrollback.media.v1 import media_pb2 as mpb
-from scrollback.media.v1 import media_pb2_grpc
-from scrollback.ref.v1 import ref_pb2
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND

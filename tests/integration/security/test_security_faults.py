@@ -14,7 +14,12 @@ from typing import Any
 
 import grpc
 import pytest
-from security_helpers import (
+
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.media.v1 import media_pb2_grpc
+from tests.support.security import (
     ServerProcess,
     blob_files,
     db_counts,
@@ -24,11 +29,6 @@ from security_helpers import (
     upload,
     write_transcript,
 )
-
-from scrollback.history.v1 import history_pb2 as hpb
-from scrollback.history.v1 import history_pb2_grpc
-from scrollback.media.v1 import media_pb2 as mpb
-from scrollback.media.v1 import media_pb2_grpc
 
 
 async def _until(predicate: Callable[[], bool], seconds: float = 5.0) -> None:

@@ -14,7 +14,11 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from security_helpers import (
+
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.media.v1 import media_pb2_grpc
+from tests.support.security import (
     TOKENS,
     ServerProcess,
     auth,
@@ -27,10 +31,6 @@ from security_helpers import (
     upload,
     write_transcript,
 )
-
-from scrollback.history.v1 import history_pb2 as hpb
-from scrollback.media.v1 import media_pb2 as mpb
-from scrollback.media.v1 import media_pb2_grpc
 
 
 def _scrape(port: int) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -14,15 +12,11 @@ import grpc
 import orjson
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-if (
-    importlib.util.find_spec("history_service") is None
-):  # an editable install made before it existed
-    sys.path.insert(0, str(REPO))
+from history_service.server import RunningHistoryServer
+from scrollback.history.v1 import history_pb2 as pb
+from scrollback.history.v1 import history_pb2_grpc
 
-from history_service.server import RunningHistoryServer  # noqa: E402
-from scrollback.history.v1 import history_pb2 as pb  # noqa: E402
-from scrollback.history.v1 import history_pb2_grpc  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass

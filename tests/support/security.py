@@ -26,7 +26,7 @@ from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOKENS = {"alice": "alice-secret-token", "bob": "bob-secret-token", "admin": "admin-secret-token"}
 PROJECTS = {"alice": ["proj-a"], "bob": ["proj-b"], "admin": ["*"]}
