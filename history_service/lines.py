@@ -28,6 +28,7 @@ from scrollback.contract.stripping import (
     strip_line,
     strip_line_streamed,
 )
+from scrollback.history.v1 import history_pb2
 from scrollback.server import metrics
 
 BLOCK_BYTES = 256 * 1024
@@ -39,10 +40,10 @@ JSON_CHUNK_BYTES = 3 * 1024 * 1024
 
 
 class MediaMode(IntEnum):
-    """What happens to payloads (the proto's values)."""
+    """What happens to payloads: the proto's MediaMode values, named for domain code."""
 
-    DEFERRED = 1
-    INLINE = 2
+    DEFERRED = history_pb2.MEDIA_MODE_DEFERRED
+    INLINE = history_pb2.MEDIA_MODE_INLINE
 
 
 @dataclass(frozen=True, slots=True)

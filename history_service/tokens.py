@@ -27,6 +27,7 @@ from pathlib import Path
 import xxhash
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
+from scrollback.history.v1 import history_pb2
 
 HEAD_BYTES = 4096
 KEY_FILE_NAME = "history-token.key"
@@ -38,8 +39,9 @@ _PAGE = struct.Struct(">BB")  # version, direction
 _POSITION_TAIL = struct.Struct(">QQ")  # offset, last_seq
 _BOUNDARY = struct.Struct(">Q")
 
-DIRECTION_LATEST_FIRST = 1
-DIRECTION_OLDEST_FIRST = 2
+# The proto's ReadDirection values (a token stores the number, one byte).
+DIRECTION_LATEST_FIRST: int = history_pb2.READ_DIRECTION_LATEST_FIRST
+DIRECTION_OLDEST_FIRST: int = history_pb2.READ_DIRECTION_OLDEST_FIRST
 _KIND_PAGE = b"P"
 _KIND_POSITION = b"W"
 _KIND_LIST = b"L"
