@@ -1,0 +1,110 @@
+"""The sync and asyncio clients give the same answers over the same real servers.
+
+The signature half of the parity check is tests/unit/client/test_client_parity.py;
+this half calls each read the same way through both clients and compares results,
+errors included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from client import AsyncClient, Client
+from client.errors import NotFound
+from tests.support.servers import ServerPair, assistant_line, png, user_line
+
+T = TypeVar("T")
+
+
+def _outcome(call: Callable[[], T]) -> tuple[str, Any]:
+    try:
+        return "ok", call()
+    except Exception as error:
+        return "error", type(error)
+
+
+async def _async_outcome(call: Callable[[], Awaitable[T]]) -> tuple[str, Any]:
+    try:
+        return "ok", await call()
+    except Exception as error:
+        return "error", type(error)
+
+
+async def _collect(iterator: Any) -> list[Any]:
+    return [item async for item in iterator]
+
+
+def test_reads_agree(client_servers: ServerPair) -> None:
+    pair = client_servers
+    pair.transcript("p1").write_bytes(
+        user_line("e1", "one", images=(png(1),))
+        + assistant_line("e2", "reply")
+        + user_line("e3", "two", images=(png(2), png(3)))
+    )
+    with Client(pair.history_addr, pair.media_addr) as sb:
+        sync_sessions = [s.session_id for s in sb.history.iter_sessions()]
+        sync_window = sb.history.read_window("p1", page_size=2)
+        sync_all = [e.uuid for e in sb.history.iter_window("p1", page_size=1)]
+        refs = [r for e in sb.history.iter_window("p1") for r in e.media_refs]
+        sync_media = [sb.media.read_media(ref).data for ref in refs]
+        sync_stat = [r.WhichOneof("result") for r in sb.media.stat_media(refs)]
+        sync_missing = sb.media.find_missing_blobs(["0" * 64])
+        sync_errors = [
+            _outcome(lambda: sb.history.read_window("nope")),
+            _outcome(lambda: sb.media.read_media("nope/e1/0", "0" * 32)),
+        ]
+
+    async def async_side() -> tuple[Any, ...]:
+        async with AsyncClient(pair.history_addr, pair.media_addr) as sb:
+            sessions = [s.session_id for s in await _collect(sb.history.iter_sessions())]
+            window = await sb.history.read_window("p1", page_size=2)
+            every = [e.uuid for e in await _collect(sb.history.iter_window("p1", page_size=1))]
+            media = [(await sb.media.read_media(ref)).data for ref in refs]
+            stat = [r.WhichOneof("result") for r in await sb.media.stat_media(refs)]
+            missing = await sb.media.find_missing_blobs(["0" * 64])
+            errors = [
+                await _async_outcome(lambda: sb.history.read_window("nope")),
+                await _async_outcome(lambda: sb.media.read_media("nope/e1/0", "0" * 32)),
+            ]
+            return sessions, window, every, media, stat, missing, errors
+
+    sessions, window, every, media, stat, missing, errors = asyncio.run(async_side())
+    assert sessions == sync_sessions == ["p1"]
+    assert [e.SerializeToString() for e in window.entries] == [
+        e.SerializeToString() for e in sync_window.entries
+    ]
+    assert window.next_page_token == sync_window.next_page_token
+    assert every == sync_all == ["e1", "e2", "e3"]
+    assert media == sync_media == [png(1), png(2), png(3)]
+    assert stat == sync_stat
+    assert missing == sync_missing == ["0" * 64]
+    assert errors == sync_errors == [("error", NotFound), ("error", NotFound)]
+
+
+@pytest.mark.parametrize("oldest_first", [False, True])
+def test_paging_agrees(client_servers: ServerPair, oldest_first: bool) -> None:
+    pair = client_servers
+    pair.transcript("p2").write_bytes(
+        b"".join(assistant_line(f"u{i}", f"text {i}") for i in range(7))
+    )
+    with Client(pair.history_addr, pair.media_addr) as sb:
+        sync_pages = [
+            [e.uuid for e in w.entries]
+            for w in sb.history.iter_windows("p2", page_size=3, oldest_first=oldest_first)
+        ]
+
+    async def async_pages() -> list[list[str]]:
+        async with AsyncClient(pair.history_addr, pair.media_addr) as sb:
+            return [
+                [e.uuid for e in w.entries]
+                for w in await _collect(
+                    sb.history.iter_windows("p2", page_size=3, oldest_first=oldest_first)
+                )
+            ]
+
+    assert asyncio.run(async_pages()) == sync_pages
+    assert len(sync_pages) == 3
