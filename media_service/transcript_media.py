@@ -51,6 +51,7 @@ from media_service.errors import (
 )
 from media_service.sniff import SNIFF_BYTES, sniff
 from scrollback import metrics
+from scrollback.auth import current_principal
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -339,7 +340,7 @@ class TranscriptMedia:
     ) -> tuple[MediaInfo, bytes | None]:
         validate_pin(pin)
         try:
-            transcript = self._root.resolve(ref.session_id)
+            transcript = self._root.resolve(ref.session_id, current_principal())
             handle = self._root.open(transcript)
         except SessionNotFoundError:
             raise MediaNotFoundError() from None
