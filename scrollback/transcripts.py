@@ -21,10 +21,13 @@ not found, the same answer as one that does not exist, by the same code path
 at the same cost.
 
 The index of the root is an immutable snapshot that requests read without a
-lock. A miss never rebuilds it: it may ask for a refresh, and refreshes run
-at most once per `miss_refresh_interval`, shared by every caller, never
-waited for by a caller that finds one in progress. A refresh is incremental:
-it stats the directories it knows and scans only those that changed.
+lock, and a miss never rebuilds it. Refreshing it is incremental: stat the
+directories it came from (root, project dirs, session and `subagents` dirs)
+and list again only those whose mtime changed, so a refresh of an unchanged
+tree lists nothing, whoever asks for it and however often. `list` and hits
+refresh when the index is older than `rescan_interval`; a miss (nothing
+visible, or a listed file gone) refreshes at once, so a session written a
+moment ago is found, but concurrent misses share one refresh.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from scrollback.contract.refs import ID_PATTERN, validate_id
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 SUBAGENT_DIR = "subagents"
-# A directory whose mtime is this recent may still change within the same
-# coarse clock tick after we scanned it; it is rescanned at the next refresh.
-_UNSTABLE_NS = 100_000_000
+# A directory whose mtime is this close to the time we listed it may change
+# again within the same coarse clock tick (kernels without fine-grained
+# timestamps), leaving its mtime as it was: it is listed again at the next
+# refresh, until it has been quiet for this long.
+_UNSTABLE_NS = 20_000_000
 
 
 class SessionNotFoundError(LookupError):
@@ -147,26 +152,17 @@ class TranscriptRoot:
     """The transcripts root: lists transcripts and resolves session ids, jailed.
 
     `list` and `resolve` refresh the index when it is older than
-    `rescan_interval`; a miss of `resolve` (nothing visible, or a listed file
-    gone) also when it is older than `miss_refresh_interval`. Either way it
-    is one refresh for all callers together, and nobody waits for it but the
-    caller running it. `refreshes` and `dir_scans` count the refreshes
+    `rescan_interval` (without waiting if another caller is at it); a miss of
+    `resolve` refreshes it unless a refresh began after the miss did. `refreshes` and `dir_scans` count the refreshes
     and the directory listings they made.
     """
 
-    def __init__(
-        self,
-        root: Path,
-        *,
-        rescan_interval: float = 2.0,
-        miss_refresh_interval: float = 0.1,
-    ) -> None:
+    def __init__(self, root: Path, *, rescan_interval: float = 2.0) -> None:
         self.root = root
         self._rescan_interval = rescan_interval
-        self._miss_refresh_interval = miss_refresh_interval
         self._lock = threading.Lock()  # held by the one refresh in progress
         self._snapshot = _EMPTY
-        self._refreshed_at = float("-inf")
+        self._refreshed_at = float("-inf")  # when the last refresh started
         self._root_real = os.path.realpath(root)
         self._root_mtime: int | None = None
         self._projects: dict[str, _Project] = {}
@@ -255,6 +251,7 @@ class TranscriptRoot:
     def _refresh_locked(self) -> None:
         """Bring the index up to date: stat the known dirs, list only those that changed."""
         self.refreshes += 1
+        self._refreshed_at = time.monotonic()
         now_ns = time.time_ns()
         root_real = os.path.realpath(self.root)
         if root_real != self._root_real:  # the root is a link that was repointed
@@ -271,11 +268,14 @@ class TranscriptRoot:
             for gone in set(self._projects) - names:
                 del self._projects[gone]
                 changed = True
-            for name in names - set(self._projects):
+            new = names - set(self._projects)
+            for name in new:
                 self._projects[name] = self._scan_project(name, now_ns)
                 changed = True
+        else:
+            new = set()
         for name, project in list(self._projects.items()):
-            if self._changed(project.mtimes, now_ns):
+            if name not in new and self._changed(project.mtimes, now_ns):
                 self._projects[name] = self._scan_project(name, now_ns)
                 changed = True
         if changed or self._snapshot is _EMPTY:
@@ -284,19 +284,15 @@ class TranscriptRoot:
             for transcript in files:
                 by_id.setdefault(transcript.session_id, []).append(transcript)
             self._snapshot = _Snapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
-        self._refreshed_at = time.monotonic()
 
-    def _refresh(self, max_age: float) -> _Snapshot:
+    def _refresh_if_older(self, max_age: float) -> _Snapshot:
         """The snapshot, refreshed first if older than max_age (built on first use).
 
         A caller that finds a refresh in progress does not queue behind it: it
-        answers from the current snapshot, so a refresh never stalls others.
+        answers from the current snapshot, so this never stalls anyone.
         """
         if self._refreshed_at == float("-inf"):
-            with self._lock:  # the first index: everyone waits for it
-                if self._refreshed_at == float("-inf"):
-                    self._refresh_locked()
-            return self._snapshot
+            return self._refresh_since(float("-inf"))  # the first index: wait for it
         if time.monotonic() - self._refreshed_at <= max_age:
             return self._snapshot
         if not self._lock.acquire(blocking=False):
@@ -308,11 +304,18 @@ class TranscriptRoot:
             self._lock.release()
         return self._snapshot
 
+    def _refresh_since(self, asked_at: float) -> _Snapshot:
+        """The snapshot of a refresh that began after `asked_at` (one refresh serves a crowd)."""
+        with self._lock:
+            if self._refreshed_at <= asked_at:
+                self._refresh_locked()
+            return self._snapshot
+
     # -- the API ------------------------------------------------------------
 
     def list(self, principal: Principal | None) -> list[TranscriptFile]:
         """The transcripts the principal may see (index up to rescan_interval old)."""
-        snapshot = self._refresh(self._rescan_interval)
+        snapshot = self._refresh_if_older(self._rescan_interval)
         return [t for t in snapshot.files if visible_to(principal, t.project_dir)]
 
     def resolve(self, session_id: str, principal: Principal | None) -> TranscriptFile:
@@ -322,11 +325,11 @@ class TranscriptRoot:
         does not exist: both are misses.
         """
         validate_id(session_id, "session id")
-        snapshot = self._refresh(self._rescan_interval)
+        asked_at = time.monotonic()
+        snapshot = self._refresh_if_older(self._rescan_interval)
         candidates = self._visible(snapshot, session_id, principal)
         if not candidates or not all(os.path.exists(c.path) for c in candidates):
-            snapshot = self._refresh(self._miss_refresh_interval)
-            candidates = self._visible(snapshot, session_id, principal)
+            candidates = self._visible(self._refresh_since(asked_at), session_id, principal)
         if not candidates:
             raise SessionNotFoundError()
         if len(candidates) > 1:
