@@ -141,8 +141,9 @@ class HistoryCore:
 
     async def _require_visible(self, session_id: str) -> None:
         """With auth, a named session must exist in one of the caller's projects."""
-        if session_id and current_principal() is not None:
-            await asyncio.to_thread(self.root.resolve, session_id)
+        principal = current_principal()
+        if session_id and principal is not None:
+            await asyncio.to_thread(self.root.resolve, session_id, principal)
 
     def _target(self, session_id: str, chat_key: str) -> None:
         if session_id:
@@ -213,7 +214,7 @@ class HistoryCore:
         """Validate a session id or chat key target (with auth: the session is visible)."""
         self._target(session_id, chat_key)
         if session_id and current_principal() is not None:
-            self.root.resolve(session_id)
+            self.root.resolve(session_id, current_principal())
 
     def close(self) -> None:
         """Release the bus, then the store."""

@@ -17,6 +17,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import parse_json_object
+from scrollback.server.auth import current_principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 TITLE_CHARS = 200
@@ -114,7 +115,7 @@ class SessionLister:
         self, size: int, after: tuple[int, str, str] | None, project_dir: str
     ) -> tuple[list[SessionInfo], str]:
         infos: list[tuple[SessionInfo, TranscriptFile]] = []
-        for transcript in self._root.list():
+        for transcript in self._root.list(current_principal()):
             if project_dir and transcript.project_dir != project_dir:
                 continue
             try:

@@ -32,6 +32,7 @@ from history_service.lines import (
 from history_service.store import AcceptedMessageStore
 from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
 from history_service.windows import open_transcript
+from scrollback.server.auth import current_principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 MAX_LINES_PER_POLL = 200
@@ -131,7 +132,7 @@ class SessionWatcher:
         if not target:
             return WatchPosition(FileIdentity.null(), 0, last_seq)
         try:
-            transcript = self._root.resolve(target)
+            transcript = self._root.resolve(target, current_principal())
         except SessionNotFoundError:
             if session_id:
                 raise
@@ -224,7 +225,7 @@ class SessionWatcher:
         if not state.session_id:
             return [], False
         try:
-            transcript = self._root.resolve(state.session_id)
+            transcript = self._root.resolve(state.session_id, current_principal())
         except SessionNotFoundError:
             if state.identity.is_null:
                 return [], False

@@ -39,6 +39,7 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
+from scrollback.server.auth import current_principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 MAX_PAGE_SIZE = 200
@@ -169,7 +170,7 @@ class WindowReader:
             if params.page_token
             else None
         )
-        transcript = self._root.resolve(params.session_id)
+        transcript = self._root.resolve(params.session_id, current_principal())
         fd = open_transcript(self._root, transcript)
         try:
             if token is not None:

@@ -94,7 +94,7 @@ class MediaLibrary:
         if self._root is None:
             return False
         try:
-            self._root.resolve(session_id)
+            self._root.resolve(session_id, current_principal())
         except LookupError:
             return False
         except ValueError:

@@ -60,6 +60,7 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.server import metrics
+from scrollback.server.auth import current_principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
@@ -339,7 +340,7 @@ class TranscriptMedia:
     ) -> tuple[MediaInfo, bytes | None]:
         validate_pin(pin)
         try:
-            transcript = self._root.resolve(ref.session_id)
+            transcript = self._root.resolve(ref.session_id, current_principal())
             handle = self._root.open(transcript)
         except SessionNotFoundError:
             raise MediaNotFoundError() from None

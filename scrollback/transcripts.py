@@ -6,15 +6,28 @@ at `<root>/<project-dir>/<sessionId>/subagents/agent-<id>.jsonl` or (legacy)
 transcripts. The session id is the file name without `.jsonl`; file names that
 are not valid ids are ignored.
 
-Every path handed out is jailed: its real path (symlinks resolved) lies under
-the root's real path, or the transcript does not exist. A session id shared by
-two transcripts is ambiguous and refused rather than guessed. Errors never
-carry a path.
+Every path handed out is jailed to its own project directory (CONTRACT
+section 11): a project dir is a real directory directly under the root (a
+symlinked project dir is not one), and a transcript's real path (symlinks
+resolved) lies under its project dir's real path, or the transcript does not
+exist: it is not listed, not found, and never counted when deciding whether a
+session id is ambiguous. A session id shared by two visible transcripts is
+ambiguous and refused rather than guessed. Errors never carry a path.
 
 Visibility is enforced here too, so no RPC can forget it: `list` and
-`resolve` only see the project dirs the current caller may read
-(`scrollback.server.auth.project_visible`); a session in another project is not
-found, the same answer as one that does not exist.
+`resolve` take the caller's `Principal` (None: no auth, everything visible)
+and only see the project dirs it may read; a session in another project is
+not found, the same answer as one that does not exist, by the same code path
+at the same cost.
+
+The index of the root is an immutable snapshot that requests read without a
+lock, and a miss never rebuilds it. Refreshing it is incremental: stat the
+directories it came from (root, project dirs, session and `subagents` dirs)
+and list again only those whose mtime changed, so a refresh of an unchanged
+tree lists nothing, whoever asks for it and however often. `list` and hits
+refresh when the index is older than `rescan_interval`; a miss (nothing
+visible, or a listed file gone) refreshes at once, so a session written a
+moment ago is found, but concurrent misses share one refresh.
 """
 
 from __future__ import annotations
@@ -22,19 +35,24 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from scrollback.contract.refs import ID_PATTERN, validate_id
-from scrollback.server.auth import project_visible
+from scrollback.principals import Principal
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 SUBAGENT_DIR = "subagents"
+# A directory whose mtime is this close to the time we listed it may change
+# again within the same coarse clock tick (kernels without fine-grained
+# timestamps), leaving its mtime as it was: it is listed again at the next
+# refresh, until it has been quiet for this long.
+_UNSTABLE_NS = 20_000_000
 
 
 class SessionNotFoundError(LookupError):
-    """No transcript has that session id (or it lies outside the root)."""
+    """No transcript has that session id (or it lies outside its project dir)."""
 
     def __init__(self) -> None:
         super().__init__("session not found")
@@ -58,6 +76,11 @@ class TranscriptFile:
     parent_session_id: str
 
 
+def visible_to(principal: Principal | None, project_dir: str) -> bool:
+    """True if that principal may read the project dir (None: no auth, always)."""
+    return principal is None or principal.sees_project(project_dir)
+
+
 def _session_id_of(name: str) -> str | None:
     if not name.endswith(TRANSCRIPT_SUFFIX):
         return None
@@ -79,141 +102,265 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _scan_project(project: os.DirEntry[str]) -> list[TranscriptFile]:
-    found: list[TranscriptFile] = []
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
     try:
-        entries = list(os.scandir(project.path))
+        return entry.is_dir(follow_symlinks=False)
     except OSError:
-        return found
-    for entry in entries:
-        session_id = _session_id_of(entry.name)
-        if session_id is not None and _is_file(entry):
-            found.append(
-                TranscriptFile(
-                    session_id=session_id,
-                    project_dir=project.name,
-                    path=Path(entry.path),
-                    is_subagent=session_id.startswith("agent-"),
-                    parent_session_id="",
-                )
-            )
-        elif ID_PATTERN.fullmatch(entry.name) and _is_dir(entry):
-            subagents = os.path.join(entry.path, SUBAGENT_DIR)
-            try:
-                children = list(os.scandir(subagents))
-            except OSError:
-                continue
-            for child in children:
-                child_id = _session_id_of(child.name)
-                if child_id is not None and _is_file(child):
-                    found.append(
-                        TranscriptFile(
-                            session_id=child_id,
-                            project_dir=project.name,
-                            path=Path(child.path),
-                            is_subagent=True,
-                            parent_session_id=entry.name,
-                        )
-                    )
-    return found
+        return False
+
+
+def _is_link(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return True  # unknown: resolve it to be sure
+
+
+def _under(real: str, directory_real: str) -> bool:
+    return real.startswith(directory_real + os.sep)
+
+
+def _mtime(path: str, now_ns: int) -> int | None:
+    """A directory's mtime, or None if missing or too recent to trust (see _UNSTABLE_NS)."""
+    try:
+        mtime_ns = os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+    return None if now_ns - mtime_ns < _UNSTABLE_NS else mtime_ns
+
+
+@dataclass(slots=True)
+class _Project:
+    """One project dir's transcripts and the mtimes of the directories they came from."""
+
+    files: list[TranscriptFile] = field(default_factory=list)
+    mtimes: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The index at one moment: read without a lock, replaced whole."""
+
+    by_id: dict[str, tuple[TranscriptFile, ...]]
+    files: tuple[TranscriptFile, ...]
+
+
+_EMPTY = _Snapshot({}, ())
 
 
 class TranscriptRoot:
     """The transcripts root: lists transcripts and resolves session ids, jailed.
 
-    The listing is cached and rebuilt at most every `rescan_interval` seconds,
-    plus once on a miss (so a session created a moment ago is found), so a
-    request never walks the tree by itself more than that.
+    `list` and `resolve` refresh the index when it is older than
+    `rescan_interval` (without waiting if another caller is at it); a miss of
+    `resolve` refreshes it unless a refresh began after the miss did. `refreshes` and `dir_scans` count the refreshes
+    and the directory listings they made.
     """
 
     def __init__(self, root: Path, *, rescan_interval: float = 2.0) -> None:
         self.root = root
         self._rescan_interval = rescan_interval
-        self._lock = threading.Lock()
-        self._scanned_at = float("-inf")
-        self._files: list[TranscriptFile] = []
-        self._by_id: dict[str, list[TranscriptFile]] = {}
-        self._dir_mtimes: dict[str, int] = {}
-        self._root_real: str | None = None
+        self._lock = threading.Lock()  # held by the one refresh in progress
+        self._snapshot = _EMPTY
+        self._refreshed_at = float("-inf")  # when the last refresh started
+        self._root_real = os.path.realpath(root)
+        self._root_mtime: int | None = None
+        self._projects: dict[str, _Project] = {}
+        self.refreshes = 0
+        self.dir_scans = 0
 
-    def _real_root(self) -> str:
-        # Resolved again at every rescan, so a root that is itself a symlink
-        # being repointed is followed within rescan_interval.
-        if self._root_real is None:
-            self._root_real = os.path.realpath(self.root)
-        return self._root_real
+    # -- the index ----------------------------------------------------------
 
-    def _rescan(self) -> None:
-        files: list[TranscriptFile] = []
+    def _scandir(self, path: str) -> list[os.DirEntry[str]]:
+        self.dir_scans += 1
+        with os.scandir(path) as entries:
+            return list(entries)
+
+    def _scan_project(self, name: str, now_ns: int) -> _Project:
+        """Every transcript of one project dir that stays inside it."""
+        project = _Project()
+        path = os.path.join(self.root, name)
+        project_real = os.path.join(self._root_real, name)
+        project.mtimes[path] = _mtime(path, now_ns)  # before listing: see _UNSTABLE_NS
         try:
-            projects = [p for p in os.scandir(self.root) if _is_dir(p)]
+            entries = self._scandir(path)
         except OSError:
-            projects = []
-        for project in projects:
-            files.extend(_scan_project(project))
-        by_id: dict[str, list[TranscriptFile]] = {}
-        for transcript in files:
-            by_id.setdefault(transcript.session_id, []).append(transcript)
-        self._files, self._by_id = files, by_id
-        self._root_real = os.path.realpath(self.root)
-        self._scanned_at = time.monotonic()
-        self._dir_mtimes = {}
-        for directory in [str(self.root), *(p.path for p in projects)]:
-            try:
-                self._dir_mtimes[directory] = os.stat(directory).st_mtime_ns
-            except OSError:
-                continue
+            return project
+        for entry in entries:
+            session_id = _session_id_of(entry.name)
+            if session_id is not None:
+                if self._inside(entry, project_real) and _is_file(entry):
+                    project.files.append(
+                        TranscriptFile(
+                            session_id=session_id,
+                            project_dir=name,
+                            path=Path(entry.path),
+                            is_subagent=session_id.startswith("agent-"),
+                            parent_session_id="",
+                        )
+                    )
+            elif ID_PATTERN.fullmatch(entry.name) and _is_dir(entry):
+                self._scan_subagents(project, name, entry, project_real, now_ns)
+        return project
 
-    def _dirs_changed(self) -> bool:
-        """True if the root or a project dir changed since the last scan (a cheap stat each)."""
-        for directory, mtime_ns in self._dir_mtimes.items():
-            try:
-                if os.stat(directory).st_mtime_ns != mtime_ns:
-                    return True
-            except OSError:
-                return True
-        return False
+    def _scan_subagents(
+        self,
+        project: _Project,
+        name: str,
+        session_dir: os.DirEntry[str],
+        project_real: str,
+        now_ns: int,
+    ) -> None:
+        # The session dir's mtime shows a `subagents` dir appearing later.
+        project.mtimes[session_dir.path] = _mtime(session_dir.path, now_ns)
+        subagents = os.path.join(session_dir.path, SUBAGENT_DIR)
+        if not os.path.isdir(subagents):
+            return
+        subagents_real = os.path.realpath(subagents)
+        if not _under(subagents_real, project_real):
+            return  # the session dir or its subagents dir is a link out of the project
+        project.mtimes[subagents] = _mtime(subagents, now_ns)
+        try:
+            children = self._scandir(subagents)
+        except OSError:
+            return
+        for child in children:
+            child_id = _session_id_of(child.name)
+            if child_id is not None and self._inside(child, project_real) and _is_file(child):
+                project.files.append(
+                    TranscriptFile(
+                        session_id=child_id,
+                        project_dir=name,
+                        path=Path(child.path),
+                        is_subagent=True,
+                        parent_session_id=session_dir.name,
+                    )
+                )
 
-    def _fresh(self, *, force: bool = False) -> None:
+    @staticmethod
+    def _inside(entry: os.DirEntry[str], directory_real: str) -> bool:
+        """True if an entry resolves inside that dir (its parent does: only links need resolving)."""
+        if not _is_link(entry):
+            return True
+        return _under(os.path.realpath(entry.path), directory_real)
+
+    @staticmethod
+    def _changed(mtimes: dict[str, int | None], now_ns: int) -> bool:
+        return any(old is None or _mtime(path, now_ns) != old for path, old in mtimes.items())
+
+    def _refresh_locked(self) -> None:
+        """Bring the index up to date: stat the known dirs, list only those that changed."""
+        self.refreshes += 1
+        self._refreshed_at = time.monotonic()
+        now_ns = time.time_ns()
+        root_real = os.path.realpath(self.root)
+        if root_real != self._root_real:  # the root is a link that was repointed
+            self._root_real, self._root_mtime, self._projects = root_real, None, {}
+        root = str(self.root)
+        root_mtime = _mtime(root, now_ns)
+        changed = False
+        if root_mtime is None or root_mtime != self._root_mtime:
+            self._root_mtime = root_mtime
+            try:
+                names = {p.name for p in self._scandir(root) if _is_real_dir(p)}
+            except OSError:
+                names = set()
+            for gone in set(self._projects) - names:
+                del self._projects[gone]
+                changed = True
+            new = names - set(self._projects)
+            for name in new:
+                self._projects[name] = self._scan_project(name, now_ns)
+                changed = True
+        else:
+            new = set()
+        for name, project in list(self._projects.items()):
+            if name not in new and self._changed(project.mtimes, now_ns):
+                self._projects[name] = self._scan_project(name, now_ns)
+                changed = True
+        if changed or self._snapshot is _EMPTY:
+            by_id: dict[str, list[TranscriptFile]] = {}
+            files = [t for project in self._projects.values() for t in project.files]
+            for transcript in files:
+                by_id.setdefault(transcript.session_id, []).append(transcript)
+            self._snapshot = _Snapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
+
+    def _refresh_if_older(self, max_age: float) -> _Snapshot:
+        """The snapshot, refreshed first if older than max_age (built on first use).
+
+        A caller that finds a refresh in progress does not queue behind it: it
+        answers from the current snapshot, so this never stalls anyone.
+        """
+        if self._refreshed_at == float("-inf"):
+            return self._refresh_since(float("-inf"))  # the first index: wait for it
+        if time.monotonic() - self._refreshed_at <= max_age:
+            return self._snapshot
+        if not self._lock.acquire(blocking=False):
+            return self._snapshot
+        try:
+            if time.monotonic() - self._refreshed_at > max_age:
+                self._refresh_locked()
+        finally:
+            self._lock.release()
+        return self._snapshot
+
+    def _refresh_since(self, asked_at: float) -> _Snapshot:
+        """The snapshot of a refresh that began after `asked_at` (one refresh serves a crowd)."""
         with self._lock:
-            age = time.monotonic() - self._scanned_at
-            if (force and (age > 0.05 or self._dirs_changed())) or age > self._rescan_interval:
-                self._rescan()
+            if self._refreshed_at <= asked_at:
+                self._refresh_locked()
+            return self._snapshot
 
-    def list(self) -> list[TranscriptFile]:
-        """The transcripts under the root the caller may see (cached up to rescan_interval)."""
-        self._fresh()
-        return [t for t in self._files if project_visible(t.project_dir) and self.is_jailed(t.path)]
+    # -- the API ------------------------------------------------------------
 
-    def is_jailed(self, path: Path) -> bool:
-        """True if the path's real location lies under the root's real location."""
-        return self._is_real_path_jailed(os.path.realpath(path))
+    def list(self, principal: Principal | None) -> list[TranscriptFile]:
+        """The transcripts the principal may see (index up to rescan_interval old)."""
+        snapshot = self._refresh_if_older(self._rescan_interval)
+        return [t for t in snapshot.files if visible_to(principal, t.project_dir)]
 
-    def _is_real_path_jailed(self, real: str) -> bool:
-        return real.startswith(self._real_root() + os.sep)
+    def resolve(self, session_id: str, principal: Principal | None) -> TranscriptFile:
+        """The transcript of a session id; RefError, SessionNotFoundError or AmbiguousSessionError.
 
-    def resolve(self, session_id: str) -> TranscriptFile:
-        """The transcript of a session id; RefError, SessionNotFoundError or AmbiguousSessionError."""
+        A session the principal may not see takes the same path as one that
+        does not exist: both are misses.
+        """
         validate_id(session_id, "session id")
-        self._fresh()
-        candidates = self._by_id.get(session_id)
+        asked_at = time.monotonic()
+        snapshot = self._refresh_if_older(self._rescan_interval)
+        candidates = self._visible(snapshot, session_id, principal)
         if not candidates or not all(os.path.exists(c.path) for c in candidates):
-            self._fresh(force=True)
-            candidates = self._by_id.get(session_id)
-        candidates = [c for c in candidates or () if project_visible(c.project_dir)]
+            candidates = self._visible(self._refresh_since(asked_at), session_id, principal)
         if not candidates:
             raise SessionNotFoundError()
         if len(candidates) > 1:
             raise AmbiguousSessionError()
         transcript = candidates[0]
-        if not self.is_jailed(transcript.path):
+        if not self.is_jailed(transcript):
             raise SessionNotFoundError()
         return transcript
+
+    @staticmethod
+    def _visible(
+        snapshot: _Snapshot, session_id: str, principal: Principal | None
+    ) -> tuple[TranscriptFile, ...]:
+        return tuple(
+            t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
+        )
+
+    def is_jailed(self, transcript: TranscriptFile) -> bool:
+        """True if the transcript's real location lies under its project dir's real location."""
+        return self._is_real_path_jailed(os.path.realpath(transcript.path), transcript)
+
+    def _is_real_path_jailed(self, real: str, transcript: TranscriptFile) -> bool:
+        project = os.path.join(self.root, transcript.project_dir)
+        project_real = os.path.join(self._root_real, transcript.project_dir)
+        # The project dir itself must be a real directory under the root, not a link.
+        return not os.path.islink(project) and _under(real, project_real)
 
     def open(self, transcript: TranscriptFile) -> BinaryIO:
         """Open a resolved transcript for reading, re-checking the jail at open time."""
         real = os.path.realpath(transcript.path)
-        if not self._is_real_path_jailed(real):
+        if not self._is_real_path_jailed(real, transcript):
             raise SessionNotFoundError()
         try:
             return open(real, "rb", buffering=0)

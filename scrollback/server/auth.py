@@ -35,25 +35,14 @@ from typing import Any
 import orjson
 import yaml
 
-ALL_PROJECTS = "*"
+from scrollback.principals import Principal
+
 _HEX = frozenset("0123456789abcdef")
 DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
 
 
 class AuthConfigError(ValueError):
     """A token file or security setting that cannot be used (never echoes a token)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """An authenticated caller and the project dirs it may read."""
-
-    name: str
-    projects: frozenset[str]
-
-    def sees_project(self, project_dir: str) -> bool:
-        """True if this principal may read transcripts of that project dir."""
-        return ALL_PROJECTS in self.projects or project_dir in self.projects
 
 
 _principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(

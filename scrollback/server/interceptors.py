@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from scrollback.principals import Principal
 from scrollback.server import metrics
 from scrollback.server.auth import (
-    Principal,
     SecuritySettings,
     TokenTable,
     reset_principal,

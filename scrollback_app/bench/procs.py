@@ -129,12 +129,15 @@ class ServerProcess:
             self._log.close()
 
 
-def history_server(transcripts: Path, state: Path) -> ServerProcess:
-    """`python -m history_service` over a transcripts root."""
+def history_server(
+    transcripts: Path, state: Path, auth_tokens: Path | None = None
+) -> ServerProcess:
+    """`python -m history_service` over a transcripts root (with a token file if given)."""
     state.mkdir(parents=True, exist_ok=True)
+    auth = ["--auth-tokens", str(auth_tokens)] if auth_tokens is not None else []
     return ServerProcess(
         "history_service",
-        ["--transcripts", str(transcripts), "--state", str(state)],
+        ["--transcripts", str(transcripts), "--state", str(state), *auth],
         name="history server",
     )
 

@@ -16,7 +16,10 @@ baseline in the same run, interleaved, median of repeats:
   resolved before);
 - peak RSS (VmHWM) of a fresh history server under 32 concurrent window
   streams, 10 MB vs 1 MB images;
-- throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor.
+- throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor;
+- session lookup on a root of 5,000 transcripts (`scrollback_app.bench.lookup`):
+  NOT_FOUND for a nonexistent vs a hidden id, and another caller's latency
+  during a flood of unknown ids.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from rich.console import Console
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import procs, services
+from scrollback_app.bench import lookup, procs, services
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.floor import write_messages
 from scrollback_app.bench.stripper import measure as measure_stripper
@@ -68,6 +71,9 @@ class BenchConfig:
     clients: int = 16
     throughput_seconds: float = 5.0
     throughput_rounds: int = 3
+    lookup_transcripts: int = 5000
+    lookup_samples: int = 101
+    lookup_flood_clients: int = 4
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -93,6 +99,7 @@ class BenchConfig:
             rss_repeats=1,
             throughput_seconds=1.5,
             throughput_rounds=2,
+            lookup_samples=21,
             label="quick",
         )
 
@@ -556,6 +563,14 @@ class _Run:
                     history_server.addr, media_server.addr, floor_server.addr, refs.photo
                 )
         await self.rss()
+        for figure in await lookup.measure(
+            self.work,
+            self.config.lookup_transcripts,
+            self.config.lookup_samples,
+            self.config.lookup_flood_clients,
+            self.log,
+        ):
+            self.add(figure)
         return self.figures
 
     def cleanup(self) -> None:

@@ -32,6 +32,8 @@ EXPECTED = {
     "throughput_media",
     "rss_1mb_images",
     "rss_10mb_vs_1mb_images",
+    "lookup_nonexistent_vs_hidden",
+    "lookup_flood_others",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 20x target cannot show, so only "not much slower than the

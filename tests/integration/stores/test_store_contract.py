@@ -31,7 +31,8 @@ from history_service.store.sqlite import SqliteAcceptedMessageStore
 from media_service.store.base import BlobMetadataStore, BlobRow
 from media_service.store.postgres import PostgresBlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
-from scrollback.server.auth import Principal, reset_principal, set_principal
+from scrollback.principals import Principal
+from scrollback.server.auth import reset_principal, set_principal
 from scrollback.state import postgres as pg_state
 from scrollback.state.postgres import DatabaseUnavailableError, Pool, open_pool
 
