@@ -36,6 +36,9 @@ import orjson
 import yaml
 
 ALL_PROJECTS = "*"
+# The principal of every caller when auth is off. Token files need a non-empty
+# name, so it can never be an authenticated principal's namespace.
+ANONYMOUS = ""
 _HEX = frozenset("0123456789abcdef")
 DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
 
@@ -81,6 +84,11 @@ def project_visible(project_dir: str) -> bool:
     """True if the current caller may read that project dir (always, without auth)."""
     principal = _principal.get()
     return principal is None or principal.sees_project(project_dir)
+
+
+def namespace(principal: Principal | None) -> str:
+    """The namespace a caller's records live in (chat keys, accepted_by): its name, or ANONYMOUS."""
+    return ANONYMOUS if principal is None else principal.name
 
 
 def principal_name() -> str | None:
