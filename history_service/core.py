@@ -4,14 +4,18 @@
 the session lister, the accepted-message store, the bus and the watcher. The
 servicer only translates protos to these calls and back.
 
-With auth (a principal in scrollback.server.auth's context), every session id a call
-names must resolve through TranscriptRoot, which only sees the caller's
-projects: a session outside them is NOT_FOUND, like one that does not exist.
+Each call takes the caller's principal (None without auth) explicitly. With
+auth, every session id a call names must resolve through TranscriptRoot, which
+only sees the caller's projects: a session outside them is NOT_FOUND, like one
+that does not exist. Chat keys live in the principal's namespace
+(scrollback.server.auth.namespace), and attachments must be blobs the principal may
+read (scrollback.state.blob_access, the media service's rule for ReadMedia).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 from history_service.accept import AcceptedRecord, validate_accept
@@ -36,7 +40,8 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id
-from scrollback.server.auth import current_principal
+from scrollback.principals import Principal, namespace
+from scrollback.state.blob_access import readable_blobs
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 
@@ -117,6 +122,7 @@ class HistoryCore:
 
     async def accept(
         self,
+        principal: Principal | None,
         client_txn_id: str,
         session_id: str,
         chat_key: str,
@@ -125,25 +131,46 @@ class HistoryCore:
     ) -> tuple[AcceptedRecord, bool]:
         """Record a message durably, then announce it on the bus."""
         request = validate_accept(client_txn_id, session_id, chat_key, text, attachments)
-        await self._require_visible(session_id)
-        record, replayed = await asyncio.to_thread(self.store.accept, request)
+        await self._require_visible(principal, session_id)
+        digests = [a.sha256 for a in request.attachments]
+        readable = (
+            await asyncio.to_thread(
+                readable_blobs,
+                self.store,
+                principal,
+                digests,
+                functools.partial(self._session_visible, principal),
+            )
+            if digests
+            else set()
+        )
+        record, replayed = await asyncio.to_thread(
+            self.store.accept, namespace(principal), request, readable
+        )
         if not replayed:
             await self.bus.publish(record)
         return record, replayed
 
-    async def bind(self, chat_key: str, session_id: str) -> int:
-        """Bind a chat key to a session id."""
+    async def bind(self, principal: Principal | None, chat_key: str, session_id: str) -> int:
+        """Bind the caller's chat key to a session id."""
         validate_id(chat_key, "chat key")
         validate_id(session_id, "session id")
-        await self._require_visible(session_id)
-        moved = await asyncio.to_thread(self.store.bind, chat_key, session_id)
+        await self._require_visible(principal, session_id)
+        moved = await asyncio.to_thread(self.store.bind, namespace(principal), chat_key, session_id)
         return moved
 
-    async def _require_visible(self, session_id: str) -> None:
+    async def _require_visible(self, principal: Principal | None, session_id: str) -> None:
         """With auth, a named session must exist in one of the caller's projects."""
-        principal = current_principal()
         if session_id and principal is not None:
             await asyncio.to_thread(self.root.resolve, session_id, principal)
+
+    def _session_visible(self, principal: Principal | None, session_id: str) -> bool:
+        """Whether the caller sees a session (blocking; the blob read rule asks it)."""
+        try:
+            self.root.resolve(session_id, principal)
+        except (LookupError, ValueError):
+            return False
+        return True
 
     def _target(self, session_id: str, chat_key: str) -> None:
         if session_id:
@@ -157,6 +184,7 @@ class HistoryCore:
 
     async def bootstrap(
         self,
+        principal: Principal | None,
         session_id: str,
         chat_key: str,
         page_size: int,
@@ -165,10 +193,11 @@ class HistoryCore:
     ) -> BootstrapResult:
         """Pending messages, the latest window and the watch position that continues it."""
         self._target(session_id, chat_key)
-        await self._require_visible(session_id)
+        await self._require_visible(principal, session_id)
+        owner = namespace(principal)
         target = session_id
         if not target:
-            bound: str | None = await asyncio.to_thread(self.store.binding, chat_key)
+            bound: str | None = await asyncio.to_thread(self.store.binding, owner, chat_key)
             target = bound or ""
         params = None
         if target:
@@ -187,7 +216,7 @@ class HistoryCore:
                 max_line_size=self.config.max_line_size,
             )
         pending, last_seq = await asyncio.to_thread(
-            self.store.pending, target, "" if target else chat_key
+            self.store.pending, owner, target, "" if target else chat_key
         )
         window: Window | None = None
         identity, offset = FileIdentity.null(), 0
@@ -210,11 +239,11 @@ class HistoryCore:
         )
         return media, limit
 
-    def check_target(self, session_id: str, chat_key: str) -> None:
+    def check_target(self, principal: Principal | None, session_id: str, chat_key: str) -> None:
         """Validate a session id or chat key target (with auth: the session is visible)."""
         self._target(session_id, chat_key)
-        if session_id and current_principal() is not None:
-            self.root.resolve(session_id, current_principal())
+        if session_id and principal is not None:
+            self.root.resolve(session_id, principal)
 
     def close(self) -> None:
         """Release the bus, then the store."""

@@ -2,7 +2,8 @@
 
 `ERROR_TABLE` is the one map from domain exceptions to status codes (CONTRACT
 section 9); `scrollback.server.grpc_support.abort_for` applies it, and anything not in
-it is INTERNAL with a fixed text.
+it is INTERNAL with a fixed text. The caller's principal (set by the auth
+interceptor) is read here, once per call, and passed to the core explicitly.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from scrollback.contract.refs import ID_PATTERN, RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from scrollback.server.auth import current_principal
 from scrollback.server.grpc_support import ErrorTable, abort_for
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
@@ -190,6 +192,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     ) -> AsyncIterator[pb.BootstrapResponse]:
         try:
             result = await self._core.bootstrap(
+                current_principal(),
                 request.session_id,
                 request.chat_key,
                 request.page_size,
@@ -217,6 +220,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     ) -> pb.AcceptMessageResponse:
         try:
             record, replayed = await self._core.accept(
+                current_principal(),
                 request.client_txn_id,
                 request.session_id,
                 request.chat_key,
@@ -231,7 +235,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self, request: pb.BindChatKeyRequest, context: Context
     ) -> pb.BindChatKeyResponse:
         try:
-            moved = await self._core.bind(request.chat_key, request.session_id)
+            moved = await self._core.bind(current_principal(), request.chat_key, request.session_id)
         except Exception as error:
             await abort_for(context, error, ERROR_TABLE)
         return pb.BindChatKeyResponse(bound_messages=moved)
@@ -240,14 +244,21 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self, request: pb.WatchSessionRequest, context: Context
     ) -> AsyncIterator[pb.WatchSessionResponse]:
         core = self._core
+        principal = current_principal()
         try:
-            core.check_target(request.session_id, request.chat_key)
+            core.check_target(principal, request.session_id, request.chat_key)
             mode, limit = core.watch_mode(request.media_mode, request.inline_limit_bytes)
             scope, start = await core.watcher.start(
-                request.session_id, request.chat_key, request.position
+                principal, request.session_id, request.chat_key, request.position
             )
             events = core.watcher.events(
-                request.session_id, request.chat_key, scope, start, MediaMode(mode), limit
+                principal,
+                request.session_id,
+                request.chat_key,
+                scope,
+                start,
+                MediaMode(mode),
+                limit,
             )
             async for event in events:
                 if isinstance(event, WatchEntry):

@@ -6,7 +6,9 @@ resumes with no gap and no duplicate. The file is polled by `fstat` every
 `poll_seconds` and only its new bytes are read; a rewritten or truncated file
 ends the watch (FileRewrittenError). Accepted messages come from the store by
 seq: bus events only wake the watch up, so an event lost or reordered on the
-bus can never cause a gap.
+bus can never cause a gap. A chat key is looked up in the watching
+principal's namespace only (scrollback.server.auth.namespace): another principal's
+messages on the same key never reach the watch.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from history_service.lines import (
 from history_service.store import AcceptedMessageStore
 from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
 from history_service.windows import open_transcript
-from scrollback.server.auth import current_principal
+from scrollback.principals import Principal, namespace
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 MAX_LINES_PER_POLL = 200
@@ -86,6 +88,8 @@ def complete_end(fd: int, size: int, max_line_size: int) -> int:
 
 @dataclass
 class _State:
+    principal: Principal | None
+    owner: str
     session_id: str
     chat_key: str
     identity: FileIdentity
@@ -118,21 +122,21 @@ class SessionWatcher:
         self._heartbeat = heartbeat_seconds
 
     async def start(
-        self, session_id: str, chat_key: str, position: str
+        self, principal: Principal | None, session_id: str, chat_key: str, position: str
     ) -> tuple[str, WatchPosition]:
         """Check the request and return (scope, start position); raises the domain errors."""
         scope = position_scope(session_id, chat_key)
         if position:
             return scope, self._codec.parse_position(scope, position)
-        return scope, await asyncio.to_thread(self._now, session_id, chat_key)
+        return scope, await asyncio.to_thread(self._now, principal, session_id, chat_key)
 
-    def _now(self, session_id: str, chat_key: str) -> WatchPosition:
+    def _now(self, principal: Principal | None, session_id: str, chat_key: str) -> WatchPosition:
         last_seq = self._store.last_seq()
-        target = session_id or self._store.binding(chat_key) or ""
+        target = session_id or self._store.binding(namespace(principal), chat_key) or ""
         if not target:
             return WatchPosition(FileIdentity.null(), 0, last_seq)
         try:
-            transcript = self._root.resolve(target, current_principal())
+            transcript = self._root.resolve(target, principal)
         except SessionNotFoundError:
             if session_id:
                 raise
@@ -148,6 +152,7 @@ class SessionWatcher:
 
     async def events(
         self,
+        principal: Principal | None,
         session_id: str,
         chat_key: str,
         scope: str,
@@ -156,9 +161,12 @@ class SessionWatcher:
         inline_limit: int,
     ) -> AsyncIterator[WatchEvent]:
         """The events from `start` on, until the caller stops iterating."""
-        state = _State(session_id, chat_key, start.identity, start.offset, start.last_seq)
+        owner = namespace(principal)
+        state = _State(
+            principal, owner, session_id, chat_key, start.identity, start.offset, start.last_seq
+        )
         if not session_id:
-            bound: str | None = await asyncio.to_thread(self._store.binding, chat_key)
+            bound: str | None = await asyncio.to_thread(self._store.binding, owner, chat_key)
             state.session_id = bound or ""
 
         def position() -> str:
@@ -206,11 +214,11 @@ class SessionWatcher:
 
     def _accepted_since(self, state: _State) -> list[AcceptedRecord]:
         if not state.session_id and state.chat_key:
-            state.session_id = self._store.binding(state.chat_key) or ""
+            state.session_id = self._store.binding(state.owner, state.chat_key) or ""
         found: list[AcceptedRecord] = []
         after = state.last_seq
         while True:
-            batch = self._store.since(state.session_id, state.chat_key, after)
+            batch = self._store.since(state.owner, state.session_id, state.chat_key, after)
             if not batch:
                 return found
             found.extend(batch)
@@ -221,11 +229,11 @@ class SessionWatcher:
     ) -> tuple[list[tuple[ServedLine, int, FileIdentity]], bool]:
         """New complete lines after state.offset: (line, offset after it, identity), more-to-read."""
         if not state.session_id and state.chat_key:
-            state.session_id = self._store.binding(state.chat_key) or ""
+            state.session_id = self._store.binding(state.owner, state.chat_key) or ""
         if not state.session_id:
             return [], False
         try:
-            transcript = self._root.resolve(state.session_id, current_principal())
+            transcript = self._root.resolve(state.session_id, state.principal)
         except SessionNotFoundError:
             if state.identity.is_null:
                 return [], False

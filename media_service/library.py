@@ -9,7 +9,8 @@ uploaded it or can see an accepted message referencing it (its session's
 project is visible, or it accepted the message itself): a known hash is not a
 key. Others get the same NOT_FOUND as for a blob that does not exist, and
 FindMissingBlobs reports such blobs as missing (re-uploading them makes the
-caller an owner).
+caller an owner). The rule is scrollback.state.blob_access's, the one the
+history service applies to attachments.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from media_service.blobs import BlobStore, MediaInfo
 from media_service.errors import MediaNotFoundError
 from media_service.transcript_media import TranscriptMedia
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
+from scrollback.principals import Principal
 from scrollback.server.auth import current_principal
+from scrollback.state.blob_access import readable_blobs
 from scrollback.transcripts import TranscriptRoot
 
 
@@ -101,31 +104,25 @@ class MediaLibrary:
             return False
         return True
 
-    def blob_visible(self, sha256: str) -> bool:
-        """True if the current caller may read this blob (always, without auth)."""
-        principal = current_principal()
-        if principal is None:
-            return True
-        if self.blobs.metadata.owned_by([sha256], principal.name):
-            return True
-        for session_id, accepted_by in self.blobs.metadata.referencing(sha256):
-            if accepted_by == principal.name:
-                return True
-            if session_id and self._session_visible(session_id):
-                return True
-        return False
+    def blob_visible(self, principal: Principal | None, sha256: str) -> bool:
+        """True if `principal` may read this blob (always, without auth)."""
+        return sha256 in readable_blobs(
+            self.blobs.metadata, principal, [sha256], self._session_visible
+        )
 
     def _check_blob(self, sha256: str) -> None:
-        if not self.blob_visible(sha256):
+        if not self.blob_visible(current_principal(), sha256):
             raise MediaNotFoundError()
 
-    def find_missing(self, digests: list[str]) -> list[str]:
-        """The digests the store lacks or the caller may not read, in the order asked."""
+    def find_missing(self, principal: Principal | None, digests: list[str]) -> list[str]:
+        """The digests the store lacks or `principal` may not read, in the order asked."""
         missing = self.blobs.find_missing(digests)
-        if current_principal() is None:
+        if principal is None:
             return missing
         absent = set(missing)
-        return [d for d in digests if d in absent or not self.blob_visible(d)]
+        present = [d for d in digests if d not in absent]
+        readable = readable_blobs(self.blobs.metadata, principal, present, self._session_visible)
+        return [d for d in digests if d in absent or d not in readable]
 
     def stat(self, selector: Selector) -> MediaInfo:
         """Metadata only (a transcript image is still found and pin-checked)."""

@@ -29,6 +29,7 @@ from media_service.library import MediaLibrary, Selector, TranscriptSelector
 from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.server.auth import current_principal
 from scrollback.server.grpc_support import ErrorTable, abort_for, status_for
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
@@ -228,9 +229,11 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     async def FindMissingBlobs(
         self, request: media_pb2.FindMissingBlobsRequest, context: Context
     ) -> media_pb2.FindMissingBlobsResponse:
-        """The digests the store lacks, in the order asked."""
+        """The digests the store lacks or the caller may not read, in the order asked."""
         try:
-            missing = await asyncio.to_thread(self._library.find_missing, list(request.sha256))
+            missing = await asyncio.to_thread(
+                self._library.find_missing, current_principal(), list(request.sha256)
+            )
         except Exception as error:
             await abort_for(context, error, ERRORS)
         return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ALL_PROJECTS = "*"
+# The principal of every caller when auth is off. Token files need a non-empty
+# name, so it can never be an authenticated principal's namespace.
+ANONYMOUS = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +26,8 @@ class Principal:
     def sees_project(self, project_dir: str) -> bool:
         """True if this principal may read transcripts of that project dir."""
         return ALL_PROJECTS in self.projects or project_dir in self.projects
+
+
+def namespace(principal: Principal | None) -> str:
+    """The namespace a caller's records live in (chat keys, accepted_by): its name, or ANONYMOUS."""
+    return ANONYMOUS if principal is None else principal.name

@@ -18,7 +18,7 @@ has already removed the blob (BlobMissingError), never half.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Set
 from typing import Any
 
 import psycopg
@@ -27,14 +27,22 @@ from history_service.accept import AcceptedRecord, AcceptRequest
 from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
 from history_service.store.records import (
     COLUMNS,
+    PENDING_GROUP,
     REPLAY_COLUMNS,
+    attached_digests,
     attachments_json,
     new_record,
     record_of,
     replay_of,
 )
-from scrollback.server.auth import principal_name
-from scrollback.state.postgres import ACCEPT_LOCK, Pool, transaction, unavailable_on_failure
+from scrollback.state.postgres import (
+    ACCEPT_LOCK,
+    Pool,
+    blob_owned_by,
+    blob_referencing,
+    transaction,
+    unavailable_on_failure,
+)
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -63,25 +71,26 @@ class PostgresAcceptedMessageStore:
 
     @staticmethod
     def _existing(
-        connection: Connection, request: AcceptRequest, digest: str, accepted_by: str | None
+        connection: Connection, request: AcceptRequest, digest: str, principal: str
     ) -> tuple[AcceptedRecord, bool] | None:
         row = connection.execute(
             f"SELECT {REPLAY_COLUMNS} FROM accepted_message WHERE client_txn_id = %s",
             (request.client_txn_id,),
         ).fetchone()
-        return None if row is None else replay_of(row, digest, accepted_by)
+        return None if row is None else replay_of(row, digest, principal)
 
-    def accept(self, request: AcceptRequest) -> tuple[AcceptedRecord, bool]:
+    def accept(
+        self, principal: str, request: AcceptRequest, readable: Set[str]
+    ) -> tuple[AcceptedRecord, bool]:
         """Record a message durably; replay on the same txn id and content."""
         digest = request.digest
-        accepted_by = principal_name()
 
         def work(connection: Connection) -> tuple[AcceptedRecord, bool]:
             self._lock(connection)
-            replay = self._existing(connection, request, digest, accepted_by)
+            replay = self._existing(connection, request, digest, principal)
             if replay is not None:
                 return replay
-            wanted = sorted({a.sha256 for a in request.attachments})
+            wanted = attached_digests(request, readable)
             if wanted:
                 found = connection.execute(
                     "SELECT sha256 FROM blob WHERE sha256 = ANY(%s) ORDER BY sha256 FOR SHARE",
@@ -92,7 +101,8 @@ class PostgresAcceptedMessageStore:
             session_id = request.session_id
             if not session_id:
                 bound = connection.execute(
-                    "SELECT session_id FROM chat_binding WHERE chat_key = %s", (request.chat_key,)
+                    "SELECT session_id FROM chat_binding WHERE principal = %s AND chat_key = %s",
+                    (principal, request.chat_key),
                 ).fetchone()
                 session_id = str(bound[0]) if bound else ""
             now = self._clock()
@@ -109,12 +119,12 @@ class PostgresAcceptedMessageStore:
                     attachments_json(request),
                     digest,
                     now,
-                    accepted_by,
+                    principal,
                 ),
             ).fetchone()
             if inserted is None:
                 # Another replica won the race on this txn id: replay its record.
-                replay = self._existing(connection, request, digest, accepted_by)
+                replay = self._existing(connection, request, digest, principal)
                 if replay is None:  # pragma: no cover - the conflict row is committed
                     raise TxnConflictError()
                 return replay
@@ -135,7 +145,7 @@ class PostgresAcceptedMessageStore:
         connection.execute(
             "UPDATE accepted_message SET retired_at = %s WHERE retired_at IS NULL AND ("
             " accepted_at < %s OR seq NOT IN (SELECT ranked.seq FROM (SELECT seq, ROW_NUMBER()"
-            "  OVER (PARTITION BY COALESCE(session_id, 'key:' || chat_key) ORDER BY seq DESC)"
+            f"  OVER (PARTITION BY {PENDING_GROUP} ORDER BY seq DESC)"
             "  AS rank FROM accepted_message WHERE retired_at IS NULL) AS ranked"
             "  WHERE ranked.rank <= %s))",
             (now, now - self._ttl, self._keep),
@@ -145,55 +155,54 @@ class PostgresAcceptedMessageStore:
             " (SELECT seq FROM accepted_message WHERE retired_at IS NOT NULL)"
         )
 
-    def bind(self, chat_key: str, session_id: str) -> int:
-        """Bind a chat key to a session; ChatKeyBoundError if bound elsewhere."""
-        by = principal_name()
+    def bind(self, principal: str, chat_key: str, session_id: str) -> int:
+        """Bind `principal`'s chat key to a session; ChatKeyBoundError if it is bound elsewhere."""
 
         def work(connection: Connection) -> int:
             self._lock(connection)
             connection.execute(
-                "INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES (%s, %s, %s)"
-                " ON CONFLICT (chat_key) DO NOTHING",
-                (chat_key, session_id, self._clock()),
+                "INSERT INTO chat_binding (principal, chat_key, session_id, bound_at)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (principal, chat_key) DO NOTHING",
+                (principal, chat_key, session_id, self._clock()),
             )
             row = connection.execute(
-                "SELECT session_id FROM chat_binding WHERE chat_key = %s", (chat_key,)
+                "SELECT session_id FROM chat_binding WHERE principal = %s AND chat_key = %s",
+                (principal, chat_key),
             ).fetchone()
             if row is None or row[0] != session_id:
                 raise ChatKeyBoundError()
             cursor = connection.execute(
                 "UPDATE accepted_message SET session_id = %s WHERE chat_key = %s"
-                " AND session_id IS NULL AND (%s::text IS NULL OR accepted_by = %s)",
-                (session_id, chat_key, by, by),
+                " AND session_id IS NULL AND accepted_by = %s",
+                (session_id, chat_key, principal),
             )
             return int(cursor.rowcount)
 
         return transaction(self._pool, work)
 
-    def binding(self, chat_key: str) -> str | None:
-        """The session a chat key is bound to, if any."""
+    def binding(self, principal: str, chat_key: str) -> str | None:
+        """The session `principal`'s chat key is bound to, if any."""
         with unavailable_on_failure(), self._pool.connection() as connection:
             row = connection.execute(
-                "SELECT session_id FROM chat_binding WHERE chat_key = %s", (chat_key,)
+                "SELECT session_id FROM chat_binding WHERE principal = %s AND chat_key = %s",
+                (principal, chat_key),
             ).fetchone()
         return str(row[0]) if row else None
 
-    def pending(self, session_id: str, chat_key: str) -> tuple[list[AcceptedRecord], int]:
+    def pending(
+        self, principal: str, session_id: str, chat_key: str
+    ) -> tuple[list[AcceptedRecord], int]:
         """Unretired messages (retiring the aged ones first) and the last seq, in one transaction."""
-        by = principal_name()
 
         def work(connection: Connection) -> tuple[list[AcceptedRecord], int]:
             self._lock(connection)
             self._retire(connection, self._clock())
-            values: list[str | None]
+            values: list[str]
             if session_id:
                 where, values = "session_id = %s", [session_id]
             else:
-                where = (
-                    "chat_key = %s AND session_id IS NULL"
-                    " AND (%s::text IS NULL OR accepted_by = %s)"
-                )
-                values = [chat_key, by, by]
+                where = "chat_key = %s AND session_id IS NULL AND accepted_by = %s"
+                values = [chat_key, principal]
             rows = connection.execute(
                 f"SELECT {COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
                 " ORDER BY seq",
@@ -206,17 +215,28 @@ class PostgresAcceptedMessageStore:
 
         return transaction(self._pool, work)
 
-    def since(self, session_id: str, chat_key: str, after_seq: int) -> list[AcceptedRecord]:
-        """Messages of a session or chat key with seq > after_seq, oldest first."""
-        by = principal_name()
+    def since(
+        self, principal: str, session_id: str, chat_key: str, after_seq: int
+    ) -> list[AcceptedRecord]:
+        """Messages of a session or of `principal`'s chat key with seq > after_seq, oldest first."""
         with unavailable_on_failure(), self._pool.connection() as connection:
             rows = connection.execute(
                 f"SELECT {COLUMNS} FROM accepted_message WHERE seq > %s AND"
-                " (session_id = %s OR (chat_key = %s AND (%s::text IS NULL OR accepted_by = %s)))"
+                " (session_id = %s OR (chat_key = %s AND accepted_by = %s))"
                 " ORDER BY seq LIMIT 1000",
-                (after_seq, session_id or None, chat_key or None, by, by),
+                (after_seq, session_id or None, chat_key or None, principal),
             ).fetchall()
         return [record_of(r) for r in rows]
+
+    def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
+        """Which of these digests `principal` uploaded (the shared read-rule query)."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            return blob_owned_by(connection, digests, principal)
+
+    def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
+        """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            return blob_referencing(connection, sha256)
 
     def last_seq(self) -> int:
         """The highest seq committed so far."""

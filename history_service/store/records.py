@@ -3,18 +3,27 @@
 `COLUMNS` is the column list every backend selects for a record, in the order
 `record_of` reads; `replay_of` decides what a row found for a reused
 client_txn_id means (a replay, or TxnConflictError); `attachments_json` is the
-stored form of the attachments and `new_record` the record of a fresh insert.
+stored form of the attachments and `new_record` the record of a fresh insert;
+`attached_digests` checks the attachments against what the caller may read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 import orjson
 
 from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
-from history_service.errors import TxnConflictError
+from history_service.errors import BlobMissingError, TxnConflictError
 
+# How pending messages are grouped for ageing (the newest `keep` per group): a
+# session, or one principal's unbound chat key, so one principal's flood never
+# retires another's messages.
+PENDING_GROUP = (
+    "session_id, CASE WHEN session_id IS NULL THEN accepted_by END,"
+    " CASE WHEN session_id IS NULL THEN chat_key END"
+)
 COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
 # Selected after COLUMNS when a reused client_txn_id is looked up.
 REPLAY_COLUMNS = f"{COLUMNS}, accepted_by, content_digest"
@@ -29,14 +38,12 @@ def record_of(row: tuple[Any, ...]) -> AcceptedRecord:
     )
 
 
-def replay_of(
-    row: tuple[Any, ...], digest: str, accepted_by: str | None
-) -> tuple[AcceptedRecord, bool]:
+def replay_of(row: tuple[Any, ...], digest: str, principal: str) -> tuple[AcceptedRecord, bool]:
     """The replayed record of a row of REPLAY_COLUMNS for the same client_txn_id.
 
-    Other content, or (with auth) another principal's message, is TxnConflictError.
+    Other content, or another principal's message, is TxnConflictError.
     """
-    if row[-1] != digest or (accepted_by is not None and row[-2] != accepted_by):
+    if row[-1] != digest or (row[-2] or "") != principal:
         raise TxnConflictError()
     return record_of(row[:-2]), True
 
@@ -59,3 +66,15 @@ def new_record(
         request.attachments,
         accepted_at,
     )
+
+
+def attached_digests(request: AcceptRequest, readable: Set[str]) -> list[str]:
+    """The request's distinct attachment digests, sorted (the order rows are locked in).
+
+    Any the caller may not read is BlobMissingError, the very answer for a blob
+    that does not exist: a known hash is neither a key nor an existence oracle.
+    """
+    wanted = sorted({a.sha256 for a in request.attachments})
+    if any(sha not in readable for sha in wanted):
+        raise BlobMissingError()
+    return wanted

@@ -6,9 +6,11 @@ behind a lock; callers run these methods in a worker thread. Each write is one
 Pending records age out (the newest `keep` per session, accepted within
 `ttl_seconds`): they get `retired_at` and lose their `blob_ref` rows.
 
-With auth, each message records who accepted it (`accepted_by`): messages
-found by chat key alone are visible only to that principal, and a replay of
-another principal's client_txn_id is a conflict.
+Each message records who accepted it (`accepted_by`, the anonymous principal
+without auth) and each binding whose chat key it is (`principal`): a chat key
+lives in its principal's namespace, so messages found by chat key and
+bindings are that principal's alone, and a replay of another principal's
+client_txn_id is a conflict.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Set
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,14 +26,20 @@ from history_service.accept import AcceptedRecord, AcceptRequest
 from history_service.errors import BlobMissingError, ChatKeyBoundError
 from history_service.store.records import (
     COLUMNS,
+    PENDING_GROUP,
     REPLAY_COLUMNS,
+    attached_digests,
     attachments_json,
     new_record,
     record_of,
     replay_of,
 )
-from scrollback.server.auth import principal_name
-from scrollback.state.sqlite import connect, write_transaction
+from scrollback.state.sqlite import (
+    blob_owned_by,
+    blob_referencing,
+    connect,
+    write_transaction,
+)
 
 T = TypeVar("T")
 
@@ -57,10 +65,11 @@ class SqliteAcceptedMessageStore:
         with self._lock:
             return write_transaction(self._connection, work)
 
-    def accept(self, request: AcceptRequest) -> tuple[AcceptedRecord, bool]:
+    def accept(
+        self, principal: str, request: AcceptRequest, readable: Set[str]
+    ) -> tuple[AcceptedRecord, bool]:
         """Record a message durably; replay on the same txn id and content."""
         digest = request.digest
-        accepted_by = principal_name()
 
         def work(connection: sqlite3.Connection) -> tuple[AcceptedRecord, bool]:
             row = connection.execute(
@@ -68,8 +77,8 @@ class SqliteAcceptedMessageStore:
                 (request.client_txn_id,),
             ).fetchone()
             if row is not None:
-                return replay_of(row, digest, accepted_by)
-            wanted = sorted({a.sha256 for a in request.attachments})
+                return replay_of(row, digest, principal)
+            wanted = attached_digests(request, readable)
             if wanted:
                 marks = ",".join("?" * len(wanted))
                 found = connection.execute(
@@ -80,7 +89,8 @@ class SqliteAcceptedMessageStore:
             session_id = request.session_id
             if not session_id:
                 bound = connection.execute(
-                    "SELECT session_id FROM chat_binding WHERE chat_key = ?", (request.chat_key,)
+                    "SELECT session_id FROM chat_binding WHERE principal = ? AND chat_key = ?",
+                    (principal, request.chat_key),
                 ).fetchone()
                 session_id = bound[0] if bound else ""
             now = self._clock()
@@ -96,7 +106,7 @@ class SqliteAcceptedMessageStore:
                     attachments_json(request),
                     digest,
                     now,
-                    accepted_by,
+                    principal,
                 ),
             )
             seq = int(cursor.lastrowid or 0)
@@ -113,7 +123,7 @@ class SqliteAcceptedMessageStore:
         connection.execute(
             "UPDATE accepted_message SET retired_at = ? WHERE retired_at IS NULL AND ("
             " accepted_at < ? OR seq NOT IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER ("
-            "  PARTITION BY COALESCE(session_id, 'key:' || chat_key) ORDER BY seq DESC) AS rank"
+            f"  PARTITION BY {PENDING_GROUP} ORDER BY seq DESC) AS rank"
             "  FROM accepted_message WHERE retired_at IS NULL) WHERE rank <= ?))",
             (now, now - self._ttl, self._keep),
         )
@@ -122,50 +132,53 @@ class SqliteAcceptedMessageStore:
             " (SELECT seq FROM accepted_message WHERE retired_at IS NOT NULL)"
         )
 
-    def bind(self, chat_key: str, session_id: str) -> int:
-        """Bind a chat key to a session; FAILED_PRECONDITION-style error if bound elsewhere."""
+    def bind(self, principal: str, chat_key: str, session_id: str) -> int:
+        """Bind `principal`'s chat key to a session; ChatKeyBoundError if it is bound elsewhere."""
 
         def work(connection: sqlite3.Connection) -> int:
             row = connection.execute(
-                "SELECT session_id FROM chat_binding WHERE chat_key = ?", (chat_key,)
+                "SELECT session_id FROM chat_binding WHERE principal = ? AND chat_key = ?",
+                (principal, chat_key),
             ).fetchone()
             if row is not None and row[0] != session_id:
                 raise ChatKeyBoundError()
             if row is None:
                 connection.execute(
-                    "INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES (?, ?, ?)",
-                    (chat_key, session_id, self._clock()),
+                    "INSERT INTO chat_binding (principal, chat_key, session_id, bound_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (principal, chat_key, session_id, self._clock()),
                 )
-            by = principal_name()
             cursor = connection.execute(
                 "UPDATE accepted_message SET session_id = ? WHERE chat_key = ? AND session_id IS NULL"
-                " AND (? IS NULL OR accepted_by = ?)",
-                (session_id, chat_key, by, by),
+                " AND accepted_by = ?",
+                (session_id, chat_key, principal),
             )
             return int(cursor.rowcount)
 
         return self._write(work)
 
-    def binding(self, chat_key: str) -> str | None:
-        """The session a chat key is bound to, if any."""
+    def binding(self, principal: str, chat_key: str) -> str | None:
+        """The session `principal`'s chat key is bound to, if any."""
         with self._lock:
             row = self._connection.execute(
-                "SELECT session_id FROM chat_binding WHERE chat_key = ?", (chat_key,)
+                "SELECT session_id FROM chat_binding WHERE principal = ? AND chat_key = ?",
+                (principal, chat_key),
             ).fetchone()
         return str(row[0]) if row else None
 
-    def pending(self, session_id: str, chat_key: str) -> tuple[list[AcceptedRecord], int]:
+    def pending(
+        self, principal: str, session_id: str, chat_key: str
+    ) -> tuple[list[AcceptedRecord], int]:
         """Unretired messages (retiring the aged ones first) and the last seq, in one transaction."""
 
         def work(connection: sqlite3.Connection) -> tuple[list[AcceptedRecord], int]:
             self._retire(connection, self._clock())
-            by = principal_name()
+            values: list[str]
             if session_id:
-                values: list[str | None]
                 where, values = "session_id = ?", [session_id]
             else:
-                where = "chat_key = ? AND session_id IS NULL AND (? IS NULL OR accepted_by = ?)"
-                values = [chat_key, by, by]
+                where = "chat_key = ? AND session_id IS NULL AND accepted_by = ?"
+                values = [chat_key, principal]
             rows = connection.execute(
                 f"SELECT {COLUMNS} FROM accepted_message WHERE retired_at IS NULL AND {where}"
                 " ORDER BY seq",
@@ -178,17 +191,28 @@ class SqliteAcceptedMessageStore:
 
         return self._write(work)
 
-    def since(self, session_id: str, chat_key: str, after_seq: int) -> list[AcceptedRecord]:
-        """Messages of a session or chat key with seq > after_seq, oldest first."""
-        by = principal_name()
+    def since(
+        self, principal: str, session_id: str, chat_key: str, after_seq: int
+    ) -> list[AcceptedRecord]:
+        """Messages of a session or of `principal`'s chat key with seq > after_seq, oldest first."""
         with self._lock:
             rows = self._connection.execute(
                 f"SELECT {COLUMNS} FROM accepted_message WHERE seq > ? AND"
-                " (session_id = ? OR (chat_key = ? AND (? IS NULL OR accepted_by = ?)))"
+                " (session_id = ? OR (chat_key = ? AND accepted_by = ?))"
                 " ORDER BY seq LIMIT 1000",
-                (after_seq, session_id or None, chat_key or None, by, by),
+                (after_seq, session_id or None, chat_key or None, principal),
             ).fetchall()
         return [record_of(r) for r in rows]
+
+    def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
+        """Which of these digests `principal` uploaded (the shared read-rule query)."""
+        with self._lock:
+            return blob_owned_by(self._connection, digests, principal)
+
+    def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
+        """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
+        with self._lock:
+            return blob_referencing(self._connection, sha256)
 
     def last_seq(self) -> int:
         """The highest seq assigned so far."""

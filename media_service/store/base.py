@@ -11,13 +11,15 @@ over one database); media_service.server picks one from the configuration.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# Below SQLite's (and PostgreSQL's) bind-parameter limits.
-QUERY_BATCH = 500
+# Shared with the history store: the blob read rule's queries batch the same way.
+from scrollback.state.blob_access import QUERY_BATCH, digest_batches
+
+__all__ = ["QUERY_BATCH", "BlobMetadataStore", "BlobRow", "blob_row", "digest_batches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +35,6 @@ class BlobRow:
 def blob_row(row: tuple[Any, ...]) -> BlobRow:
     """The BlobRow of a `sha256, size_bytes, media_type, created_at` row."""
     return BlobRow(row[0], int(row[1]), row[2], float(row[3]))
-
-
-def digest_batches(digests: Sequence[str]) -> Iterator[list[str]]:
-    """The distinct digests (first occurrence order), QUERY_BATCH at a time."""
-    unique = list(dict.fromkeys(digests))
-    for start in range(0, len(unique), QUERY_BATCH):
-        yield unique[start : start + QUERY_BATCH]
 
 
 class BlobMetadataStore(Protocol):
@@ -60,7 +55,9 @@ class BlobMetadataStore(Protocol):
         (and record `owner` as one of the blob's uploaders, when given).
 
         An existing row keeps its size and media type and gets the new
-        created_at (a fresh grace period). Return True if the row existed.
+        created_at (a fresh grace period). Return True if the row existed
+        for this caller: with an `owner`, if `owner` had already uploaded it
+        (another principal's upload of the same bytes is never revealed).
         """
         ...
 

@@ -25,7 +25,14 @@ from typing import Any
 import psycopg
 
 from media_service.store.base import BlobRow, blob_row, digest_batches
-from scrollback.state.postgres import GC_LOCK, Pool, transaction, unavailable_on_failure
+from scrollback.state.postgres import (
+    GC_LOCK,
+    Pool,
+    blob_owned_by,
+    blob_referencing,
+    transaction,
+    unavailable_on_failure,
+)
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -78,32 +85,28 @@ class PostgresBlobMetadataStore:
                 (row.sha256, row.size_bytes, row.media_type, row.created_at),
             )
             if owner is not None:
-                connection.execute(
-                    "INSERT INTO blob_owner (sha256, principal, created_at) VALUES (%s, %s, %s)"
-                    " ON CONFLICT DO NOTHING",
-                    (row.sha256, owner, row.created_at),
+                # Existed for this caller only: another's upload of these bytes stays hidden.
+                existed = (
+                    connection.execute(
+                        "INSERT INTO blob_owner (sha256, principal, created_at)"
+                        " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                        (row.sha256, owner, row.created_at),
+                    ).rowcount
+                    == 0
                 )
             return existed
 
         return transaction(self._pool, body)
 
     def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
-        """Which of these digests `principal` uploaded, QUERY_BATCH per query."""
-        return self._batched(
-            "SELECT sha256 FROM blob_owner WHERE principal = %s AND sha256 = ANY(%s)",
-            digests,
-            principal,
-        )
+        """Which of these digests `principal` uploaded (the shared read-rule query)."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            return blob_owned_by(connection, digests, principal)
 
     def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
         """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
         with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT DISTINCT m.session_id, m.accepted_by FROM blob_ref r"
-                " JOIN accepted_message m ON m.seq = r.message_seq WHERE r.sha256 = %s LIMIT 1000",
-                (sha256,),
-            ).fetchall()
-        return [(r[0], r[1]) for r in rows]
+            return blob_referencing(connection, sha256)
 
     def unreferenced_before(self, cutoff: float, limit: int) -> list[str]:
         """Digests of blobs created before `cutoff` that no blob_ref row names."""

@@ -15,7 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from media_service.store.base import BlobRow, blob_row, digest_batches
-from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
+from scrollback.state.sqlite import (
+    blob_owned_by,
+    blob_referencing,
+    connect,
+    write_transaction,
+)
 
 
 class SqliteBlobMetadataStore:
@@ -67,10 +72,14 @@ class SqliteBlobMetadataStore:
                 (row.sha256, row.size_bytes, row.media_type, row.created_at),
             )
             if owner is not None:
-                connection.execute(
-                    "INSERT OR IGNORE INTO blob_owner (sha256, principal, created_at)"
-                    " VALUES (?, ?, ?)",
-                    (row.sha256, owner, row.created_at),
+                # Existed for this caller only: another's upload of these bytes stays hidden.
+                existed = (
+                    connection.execute(
+                        "INSERT OR IGNORE INTO blob_owner (sha256, principal, created_at)"
+                        " VALUES (?, ?, ?)",
+                        (row.sha256, owner, row.created_at),
+                    ).rowcount
+                    == 0
                 )
             return existed
 
@@ -106,27 +115,14 @@ class SqliteBlobMetadataStore:
         return self._write(body)
 
     def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
-        """Which of these digests `principal` uploaded, QUERY_BATCH per query."""
-        found: set[str] = set()
-        with self._lock, busy_as_unavailable():
-            for batch in digest_batches(digests):
-                marks = ",".join("?" * len(batch))
-                rows = self._connection.execute(
-                    f"SELECT sha256 FROM blob_owner WHERE principal = ? AND sha256 IN ({marks})",
-                    [principal, *batch],
-                ).fetchall()
-                found.update(r[0] for r in rows)
-        return found
+        """Which of these digests `principal` uploaded (the shared read-rule query)."""
+        with self._lock:
+            return blob_owned_by(self._connection, digests, principal)
 
     def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
         """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
-        with self._lock, busy_as_unavailable():
-            rows = self._connection.execute(
-                "SELECT DISTINCT m.session_id, m.accepted_by FROM blob_ref r"
-                " JOIN accepted_message m ON m.seq = r.message_seq WHERE r.sha256 = ? LIMIT 1000",
-                (sha256,),
-            ).fetchall()
-        return [(r[0], r[1]) for r in rows]
+        with self._lock:
+            return blob_referencing(self._connection, sha256)
 
     @contextmanager
     def exclusive_gc(self) -> Iterator[bool]:

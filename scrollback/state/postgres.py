@@ -2,7 +2,7 @@
 
 Selected by `SCROLLBACK_DATABASE_URL` (or `--database-url`); without it the
 services use the embedded SQLite database (scrollback.state.sqlite). The
-migrations mirror SQLite's versions 1 and 2 in PostgreSQL's dialect and are
+migrations mirror SQLite's versions 1 to 3 in PostgreSQL's dialect and are
 recorded in the same `schema_migrations` table. Several replicas may start at
 once: the migrator takes a transaction-scoped advisory lock first, so exactly
 one applies each version and the others wait, then find it applied.
@@ -16,13 +16,14 @@ the services answer as UNAVAILABLE.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 
+from scrollback.state.blob_access import digest_batches
 from scrollback.state.sqlite import StoreBusyError, busy_timeout_ms, migration_statements
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
@@ -81,6 +82,21 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         ALTER TABLE accepted_message ADD COLUMN accepted_by TEXT;
         CREATE INDEX accepted_message_accepted_by ON accepted_message (accepted_by, chat_key);
+        """,
+    ),
+    (
+        3,
+        # Chat keys in their principal's namespace (see scrollback.state.sqlite).
+        """
+        ALTER TABLE chat_binding ADD COLUMN principal TEXT NOT NULL DEFAULT '';
+        UPDATE chat_binding b SET principal = COALESCE((
+            SELECT CASE WHEN COUNT(DISTINCT COALESCE(m.accepted_by, '')) = 1
+                THEN MIN(COALESCE(m.accepted_by, '')) END
+            FROM accepted_message m WHERE m.chat_key = b.chat_key), '');
+        ALTER TABLE chat_binding ALTER COLUMN principal DROP DEFAULT;
+        ALTER TABLE chat_binding DROP CONSTRAINT chat_binding_pkey;
+        ALTER TABLE chat_binding ADD PRIMARY KEY (principal, chat_key);
+        UPDATE accepted_message SET accepted_by = '' WHERE accepted_by IS NULL
         """,
     ),
 )
@@ -180,3 +196,29 @@ def transaction(pool: Pool, work: Callable[[psycopg.Connection[tuple[Any, ...]]]
     """Run `work` in one transaction on a pooled connection (committed, or rolled back)."""
     with unavailable_on_failure(), pool.connection() as connection, connection.transaction():
         return work(connection)
+
+
+def blob_owned_by(
+    connection: psycopg.Connection[tuple[Any, ...]], digests: Sequence[str], principal: str
+) -> set[str]:
+    """Which of these digests `principal` uploaded (scrollback.state.blob_access's rule)."""
+    found: set[str] = set()
+    for batch in digest_batches(digests):
+        rows = connection.execute(
+            "SELECT sha256 FROM blob_owner WHERE principal = %s AND sha256 = ANY(%s)",
+            (principal, batch),
+        ).fetchall()
+        found.update(str(r[0]) for r in rows)
+    return found
+
+
+def blob_referencing(
+    connection: psycopg.Connection[tuple[Any, ...]], sha256: str
+) -> list[tuple[str | None, str | None]]:
+    """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
+    rows = connection.execute(
+        "SELECT DISTINCT m.session_id, m.accepted_by FROM blob_ref r"
+        " JOIN accepted_message m ON m.seq = r.message_seq WHERE r.sha256 = %s LIMIT 1000",
+        (sha256,),
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]

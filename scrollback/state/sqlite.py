@@ -3,11 +3,20 @@
 Connections use WAL with `synchronous=FULL`, so a committed transaction is on
 disk before the caller answers (CONTRACT section 7: recording it IS
 acceptance). Each migration runs once, in its own transaction, and is recorded
-in `schema_migrations`; migrations only add tables, columns and indexes.
+in `schema_migrations`; migrations add tables, columns and indexes, and
+rewrite existing rows only where a new rule needs them in a new shape.
 
 Migration 2 (auth): `blob_owner` records who uploaded a blob (several
 uploaders of the same bytes each own it) and `accepted_message.accepted_by`
 who accepted a message (NULL without auth).
+
+Migration 3 (tenants): a chat key lives in its principal's namespace.
+`chat_binding` is keyed by (principal, chat_key), and `accepted_by` is never
+NULL: the anonymous principal (no auth) is `''` (scrollback.server.auth.ANONYMOUS).
+Existing rows migrate: a message's NULL `accepted_by` becomes `''`; a binding
+(which recorded no principal) goes to the one principal whose messages used
+its key, or to the anonymous principal when none or several did (those
+principals bind again; nothing of one can land in another's namespace).
 
 Every wait on the database is bounded: the busy timeout
 (`SCROLLBACK_STATE_BUSY_TIMEOUT_MS`, default 5000) ends a wait on another
@@ -19,10 +28,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+
+from scrollback.state.blob_access import digest_batches
 
 DATABASE_FILE_NAME = "scrollback.db"
 BUSY_TIMEOUT_MS = 5000
@@ -126,7 +137,61 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX accepted_message_accepted_by ON accepted_message (accepted_by, chat_key);
         """,
     ),
+    (
+        3,
+        """
+        CREATE TABLE chat_binding_v3 (
+            principal   TEXT NOT NULL,
+            chat_key    TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            bound_at    REAL NOT NULL,
+            PRIMARY KEY (principal, chat_key)
+        );
+        INSERT INTO chat_binding_v3 (principal, chat_key, session_id, bound_at)
+            SELECT COALESCE((
+                SELECT CASE WHEN COUNT(DISTINCT COALESCE(m.accepted_by, '')) = 1
+                    THEN MIN(COALESCE(m.accepted_by, '')) END
+                FROM accepted_message m WHERE m.chat_key = b.chat_key), ''),
+                b.chat_key, b.session_id, b.bound_at
+            FROM chat_binding b;
+        DROP TABLE chat_binding;
+        ALTER TABLE chat_binding_v3 RENAME TO chat_binding;
+        UPDATE accepted_message SET accepted_by = '' WHERE accepted_by IS NULL
+        """,
+    ),
 )
+
+
+def blob_owned_by(
+    connection: sqlite3.Connection, digests: Sequence[str], principal: str
+) -> set[str]:
+    """Which of these digests `principal` uploaded (the read rule's first half).
+
+    Shared by the media and history stores (scrollback.state.blob_access).
+    """
+    found: set[str] = set()
+    with busy_as_unavailable():
+        for batch in digest_batches(digests):
+            marks = ",".join("?" * len(batch))
+            rows = connection.execute(
+                f"SELECT sha256 FROM blob_owner WHERE principal = ? AND sha256 IN ({marks})",
+                [principal, *batch],
+            ).fetchall()
+            found.update(r[0] for r in rows)
+    return found
+
+
+def blob_referencing(
+    connection: sqlite3.Connection, sha256: str
+) -> list[tuple[str | None, str | None]]:
+    """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
+    with busy_as_unavailable():
+        rows = connection.execute(
+            "SELECT DISTINCT m.session_id, m.accepted_by FROM blob_ref r"
+            " JOIN accepted_message m ON m.seq = r.message_seq WHERE r.sha256 = ? LIMIT 1000",
+            (sha256,),
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
 
 
 def migration_statements(sql: str) -> Iterator[str]:

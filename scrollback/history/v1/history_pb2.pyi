@@ -444,7 +444,9 @@ class Attachment(_message.Message):
     MEDIA_TYPE_FIELD_NUMBER: _builtins.int
     ref: _builtins.str
     """The content-addressed reference "media:<sha256>". Malformed is
-    INVALID_ARGUMENT; a blob not in the blob store is FAILED_PRECONDITION.
+    INVALID_ARGUMENT; a blob not in the blob store, or one the caller may
+    not read (it neither uploaded it nor can see a message that references
+    it), is FAILED_PRECONDITION with the same message.
     """
     name: _builtins.str
     """The file name to show, at most 255 characters; longer is
@@ -488,6 +490,8 @@ class AcceptMessageRequest(_message.Message):
     chat_key: _builtins.str
     """For a message that opened a new chat: a client-chosen key,
     [A-Za-z0-9_-]{1,64}, until BindChatKey binds it to a session id.
+    Chat keys live in the caller's namespace: another principal's use of
+    the same key is invisible and changes nothing.
     """
     text: _builtins.str
     """The message text, UTF-8, at most 1 MiB; larger is RESOURCE_EXHAUSTED."""
@@ -603,7 +607,10 @@ class BindChatKeyRequest(_message.Message):
     CHAT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     chat_key: _builtins.str
-    """The chat key used on AcceptMessage, [A-Za-z0-9_-]{1,64}."""
+    """The chat key used on AcceptMessage, [A-Za-z0-9_-]{1,64}, in the
+    caller's namespace. Already bound by the caller to another session is
+    FAILED_PRECONDITION; another principal's binding never is.
+    """
     session_id: _builtins.str
     """The session id the engine assigned, [A-Za-z0-9_-]{1,64}."""
     def __init__(

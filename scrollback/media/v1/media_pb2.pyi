@@ -351,7 +351,10 @@ class WriteBlobResponse(_message.Message):
     size_bytes: _builtins.int
     """The blob's size in bytes."""
     already_existed: _builtins.bool
-    """True when the store already had these bytes."""
+    """True when the caller had already uploaded these bytes. Another
+    principal's copy of the same bytes is never revealed: the caller's
+    upload makes it an owner and this stays false.
+    """
     def __init__(
         self,
         *,
@@ -400,7 +403,11 @@ class FindMissingBlobsResponse(_message.Message):
     MISSING_SHA256_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def missing_sha256(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The digests the store does not have, in the order asked."""
+        """The digests the store does not have, or that the caller may not read
+        (it neither uploaded them nor can see a message that references them),
+        in the order asked. Uploading such a digest's bytes makes the caller an
+        owner; the bytes are stored once.
+        """
 
     def __init__(
         self,

@@ -26,7 +26,10 @@ def secured_pair_factory(tmp_path: Path) -> PairFactory:
 
     @asynccontextmanager
     async def start(
-        auth: bool = True, media_overrides: dict[str, Any] | None = None, **security: Any
+        auth: bool = True,
+        media_overrides: dict[str, Any] | None = None,
+        history_overrides: dict[str, Any] | None = None,
+        **security: Any,
     ) -> AsyncIterator[Pair]:
         root = tmp_path / "root"
         state = tmp_path / "state"
@@ -43,6 +46,7 @@ def secured_pair_factory(tmp_path: Path) -> PairFactory:
             watch_poll_seconds=0.05,
             heartbeat_seconds=0.5,
             security=settings,
+            **(history_overrides or {}),
         )
         media_config = dataclasses.replace(
             MediaConfig(

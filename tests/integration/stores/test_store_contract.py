@@ -6,7 +6,10 @@ drift: accept idempotency and conflicts, the blob check and the blob_ref rows
 of the same transaction, ageing (which releases blob_ref rows), chat-key
 binding, pending listing, since/last_seq, publish/owned_by/referencing/
 existing, the collection rules, and a race of two "replicas" (two store
-instances, two connections) accepting the same client_txn_id.
+instances, two connections) accepting the same client_txn_id. The tenant
+rules too: chat keys in their principal's namespace, attachments limited to
+readable blobs, per-caller `existed` on publish, and migration 3 of existing
+rows.
 """
 
 from __future__ import annotations
@@ -16,14 +19,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from history_service.accept import AcceptRequest, AttachmentSpec
+from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
 from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
 from history_service.store import AcceptedMessageStore
 from history_service.store.postgres import PostgresAcceptedMessageStore
@@ -31,22 +33,12 @@ from history_service.store.sqlite import SqliteAcceptedMessageStore
 from media_service.store.base import BlobMetadataStore, BlobRow
 from media_service.store.postgres import PostgresBlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
-from scrollback.principals import Principal
-from scrollback.server.auth import reset_principal, set_principal
+from scrollback.principals import ANONYMOUS as ANON
 from scrollback.state import postgres as pg_state
+from scrollback.state import sqlite as sqlite_state
 from scrollback.state.postgres import DatabaseUnavailableError, Pool, open_pool
 
 KEEP, TTL, T0 = 2, 60.0, 1_000_000.0
-
-
-@contextmanager
-def as_principal(name: str) -> Iterator[None]:
-    """Run the block as an authenticated caller."""
-    token = set_principal(Principal(name, frozenset()))
-    try:
-        yield
-    finally:
-        reset_principal(token)
 
 
 @dataclass
@@ -102,6 +94,18 @@ def _request(
     return AcceptRequest(txn, "" if key else session, key, text, specs)
 
 
+def _accept(
+    store: AcceptedMessageStore,
+    request: AcceptRequest,
+    principal: str = ANON,
+    readable: set[str] | None = None,
+) -> tuple[AcceptedRecord, bool]:
+    """Accept as `principal`; by default every attachment counts as readable."""
+    if readable is None:
+        readable = {a.sha256 for a in request.attachments}
+    return store.accept(principal, request, readable)
+
+
 def _sha(label: str) -> str:
     return hashlib.sha256(label.encode()).hexdigest()
 
@@ -118,86 +122,118 @@ def _publish(
 
 def test_accept_is_idempotent_and_conflicts_on_other_content(backend: Backend) -> None:
     assert backend.history.last_seq() == 0
-    record, replayed = backend.history.accept(_request("t1"))
+    record, replayed = _accept(backend.history, _request("t1"))
     assert not replayed and record.seq > 0 and record.session_id == "s1"
-    again, replayed = backend.history.accept(_request("t1"))
+    again, replayed = _accept(backend.history, _request("t1"))
     assert replayed and again == record
     with pytest.raises(TxnConflictError):
-        backend.history.accept(_request("t1", "other text"))
-    with as_principal("bob"), pytest.raises(TxnConflictError):
-        backend.history.accept(_request("t1"))  # another principal's txn id
+        _accept(backend.history, _request("t1", "other text"))
+    with pytest.raises(TxnConflictError):
+        _accept(backend.history, _request("t1"), "bob")  # another principal's txn id
     assert backend.history.last_seq() == record.seq
 
 
 def test_accept_checks_blobs_and_writes_blob_refs(backend: Backend) -> None:
     missing = _sha("never uploaded")
-    with pytest.raises(BlobMissingError):
-        backend.history.accept(_request("t1", blobs=(missing,)))
+    with pytest.raises(BlobMissingError) as absent:
+        _accept(backend.history, _request("t1", blobs=(missing,)))
     assert backend.history.last_seq() == 0, "a refused accept records nothing"
     sha, existed, calls = _publish(backend, "photo")
     assert not existed and calls == [sha]
-    record, _ = backend.history.accept(_request("t2", blobs=(sha, sha)))
+    # a blob that exists but that the caller may not read: the very same answer
+    with pytest.raises(BlobMissingError) as unreadable:
+        _accept(backend.history, _request("t1", blobs=(sha,)), "bob", readable=set())
+    assert str(unreadable.value) == str(absent.value)
+    assert backend.history.last_seq() == 0 and backend.media.referencing(sha) == []
+    record, _ = _accept(backend.history, _request("t2", blobs=(sha, sha)))
     assert [a.sha256 for a in record.attachments] == [sha, sha]
-    assert backend.media.referencing(sha) == [("s1", None)]
+    assert backend.media.referencing(sha) == [("s1", ANON)]
     assert backend.media.unreferenced_before(T0 + 10, 100) == []
 
 
+def test_both_stores_answer_the_blob_read_rule_alike(backend: Backend) -> None:
+    sha, _, _ = _publish(backend, "shared rule", owner="alice")
+    other, _, _ = _publish(backend, "other", owner="bob")
+    _accept(backend.history, _request("t1", session="sa", blobs=(sha,)), "alice")
+    for store in (backend.history, backend.media):
+        assert store.owned_by([sha, other], "alice") == {sha}
+        assert store.owned_by([sha, other], "bob") == {other}
+        assert store.referencing(sha) == [("sa", "alice")]
+        assert store.referencing(other) == []
+
+
 def test_ageing_retires_and_releases_blob_refs(backend: Backend) -> None:
+    store = backend.history
     sha, _, _ = _publish(backend, "old photo")
-    first, _ = backend.history.accept(_request("t1", "one", blobs=(sha,)))
-    backend.history.accept(_request("t2", "two"))
-    assert backend.media.referencing(sha) == [("s1", None)]
-    backend.history.accept(_request("t3", "three"))  # keep=2: "one" retires
-    pending, last = backend.history.pending("s1", "")
+    first, _ = _accept(store, _request("t1", "one", blobs=(sha,)))
+    _accept(store, _request("t2", "two"))
+    assert backend.media.referencing(sha) == [("s1", ANON)]
+    _accept(store, _request("t3", "three"))  # keep=2: "one" retires
+    pending, last = store.pending(ANON, "s1", "")
     assert [r.text for r in pending] == ["two", "three"] and last == first.seq + 2
     assert backend.media.referencing(sha) == []
     assert backend.media.unreferenced_before(T0 + 1, 100) == [sha]
     backend.now[0] = T0 + TTL + 1  # everything is older than the ttl
-    assert backend.history.pending("s1", "") == ([], last)
+    assert store.pending(ANON, "s1", "") == ([], last)
     # retired messages still replay and still come back from `since`
-    assert backend.history.accept(_request("t1", "one", blobs=(sha,)))[1]
-    assert [r.text for r in backend.history.since("s1", "", 0)] == ["one", "two", "three"]
+    assert _accept(store, _request("t1", "one", blobs=(sha,)))[1]
+    assert [r.text for r in store.since(ANON, "s1", "", 0)] == ["one", "two", "three"]
 
 
 def test_bind_moves_chat_key_messages_and_pending_lists_them(backend: Backend) -> None:
     store = backend.history
-    keyed, _ = store.accept(_request("k1", "first", key="chat1"))
+    keyed, _ = _accept(store, _request("k1", "first", key="chat1"))
     assert keyed.session_id == "" and keyed.chat_key == "chat1"
-    assert [r.seq for r in store.pending("", "chat1")[0]] == [keyed.seq]
-    assert store.binding("chat1") is None
-    assert store.bind("chat1", "s9") == 1
-    assert store.binding("chat1") == "s9"
-    assert store.bind("chat1", "s9") == 0, "binding again moves nothing"
+    assert [r.seq for r in store.pending(ANON, "", "chat1")[0]] == [keyed.seq]
+    assert store.binding(ANON, "chat1") is None
+    assert store.bind(ANON, "chat1", "s9") == 1
+    assert store.binding(ANON, "chat1") == "s9"
+    assert store.bind(ANON, "chat1", "s9") == 0, "binding again moves nothing"
     with pytest.raises(ChatKeyBoundError):
-        store.bind("chat1", "elsewhere")
-    later, _ = store.accept(_request("k2", "second", key="chat1"))
+        store.bind(ANON, "chat1", "elsewhere")
+    later, _ = _accept(store, _request("k2", "second", key="chat1"))
     assert later.session_id == "s9", "a bound chat key accepts into its session"
-    assert [r.text for r in store.pending("s9", "")[0]] == ["first", "second"]
-    assert store.pending("", "chat1")[0] == []
+    assert [r.text for r in store.pending(ANON, "s9", "")[0]] == ["first", "second"]
+    assert store.pending(ANON, "", "chat1")[0] == []
 
 
-def test_chat_key_messages_are_visible_to_their_principal_only(backend: Backend) -> None:
+def test_chat_keys_live_in_their_principals_namespace(backend: Backend) -> None:
     store = backend.history
-    with as_principal("alice"):
-        store.accept(_request("a1", "mine", key="k"))
-    with as_principal("bob"):
-        assert store.pending("", "k")[0] == []
-        assert store.since("", "k", 0) == []
-        assert store.bind("k", "sb") == 0
-    with as_principal("alice"):
-        assert [r.text for r in store.since("", "k", 0)] == ["mine"]
+    _accept(store, _request("a1", "mine", key="k"), "alice")
+    assert store.pending("bob", "", "k")[0] == []
+    assert store.since("bob", "", "k", 0) == []
+    # bob binds the same key first: nothing of alice's moves, and she can still bind hers
+    assert store.bind("bob", "k", "sb") == 0
+    assert store.binding("alice", "k") is None
+    assert [r.text for r in store.pending("alice", "", "k")[0]] == ["mine"]
+    assert store.bind("alice", "k", "sa") == 1, "no ChatKeyBoundError from bob's binding"
+    assert store.binding("bob", "k") == "sb" and store.binding("alice", "k") == "sa"
+    hers, _ = _accept(store, _request("a2", "hers", key="k"), "alice")
+    his, _ = _accept(store, _request("b1", "his", key="k"), "bob")
+    assert (hers.session_id, his.session_id) == ("sa", "sb")
+    assert [r.text for r in store.since("alice", "", "k", 0)] == ["mine", "hers"]
+    assert [r.text for r in store.since("bob", "", "k", 0)] == ["his"]
+
+
+def test_one_principals_flood_never_retires_anothers_pending(backend: Backend) -> None:
+    store = backend.history
+    _accept(store, _request("a1", "alice's", key="k"), "alice")
+    for n in range(KEEP + 3):
+        _accept(store, _request(f"b{n}", f"bob {n}", key="k"), "bob")
+    assert [r.text for r in store.pending("alice", "", "k")[0]] == ["alice's"]
+    assert len(store.pending("bob", "", "k")[0]) == KEEP
 
 
 def test_since_and_last_seq_order_by_seq(backend: Backend) -> None:
     store = backend.history
     seqs = [
-        store.accept(_request(f"t{n}", f"m{n}", session="a" if n % 2 else "b"))[0].seq
+        _accept(store, _request(f"t{n}", f"m{n}", session="a" if n % 2 else "b"))[0].seq
         for n in range(6)
     ]
     assert seqs == sorted(seqs) and len(set(seqs)) == 6
-    assert [r.seq for r in store.since("a", "", 0)] == seqs[1::2]
-    assert [r.seq for r in store.since("a", "", seqs[3])] == [seqs[5]]
-    assert store.since("b", "", seqs[-1]) == []
+    assert [r.seq for r in store.since(ANON, "a", "", 0)] == seqs[1::2]
+    assert [r.seq for r in store.since(ANON, "a", "", seqs[3])] == [seqs[5]]
+    assert store.since(ANON, "b", "", seqs[-1]) == []
     assert store.last_seq() == seqs[-1]
 
 
@@ -208,10 +244,13 @@ def test_publish_get_existing_and_owners(backend: Backend) -> None:
     row = media.get(sha)
     assert row == BlobRow(sha, 5, "image/png", T0)
     assert media.get(_sha("absent")) is None
-    # a re-upload keeps size and media type and gets a fresh created_at
+    # a re-upload keeps size and media type and gets a fresh created_at; it
+    # "existed" only for a caller that had uploaded it before
     fresh = BlobRow(sha, 999, "text/plain", T0 + 50)
-    assert media.publish(fresh, lambda: None, "bob")
+    assert not media.publish(fresh, lambda: None, "bob"), "alice's upload is not revealed"
     assert media.get(sha) == BlobRow(sha, 5, "image/png", T0 + 50)
+    assert media.publish(fresh, lambda: None, "bob") and media.publish(fresh, lambda: None, "alice")
+    assert media.publish(fresh, lambda: None), "without auth: the row existed"
     many = [_sha(f"x{n}") for n in range(1200)]  # over QUERY_BATCH
     assert media.existing([*many, sha, sha]) == {sha}
     assert media.owned_by([sha, *many], "alice") == {sha}
@@ -224,7 +263,7 @@ def test_collection_rules(backend: Backend) -> None:
     old, _, _ = _publish(backend, "old", at=T0 - 100, owner="alice")
     young, _, _ = _publish(backend, "young", at=T0)
     kept, _, _ = _publish(backend, "kept", at=T0 - 200)
-    backend.history.accept(_request("t1", blobs=(kept,)))
+    _accept(backend.history, _request("t1", blobs=(kept,)))
     cutoff = T0 - 10
     assert media.unreferenced_before(cutoff, 100) == [old]
     assert media.unreferenced_before(T0 + 1, 1) == [old], "oldest first, limited"
@@ -258,14 +297,14 @@ def test_two_replicas_racing_on_one_txn_id_record_one_message(backend: Backend) 
             store: AcceptedMessageStore, txn: str = f"race{n}", barrier: threading.Barrier = barrier
         ) -> tuple[int, bool]:
             barrier.wait()
-            record, replayed = store.accept(_request(txn, "same"))
+            record, replayed = _accept(store, _request(txn, "same"))
             return record.seq, replayed
 
         with ThreadPoolExecutor(2) as pool:
             results = list(pool.map(accept, replicas))
         assert {seq for seq, _ in results} == {results[0][0]}, results
         assert sorted(replayed for _, replayed in results) == [False, True], results
-    assert len(backend.history.since("s1", "", 0)) == 10
+    assert len(backend.history.since(ANON, "s1", "", 0)) == 10
 
 
 def test_postgres_migrations_are_versioned_and_safe_to_race(
@@ -278,7 +317,8 @@ def test_postgres_migrations_are_versioned_and_safe_to_race(
             return pg_state.migrate(connection)
 
     with ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(lambda _: migrate_once(), range(4))) == [2, 2, 2, 2]
+        latest = pg_state.MIGRATIONS[-1][0]
+        assert list(pool.map(lambda _: migrate_once(), range(4))) == [latest] * 4
     with psycopg.connect(url) as connection:
         rows = connection.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall()
     assert [r[0] for r in rows] == [v for v, _ in pg_state.MIGRATIONS]
@@ -314,3 +354,83 @@ def test_unreachable_database_error_never_shows_the_url() -> None:
     with pytest.raises(DatabaseUnavailableError) as raised:
         open_pool(url, name="unreachable", connect_timeout=1)
     assert "s3cret" not in str(raised.value) and "127.0.0.1" not in str(raised.value)
+
+
+# Rows as version 2 left them: (client_txn_id, session_id, chat_key, accepted_by), and bindings.
+V2_MESSAGES = (
+    ("m1", "sa", "solo", "alice"),
+    ("m2", "sx", "shared", "alice"),
+    ("m3", "sx", "shared", "bob"),
+    ("m4", "sn", "anon", None),
+    ("m5", None, "loose", "carol"),
+)
+V2_BINDINGS = (("solo", "sa"), ("shared", "sx"), ("anon", "sn"), ("empty", "se"))
+
+
+def _fill_v2(execute: Callable[[str, tuple[object, ...]], object], mark: str) -> None:
+    """Insert the version-2 rows with `execute` (placeholders `mark`)."""
+    for number, (txn, session, key, by) in enumerate(V2_MESSAGES):
+        request = AcceptRequest(txn, session or "", "" if session else key, f"text {number}", ())
+        execute(
+            "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text, attachments,"
+            f" content_digest, accepted_at, accepted_by) VALUES ({', '.join([mark] * 8)})",
+            (txn, session, key, f"text {number}", "[]", request.digest, T0, by),
+        )
+    for key, session in V2_BINDINGS:
+        execute(
+            f"INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES ({mark}, {mark}, {mark})",
+            (key, session, T0),
+        )
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres"])
+def test_migration_3_puts_existing_rows_in_their_principals_namespace(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store: AcceptedMessageStore
+    if name == "sqlite":
+        lite = sqlite3.connect(tmp_path / "scrollback.db")
+        lite.execute(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)"
+        )
+        for version, sql in sqlite_state.MIGRATIONS[:2]:
+            for statement in sqlite_state.migration_statements(sql):
+                lite.execute(statement)
+            lite.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, T0))
+        _fill_v2(lite.execute, "?")
+        lite.commit()
+        lite.close()
+        store = SqliteAcceptedMessageStore(tmp_path)
+    else:
+        url = request.getfixturevalue("make_database")()
+        with psycopg.connect(url) as connection:
+            connection.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                " applied_at DOUBLE PRECISION NOT NULL)"
+            )
+            for version, sql in pg_state.MIGRATIONS[:2]:
+                for statement in pg_state.migration_statements(sql):
+                    connection.execute(statement)
+                connection.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, T0))
+            _fill_v2(connection.execute, "%s")
+        pool = open_pool(url, name="migrated", max_size=2)
+        store = PostgresAcceptedMessageStore(pool)
+    try:
+        # the one principal whose messages used a key owns its binding ...
+        assert store.binding("alice", "solo") == "sa"
+        assert store.binding("bob", "solo") is None and store.binding(ANON, "solo") is None
+        # ... several principals, or none recorded: the anonymous principal
+        assert store.binding(ANON, "shared") == "sx" and store.binding("alice", "shared") is None
+        assert store.binding(ANON, "anon") == "sn" and store.binding(ANON, "empty") == "se"
+        # a NULL accepted_by is the anonymous principal's: it replays for it, conflicts for others
+        m4 = AcceptRequest("m4", "sn", "", "text 3", ())
+        assert _accept(store, m4)[1]
+        with pytest.raises(TxnConflictError):
+            _accept(store, m4, "alice")
+        # an unbound chat-key message stays its principal's
+        assert [r.text for r in store.since("carol", "", "loose", 0)] == ["text 4"]
+        assert store.since(ANON, "", "loose", 0) == []
+        # bindings now live per principal: bob binds "solo" elsewhere, alice's stays
+        assert store.bind("bob", "solo", "sb") == 0 and store.binding("alice", "solo") == "sa"
+    finally:
+        store.close()

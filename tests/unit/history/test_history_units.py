@@ -32,6 +32,7 @@ from history_service.tokens import (
     TokenCodec,
     WatchPosition,
 )
+from scrollback.principals import ANONYMOUS as ANON
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -139,20 +140,20 @@ def test_store_idempotency_binding_and_retirement(tmp_path: Path) -> None:
     store = SqliteAcceptedMessageStore(tmp_path, keep=2, ttl_seconds=60, clock=lambda: now[0])
     try:
         request = validate_accept("t1", "", "key1", "hello", [])
-        record, replayed = store.accept(request)
-        assert not replayed and store.accept(request) == (record, True)
+        record, replayed = store.accept(ANON, request, set())
+        assert not replayed and store.accept(ANON, request, set()) == (record, True)
         with pytest.raises(TxnConflictError):
-            store.accept(validate_accept("t1", "", "key1", "changed", []))
-        assert store.pending("", "key1")[0] == [record]
-        assert store.bind("key1", "s1") == 1
-        pending, last = store.pending("s1", "")
+            store.accept(ANON, validate_accept("t1", "", "key1", "changed", []), set())
+        assert store.pending(ANON, "", "key1")[0] == [record]
+        assert store.bind(ANON, "key1", "s1") == 1
+        pending, last = store.pending(ANON, "s1", "")
         assert [p.seq for p in pending] == [record.seq] and last == record.seq
         for n in range(3):
-            store.accept(validate_accept(f"u{n}", "s1", "", f"m{n}", []))
-        assert [p.text for p in store.pending("s1", "")[0]] == ["m1", "m2"]
+            store.accept(ANON, validate_accept(f"u{n}", "s1", "", f"m{n}", []), set())
+        assert [p.text for p in store.pending(ANON, "s1", "")[0]] == ["m1", "m2"]
         now[0] += 61
-        assert store.pending("s1", "")[0] == []
-        assert [r.text for r in store.since("s1", "", 0)] == ["hello", "m0", "m1", "m2"]
+        assert store.pending(ANON, "s1", "")[0] == []
+        assert [r.text for r in store.since(ANON, "s1", "", 0)] == ["hello", "m0", "m1", "m2"]
     finally:
         store.close()
 
