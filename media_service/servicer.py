@@ -67,11 +67,12 @@ def selector_from_proto(selector: media_pb2.MediaSelector) -> Selector:
     which = selector.WhichOneof("ref")
     if which == "media_ref":
         ref = selector.media_ref
-        # proto3: an absent hint reads as 0, and offset 0 is cheap to try.
+        # The hint has presence: unset is no hint at all (straight to the cache or
+        # the search), never a guess at offset 0.
         return TranscriptSelector(
             TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index),
             ref.pin,
-            ref.line_offset_hint,
+            ref.line_offset_hint if ref.HasField("line_offset_hint") else None,
         )
     if which == "blob_ref":
         return parse_blob_ref(selector.blob_ref)
