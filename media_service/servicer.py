@@ -8,6 +8,7 @@ exceptions to status codes (CONTRACT section 9), via
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,10 +40,15 @@ MAX_STAT_SELECTORS = 1000
 READ_BLOCK = 1024 * 1024
 
 DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
+DEFAULT_WRITE_DEADLINE = 600.0
 
 
 class UploadIdleError(Exception):
     """A WriteBlob client stopped sending for longer than the idle timeout."""
+
+
+class UploadDeadlineError(Exception):
+    """A WriteBlob upload took longer than the overall upload deadline."""
 
 
 ERRORS: ErrorTable = {
@@ -59,6 +65,7 @@ ERRORS: ErrorTable = {
     CorruptMediaError: grpc.StatusCode.DATA_LOSS,
     StoreBusyError: grpc.StatusCode.UNAVAILABLE,
     UploadIdleError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    UploadDeadlineError: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 
@@ -108,18 +115,32 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         *,
         chunk_size: int,
         write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT,
+        write_deadline: float = DEFAULT_WRITE_DEADLINE,
     ) -> None:
         self._library = library
         self._chunk_size = chunk_size
         self._idle_timeout = write_idle_timeout
+        self._write_deadline = write_deadline
 
     async def _next(
-        self, iterator: AsyncIterator[media_pb2.WriteBlobRequest]
+        self, iterator: AsyncIterator[media_pb2.WriteBlobRequest], deadline: float
     ) -> media_pb2.WriteBlobRequest | None:
-        """The next upload message, None at the end; UploadIdleError after the idle timeout."""
+        """The next upload message, None at the end.
+
+        UploadIdleError after the idle timeout; UploadDeadlineError once the
+        monotonic `deadline` of the whole upload passes (a client dripping a
+        byte just inside the idle timeout is still bounded).
+        """
+        remaining = deadline - time.monotonic()
         try:
-            return await asyncio.wait_for(anext(iterator, None), self._idle_timeout)
+            return await asyncio.wait_for(
+                anext(iterator, None), max(0.0, min(self._idle_timeout, remaining))
+            )
         except TimeoutError:
+            if remaining <= self._idle_timeout:
+                raise UploadDeadlineError(
+                    f"the upload took over {self._write_deadline:g} s (write_deadline_seconds)"
+                ) from None
             raise UploadIdleError(
                 f"no upload data for {self._idle_timeout:g} s (write_idle_timeout_seconds)"
             ) from None
@@ -199,8 +220,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         """Header first, then data; answered once the blob is durable."""
         blobs = self._library.blobs
         iterator = aiter(request_iterator)
+        deadline = time.monotonic() + self._write_deadline
         try:
-            first = await self._next(iterator)
+            first = await self._next(iterator, deadline)
             if first is None or first.WhichOneof("item") != "header":
                 raise InvalidRequestError("the first message must be the header")
             header = first.header
@@ -210,7 +232,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         except Exception as error:
             await abort_for(context, error, ERRORS)
         try:
-            while (message := await self._next(iterator)) is not None:
+            while (message := await self._next(iterator, deadline)) is not None:
                 if message.WhichOneof("item") == "header":
                     raise InvalidRequestError("the header must be sent only first")
                 if message.data:

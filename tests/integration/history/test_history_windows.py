@@ -423,3 +423,37 @@ async def test_list_sessions(history: HistoryHarness) -> None:
         grpc.StatusCode.INVALID_ARGUMENT,
         history.tmp,
     )
+
+
+async def test_page_token_refused_after_a_same_size_rewrite_at_its_offset(
+    history: HistoryHarness,
+) -> None:
+    # CONTRACT section 11: a page token is tied to the bytes at its own offset,
+    # so a rewrite keeping the size and the first 4 KiB is still seen.
+    path = history.transcript("same")
+
+    def transcript(pad: str, changed: range) -> bytes:
+        return b"".join(
+            line(type="user", uuid=f"u{n:03}", pad=(pad if n in changed else "x") * 60)
+            for n in range(300)
+        )
+
+    original = transcript("x", range(0))
+    for direction, changed in ((OLDEST, range(100, 102)), (LATEST, range(198, 200))):
+        path.write_bytes(original)
+        first = await read_page(history.stub, session_id="same", direction=direction, page_size=100)
+        token = first.end.next_page_token
+        boundary = first.entries[-1 if direction == OLDEST else 0].byte_offset
+        assert boundary > 4096 and token
+        # untouched, the token still serves
+        await read_page(history.stub, session_id="same", direction=direction, page_token=token)
+        rewritten = transcript("y", changed)
+        assert len(rewritten) == len(original) and rewritten[:4096] == original[:4096]
+        path.write_bytes(rewritten)
+        await expect_error(
+            history.stub.ReadWindow(
+                pb.ReadWindowRequest(session_id="same", direction=direction, page_token=token)
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            history.tmp,
+        )
