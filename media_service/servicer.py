@@ -8,8 +8,10 @@ exceptions to status codes (CONTRACT section 9), via
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -24,6 +26,7 @@ from media_service.errors import (
     MediaNotFoundError,
     PinMismatchError,
     ReadRangeError,
+    SearchCancelledError,
     StorageFullError,
 )
 from media_service.library import MediaLibrary, Selector, TranscriptSelector
@@ -41,6 +44,7 @@ READ_BLOCK = 1024 * 1024
 
 DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
 DEFAULT_WRITE_DEADLINE = 600.0
+DEFAULT_SEARCH_THREADS = 2
 
 
 class UploadIdleError(Exception):
@@ -66,6 +70,7 @@ ERRORS: ErrorTable = {
     StoreBusyError: grpc.StatusCode.UNAVAILABLE,
     UploadIdleError: grpc.StatusCode.DEADLINE_EXCEEDED,
     UploadDeadlineError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    SearchCancelledError: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 
@@ -116,8 +121,12 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         chunk_size: int,
         write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT,
         write_deadline: float = DEFAULT_WRITE_DEADLINE,
+        search_threads: int = DEFAULT_SEARCH_THREADS,
     ) -> None:
         self._library = library
+        # StatMedia's transcript searches run here, apart from the default pool
+        # that serves ReadMedia, so a flood of searches cannot starve reads.
+        self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
         self._chunk_size = chunk_size
         self._idle_timeout = write_idle_timeout
         self._write_deadline = write_deadline
@@ -197,20 +206,46 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 InvalidRequestError(f"at most {MAX_STAT_SELECTORS} selectors per call"),
                 ERRORS,
             )
-        selectors = list(request.media)
+        results: list[MediaInfo | Exception | None] = [None] * len(request.media)
+        parsed: list[Selector] = []
+        numbers: list[int] = []
+        for number, proto in enumerate(request.media):
+            try:
+                parsed.append(selector_from_proto(proto))
+                numbers.append(number)
+            except Exception as error:
+                results[number] = error
+        # The work stops between slices once the client leaves or its deadline passes,
+        # and runs on the search pool, never on the threads that serve reads.
+        stop = threading.Event()
+        remaining = context.time_remaining()
+        ends = time.monotonic() + remaining if remaining is not None else float("inf")
 
-        def stat_all() -> list[media_pb2.StatMediaResult]:
-            results: list[media_pb2.StatMediaResult] = []
-            for proto in selectors:
-                try:
-                    info = self._library.stat(selector_from_proto(proto))
-                except Exception as error:
-                    results.append(media_pb2.StatMediaResult(error=error_to_proto(error)))
-                else:
-                    results.append(media_pb2.StatMediaResult(metadata=metadata_to_proto(info)))
-            return results
+        def should_stop() -> bool:
+            return stop.is_set() or time.monotonic() > ends
 
-        return media_pb2.StatMediaResponse(results=await asyncio.to_thread(stat_all))
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(
+                self._search_pool, self._library.stat_many, parsed, should_stop
+            )
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except Exception as error:
+            await abort_for(context, error, ERRORS)
+        finally:
+            stop.set()
+        for number, result in zip(numbers, found, strict=True):
+            results[number] = result
+        return media_pb2.StatMediaResponse(
+            results=[
+                media_pb2.StatMediaResult(metadata=metadata_to_proto(result))
+                if isinstance(result, MediaInfo)
+                else media_pb2.StatMediaResult(error=error_to_proto(result or Exception()))
+                for result in results
+            ]
+        )
 
     async def WriteBlob(
         self,
