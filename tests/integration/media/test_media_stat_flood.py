@@ -90,7 +90,7 @@ async def test_reads_answer_promptly_while_stat_floods_run(media: MediaEnv) -> N
         await asyncio.sleep(0.05)  # the floods are in
         # Before the fix the read waited behind every search: DEADLINE_EXCEEDED here.
         _, data, _ = await read_media(
-            media.stub, media_pb2.MediaSelector(media_ref=ref), timeout=5
+            media.stub, media_pb2.MediaSelector(media_ref=ref), deadline_seconds=5
         )
         assert data == expected_images(small)[0]
         answers = await asyncio.gather(*floods)
