@@ -8,6 +8,7 @@ exceptions to status codes (CONTRACT section 9), via
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -226,8 +227,13 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
 
         loop = asyncio.get_running_loop()
         try:
+            # The caller's context (its principal) goes with the work, as with to_thread.
             found = await loop.run_in_executor(
-                self._search_pool, self._library.stat_many, parsed, should_stop
+                self._search_pool,
+                contextvars.copy_context().run,
+                self._library.stat_many,
+                parsed,
+                should_stop,
             )
         except asyncio.CancelledError:
             stop.set()
