@@ -288,9 +288,12 @@ def selector_of(
         return ref
     if isinstance(ref, str):
         return media_selector(ref, pin)
-    copy = ref_pb2.MediaRef(
-        session_id=ref.session_id, entry_uuid=ref.entry_uuid, index=ref.index, pin=pin or ref.pin
-    )
+    # Every field of the ref travels (the line offset hint above all: it spares the
+    # media service a search); the output-only ones are ignored by the server.
+    copy = ref_pb2.MediaRef()
+    copy.CopyFrom(ref)
+    if pin:
+        copy.pin = pin
     return mpb.MediaSelector(media_ref=copy)
 
 

@@ -281,8 +281,11 @@ def serve_line(
         deferred = mode == MediaMode.INLINE and stripped.cut_count > 0
         return ServedLine(raw.start, raw.size, stripped, deferred)
     if raw.data is None or raw.size > max_line_size:
-        stub = oversize_line(raw.size)
-        return ServedLine(raw.start, raw.size, stub, False)
+        data = raw.data
+        stub = oversize_line(
+            raw.size, None if data is None else lambda start, length: data[start : start + length]
+        )
+        return None if stub is None else ServedLine(raw.start, raw.size, stub, False)
     deferred = False
     if mode == MediaMode.INLINE and raw.size <= ENTRY_JSON_FIT:
         stripped = strip_line(raw.data, raw.size + 1, max_line_size)

@@ -9,7 +9,10 @@ A transcript token names the file version it was minted for (`FileIdentity`:
 device, inode, the length and xxh3 hash of the file's first bytes, and its
 size at minting) and a byte boundary that is always a line start. It stays
 valid while the file only grows; `FileIdentity.check` refuses it once the
-file was rewritten or truncated.
+file was rewritten or truncated. A page token also carries the xxh3 hash of
+the bytes around its own boundary (up to 4 KiB before it and 4 KiB after it,
+as far as the file went at minting), so a rewrite that keeps the size and the
+first bytes but changes the text where the next page starts is refused too.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ _VERSION = 1
 # kind, dev, ino, head_len, head_hash, size
 _IDENTITY = struct.Struct(">QQHQQ")
 _PAGE = struct.Struct(">BB")  # version, direction
+# Page tokens carry a boundary mark since version 2 (mark length, mark hash).
+_PAGE_VERSION = 2
+_MARK = struct.Struct(">HQ")
+MARK_BYTES = 4096
 _POSITION_TAIL = struct.Struct(">QQ")  # offset, last_seq
 _BOUNDARY = struct.Struct(">Q")
 
@@ -98,11 +105,35 @@ class FileIdentity:
 
 @dataclass(frozen=True, slots=True)
 class PageToken:
-    """Where the next page of a window starts (or ends, latest-first)."""
+    """Where the next page of a window starts (or ends, latest-first).
+
+    `mark_len` and `mark_hash` describe the file's bytes from
+    `max(0, boundary - MARK_BYTES)` on, as they were at minting.
+    """
 
     direction: int
     identity: FileIdentity
     boundary: int
+    mark_len: int = 0
+    mark_hash: int = 0
+
+    @staticmethod
+    def _mark_start(boundary: int) -> int:
+        return max(0, boundary - MARK_BYTES)
+
+    @classmethod
+    def at(cls, direction: int, identity: FileIdentity, boundary: int, fd: int) -> PageToken:
+        """A token for `boundary` in this file version, marked with the bytes around it."""
+        start = cls._mark_start(boundary)
+        end = min(identity.size, boundary + MARK_BYTES)
+        mark = os.pread(fd, max(0, end - start), start)
+        return cls(direction, identity, boundary, len(mark), xxhash.xxh3_64_intdigest(mark))
+
+    def check_mark(self, fd: int) -> None:
+        """FileRewrittenError unless the bytes around the boundary are as at minting."""
+        mark = os.pread(fd, self.mark_len, self._mark_start(self.boundary))
+        if len(mark) != self.mark_len or xxhash.xxh3_64_intdigest(mark) != self.mark_hash:
+            raise FileRewrittenError()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,25 +215,30 @@ class TokenCodec:
     def page_token(self, session_id: str, token: PageToken) -> str:
         """Mint a page token for a session."""
         body = (
-            _PAGE.pack(_VERSION, token.direction)
+            _PAGE.pack(_PAGE_VERSION, token.direction)
             + self._pack_identity(token.identity)
             + _BOUNDARY.pack(token.boundary)
+            + _MARK.pack(token.mark_len, token.mark_hash)
         )
         return self._seal(_KIND_PAGE, session_id, body)
 
     def parse_page_token(self, session_id: str, token: str) -> PageToken:
         """Verify and decode a page token; InvalidArgumentError if it is not ours."""
         body = self._open(_KIND_PAGE, session_id, token, "page token")
-        if len(body) != _PAGE.size + _IDENTITY.size + _BOUNDARY.size:
+        if len(body) != _PAGE.size + _IDENTITY.size + _BOUNDARY.size + _MARK.size:
             raise InvalidArgumentError("malformed page token")
         version, direction = _PAGE.unpack_from(body, 0)
-        if version != _VERSION or direction not in (DIRECTION_LATEST_FIRST, DIRECTION_OLDEST_FIRST):
+        if version != _PAGE_VERSION or direction not in (
+            DIRECTION_LATEST_FIRST,
+            DIRECTION_OLDEST_FIRST,
+        ):
             raise InvalidArgumentError("malformed page token")
         identity = FileIdentity(*_IDENTITY.unpack_from(body, _PAGE.size))
         (boundary,) = _BOUNDARY.unpack_from(body, _PAGE.size + _IDENTITY.size)
-        if boundary > identity.size:
+        mark_len, mark_hash = _MARK.unpack_from(body, _PAGE.size + _IDENTITY.size + _BOUNDARY.size)
+        if boundary > identity.size or mark_len > 2 * MARK_BYTES:
             raise InvalidArgumentError("malformed page token")
-        return PageToken(direction, identity, boundary)
+        return PageToken(direction, identity, boundary, mark_len, mark_hash)
 
     def position(self, scope: str, position: WatchPosition) -> str:
         """Mint a watch position (scope: the session id, or `key:<chat key>`)."""

@@ -175,6 +175,7 @@ class WindowReader:
         try:
             if token is not None:
                 identity = token.identity.check(fd, token.boundary)
+                token.check_mark(fd)
             else:
                 identity = FileIdentity.of(fd)
         except BaseException:
@@ -232,7 +233,7 @@ class WindowReader:
         token = ""
         if oldest > 0:
             token = self._codec.page_token(
-                params.session_id, PageToken(DIRECTION_LATEST_FIRST, identity, oldest)
+                params.session_id, PageToken.at(DIRECTION_LATEST_FIRST, identity, oldest, fd)
             )
         return Window(tuple(newest), skipped, size, token, identity, newest_end)
 
@@ -280,7 +281,7 @@ class WindowReader:
         token = ""
         if not at_end:
             token = self._codec.page_token(
-                params.session_id, PageToken(DIRECTION_OLDEST_FIRST, identity, position)
+                params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
             )
         return Window(tuple(entries), skipped, size, token, identity, position)
 

@@ -1,7 +1,8 @@
 """`python -m media_service [--transcripts DIR] [--state DIR] [--addr HOST:PORT] [--insecure]`.
 
 Flags override the environment (SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE,
-SCROLLBACK_MEDIA_ADDR, SCROLLBACK_DATABASE_URL); invalid configuration exits with
+SCROLLBACK_MEDIA_ADDR, SCROLLBACK_DATABASE_URL,
+SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS); invalid configuration exits with
 status 2. `--database-url postgresql://...` keeps blob metadata in a database
 shared by several replicas (prefer the environment variable for a password).
 """
@@ -25,6 +26,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         transcripts_help="transcripts root",
         state_help="state dir (blobs and database)",
     )
+    parser.add_argument(
+        "--write-deadline-seconds",
+        type=float,
+        help="the longest one WriteBlob upload may take (default 600)",
+    )
     return parser.parse_args(argv)
 
 
@@ -41,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides["state"] = args.state
         if args.addr is not None:
             overrides["addr"] = args.addr
+        if args.write_deadline_seconds is not None:
+            overrides["write_deadline_seconds"] = args.write_deadline_seconds
         if args.database_url:
             overrides["database_url"] = args.database_url
         if args.auth_tokens is not None:

@@ -14,6 +14,9 @@ one shared volume; unset, the embedded SQLite database in the state dir. The
 URL may hold a password: it is kept out of the repr and every error text.
 `SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS` (default 30): a WriteBlob client
 silent that long is cut off with DEADLINE_EXCEEDED and its upload discarded.
+`SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS` (default 600, flag
+`--write-deadline-seconds`): the longest a whole WriteBlob may take, however
+steadily it drips; past it the upload is cut off the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ DEFAULT_MAX_BLOB_SIZE = 64 * MIB
 DEFAULT_GC_GRACE_SECONDS = 3600.0
 DEFAULT_GC_INTERVAL_SECONDS = 600.0
 DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
+DEFAULT_WRITE_DEADLINE_SECONDS = 600.0
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -76,6 +80,7 @@ class MediaConfig:
     gc_interval_seconds: float = DEFAULT_GC_INTERVAL_SECONDS
     line_cache_entries: int = 4096
     write_idle_timeout_seconds: float = DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS
+    write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -101,6 +106,9 @@ class MediaConfig:
                 env,
                 "SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS",
                 DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS,
+            ),
+            write_deadline_seconds=_float(
+                env, "SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS", DEFAULT_WRITE_DEADLINE_SECONDS
             ),
             database_url=env.get(DATABASE_URL_ENV) or "",
             security=security,
@@ -129,6 +137,8 @@ class MediaConfig:
             raise ConfigError("address must be HOST:PORT")
         if self.write_idle_timeout_seconds <= 0:
             raise ConfigError("the write idle timeout must be positive")
+        if self.write_deadline_seconds <= 0:
+            raise ConfigError("the write deadline must be positive")
         validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self
 

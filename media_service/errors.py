@@ -66,3 +66,10 @@ class CorruptMediaError(Exception):
 
 class ConfigError(ValueError):
     """A configuration value out of its bounds."""
+
+
+class SearchCancelledError(Exception):
+    """A search stopped because its caller left or its deadline passed."""
+
+    def __init__(self) -> None:
+        super().__init__("the request was cancelled or its deadline passed")

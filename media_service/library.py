@@ -16,7 +16,7 @@ history service applies to attachments.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -130,6 +130,36 @@ class MediaLibrary:
             return self.transcripts.stat(selector.ref, selector.pin, selector.line_offset_hint)
         self._check_blob(selector.sha256)
         return self.blobs.stat(selector.sha256)
+
+    def stat_many(
+        self, selectors: Sequence[Selector], should_stop: Callable[[], bool]
+    ) -> list[MediaInfo | Exception]:
+        """`stat` of each selector in order, each failure its own error.
+
+        Transcript images are resolved together, one pass per transcript
+        (`TranscriptMedia.stat_many`); SearchCancelledError once `should_stop()`.
+        """
+        results: list[MediaInfo | Exception | None] = [None] * len(selectors)
+        images: list[int] = []
+        for number, selector in enumerate(selectors):
+            if isinstance(selector, TranscriptSelector):
+                images.append(number)
+                continue
+            try:
+                results[number] = self.stat(selector)
+            except Exception as error:
+                results[number] = error
+        found = self.transcripts.stat_many(
+            [
+                (chosen.ref, chosen.pin, chosen.line_offset_hint)
+                for chosen in (selectors[number] for number in images)
+                if isinstance(chosen, TranscriptSelector)
+            ],
+            should_stop,
+        )
+        for number, result in zip(images, found, strict=True):
+            results[number] = result
+        return [r if r is not None else MediaNotFoundError() for r in results]
 
     def open(self, selector: Selector) -> OpenMedia:
         """Metadata and verified bytes, ready to stream."""

@@ -148,6 +148,7 @@ async def start_media_server(
         library,
         chunk_size=config.chunk_size,
         write_idle_timeout=config.write_idle_timeout_seconds,
+        write_deadline=config.write_deadline_seconds,
     )
 
     def register(server: grpc.aio.Server) -> None:

@@ -8,7 +8,11 @@ exceptions to status codes (CONTRACT section 9), via
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
+import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -23,6 +27,7 @@ from media_service.errors import (
     MediaNotFoundError,
     PinMismatchError,
     ReadRangeError,
+    SearchCancelledError,
     StorageFullError,
 )
 from media_service.library import MediaLibrary, Selector, TranscriptSelector
@@ -40,10 +45,16 @@ MAX_STAT_SELECTORS = 1000
 READ_BLOCK = 1024 * 1024
 
 DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
+DEFAULT_WRITE_DEADLINE = 600.0
+DEFAULT_SEARCH_THREADS = 2
 
 
 class UploadIdleError(Exception):
     """A WriteBlob client stopped sending for longer than the idle timeout."""
+
+
+class UploadDeadlineError(Exception):
+    """A WriteBlob upload took longer than the overall upload deadline."""
 
 
 ERRORS: ErrorTable = {
@@ -60,6 +71,8 @@ ERRORS: ErrorTable = {
     CorruptMediaError: grpc.StatusCode.DATA_LOSS,
     StoreBusyError: grpc.StatusCode.UNAVAILABLE,
     UploadIdleError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    UploadDeadlineError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    SearchCancelledError: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 
@@ -68,11 +81,12 @@ def selector_from_proto(selector: media_pb2.MediaSelector) -> Selector:
     which = selector.WhichOneof("ref")
     if which == "media_ref":
         ref = selector.media_ref
-        # proto3: an absent hint reads as 0, and offset 0 is cheap to try.
+        # The hint has presence: unset is no hint at all (straight to the cache or
+        # the search), never a guess at offset 0.
         return TranscriptSelector(
             TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index),
             ref.pin,
-            ref.line_offset_hint,
+            ref.line_offset_hint if ref.HasField("line_offset_hint") else None,
         )
     if which == "blob_ref":
         return parse_blob_ref(selector.blob_ref)
@@ -108,18 +122,36 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         *,
         chunk_size: int,
         write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT,
+        write_deadline: float = DEFAULT_WRITE_DEADLINE,
+        search_threads: int = DEFAULT_SEARCH_THREADS,
     ) -> None:
         self._library = library
+        # StatMedia's transcript searches run here, apart from the default pool
+        # that serves ReadMedia, so a flood of searches cannot starve reads.
+        self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
         self._chunk_size = chunk_size
         self._idle_timeout = write_idle_timeout
+        self._write_deadline = write_deadline
 
     async def _next(
-        self, iterator: AsyncIterator[media_pb2.WriteBlobRequest]
+        self, iterator: AsyncIterator[media_pb2.WriteBlobRequest], deadline: float
     ) -> media_pb2.WriteBlobRequest | None:
-        """The next upload message, None at the end; UploadIdleError after the idle timeout."""
+        """The next upload message, None at the end.
+
+        UploadIdleError after the idle timeout; UploadDeadlineError once the
+        monotonic `deadline` of the whole upload passes (a client dripping a
+        byte just inside the idle timeout is still bounded).
+        """
+        remaining = deadline - time.monotonic()
         try:
-            return await asyncio.wait_for(anext(iterator, None), self._idle_timeout)
+            return await asyncio.wait_for(
+                anext(iterator, None), max(0.0, min(self._idle_timeout, remaining))
+            )
         except TimeoutError:
+            if remaining <= self._idle_timeout:
+                raise UploadDeadlineError(
+                    f"the upload took over {self._write_deadline:g} s (write_deadline_seconds)"
+                ) from None
             raise UploadIdleError(
                 f"no upload data for {self._idle_timeout:g} s (write_idle_timeout_seconds)"
             ) from None
@@ -176,20 +208,51 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 InvalidRequestError(f"at most {MAX_STAT_SELECTORS} selectors per call"),
                 ERRORS,
             )
-        selectors = list(request.media)
+        results: list[MediaInfo | Exception | None] = [None] * len(request.media)
+        parsed: list[Selector] = []
+        numbers: list[int] = []
+        for number, proto in enumerate(request.media):
+            try:
+                parsed.append(selector_from_proto(proto))
+                numbers.append(number)
+            except Exception as error:
+                results[number] = error
+        # The work stops between slices once the client leaves or its deadline passes,
+        # and runs on the search pool, never on the threads that serve reads.
+        stop = threading.Event()
+        remaining = context.time_remaining()
+        ends = time.monotonic() + remaining if remaining is not None else float("inf")
 
-        def stat_all() -> list[media_pb2.StatMediaResult]:
-            results: list[media_pb2.StatMediaResult] = []
-            for proto in selectors:
-                try:
-                    info = self._library.stat(selector_from_proto(proto))
-                except Exception as error:
-                    results.append(media_pb2.StatMediaResult(error=error_to_proto(error)))
-                else:
-                    results.append(media_pb2.StatMediaResult(metadata=metadata_to_proto(info)))
-            return results
+        def should_stop() -> bool:
+            return stop.is_set() or time.monotonic() > ends
 
-        return media_pb2.StatMediaResponse(results=await asyncio.to_thread(stat_all))
+        loop = asyncio.get_running_loop()
+        try:
+            # The caller's context (its principal) goes with the work, as with to_thread.
+            found = await loop.run_in_executor(
+                self._search_pool,
+                contextvars.copy_context().run,
+                self._library.stat_many,
+                parsed,
+                should_stop,
+            )
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except Exception as error:
+            await abort_for(context, error, ERRORS)
+        finally:
+            stop.set()
+        for number, result in zip(numbers, found, strict=True):
+            results[number] = result
+        return media_pb2.StatMediaResponse(
+            results=[
+                media_pb2.StatMediaResult(metadata=metadata_to_proto(result))
+                if isinstance(result, MediaInfo)
+                else media_pb2.StatMediaResult(error=error_to_proto(result or Exception()))
+                for result in results
+            ]
+        )
 
     async def WriteBlob(
         self,
@@ -199,8 +262,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         """Header first, then data; answered once the blob is durable."""
         blobs = self._library.blobs
         iterator = aiter(request_iterator)
+        deadline = time.monotonic() + self._write_deadline
         try:
-            first = await self._next(iterator)
+            first = await self._next(iterator, deadline)
             if first is None or first.WhichOneof("item") != "header":
                 raise InvalidRequestError("the first message must be the header")
             header = first.header
@@ -210,7 +274,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         except Exception as error:
             await abort_for(context, error, ERRORS)
         try:
-            while (message := await self._next(iterator)) is not None:
+            while (message := await self._next(iterator, deadline)) is not None:
                 if message.WhichOneof("item") == "header":
                     raise InvalidRequestError("the header must be sent only first")
                 if message.data:

@@ -16,6 +16,13 @@ The entry's line is found, in this order:
    top-level uuid must be the one asked for (so a parentUuid, a leafUuid, a
    nested object or text never matches).
 
+Many selectors into one transcript (StatMedia) are resolved together: the
+hinted and cached ones first, then one pass over the file for all the rest
+(`iter_candidate_lines_many`: every `"uuid"` key is found with `bytes.find`
+and its value looked up in the set of wanted ids), checking between slices
+whether the caller left or its deadline passed. `search_passes` and
+`search_slices` count full-file passes and the slices they read.
+
 A wrong, stale or hostile hint or cached offset only ever costs a search:
 whatever either points at is verified exactly as a searched line is. Only the
 one line is read, and a line over the max line size is never loaded.
@@ -38,7 +45,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -48,6 +55,7 @@ from media_service.errors import (
     LineTooLargeError,
     MediaNotFoundError,
     PinMismatchError,
+    SearchCancelledError,
 )
 from media_service.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.extraction import (
@@ -73,6 +81,12 @@ _KEY_WINDOW = 48
 # A `"uuid"` key ending exactly where the quoted value starts (used with endpos = the hit).
 _KEY_BEFORE = re.compile(rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}\Z' % (_MAX_SPACE, _MAX_SPACE))
 _WHITESPACE = b" \t\r\n"
+# A top-level-looking `"uuid"` key and its id value (ids per CONTRACT section 4).
+_KEY_AND_ID = re.compile(
+    rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}"([A-Za-z0-9_-]{1,64})"' % (_MAX_SPACE, _MAX_SPACE)
+)
+# The longest match of _KEY_AND_ID: kept over from one slice to the next.
+_KEY_AND_ID_REACH = _KEY_REACH + 66
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -175,6 +189,63 @@ def iter_candidate_lines(fd: int, entry_uuid: str, max_line_size: int) -> Iterat
             keep = min(overlap, size)
             buffer[:keep] = buffer[size - keep : size]
             kept = keep
+    finally:
+        view.release()
+
+
+def iter_candidate_lines_many(
+    fd: int, wanted: frozenset[str], max_line_size: int, on_slice: Callable[[], None]
+) -> Iterator[tuple[str, Candidate]]:
+    """(id, line) for every line with a `"uuid"` key whose value is in `wanted`.
+
+    One pass over the file whatever the number of ids: each `"uuid"` key is
+    found with `bytes.find`, its value read by an anchored regex and looked up
+    in `wanted`; a hit is kept only when the key is preceded by `{` or `,`.
+    `on_slice` runs before each slice is read (it raises to stop the pass).
+    Each (id, line) is yielded once.
+    """
+    reach = _KEY_AND_ID_REACH
+    buffer = bytearray(reach + SCAN_CHUNK)
+    view = memoryview(buffer)
+    kept = 0
+    read_at = 0
+    line_start_carry = 0  # start of the line in effect at the buffer's first byte
+    seen: set[tuple[str, int]] = set()
+    try:
+        while True:
+            on_slice()
+            count = os.preadv(fd, [view[kept : kept + SCAN_CHUNK]], read_at)
+            size = kept + count
+            buf_base = read_at - kept
+            # Keys starting in the last `reach` bytes are looked at with the next slice.
+            limit = size if count == 0 else size - reach
+            hit = buffer.find(b'"uuid"', 0, max(limit, 0))
+            while hit >= 0:
+                match = _KEY_AND_ID.match(buffer, hit, size)
+                if match is not None:
+                    entry_id = match.group(1).decode("ascii")
+                    if entry_id in wanted:
+                        newline = buffer.rfind(b"\n", 0, hit)
+                        start = buf_base + newline + 1 if newline >= 0 else line_start_carry
+                        if (entry_id, start) not in seen and _preceded_by_object_start(
+                            fd, buffer, hit, buf_base
+                        ):
+                            seen.add((entry_id, start))
+                            end = _line_end(fd, start, buf_base + match.end(), max_line_size)
+                            if end is None:
+                                yield entry_id, Candidate(start, None)
+                            else:
+                                yield entry_id, Candidate(start, os.pread(fd, end - start, start))
+                hit = buffer.find(b'"uuid"', hit + 1, max(limit, 0))
+            if count == 0:
+                return
+            newline = buffer.rfind(b"\n", 0, max(limit, 0))
+            if newline >= 0:
+                line_start_carry = buf_base + newline + 1
+            keep = size - max(limit, 0)
+            buffer[:keep] = buffer[size - keep : size]
+            kept = keep
+            read_at += count
     finally:
         view.release()
 
@@ -285,6 +356,10 @@ class TranscriptMedia:
         self._max_line_size = max_line_size
         self.cache = LineOffsetCache(cache_entries)
         self.infos = MediaInfoCache(cache_entries)
+        # Full-file passes of stat_many and the slices they read (for tests and metrics).
+        self.search_passes = 0
+        self.search_slices = 0
+        self._counts = threading.Lock()
 
     def _try_line(
         self,
@@ -408,3 +483,145 @@ class TranscriptMedia:
         """
         info, _ = self._find(ref, pin, line_offset_hint, want_bytes=False)
         return info
+
+    def _known(
+        self,
+        fd: int,
+        file_id: tuple[int, int],
+        ref: TranscriptImageRef,
+        pin: str,
+        hint: int | None,
+        size: int,
+    ) -> MediaInfo | None:
+        """The metadata when the hinted or cached offset holds the entry; None otherwise."""
+        key = (*file_id, ref.entry_uuid)
+        cached = self.cache.get(key)
+        if hint is not None and 0 <= hint < size and (cached is None or cached[0] != hint):
+            line = line_from(fd, hint, self._max_line_size)
+            if line is not None:
+                found = self._try_line(line, ref, pin, _Outcome(), file_id, False)
+                if found is not None:
+                    self.cache.put(key, (hint, len(line)))
+                    return found[0]
+        if cached is not None:
+            line = _line_at(fd, *cached)
+            if line is not None:
+                found = self._try_line(line, ref, pin, _Outcome(), file_id, False)
+                if found is not None:
+                    return found[0]
+            self.cache.discard(key)
+        return None
+
+    def _slice_read(self, should_stop: Callable[[], bool]) -> None:
+        if should_stop():
+            raise SearchCancelledError()
+        with self._counts:
+            self.search_slices += 1
+
+    def stat_many(
+        self,
+        selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> list[MediaInfo | Exception]:
+        """`stat` of each (ref, pin, hint), in order; each failure is its own error.
+
+        Selectors are grouped by session; per transcript, those a hint or the
+        offset cache resolve are answered first and all others in one pass.
+        SearchCancelledError (for the whole call) once `should_stop()` is true.
+        """
+        results: list[MediaInfo | Exception | None] = [None] * len(selectors)
+        sessions: dict[str, list[int]] = {}
+        for number, (ref, pin, _) in enumerate(selectors):
+            try:
+                validate_pin(pin)
+            except Exception as error:
+                results[number] = error
+                continue
+            sessions.setdefault(ref.session_id, []).append(number)
+        for session_id, numbers in sessions.items():
+            if should_stop():
+                raise SearchCancelledError()
+            try:
+                handle = self._root.open(self._root.resolve(session_id, current_principal()))
+            except SessionNotFoundError:
+                for number in numbers:
+                    results[number] = MediaNotFoundError()
+                continue
+            except Exception as error:
+                for number in numbers:
+                    results[number] = error
+                continue
+            with handle:
+                fd = handle.fileno()
+                stat = os.fstat(fd)
+                file_id = (stat.st_dev, stat.st_ino)
+                pending: list[int] = []
+                for number in numbers:
+                    ref, pin, hint = selectors[number]
+                    try:
+                        info = self._known(fd, file_id, ref, pin, hint, stat.st_size)
+                    except Exception as error:
+                        results[number] = error
+                        continue
+                    if info is None:
+                        pending.append(number)
+                    else:
+                        results[number] = info
+                if pending:
+                    self._search_many(fd, file_id, selectors, pending, results, should_stop)
+        return [r if r is not None else MediaNotFoundError() for r in results]
+
+    def _search_many(
+        self,
+        fd: int,
+        file_id: tuple[int, int],
+        selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
+        pending: list[int],
+        results: list[MediaInfo | Exception | None],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        """Resolve every pending selector of one transcript in one pass over it."""
+        waiting: dict[str, list[int]] = {}
+        for number in pending:
+            waiting.setdefault(selectors[number][0].entry_uuid, []).append(number)
+        outcomes = {number: _Outcome() for number in pending}
+        with self._counts:
+            self.search_passes += 1
+        candidates = iter_candidate_lines_many(
+            fd, frozenset(waiting), self._max_line_size, lambda: self._slice_read(should_stop)
+        )
+        for entry_id, candidate in candidates:
+            numbers = waiting.get(entry_id)
+            if not numbers:
+                continue
+            for number in list(numbers):
+                ref, pin, _ = selectors[number]
+                if candidate.line is None:
+                    outcomes[number].oversize = True
+                    continue
+                try:
+                    found = self._try_line(
+                        candidate.line, ref, pin, outcomes[number], file_id, False
+                    )
+                except Exception as error:
+                    results[number] = error
+                    numbers.remove(number)
+                    continue
+                if found is not None:
+                    results[number] = found[0]
+                    self.cache.put((*file_id, entry_id), (candidate.start, len(candidate.line)))
+                    numbers.remove(number)
+            if not numbers:
+                del waiting[entry_id]
+                if not waiting:
+                    break
+        for numbers in waiting.values():
+            for number in numbers:
+                outcome = outcomes[number]
+                if outcome.pin_mismatch:
+                    metrics.PIN_MISMATCHES.inc()
+                    results[number] = PinMismatchError()
+                elif outcome.oversize:
+                    results[number] = LineTooLargeError()
+                else:
+                    results[number] = MediaNotFoundError()

@@ -30,6 +30,7 @@ import xxhash
 
 from scrollback.contract.enumeration import image_source_field, iter_image_blocks
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER_BYTES
+from scrollback.contract.top_level import TOP_LEVEL_WINDOW, looks_like_object, top_level_strings
 
 # What the scanner reads: the line's bytes, or a memory map of it.
 Buffer = bytes | mmap.mmap
@@ -242,18 +243,36 @@ def _top_level_string(entry: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def oversize_line(line_size: int, cut_count: int = 0) -> StrippedLine:
+_STUB_KEYS = frozenset({"uuid", "type", "timestamp"})
+
+
+def oversize_line(
+    line_size: int, read: LineReader | None = None, cut_count: int = 0
+) -> StrippedLine | None:
     """The stub entry served for a line over the max line size after stripping.
 
-    It is never parsed, so it carries no uuid, type or timestamp.
+    The line is never parsed whole: with `read` (bounded reads of the line),
+    its top-level `uuid`, `type` and `timestamp` are found textually in a
+    bounded prefix and suffix and kept on the stub, and a line that is not
+    framed as a JSON object (`{` ... `}`) is None, skipped like any non-object
+    line. Without `read` the stub carries no fields.
     """
+    fields: dict[str, str] = {}
+    if read is not None:
+        window = min(line_size, TOP_LEVEL_WINDOW)
+        if not looks_like_object(read(0, window), read(line_size - window, window)):
+            return None
+        fields = top_level_strings(read, line_size, _STUB_KEYS)
     text = f"[message too large to display: ~{max(1, round(line_size / 1024))} KB]"
-    stub = {"message": {"content": [{"type": "text", "text": text}]}, "scrollbackOversize": True}
+    stub: dict[str, Any] = dict(fields)
+    stub["message"] = {"content": [{"type": "text", "text": text}]}
+    stub["scrollbackOversize"] = True
     return StrippedLine(
-        json=orjson.dumps(stub),
-        uuid="",
-        type="",
-        timestamp="",
+        # ASCII-escaped: a lone surrogate escape in a field stays an escape.
+        json=json.dumps(stub, separators=(",", ":")).encode("ascii"),
+        uuid=fields.get("uuid", ""),
+        type=fields.get("type", ""),
+        timestamp=fields.get("timestamp", ""),
         images=(),
         failed_image_indexes=(),
         image_count=0,
@@ -433,7 +452,9 @@ def _assemble(
     stripped_size += len(spans) * len(STRIPPED_MEDIA_MARKER_BYTES)
     if stripped_size > max_line_size:
         # Too large even without its payloads: never parsed, never held whole.
-        return oversize_line(size, len(spans))
+        return oversize_line(
+            size, lambda start, length: bytes(segment(start, start + length)), len(spans)
+        )
     if not spans:
         probe = stripped = bytes(segment(0, size))
         placeholders: dict[str, int] = {}

@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 from rich.console import Console
 
+from client.aio import AsyncClient
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
@@ -408,6 +409,64 @@ class _Run:
             )
         )
 
+    async def hints(
+        self, media: media_pb2_grpc.MediaServiceAsyncStub, addrs: tuple[str, str], refs: _Refs
+    ) -> None:
+        """Issue 18: a cold image at the end of the large file read with its line offset
+        hint, without it, and through the client library (which must pass the hint)."""
+        large_mb = _size(self.sizes["large"])
+        deepest = list(reversed(refs.large_end))
+        distinct = list({ref.entry_uuid: ref for ref in deepest}.values())
+        # Each sample is an entry the media server has not resolved (no cached offset).
+        rounds = max(1, min(self.config.repeats, len(distinct) // 3))
+        hinted, bare, through = distinct[0::3], distinct[1::3], distinct[2::3]
+
+        def direct(choices: list[ref_pb2.MediaRef], keep_hint: bool) -> services.TimedCase:
+            async def run(round_number: int) -> float | None:
+                ref = ref_pb2.MediaRef()
+                ref.CopyFrom(choices[round_number % len(choices)])
+                if not keep_hint:
+                    ref.ClearField("line_offset_hint")
+                return await services.timed(lambda: services.drain_media(media, ref))
+
+            return run
+
+        async with AsyncClient(*addrs) as client:
+
+            def via_client(choices: list[ref_pb2.MediaRef]) -> services.TimedCase:
+                async def run(round_number: int) -> float | None:
+                    ref = choices[round_number % len(choices)]
+                    return await services.timed(lambda: client.media.read_media(ref))
+
+                return run
+
+            medians = await services.interleave(
+                {
+                    "hinted": direct(hinted, True),
+                    "hintless": direct(bare or hinted, False),
+                    "client": via_client(through or hinted),
+                },
+                rounds,
+            )
+        for key, label, target in (
+            ("hintless", "without its line offset hint", Target()),
+            ("client", "through the client library (the hint passed on)", Target("<=", 1.5)),
+        ):
+            self.add(
+                Figure(
+                    key=f"media_hint_{key}",
+                    name=f"ReadMedia of a cold image at the end of the {large_mb} file, {label}, "
+                    "vs the same with its hint",
+                    figure=medians[key] * 1e3,
+                    baseline=medians["hinted"] * 1e3,
+                    unit="ms",
+                    baseline_label="hinted",
+                    ratio=medians[key] / medians["hinted"],
+                    target=target,
+                    note="cold: an entry the media server has not resolved before",
+                )
+            )
+
     async def throughput(
         self, history_addr: str, media_addr: str, floor_addr: str, photos: list[ref_pb2.MediaRef]
     ) -> None:
@@ -559,6 +618,7 @@ class _Run:
                 floor = media_pb2_grpc.MediaServiceStub(floor_channel)
                 await self.media_read(media, floor, refs.photo, len(image))
                 await self.ttfb(media, refs)
+                await self.hints(media, (history_server.addr, media_server.addr), refs)
                 await self.throughput(
                     history_server.addr, media_server.addr, floor_server.addr, refs.photo
                 )

@@ -28,6 +28,8 @@ EXPECTED = {
     "media_read_vs_floor",
     "ttfb_cold_end",
     "ttfb_warm_end",
+    "media_hint_hintless",
+    "media_hint_client",
     "throughput_windows",
     "throughput_media",
     "rss_1mb_images",

@@ -109,10 +109,12 @@ async def read_media(
     selector: media_pb2.MediaSelector,
     read_offset: int = 0,
     read_limit: int = 0,
+    deadline_seconds: float | None = None,
 ) -> tuple[media_pb2.MediaMetadata, bytes, list[int]]:
     """Metadata, the bytes and the chunk sizes of one ReadMedia call."""
     call = stub.ReadMedia(
-        media_pb2.ReadMediaRequest(media=selector, read_offset=read_offset, read_limit=read_limit)
+        media_pb2.ReadMediaRequest(media=selector, read_offset=read_offset, read_limit=read_limit),
+        timeout=deadline_seconds,
     )
     metadata: media_pb2.MediaMetadata | None = None
     chunks: list[bytes] = []

@@ -54,6 +54,7 @@ from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     strip_line,
 )
+from scrollback.contract.top_level import TOP_LEVEL_WINDOW
 
 MARKER = STRIPPED_MEDIA_MARKER.encode("ascii")
 B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
@@ -785,11 +786,16 @@ def check_line(line: bytes, limit: int, max_line_size: int) -> None:
     oversize = len(expected.stripped) > max_line_size
     assert result.oversize is oversize
     if oversize:
-        # Still too large once stripped: the stub, unparsed (no uuid, no refs).
-        assert json.loads(result.json)["scrollbackOversize"] is True
+        # Still too large once stripped: the stub, unparsed (no refs), keeping the
+        # top-level uuid found textually (always, when the window covers the line).
+        stub = json.loads(result.json)
+        assert stub["scrollbackOversize"] is True
         kb = max(1, round(len(line) / 1024))
         assert f"[message too large to display: ~{kb} KB]" in result.json.decode("utf-8")
-        assert (result.uuid, result.images, result.failed_image_indexes) == ("", (), ())
+        assert (result.images, result.failed_image_indexes) == ((), ())
+        assert result.uuid in ("", expected.uuid) and stub.get("uuid", "") == result.uuid
+        if len(line) <= TOP_LEVEL_WINDOW:
+            assert result.uuid == expected.uuid
         assert result.image_count == 0
     else:
         assert result.json == expected.stripped

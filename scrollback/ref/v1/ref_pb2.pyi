@@ -28,10 +28,10 @@ import builtins as _builtins
 import sys
 import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import TypeAlias as _TypeAlias, Never as _Never
+if sys.version_info >= (3, 10):
+    from typing import TypeAlias as _TypeAlias
 else:
-    from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+    from typing_extensions import TypeAlias as _TypeAlias
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -91,6 +91,9 @@ class MediaRef(_message.Message):
     service read that one line instead of searching the transcript for the
     entry. A wrong or stale hint costs a search, never a wrong answer (the
     entry uuid and the pin are still checked); it never causes an error.
+    The field has presence: unset means "no hint" (the media service goes
+    straight to its cache or its search), and 0 is the first line. Declared
+    `optional` after the fact, which keeps the wire format unchanged.
     """
     def __init__(
         self,
@@ -102,12 +105,14 @@ class MediaRef(_message.Message):
         declared_media_type: _builtins.str = ...,
         approx_size_bytes: _builtins.int = ...,
         uri: _builtins.str = ...,
-        line_offset_hint: _builtins.int = ...,
+        line_offset_hint: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_line_offset_hint", b"_line_offset_hint", "line_offset_hint", b"line_offset_hint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approx_size_bytes", b"approx_size_bytes", "declared_media_type", b"declared_media_type", "entry_uuid", b"entry_uuid", "index", b"index", "line_offset_hint", b"line_offset_hint", "pin", b"pin", "session_id", b"session_id", "uri", b"uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_line_offset_hint", b"_line_offset_hint", "approx_size_bytes", b"approx_size_bytes", "declared_media_type", b"declared_media_type", "entry_uuid", b"entry_uuid", "index", b"index", "line_offset_hint", b"line_offset_hint", "pin", b"pin", "session_id", b"session_id", "uri", b"uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__line_offset_hint: _TypeAlias = _typing.Literal["line_offset_hint"]  # noqa: Y015
+    _WhichOneofArgType__line_offset_hint: _TypeAlias = _typing.Literal["_line_offset_hint", b"_line_offset_hint"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__line_offset_hint) -> _WhichOneofReturnType__line_offset_hint | None: ...
 
 Global___MediaRef: _TypeAlias = MediaRef  # noqa: Y015

@@ -144,3 +144,61 @@ async def test_async_client_sends_and_fetches(client_servers: ServerPair) -> Non
         assert photos[0] == photos[1] == png(1)
         attached = await sb.media.fetch(accepted.attachments[0].ref)
         assert attached.data == png(3)
+
+
+class RecordingInterceptor(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+):
+    """Keeps every request message a client channel sends, by method name."""
+
+    def __init__(self) -> None:
+        self.requests: collections.defaultdict[str, list[Any]] = collections.defaultdict(list)
+
+    def _record(self, details: Any, request: Any) -> None:
+        self.requests[details.method.rsplit("/", 1)[-1]].append(request)
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        self._record(details, request)
+        return continuation(details, request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        self._record(details, request)
+        return continuation(details, request)
+
+
+def test_the_client_sends_the_line_offset_hint(client_servers: ServerPair) -> None:
+    first, second = _photo_session(client_servers)
+    recorder = RecordingInterceptor()
+    with (
+        HistoryClient(client_servers.history_addr) as history,
+        Client(
+            client_servers.history_addr, client_servers.media_addr, interceptors=[recorder]
+        ) as sb,
+    ):
+        refs = [r for e in history.iter_window("p1") for r in e.media_refs]
+        assert [r.HasField("line_offset_hint") for r in refs] == [True] * 4
+        assert refs[0].line_offset_hint == 0 and refs[3].line_offset_hint > 0
+        assert sb.media.read_media(refs[3]).data == first
+        assert sb.media.stat_media(refs)[2].metadata.sha256 == hashlib.sha256(second).hexdigest()
+        assert sb.media.fetch(refs[2]).data == second
+        sent = [
+            selector.media_ref
+            for request in recorder.requests["ReadMedia"]
+            for selector in [request.media]
+        ] + [
+            selector.media_ref
+            for request in recorder.requests["StatMedia"]
+            for selector in request.media
+        ]
+        by_uri = {(r.session_id, r.entry_uuid, r.index): r for r in refs}
+        assert len(sent) >= 1 + 4 + 1
+        for ref in sent:
+            expected = by_uri[(ref.session_id, ref.entry_uuid, ref.index)]
+            assert ref.HasField("line_offset_hint"), ref
+            assert ref.line_offset_hint == expected.line_offset_hint
+            assert ref.pin == expected.pin

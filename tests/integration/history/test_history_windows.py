@@ -189,6 +189,34 @@ async def test_oversize_lines_get_a_stub(history_server: HarnessFactory) -> None
             assert stub.line_size_bytes > 64 * 1024 and (small.uuid, after.uuid) == ("s1", "s2")
 
 
+async def test_oversize_stub_keeps_uuid_type_timestamp_and_non_objects_are_skipped(
+    history_server: HarnessFactory,
+) -> None:
+    # CONTRACT section 3: the stub keeps the top-level uuid, type and timestamp
+    # (Claude Code writes uuid and timestamp after the huge message), and an
+    # oversize line that is not a JSON object is skipped and counted.
+    prose = "word " * 40_000
+    claude = (
+        b'{"parentUuid":"s1","type":"assistant","message":{"uuid":"nested","content":'
+        + orjson.dumps([{"type": "text", "text": prose}])
+        + b'},"uuid":"o1","timestamp":"2025-06-01T10:00:00.000Z"}\n'
+    )
+    array = orjson.dumps([{"uuid": "a1", "type": "user", "text": prose}]) + b"\n"
+    words = prose.encode() + b"\n"
+    async with history_server(max_line_size=64 * 1024, default_inline_limit=1024) as history:
+        history.transcript("edges").write_bytes(
+            line(type="user", uuid="s1") + claude + array + words + line(type="user", uuid="s2")
+        )
+        for direction in (LATEST, OLDEST):
+            page = await read_page(history.stub, session_id="edges", direction=direction)
+            assert [e.uuid for e in page.entries] == ["s1", "o1", "s2"]
+            stub = page.entries[1]
+            assert stub.oversize and "message too large to display" in stub.json
+            assert (stub.type, stub.timestamp) == ("assistant", "2025-06-01T10:00:00.000Z")
+            assert orjson.loads(stub.json)["uuid"] == "o1"
+            assert page.end.skipped_lines == 2
+
+
 async def test_line_over_the_max_size_is_served_stripped_when_stripping_fits_it(
     history_server: HarnessFactory,
 ) -> None:
@@ -395,3 +423,37 @@ async def test_list_sessions(history: HistoryHarness) -> None:
         grpc.StatusCode.INVALID_ARGUMENT,
         history.tmp,
     )
+
+
+async def test_page_token_refused_after_a_same_size_rewrite_at_its_offset(
+    history: HistoryHarness,
+) -> None:
+    # CONTRACT section 11: a page token is tied to the bytes at its own offset,
+    # so a rewrite keeping the size and the first 4 KiB is still seen.
+    path = history.transcript("same")
+
+    def transcript(pad: str, changed: range) -> bytes:
+        return b"".join(
+            line(type="user", uuid=f"u{n:03}", pad=(pad if n in changed else "x") * 60)
+            for n in range(300)
+        )
+
+    original = transcript("x", range(0))
+    for direction, changed in ((OLDEST, range(100, 102)), (LATEST, range(198, 200))):
+        path.write_bytes(original)
+        first = await read_page(history.stub, session_id="same", direction=direction, page_size=100)
+        token = first.end.next_page_token
+        boundary = first.entries[-1 if direction == OLDEST else 0].byte_offset
+        assert boundary > 4096 and token
+        # untouched, the token still serves
+        await read_page(history.stub, session_id="same", direction=direction, page_token=token)
+        rewritten = transcript("y", changed)
+        assert len(rewritten) == len(original) and rewritten[:4096] == original[:4096]
+        path.write_bytes(rewritten)
+        await expect_error(
+            history.stub.ReadWindow(
+                pb.ReadWindowRequest(session_id="same", direction=direction, page_token=token)
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            history.tmp,
+        )

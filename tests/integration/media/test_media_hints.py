@@ -180,3 +180,33 @@ async def test_stat_uses_the_metadata_cache_and_matches_read(media: MediaEnv) ->
         assert metadata.size_bytes == len(data)
     warm = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=selectors))
     assert list(warm.results) == list(cold.results)
+
+
+async def test_a_ref_without_hint_never_reads_offset_zero(
+    media: MediaEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = fixture_lines()
+    write_transcript(media.root, "nh", lines)
+    starts = offsets(lines)
+    hinted_reads: list[int] = []
+    real_line_from = transcript_media.line_from
+
+    def recording_line_from(fd: int, start: int, max_line_size: int) -> bytes | None:
+        hinted_reads.append(start)
+        return real_line_from(fd, start, max_line_size)
+
+    monkeypatch.setattr(transcript_media, "line_from", recording_line_from)
+    (last,) = mint("nh", lines[5])
+    bare = media_pb2.MediaSelector(media_ref=last)
+    assert not bare.media_ref.HasField("line_offset_hint")
+    for _ in range(2):  # cold (searched) then warm (cached offset)
+        _, data, _ = await read_media(media.stub, bare)
+        assert data == expected_images(lines[5])[0]
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[bare]))
+    assert stat.results[0].metadata.pin == last.pin
+    assert hinted_reads == [], "an absent hint was read as an offset"
+    # a hint of 0 that is present is still a hint (the first line)
+    (first,) = mint("nh", lines[0])
+    _, data, _ = await read_media(media.stub, hinted(first, 0))
+    assert data == expected_images(lines[0])[0]
+    assert hinted_reads == [starts[0]]

@@ -201,6 +201,35 @@ async def test_a_silent_upload_is_cut_off_and_leaves_nothing(secured_pair_factor
         assert list((pair.state / "blobs" / "tmp").iterdir()) == []
 
 
+async def test_a_dripping_upload_is_ended_at_the_deadline_and_leaves_nothing(
+    secured_pair_factory: Any,
+) -> None:
+    # Each byte arrives well inside the idle timeout: only the overall deadline ends it.
+    overrides = {"write_idle_timeout_seconds": 1.0, "write_deadline_seconds": 1.5}
+    async with secured_pair_factory(media_overrides=overrides) as pair:
+        media = pair.media_stub()
+        data = png(200_000, 9)
+        digest = hashlib.sha256(data).hexdigest()
+
+        async def dripping() -> Any:
+            yield mpb.WriteBlobRequest(
+                header=mpb.WriteBlobHeader(sha256=digest, size_bytes=len(data))
+            )
+            for at in range(len(data)):
+                await asyncio.sleep(0.2)
+                yield mpb.WriteBlobRequest(data=data[at : at + 1])
+
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await media.WriteBlob(dripping(), metadata=auth("alice"), timeout=20)
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "write_deadline_seconds" in (raised.value.details() or "")
+        assert list((pair.state / "blobs" / "tmp").iterdir()) == []
+        missing = await media.FindMissingBlobs(
+            mpb.FindMissingBlobsRequest(sha256=[digest]), metadata=auth("alice")
+        )
+        assert list(missing.missing_sha256) == [digest]
+
+
 async def test_sigterm_lets_an_in_flight_stream_finish(tmp_path: Path) -> None:
     root, state = tmp_path / "root", tmp_path / "state"
     root.mkdir()
