@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides["state"] = args.state
         if args.addr is not None:
             overrides["addr"] = args.addr
+        if args.stall_timeout is not None:
+            overrides["stall_timeout_seconds"] = args.stall_timeout
         if args.database_url:
             overrides["database_url"] = args.database_url
         if args.auth_tokens is not None:

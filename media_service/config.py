@@ -14,6 +14,9 @@ one shared volume; unset, the embedded SQLite database in the state dir. The
 URL may hold a password: it is kept out of the repr and every error text.
 `SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS` (default 30): a WriteBlob client
 silent that long is cut off with DEADLINE_EXCEEDED and its upload discarded.
+`SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS` (default 60, flag `--stall-timeout`): a
+stream whose client grants no flow-control window that long is ended with
+DEADLINE_EXCEEDED.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from media_service.errors import ConfigError
 from scrollback.auth import SecuritySettings
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
+from scrollback.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.service_config import security_from_env, validate_shared
 from scrollback.state.urls import DATABASE_URL_ENV
 
@@ -76,6 +80,7 @@ class MediaConfig:
     gc_interval_seconds: float = DEFAULT_GC_INTERVAL_SECONDS
     line_cache_entries: int = 4096
     write_idle_timeout_seconds: float = DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS
+    stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -101,6 +106,9 @@ class MediaConfig:
                 env,
                 "SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS",
                 DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS,
+            ),
+            stall_timeout_seconds=_float(
+                env, "SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS", DEFAULT_STALL_TIMEOUT_SECONDS
             ),
             database_url=env.get(DATABASE_URL_ENV) or "",
             security=security,
@@ -129,6 +137,8 @@ class MediaConfig:
             raise ConfigError("address must be HOST:PORT")
         if self.write_idle_timeout_seconds <= 0:
             raise ConfigError("the write idle timeout must be positive")
+        if self.stall_timeout_seconds <= 0:
+            raise ConfigError("the stall timeout must be positive")
         validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self
 
