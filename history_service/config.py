@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from scrollback.auth import SecuritySettings
-from scrollback.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
     MIN_INLINE_LIMIT,
 )
+from scrollback.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.service_config import security_from_env, validate_shared
 from scrollback.state.urls import DATABASE_URL_ENV
 

@@ -12,6 +12,7 @@ Used by the memory benchmark and by the tests of the stall timeout.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -100,7 +101,7 @@ class StalledClient:
                         sid = event.stream_id
                         self.received[sid] = self.received.get(sid, 0) + len(event.data)
                     elif isinstance(event, h2.events.TrailersReceived):
-                        values = dict(event.headers)
+                        values: dict[Any, Any] = dict(event.headers)
                         status = values.get("grpc-status")
                         self.ends[event.stream_id] = StreamEnd(
                             int(status) if status is not None else None,
@@ -141,9 +142,7 @@ class StalledClient:
     def close(self) -> None:
         """Drop the connection (the server sees the client leave)."""
         self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._sock.close()
         self._thread.join(timeout=5)
