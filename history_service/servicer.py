@@ -150,14 +150,21 @@ async def _window_responses(
             if isinstance(entry, ServedLine)
             else await asyncio.to_thread(window.materialize, entry)
         )
-        messages = entry_messages(session_id, served)
+        # Built at once and then dropped one by one, so that while a message
+        # waits for the client only it and the entry's later chunks are held.
+        messages = list(entry_messages(session_id, served))
         del served
-        for message in messages:
-            if isinstance(message, pb.Entry):
-                yield response(entry=message)
-            else:
-                yield response(entry_json_chunk=message)
-        del messages
+        messages.reverse()
+        while messages:
+            message = messages.pop()
+            wrapped = (
+                response(entry=message)
+                if isinstance(message, pb.Entry)
+                else response(entry_json_chunk=message)
+            )
+            del message
+            yield wrapped
+            del wrapped
     yield response(end=_window_end(window))
 
 

@@ -67,6 +67,9 @@ from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_li
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
+# A candidate line up to this size is read whole to be stripped (fastest);
+# a longer one is stripped streaming, so that no read holds a large line.
+HOLD_LINE_BYTES = 4 * 1024 * 1024
 # The first read of a hinted line; later reads grow fourfold (bounded by the max line size).
 HINT_FIRST_READ = 256 * 1024
 _MAX_SPACE = 16
@@ -312,6 +315,10 @@ def _line_reader(fd: int, start: int, size: int) -> LineReader:
     return read
 
 
+def _starts_line(fd: int, offset: int) -> bool:
+    return offset == 0 or (offset > 0 and os.pread(fd, 1, offset - 1) == b"\n")
+
+
 def _has_backslash(fd: int, start: int, end: int) -> bool:
     position = start
     while position < end:
@@ -431,17 +438,23 @@ class TranscriptMedia:
         stat = os.fstat(fd)
         file_id = (stat.st_dev, stat.st_ino)
         key = (*file_id, ref.entry_uuid)
+        # Longer lines are never held: they are stripped streaming from the file.
+        hold = min(self._max_line_size, HOLD_LINE_BYTES)
         cached = self.cache.get(key)
         if (
             line_offset_hint is not None
             and 0 <= line_offset_hint < stat.st_size
             and (cached is None or cached[0] != line_offset_hint)
         ):
-            line = line_from(fd, line_offset_hint, self._max_line_size)
+            line = line_from(fd, line_offset_hint, hold)
             if line is not None:
                 found = self._try_line(line, line_offset_hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     self.cache.put(key, (line_offset_hint, len(line)))
+                    return found, file_id
+            elif _starts_line(fd, line_offset_hint):
+                found = self._try_line(None, line_offset_hint, ref, pin, _Outcome(), fd)
+                if found is not None:
                     return found, file_id
         if cached is not None:
             line = _line_at(fd, *cached)
@@ -451,7 +464,7 @@ class TranscriptMedia:
                     return found, file_id
             self.cache.discard(key)
         outcome = _Outcome()
-        for candidate in iter_candidate_lines(fd, ref.entry_uuid, self._max_line_size):
+        for candidate in iter_candidate_lines(fd, ref.entry_uuid, hold):
             found = self._try_line(candidate.line, candidate.start, ref, pin, outcome, fd)
             if found is not None:
                 if candidate.line is not None:
