@@ -273,6 +273,17 @@ async def test_lines_over_the_max_line_size(start_media: StartMedia) -> None:
     assert data == expected_images(small)[0]
 
 
+async def test_a_ref_in_a_line_over_16_mib_resolves(start_media: StartMedia) -> None:
+    env = await start_media()  # the default max line size: 16 MiB
+    payload = png_bytes(13_000_000, -1)
+    line = dumps(entry("u-huge-photo", [image_block(payload)]))
+    assert len(line) > 16 * 1024 * 1024
+    write_transcript(env.root, "huge", [line])
+    (ref,) = mint("huge", line)
+    metadata, data, _ = await read_media(env.stub, media_pb2.MediaSelector(media_ref=ref))
+    assert data == payload and metadata.size_bytes == len(payload)
+
+
 async def test_range_reads(start_media: StartMedia) -> None:
     env = await start_media(chunk_size=10_000)
     payload = png_bytes(45_001, 11)
