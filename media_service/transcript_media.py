@@ -18,14 +18,17 @@ The entry's line is found, in this order:
 
 A wrong, stale or hostile hint or cached offset only ever costs a search:
 whatever either points at is verified exactly as a searched line is. Only the
-one line is read, and a line over the max line size is never loaded.
+one line is read; a line over 4 MiB (HOLD_LINE_BYTES), or over the max line
+size, is never held: it is stripped streaming from the file
+(`strip_line_streamed`), so a ref minted in a line of any size resolves.
 
-Each line is stripped once (`strip_for_extraction`, the same enumeration code
-that minted the ref); the image is located in that result, pin-checked and
-decoded from the line on every read. The metadata of the decoded bytes
-(sha256, sniffed type, size) is cached per (file identity, entry uuid, index,
-pin): the pin is a hash of the payload's raw text, so a line whose pin still
-matches decodes to the same bytes.
+Each line is stripped once by the same enumeration code that minted the ref,
+and the image located and pin-checked. The image is never held whole: its
+metadata (sha256, sniffed type, size) comes from one streaming decode pass,
+cached per (file identity, entry uuid, index, pin) (the pin is a hash of the
+payload's raw text, so a line whose pin still matches decodes to the same
+bytes), and reads decode slice by slice straight from the file
+(`PayloadReader`).
 
 Blocking I/O throughout: callers on an event loop run it in a thread.
 """
