@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             addr=args.addr,
             insecure=args.insecure or None,
             database_url=args.database_url or None,
+            stall_timeout_seconds=args.stall_timeout,
         )
         if args.auth_tokens is not None:
             config = dataclasses.replace(

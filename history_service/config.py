@@ -3,7 +3,9 @@
 `HistoryConfig.from_env()` reads `SCROLLBACK_TRANSCRIPTS` (default
 `~/.claude/projects`), `SCROLLBACK_STATE` (default `./.scrollback`),
 `SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
-(`SCROLLBACK_HISTORY_*`). `validate()` raises `ConfigError` with a clear text.
+(`SCROLLBACK_HISTORY_*`, e.g. `SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS`, default
+60, flag `--stall-timeout`: a stream whose client grants no flow-control
+window that long is ended with DEADLINE_EXCEEDED). `validate()` raises `ConfigError` with a clear text.
 
 Security (`security`, shared with the media service, see scrollback.server.auth):
 `SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
@@ -30,6 +32,7 @@ from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
 )
 from scrollback.server.auth import SecuritySettings
+from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import security_from_env, validate_shared
 from scrollback.state.urls import DATABASE_URL_ENV
 
@@ -61,6 +64,8 @@ class HistoryConfig:
     watch_poll_seconds: float = 0.2
     rescan_interval_seconds: float = 2.0
     bus_resync_seconds: float = 1.0
+    # A stream whose client grants no flow-control window this long is ended.
+    stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -89,6 +94,7 @@ class HistoryConfig:
             "watch_poll_seconds": float,
             "rescan_interval_seconds": float,
             "bus_resync_seconds": float,
+            "stall_timeout_seconds": float,
         }
         for name, kind in numeric.items():
             key = "SCROLLBACK_HISTORY_" + name.upper()
@@ -120,6 +126,8 @@ class HistoryConfig:
             raise ConfigError("heartbeat and poll intervals must be positive")
         if self.bus_resync_seconds <= 0:
             raise ConfigError("the bus resync interval must be positive")
+        if self.stall_timeout_seconds <= 0:
+            raise ConfigError("the stall timeout must be positive")
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
         if not self.transcripts.is_dir():

@@ -286,17 +286,17 @@ def serve_line(
             raw.size, None if data is None else lambda start, length: data[start : start + length]
         )
         return None if stub is None else ServedLine(raw.start, raw.size, stub, False)
-    deferred = False
-    if mode == MediaMode.INLINE and raw.size <= ENTRY_JSON_FIT:
+    if mode == MediaMode.INLINE:
+        # INLINE serves a line up to the max line size whole (in EntryJsonChunks
+        # when it does not fit one message), payloads and all.
         stripped = strip_line(raw.data, raw.size + 1, max_line_size)
     else:
         stripped = strip_line(raw.data, inline_limit, max_line_size)
-        deferred = mode == MediaMode.INLINE and stripped is not None and stripped.cut_count > 0
     if stripped is None:
         return None
     if stripped.cut_count:
         metrics.PAYLOADS_STRIPPED.inc(stripped.cut_count)
-    return ServedLine(raw.start, raw.size, stripped, deferred)
+    return ServedLine(raw.start, raw.size, stripped, False)
 
 
 def json_parts(json: bytes, part_bytes: int = JSON_CHUNK_BYTES) -> list[str]:

@@ -99,6 +99,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
             address=config.addr,
             insecure=config.insecure,
             auth_configured=config.auth_configured,
+            stall_timeout=config.stall_timeout_seconds,
         )
     store, bus = await open_store_and_bus(config)
     try:

@@ -8,6 +8,7 @@ interceptor) is read here, once per call, and passed to the core explicitly.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
@@ -137,16 +138,35 @@ def _window_end(window: Window) -> pb.WindowEnd:
 WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapResponse)
 
 
-def _window_responses(
+async def _window_responses(
     response: type[WindowResponse], session_id: str, window: Window
-) -> Iterator[WindowResponse]:
-    """A window as `response` messages: each Entry (then its json chunks), then the end."""
-    for served in window.entries:
-        for message in entry_messages(session_id, served):
-            if isinstance(message, pb.Entry):
-                yield response(entry=message)
-            else:
-                yield response(entry_json_chunk=message)
+) -> AsyncIterator[WindowResponse]:
+    """A window as `response` messages: each Entry (then its json chunks), then the end.
+
+    Only the entry being sent is held: a held-back entry is served again from
+    the window's file (in a thread) just before it is sent, and dropped after.
+    """
+    for entry in window.entries:
+        served = (
+            entry
+            if isinstance(entry, ServedLine)
+            else await asyncio.to_thread(window.materialize, entry)
+        )
+        # Built at once and then dropped one by one, so that while a message
+        # waits for the client only it and the entry's later chunks are held.
+        messages = list(entry_messages(session_id, served))
+        del served
+        messages.reverse()
+        while messages:
+            message = messages.pop()
+            wrapped = (
+                response(entry=message)
+                if isinstance(message, pb.Entry)
+                else response(entry_json_chunk=message)
+            )
+            del message
+            yield wrapped
+            del wrapped
     yield response(end=_window_end(window))
 
 
@@ -184,8 +204,13 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             window = await self._core.read_window(params)
         except Exception as error:
             await abort_for(context, error, ERROR_TABLE)
-        for response in _window_responses(pb.ReadWindowResponse, params.session_id, window):
-            yield response
+        try:
+            async for response in _window_responses(
+                pb.ReadWindowResponse, params.session_id, window
+            ):
+                yield response
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
 
     async def Bootstrap(
         self, request: pb.BootstrapRequest, context: Context
@@ -212,8 +237,13 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if window is None:
             yield pb.BootstrapResponse(end=pb.WindowEnd())
             return
-        for response in _window_responses(pb.BootstrapResponse, result.session_id, window):
-            yield response
+        try:
+            async for response in _window_responses(
+                pb.BootstrapResponse, result.session_id, window
+            ):
+                yield response
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
 
     async def AcceptMessage(
         self, request: pb.AcceptMessageRequest, context: Context

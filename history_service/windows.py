@@ -15,12 +15,14 @@ a worker thread, off the event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from history_service.errors import InvalidArgumentError
+from history_service.errors import FileRewrittenError, InvalidArgumentError
 from history_service.lines import (
+    FileShrankError,
     MediaMode,
     RawLine,
     ServedLine,
@@ -43,6 +45,8 @@ from scrollback.server.auth import current_principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 MAX_PAGE_SIZE = 200
+# A served entry whose json is larger is not kept in its window (see HeldBack).
+HOLD_BACK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +62,33 @@ class WindowParams:
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
-    """One page: entries in file order, and how to go on."""
+class HeldBack:
+    """An entry too large to keep in a window: served again from its file when sent."""
 
-    entries: tuple[ServedLine, ...]
+    offset: int
+    line_size: int
+
+
+class _SharedFile:
+    """An fd of the window's file version, closed when the last window holding it goes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = os.dup(fd)
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One page: entries in file order, and how to go on.
+
+    Large entries are `HeldBack` (only their place), so a window holds at
+    most one large entry at a time: `materialize` serves it again from the
+    same file version when it is sent.
+    """
+
+    entries: tuple[ServedLine | HeldBack, ...]
     skipped_lines: int
     file_size: int
     next_page_token: str
@@ -69,6 +96,27 @@ class Window:
     # The end of the newest complete line this window could serve: where a
     # watch continues after a latest-first first page.
     newest_end: int
+    serve: Callable[[RawLine], ServedLine | None] | None = None
+    file: _SharedFile | None = None
+    max_line_size: int = 0
+
+    def materialize(self, entry: ServedLine | HeldBack) -> ServedLine:
+        """The entry as served (blocking: a held-back one is read and stripped again)."""
+        if isinstance(entry, ServedLine):
+            return entry
+        assert self.file is not None and self.serve is not None
+        end = entry.offset + entry.line_size
+        if entry.line_size > self.max_line_size:
+            raw = RawLine(entry.offset, end, None, True, self.file.fd)  # stripped streaming
+        else:
+            data = os.pread(self.file.fd, entry.line_size, entry.offset)
+            if len(data) != entry.line_size:
+                raise FileShrankError()
+            raw = RawLine(entry.offset, end, data, True)
+        served = self.serve(raw)
+        if served is None:
+            raise FileRewrittenError()
+        return served
 
 
 def validate_params(
@@ -186,8 +234,14 @@ class WindowReader:
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
         serve = _server(params, self._max_line_size)
         if direction == DIRECTION_OLDEST_FIRST:
-            return self._scan_forward(opened, params, max(boundary, 0), serve)
-        return self._scan_backward(opened, params, boundary, serve)
+            window = self._scan_forward(opened, params, max(boundary, 0), serve)
+        else:
+            window = self._scan_backward(opened, params, boundary, serve)
+        if not any(isinstance(entry, HeldBack) for entry in window.entries):
+            return window
+        return dataclasses.replace(
+            window, serve=serve, file=_SharedFile(opened.fd), max_line_size=self._max_line_size
+        )
 
     def _scan_backward(
         self,
@@ -198,7 +252,7 @@ class WindowReader:
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
-        newest: list[ServedLine] = []
+        newest: list[ServedLine | HeldBack] = []
         skipped = 0
         scanned = 0
         if boundary < 0:
@@ -208,7 +262,7 @@ class WindowReader:
                 data = os.pread(fd, size - start, start)
                 tail = serve(RawLine(start, start + len(data), data, False))
                 if tail is not None:
-                    newest.append(tail)
+                    newest.append(_light(tail))
                     newest_end = size
                     scanned += len(data)
             end = start
@@ -228,7 +282,7 @@ class WindowReader:
             if served is None:
                 skipped += 1
             else:
-                newest.append(served)
+                newest.append(_light(served))
         newest.reverse()
         token = ""
         if oldest > 0:
@@ -246,7 +300,7 @@ class WindowReader:
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
-        entries: list[ServedLine] = []
+        entries: list[ServedLine | HeldBack] = []
         skipped = 0
         scanned = 0
         position = boundary
@@ -266,7 +320,7 @@ class WindowReader:
                 # The unterminated last line: served only if it is a complete object.
                 tail = serve(raw) if raw.data is not None else None
                 if tail is not None:
-                    entries.append(tail)
+                    entries.append(_light(tail))
                     position = raw.end
                 at_end = True
                 break
@@ -275,7 +329,7 @@ class WindowReader:
             if served is None:
                 skipped += 1
             else:
-                entries.append(served)
+                entries.append(_light(served))
         if position >= size:
             at_end = True
         token = ""
@@ -284,6 +338,13 @@ class WindowReader:
                 params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
             )
         return Window(tuple(entries), skipped, size, token, identity, position)
+
+
+def _light(served: ServedLine) -> ServedLine | HeldBack:
+    """The entry itself if small; else only its place (a served unterminated tail stays)."""
+    if len(served.stripped.json) <= HOLD_BACK_BYTES or served.stripped.oversize:
+        return served
+    return HeldBack(served.offset, served.line_size)
 
 
 def _server(params: WindowParams, max_line_size: int) -> Callable[[RawLine], ServedLine | None]:

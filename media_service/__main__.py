@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides["addr"] = args.addr
         if args.write_deadline_seconds is not None:
             overrides["write_deadline_seconds"] = args.write_deadline_seconds
+        if args.stall_timeout is not None:
+            overrides["stall_timeout_seconds"] = args.stall_timeout
         if args.database_url:
             overrides["database_url"] = args.database_url
         if args.auth_tokens is not None:

@@ -17,6 +17,9 @@ silent that long is cut off with DEADLINE_EXCEEDED and its upload discarded.
 `SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS` (default 600, flag
 `--write-deadline-seconds`): the longest a whole WriteBlob may take, however
 steadily it drips; past it the upload is cut off the same way.
+`SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS` (default 60, flag `--stall-timeout`): a
+stream whose client grants no flow-control window that long is ended with
+DEADLINE_EXCEEDED.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from media_service.errors import ConfigError
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
+from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import security_from_env, validate_shared
 from scrollback.state.urls import DATABASE_URL_ENV
 
@@ -81,6 +85,7 @@ class MediaConfig:
     line_cache_entries: int = 4096
     write_idle_timeout_seconds: float = DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS
     write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
+    stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -109,6 +114,9 @@ class MediaConfig:
             ),
             write_deadline_seconds=_float(
                 env, "SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS", DEFAULT_WRITE_DEADLINE_SECONDS
+            ),
+            stall_timeout_seconds=_float(
+                env, "SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS", DEFAULT_STALL_TIMEOUT_SECONDS
             ),
             database_url=env.get(DATABASE_URL_ENV) or "",
             security=security,
@@ -139,6 +147,8 @@ class MediaConfig:
             raise ConfigError("the write idle timeout must be positive")
         if self.write_deadline_seconds <= 0:
             raise ConfigError("the write deadline must be positive")
+        if self.stall_timeout_seconds <= 0:
+            raise ConfigError("the stall timeout must be positive")
         validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self
 

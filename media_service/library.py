@@ -15,14 +15,20 @@ history service applies to attachments.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from media_service.blobs import BlobStore, MediaInfo
-from media_service.errors import MediaNotFoundError
+from media_service.errors import CorruptMediaError, MediaNotFoundError
 from media_service.transcript_media import TranscriptMedia
+from scrollback.contract.extraction import (
+    ImageNotStrippedError,
+    PayloadReader,
+    UndecodablePayloadError,
+)
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
 from scrollback.principals import Principal
 from scrollback.server.auth import current_principal
@@ -81,6 +87,34 @@ class OpenMedia:
         """A medium read from an open file."""
         fd = handle.fileno()
         return cls(info, lambda offset, length: os.pread(fd, length, offset), handle.close)
+
+
+def _verified_reads(info: MediaInfo, reader: PayloadReader) -> Callable[[int, int], bytes]:
+    """Reads of a transcript image decoded from its file, checked as they go.
+
+    Whole-image reads in order are hashed on the way: if the bytes no longer
+    match the metadata sent first (the line was rewritten in place), the
+    last read raises CorruptMediaError instead of ending the stream cleanly.
+    """
+    digest = hashlib.sha256()
+    hashed = 0
+
+    def read(offset: int, length: int) -> bytes:
+        nonlocal hashed
+        try:
+            data = reader.read(offset, length)
+        except (UndecodablePayloadError, ImageNotStrippedError):
+            raise CorruptMediaError("the transcript's payload changed while read") from None
+        if offset == hashed:
+            digest.update(data)
+            hashed += len(data)
+            if hashed >= info.size_bytes and (
+                hashed != info.size_bytes or digest.hexdigest() != info.sha256
+            ):
+                raise CorruptMediaError("the transcript's payload changed while read")
+        return data
+
+    return read
 
 
 class MediaLibrary:
@@ -164,10 +198,10 @@ class MediaLibrary:
     def open(self, selector: Selector) -> OpenMedia:
         """Metadata and verified bytes, ready to stream."""
         if isinstance(selector, TranscriptSelector):
-            info, data = self.transcripts.read(
+            info, reader, handle = self.transcripts.open(
                 selector.ref, selector.pin, selector.line_offset_hint
             )
-            return OpenMedia.of_bytes(info, data)
+            return OpenMedia(info, _verified_reads(info, reader), handle.close)
         self._check_blob(selector.sha256)
         info, handle = self.blobs.open_verified(selector.sha256)
         return OpenMedia.of_file(info, handle)

@@ -139,6 +139,7 @@ async def start_media_server(
             insecure=config.insecure,
             auth_configured=config.auth_configured,
             byte_counted_methods=frozenset({"ReadMedia"}),
+            stall_timeout=config.stall_timeout_seconds,
         )
     library, metadata = await asyncio.to_thread(build_library, config, clock=clock)
     removed = await asyncio.to_thread(library.blobs.remove_stale_temps)

@@ -41,8 +41,9 @@ from scrollback.transcripts import AmbiguousSessionError
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_STAT_SELECTORS = 1000
-# Blob bytes are read from disk in blocks of this size, then sent in chunks.
-READ_BLOCK = 1024 * 1024
+# Bytes are read from disk (or decoded from a transcript) in blocks of this
+# size, then sent in chunks: a stream holds at most one block.
+READ_BLOCK = 256 * 1024
 
 DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
 DEFAULT_WRITE_DEADLINE = 600.0
@@ -186,15 +187,18 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 return
             position = start
             while position < end:
-                block = await asyncio.to_thread(
-                    media.read, position, min(READ_BLOCK, end - position)
-                )
-                if not block:
-                    await abort_for(context, CorruptMediaError(), ERRORS)
-                view = memoryview(block)
+                try:
+                    block = await asyncio.to_thread(
+                        media.read, position, min(READ_BLOCK, end - position)
+                    )
+                    if not block:
+                        raise CorruptMediaError()
+                except Exception as error:
+                    await abort_for(context, error, ERRORS)
                 for at in range(0, len(block), chunk):
-                    yield media_pb2.ReadMediaResponse(data=bytes(view[at : at + chunk]))
+                    yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
                 position += len(block)
+                del block
         finally:
             media.close()
 

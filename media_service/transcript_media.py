@@ -25,14 +25,17 @@ whether the caller left or its deadline passed. `search_passes` and
 
 A wrong, stale or hostile hint or cached offset only ever costs a search:
 whatever either points at is verified exactly as a searched line is. Only the
-one line is read, and a line over the max line size is never loaded.
+one line is read; a line over 4 MiB (HOLD_LINE_BYTES), or over the max line
+size, is never held: it is stripped streaming from the file
+(`strip_line_streamed`), so a ref minted in a line of any size resolves.
 
-Each line is stripped once (`strip_for_extraction`, the same enumeration code
-that minted the ref); the image is located in that result, pin-checked and
-decoded from the line on every read. The metadata of the decoded bytes
-(sha256, sniffed type, size) is cached per (file identity, entry uuid, index,
-pin): the pin is a hash of the payload's raw text, so a line whose pin still
-matches decodes to the same bytes.
+Each line is stripped once by the same enumeration code that minted the ref,
+and the image located and pin-checked. The image is never held whole: its
+metadata (sha256, sniffed type, size) comes from one streaming decode pass,
+cached per (file identity, entry uuid, index, pin) (the pin is a hash of the
+payload's raw text, so a line whose pin still matches decodes to the same
+bytes), and reads decode slice by slice straight from the file
+(`PayloadReader`).
 
 Blocking I/O throughout: callers on an event loop run it in a thread.
 """
@@ -47,7 +50,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import BinaryIO, Generic, TypeVar
 
 from media_service.blobs import MediaInfo
 from media_service.errors import (
@@ -61,17 +64,24 @@ from media_service.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
+    LocatedImage,
+    PayloadReader,
+    RawReader,
     UndecodablePayloadError,
-    decode_image,
+    iter_decoded,
     locate_in_stripped,
     strip_for_extraction,
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
 from scrollback.server import metrics
 from scrollback.server.auth import current_principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
+# A candidate line up to this size is read whole to be stripped (fastest);
+# a longer one is stripped streaming, so that no read holds a large line.
+HOLD_LINE_BYTES = 4 * 1024 * 1024
 # The first read of a hinted line; later reads grow fourfold (bounded by the max line size).
 HINT_FIRST_READ = 256 * 1024
 _MAX_SPACE = 16
@@ -338,6 +348,64 @@ LineOffsetCache = LruCache[tuple[int, int, str], tuple[int, int]]
 MediaInfoCache = LruCache[tuple[int, int, str, int, str], MediaInfo]
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """Image `located` of a line, with its payload's absolute offsets in the file."""
+
+    located: LocatedImage
+    raw_start: int
+    raw_end: int
+    escaped: bool
+
+
+def _file_reader(fd: int) -> RawReader:
+    def read(offset: int, length: int) -> bytes:
+        return os.pread(fd, length, offset)
+
+    return read
+
+
+def _line_length(fd: int, start: int) -> int:
+    """The length of the line at `start` (to its newline or EOF), however long."""
+    position = start
+    while True:
+        block = os.pread(fd, SCAN_CHUNK, position)
+        newline = block.find(b"\n")
+        if newline >= 0:
+            return position + newline - start
+        if len(block) < SCAN_CHUNK:
+            return position + len(block) - start
+        position += len(block)
+
+
+def _line_reader(fd: int, start: int, size: int) -> LineReader:
+    """Exact reads of one line by offset within it (a line that shrank is not JSON)."""
+
+    def read(offset: int, length: int) -> bytes:
+        data = os.pread(fd, length, start + offset)
+        if len(data) != length or offset + length > size:
+            raise ValueError("the line changed while read")
+        return data
+
+    return read
+
+
+def _starts_line(fd: int, offset: int) -> bool:
+    return offset == 0 or (offset > 0 and os.pread(fd, 1, offset - 1) == b"\n")
+
+
+def _has_backslash(fd: int, start: int, end: int) -> bool:
+    position = start
+    while position < end:
+        block = os.pread(fd, min(SCAN_CHUNK, end - position), position)
+        if not block:
+            return False
+        if b"\\" in block:
+            return True
+        position += len(block)
+    return False
+
+
 class _Outcome:
     """What the candidate lines said, for the error when none serves."""
 
@@ -363,15 +431,31 @@ class TranscriptMedia:
 
     def _try_line(
         self,
-        line: bytes,
+        line: bytes | None,
+        start: int,
         ref: TranscriptImageRef,
         pin: str,
         outcome: _Outcome,
-        file_id: tuple[int, int],
-        want_bytes: bool,
-    ) -> tuple[MediaInfo, bytes | None] | None:
-        """The image if this line is the entry with the pin asked for; else None."""
-        stripped = strip_for_extraction(line)
+        fd: int,
+    ) -> _Found | None:
+        """Where the image is if this line is the entry with the pin asked for; else None.
+
+        `line` is the line's bytes, or None for a line over the max line size:
+        that one is stripped by streaming it from the file, never held.
+        """
+        if line is not None:
+            stripped = strip_for_extraction(line)
+        else:
+            size = _line_length(fd, start)
+            stripped = strip_line_streamed(
+                _line_reader(fd, start, size),
+                size,
+                MIN_INLINE_LIMIT,
+                self._max_line_size,
+            )
+            if stripped is not None and stripped.oversize:
+                outcome.oversize = True  # too large even stripped: no ref was minted in it
+                return None
         if stripped is None or stripped.uuid != ref.entry_uuid:
             return None
         try:
@@ -384,74 +468,87 @@ class TranscriptMedia:
         if located.pin != pin:
             outcome.pin_mismatch = True
             return None
-        info_key = (*file_id, ref.entry_uuid, ref.index, pin)
+        raw_start, raw_end = start + located.raw_start, start + located.raw_end
+        if line is not None:
+            escaped = line.find(b"\\", located.raw_start, located.raw_end) >= 0
+        else:
+            escaped = _has_backslash(fd, raw_start, raw_end)
+        return _Found(located, raw_start, raw_end, escaped)
+
+    def _info(
+        self, fd: int, found: _Found, file_id: tuple[int, int], ref: TranscriptImageRef
+    ) -> MediaInfo:
+        """The decoded bytes' metadata: cached per pin, else one streaming pass over them."""
+        located = found.located
+        info_key = (*file_id, ref.entry_uuid, ref.index, located.pin)
         info = self.infos.get(info_key)
-        data: bytes | None = None
-        if info is None or want_bytes:
+        if info is None:
+            digest = hashlib.sha256()
+            head = b""
+            size = 0
             try:
-                data = decode_image(line, located)
-            except ImageNotStrippedError:
-                outcome.pin_mismatch = True  # not a payload the history service could cut
-                return None
+                for piece in iter_decoded(
+                    _file_reader(fd), found.raw_start, found.raw_end, located.index
+                ):
+                    digest.update(piece)
+                    if len(head) < SNIFF_BYTES:
+                        head += piece[: SNIFF_BYTES - len(head)]
+                    size += len(piece)
             except UndecodablePayloadError:
                 raise CorruptMediaError("the transcript's payload is not valid base64") from None
-            if info is None or info.size_bytes != len(data):
-                sniffed = sniff(data[:SNIFF_BYTES])
-                info = MediaInfo(
-                    content_type=sniffed.content_type,
-                    declared_media_type=located.declared_media_type,
-                    size_bytes=len(data),
-                    sha256=hashlib.sha256(data).hexdigest(),
-                    safe_inline=sniffed.safe_inline,
-                    pin=located.pin,
-                )
-                self.infos.put(info_key, info)
+            sniffed = sniff(head)
+            info = MediaInfo(
+                content_type=sniffed.content_type,
+                declared_media_type=located.declared_media_type,
+                size_bytes=size,
+                sha256=digest.hexdigest(),
+                safe_inline=sniffed.safe_inline,
+                pin=located.pin,
+            )
+            self.infos.put(info_key, info)
         if info.declared_media_type != located.declared_media_type:
             info = dataclasses.replace(info, declared_media_type=located.declared_media_type)
-        return info, data
+        return info
 
-    def _find(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None, want_bytes: bool
-    ) -> tuple[MediaInfo, bytes | None]:
-        validate_pin(pin)
-        try:
-            transcript = self._root.resolve(ref.session_id, current_principal())
-            handle = self._root.open(transcript)
-        except SessionNotFoundError:
-            raise MediaNotFoundError() from None
-        with handle:
-            fd = handle.fileno()
-            stat = os.fstat(fd)
-            file_id = (stat.st_dev, stat.st_ino)
-            key = (*file_id, ref.entry_uuid)
-            cached = self.cache.get(key)
-            if (
-                line_offset_hint is not None
-                and 0 <= line_offset_hint < stat.st_size
-                and (cached is None or cached[0] != line_offset_hint)
-            ):
-                line = line_from(fd, line_offset_hint, self._max_line_size)
-                if line is not None:
-                    found = self._try_line(line, ref, pin, _Outcome(), file_id, want_bytes)
-                    if found is not None:
-                        self.cache.put(key, (line_offset_hint, len(line)))
-                        return found
-            if cached is not None:
-                line = _line_at(fd, *cached)
-                if line is not None:
-                    found = self._try_line(line, ref, pin, _Outcome(), file_id, want_bytes)
-                    if found is not None:
-                        return found
-                self.cache.discard(key)
-            outcome = _Outcome()
-            for candidate in iter_candidate_lines(fd, ref.entry_uuid, self._max_line_size):
-                if candidate.line is None:
-                    outcome.oversize = True
-                    continue
-                found = self._try_line(candidate.line, ref, pin, outcome, file_id, want_bytes)
+    def _locate(
+        self, fd: int, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None
+    ) -> tuple[_Found, tuple[int, int]]:
+        """Find the entry's line in the open transcript and the image in it."""
+        stat = os.fstat(fd)
+        file_id = (stat.st_dev, stat.st_ino)
+        key = (*file_id, ref.entry_uuid)
+        # Longer lines are never held: they are stripped streaming from the file.
+        hold = min(self._max_line_size, HOLD_LINE_BYTES)
+        cached = self.cache.get(key)
+        if (
+            line_offset_hint is not None
+            and 0 <= line_offset_hint < stat.st_size
+            and (cached is None or cached[0] != line_offset_hint)
+        ):
+            line = line_from(fd, line_offset_hint, hold)
+            if line is not None:
+                found = self._try_line(line, line_offset_hint, ref, pin, _Outcome(), fd)
                 if found is not None:
+                    self.cache.put(key, (line_offset_hint, len(line)))
+                    return found, file_id
+            elif _starts_line(fd, line_offset_hint):
+                found = self._try_line(None, line_offset_hint, ref, pin, _Outcome(), fd)
+                if found is not None:
+                    return found, file_id
+        if cached is not None:
+            line = _line_at(fd, *cached)
+            if line is not None:
+                found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
+                if found is not None:
+                    return found, file_id
+            self.cache.discard(key)
+        outcome = _Outcome()
+        for candidate in iter_candidate_lines(fd, ref.entry_uuid, hold):
+            found = self._try_line(candidate.line, candidate.start, ref, pin, outcome, fd)
+            if found is not None:
+                if candidate.line is not None:
                     self.cache.put(key, (candidate.start, len(candidate.line)))
-                    return found
+                return found, file_id
         if outcome.pin_mismatch:
             metrics.PIN_MISMATCHES.inc()
             raise PinMismatchError()
@@ -459,30 +556,70 @@ class TranscriptMedia:
             raise LineTooLargeError()
         raise MediaNotFoundError()
 
+    def _open(self, ref: TranscriptImageRef, pin: str) -> BinaryIO:
+        validate_pin(pin)
+        try:
+            transcript = self._root.resolve(ref.session_id, current_principal())
+            return self._root.open(transcript)
+        except SessionNotFoundError:
+            raise MediaNotFoundError() from None
+
+    def open(
+        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+    ) -> tuple[MediaInfo, PayloadReader, BinaryIO]:
+        """The image's metadata, a reader of its decoded bytes, and the file it reads.
+
+        The caller closes the file. Nothing of the image is held: each read
+        decodes just the bytes asked for from the file (which stays the one
+        version the ref was checked against while open). `line_offset_hint`
+        is where the entry's line is believed to start; it is tried first and
+        is only ever a hint. MediaNotFoundError (unknown session/entry/index,
+        failed upload), PinMismatchError, LineTooLargeError (a line too large
+        even stripped), CorruptMediaError, AmbiguousSessionError, RefError.
+        """
+        handle = self._open(ref, pin)
+        try:
+            fd = handle.fileno()
+            found, file_id = self._locate(fd, ref, pin, line_offset_hint)
+            info = self._info(fd, found, file_id, ref)
+            reader = PayloadReader(
+                _file_reader(fd),
+                found.raw_start,
+                found.raw_end,
+                escaped=found.escaped,
+                index=found.located.index,
+            )
+        except BaseException:
+            handle.close()
+            raise
+        return info, reader, handle
+
     def read(
         self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
     ) -> tuple[MediaInfo, bytes]:
-        """The image's metadata and decoded bytes.
-
-        `line_offset_hint` is where the entry's line is believed to start; it
-        is tried first and is only ever a hint. MediaNotFoundError (unknown
-        session/entry/index, failed upload), PinMismatchError,
-        LineTooLargeError, CorruptMediaError, AmbiguousSessionError, RefError.
-        """
-        info, data = self._find(ref, pin, line_offset_hint, want_bytes=True)
-        assert data is not None
+        """The image's metadata and all its decoded bytes (for callers that want them whole)."""
+        info, reader, handle = self.open(ref, pin, line_offset_hint)
+        with handle:
+            try:
+                data = reader.read(0, info.size_bytes)
+            except (UndecodablePayloadError, ImageNotStrippedError):
+                raise CorruptMediaError("the transcript's payload changed while read") from None
+        if len(data) != info.size_bytes or hashlib.sha256(data).hexdigest() != info.sha256:
+            raise CorruptMediaError("the transcript's payload changed while read")
         return info, data
 
     def stat(
         self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
     ) -> MediaInfo:
-        """The image's metadata, as `read` gives it.
+        """The image's metadata, as `open` gives it.
 
         The line is still found, parsed and pin-checked; the payload is only
-        decoded if its metadata is not cached.
+        decoded (streaming) if its metadata is not cached.
         """
-        info, _ = self._find(ref, pin, line_offset_hint, want_bytes=False)
-        return info
+        with self._open(ref, pin) as handle:
+            fd = handle.fileno()
+            found, file_id = self._locate(fd, ref, pin, line_offset_hint)
+            return self._info(fd, found, file_id, ref)
 
     def _known(
         self,
@@ -497,18 +634,18 @@ class TranscriptMedia:
         key = (*file_id, ref.entry_uuid)
         cached = self.cache.get(key)
         if hint is not None and 0 <= hint < size and (cached is None or cached[0] != hint):
-            line = line_from(fd, hint, self._max_line_size)
+            line = line_from(fd, hint, min(self._max_line_size, HOLD_LINE_BYTES))
             if line is not None:
-                found = self._try_line(line, ref, pin, _Outcome(), file_id, False)
+                found = self._try_line(line, hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     self.cache.put(key, (hint, len(line)))
-                    return found[0]
+                    return self._info(fd, found, file_id, ref)
         if cached is not None:
             line = _line_at(fd, *cached)
             if line is not None:
-                found = self._try_line(line, ref, pin, _Outcome(), file_id, False)
+                found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
                 if found is not None:
-                    return found[0]
+                    return self._info(fd, found, file_id, ref)
             self.cache.discard(key)
         return None
 
@@ -588,7 +725,10 @@ class TranscriptMedia:
         with self._counts:
             self.search_passes += 1
         candidates = iter_candidate_lines_many(
-            fd, frozenset(waiting), self._max_line_size, lambda: self._slice_read(should_stop)
+            fd,
+            frozenset(waiting),
+            min(self._max_line_size, HOLD_LINE_BYTES),
+            lambda: self._slice_read(should_stop),
         )
         for entry_id, candidate in candidates:
             numbers = waiting.get(entry_id)
@@ -596,20 +736,19 @@ class TranscriptMedia:
                 continue
             for number in list(numbers):
                 ref, pin, _ = selectors[number]
-                if candidate.line is None:
-                    outcomes[number].oversize = True
-                    continue
                 try:
                     found = self._try_line(
-                        candidate.line, ref, pin, outcomes[number], file_id, False
+                        candidate.line, candidate.start, ref, pin, outcomes[number], fd
                     )
+                    info = None if found is None else self._info(fd, found, file_id, ref)
                 except Exception as error:
                     results[number] = error
                     numbers.remove(number)
                     continue
-                if found is not None:
-                    results[number] = found[0]
-                    self.cache.put((*file_id, entry_id), (candidate.start, len(candidate.line)))
+                if info is not None:
+                    results[number] = info
+                    if candidate.line is not None:
+                        self.cache.put((*file_id, entry_id), (candidate.start, len(candidate.line)))
                     numbers.remove(number)
             if not numbers:
                 del waiting[entry_id]

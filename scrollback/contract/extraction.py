@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import binascii
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pybase64
 
 from scrollback.contract.stripping import (
+    _BASE64_ALPHABET,
     MIN_INLINE_LIMIT,
     StrippedImage,
     StrippedLine,
@@ -108,3 +110,114 @@ def extract_image(line: bytes, index: int) -> tuple[bytes, LocatedImage]:
     """The exact decoded bytes of image `index` of a line, and where it was found."""
     located = locate_image(line, index)
     return decode_image(line, located), located
+
+
+# Reads `length` bytes at an absolute file offset (fewer only at EOF).
+RawReader = Callable[[int, int], bytes]
+# Raw text decoded per step: a multiple of 4, so each slice decodes on its own.
+DECODE_SLICE = 256 * 1024
+
+
+def _decode_piece(text: bytes, index: int) -> bytes:
+    """Decode 4-aligned base64 text; the errors `decode_image` raises."""
+    try:
+        decoded: bytes = pybase64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as error:
+        if text.translate(None, _BASE64_ALPHABET):
+            raise ImageNotStrippedError(index) from error
+        raise UndecodablePayloadError(index) from error
+    return decoded
+
+
+def iter_decoded(
+    read: RawReader, start: int, end: int, index: int = -1, slice_bytes: int = DECODE_SLICE
+) -> Iterator[bytes]:
+    """The decoded bytes of the payload whose raw text is at [start, end), slice by slice.
+
+    Never holds more than one slice: escapes (`\\/`, `\\u00XX`) are undone per
+    slice, an escape cut by a slice's end is carried to the next, and base64
+    is decoded in 4-aligned runs. The bytes equal `decode_image`'s, and so do
+    the errors (a short read is UndecodablePayloadError).
+    """
+    carry = b""  # raw text held back: a possibly cut escape
+    pending = b""  # base64 characters short of a 4-aligned run
+    position = start
+    while position < end:
+        data = read(position, min(slice_bytes, end - position))
+        if not data:
+            raise UndecodablePayloadError(index)
+        position += len(data)
+        text = carry + data if carry else data
+        cut = len(text)
+        if position < end:
+            backslash = text.rfind(b"\\", max(0, cut - 5))
+            if backslash >= 0:
+                cut = backslash
+        piece, carry = text[:cut], text[cut:]
+        if b"\\" in piece:
+            piece = _ESCAPE.sub(_unescape, piece)
+        if pending:
+            piece = pending + piece
+        aligned = len(piece) - len(piece) % 4
+        pending = piece[aligned:]
+        if aligned:
+            yield _decode_piece(piece[:aligned], index)
+    if carry:
+        piece = pending + _ESCAPE.sub(_unescape, carry)
+        aligned = len(piece) - len(piece) % 4
+        if aligned:
+            yield _decode_piece(piece[:aligned], index)
+        pending = piece[aligned:]
+    if pending:
+        yield _decode_piece(pending, index)  # not a whole quartet: the same error as whole
+
+
+class PayloadReader:
+    """Random reads of a payload's decoded bytes, straight from its file.
+
+    A payload without escapes maps decoded offset d to raw offset 4 * (d // 3),
+    so a read decodes just the quartets it covers. One with escapes is
+    decoded forward from its start (a read behind the last one starts over).
+    Memory is one slice, whatever the image's size.
+    """
+
+    def __init__(self, read: RawReader, start: int, end: int, *, escaped: bool, index: int) -> None:
+        self._read = read
+        self._start = start
+        self._end = end
+        self._escaped = escaped
+        self._index = index
+        self._stream: Iterator[bytes] | None = None
+        self._held = b""  # decoded bytes from `_held_at`
+        self._held_at = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to `length` decoded bytes from `offset` (fewer at the end)."""
+        if length <= 0:
+            return b""
+        if not self._escaped:
+            quartet = offset // 3
+            raw_from = self._start + quartet * 4
+            raw_to = min(self._end, self._start + -(-(offset + length) // 3) * 4)
+            if raw_from >= raw_to:
+                return b""
+            data = self._read(raw_from, raw_to - raw_from)
+            if len(data) != raw_to - raw_from:
+                raise UndecodablePayloadError(self._index)
+            skip = offset - quartet * 3
+            return _decode_piece(data, self._index)[skip : skip + length]
+        if self._stream is None or offset < self._held_at:
+            self._stream = iter_decoded(self._read, self._start, self._end, self._index)
+            self._held, self._held_at = b"", 0
+        out = bytearray()
+        while len(out) < length:
+            held_end = self._held_at + len(self._held)
+            if offset + len(out) >= held_end:
+                piece = next(self._stream, None)
+                if piece is None:
+                    break
+                self._held, self._held_at = piece, held_end
+                continue
+            at = offset + len(out) - self._held_at
+            out += self._held[at : at + length - len(out)]
+        return bytes(out)

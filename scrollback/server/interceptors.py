@@ -8,6 +8,10 @@
   it; `asyncio.to_thread` carries it into worker threads).
 - limits: at most `max_streams` calls in flight per principal (anonymous
   callers share one budget); over it is RESOURCE_EXHAUSTED naming the limit.
+- stalls: each streamed message is sent with `context.write`; a client that
+  grants no flow-control window for `stall_timeout` seconds has its stream
+  ended (DEADLINE_EXCEEDED, one warning log line), its producer closed at once.
+- `Health.Watch`, open to all, shares one global budget of `max_streams`.
 - one structured log line per RPC (`scrollback.rpc`: service, method, code,
   duration, principal; never payloads or tokens) and Prometheus metrics.
 
@@ -18,12 +22,13 @@ credentials and the bind check, and starts the metrics endpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
@@ -51,6 +56,10 @@ if TYPE_CHECKING:
 else:  # the runtime class is not generic
     _InterceptorBase = grpc.aio.ServerInterceptor
 MALFORMED_MESSAGE = "malformed request message"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+# The budget all Health.Watch streams share (no principal can have this name).
+HEALTH_WATCH_KEY = "\0health-watch"
+DEFAULT_STALL_TIMEOUT_SECONDS = 60.0
 
 
 class _Malformed:
@@ -88,8 +97,11 @@ class _Call:
     failure: str
     started: float
     admitted: bool = False
-    error: BaseException | None = None
+    # The status an exception ended the call with; None: the context's code.
+    outcome: grpc.StatusCode | None = None
     token: Any = None
+    # Whose budget of concurrent calls it takes ("" = anonymous).
+    key: str = ""
 
 
 def _bearer(metadata: Sequence[Any] | None) -> str | None:
@@ -114,10 +126,12 @@ class ServerPolicy(_InterceptorBase):
         *,
         max_streams: int,
         byte_counted_methods: frozenset[str] = frozenset(),
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS,
     ) -> None:
         self._service = service
         self._tokens = tokens
         self._max_streams = max_streams
+        self._stall_timeout = stall_timeout
         self._byte_counted = byte_counted_methods
         self._active: Tally[str] = Tally()
 
@@ -143,22 +157,30 @@ class ServerPolicy(_InterceptorBase):
     ) -> Any:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(EXEMPT_PREFIXES):
+        if handler is None:
+            return handler
+        if method == HEALTH_WATCH:
+            # Open to all, but one global budget of streams (and the stall timeout).
+            return self._wrap(handler, "Health.Watch", None, anonymous_key=HEALTH_WATCH_KEY)
+        if method.startswith(EXEMPT_PREFIXES):
             return handler
         short = method.rsplit("/", 1)[-1]
         metadata = handler_call_details.invocation_metadata
         return self._wrap(handler, short, metadata)
 
-    def _start(self, method: str, metadata: Sequence[Any] | None) -> _Call:
+    def _start(self, method: str, metadata: Sequence[Any] | None, anonymous_key: str) -> _Call:
+        if anonymous_key:
+            return _Call(method, None, "", time.perf_counter(), key=anonymous_key)
         principal, failure = self._authenticate(metadata)
-        return _Call(method, principal, failure, time.perf_counter())
+        key = principal.name if principal else ""
+        return _Call(method, principal, failure, time.perf_counter(), key=key)
 
     async def _admit(self, call: _Call, context: Context, request: Any = None) -> None:
         if call.failure:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, call.failure)
         if request is _MALFORMED:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE)
-        key = call.principal.name if call.principal else ""
+        key = call.key
         if self._active[key] >= self._max_streams:
             metrics.LIMIT_REFUSALS.labels("max_streams_per_principal").inc()
             await context.abort(
@@ -172,22 +194,18 @@ class ServerPolicy(_InterceptorBase):
 
     def _finish(self, call: _Call, context: Context) -> None:
         if call.admitted:
-            key = call.principal.name if call.principal else ""
+            key = call.key
             self._active[key] -= 1
             if self._active[key] <= 0:
                 del self._active[key]
             reset_principal(call.token)
-        error = call.error
-        if error is None or isinstance(error, grpc.aio.AbortError):
+        code = call.outcome
+        if code is None:
             code = context.code() or grpc.StatusCode.OK
             if isinstance(code, int):  # some versions report the raw integer
                 code = next(
                     (c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN
                 )
-        elif isinstance(error, (asyncio.CancelledError, GeneratorExit)):
-            code = grpc.StatusCode.CANCELLED
-        else:
-            code = grpc.StatusCode.UNKNOWN
         duration = time.perf_counter() - call.started
         name = call.principal.name if call.principal else "-"
         metrics.RPC_REQUESTS.labels(self._service, call.method, code.name).inc()
@@ -201,19 +219,26 @@ class ServerPolicy(_InterceptorBase):
             name,
         )
 
-    def _wrap(self, handler: Any, method: str, metadata: Sequence[Any] | None) -> Any:
+    def _wrap(
+        self,
+        handler: Any,
+        method: str,
+        metadata: Sequence[Any] | None,
+        *,
+        anonymous_key: str = "",
+    ) -> Any:
         counted = method in self._byte_counted
         deserializer = _safe_deserializer(handler.request_deserializer)
         if not handler.request_streaming and not handler.response_streaming:
             inner = handler.unary_unary
 
             async def unary_unary(request: Any, context: Context) -> Any:
-                call = self._start(method, metadata)
+                call = self._start(method, metadata, anonymous_key)
                 try:
                     await self._admit(call, context, request)
                     return await inner(request, context)
                 except BaseException as error:
-                    call.error = error
+                    call.outcome = _outcome_of(error)
                     raise
                 finally:
                     self._finish(call, context)
@@ -225,12 +250,12 @@ class ServerPolicy(_InterceptorBase):
             inner = handler.stream_unary
 
             async def stream_unary(requests: Any, context: Context) -> Any:
-                call = self._start(method, metadata)
+                call = self._start(method, metadata, anonymous_key)
                 try:
                     await self._admit(call, context)
                     return await inner(_checked(requests), context)
                 except BaseException as error:
-                    call.error = error
+                    call.outcome = _outcome_of(error)
                     raise
                 finally:
                     self._finish(call, context)
@@ -243,8 +268,11 @@ class ServerPolicy(_InterceptorBase):
             handler.unary_stream if not handler.request_streaming else handler.stream_stream
         )
 
-        async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
-            call = self._start(method, metadata)
+        # A coroutine handler that sends with `context.write` (grpc.aio's
+        # reader/writer form), so that each send can be bounded in time.
+        async def streaming(request: Any, context: Context) -> None:
+            call = self._start(method, metadata, anonymous_key)
+            result: Any = None
             try:
                 if handler.request_streaming:
                     await self._admit(call, context)
@@ -256,13 +284,24 @@ class ServerPolicy(_InterceptorBase):
                     async for message in result:
                         if counted:
                             metrics.READ_MEDIA_BYTES.inc(len(getattr(message, "data", b"")))
-                        yield message
+                        stalled = await self._send(context, message)
+                        if stalled is not None:
+                            await self._end_stalled(call, context, result, stalled)
+                        del message  # hold nothing between sends
                 else:
                     await result
             except BaseException as error:
-                call.error = error
+                # Only the outcome is kept: keeping the exception would make a
+                # cycle (its traceback holds this frame, which holds `call`)
+                # and keep the stream's generator and all it held until the
+                # cyclic GC ran.
+                call.outcome = _outcome_of(error)
                 raise
             finally:
+                if result is not None and hasattr(result, "aclose"):
+                    # A cancelled or failed stream frees what it held at once.
+                    await result.aclose()
+                result = None
                 self._finish(call, context)
 
         if handler.request_streaming:
@@ -272,6 +311,62 @@ class ServerPolicy(_InterceptorBase):
         return grpc.unary_stream_rpc_method_handler(
             streaming, deserializer, handler.response_serializer
         )
+
+    async def _send(self, context: Context, message: Any) -> asyncio.Future[None] | None:
+        """Send one message; its still pending write if the client granted no window in time.
+
+        The write of a stalled stream stays pending (grpc.aio cannot take back
+        a message handed to the transport, nor send a status beside it):
+        `_end_stalled` waits for it.
+        """
+        write = asyncio.ensure_future(context.write(message))
+        try:
+            done, _ = await asyncio.wait({write}, timeout=self._stall_timeout)
+        except BaseException:
+            write.cancel()
+            raise
+        if done:
+            write.result()  # raises what the write raised
+            return None
+        return write
+
+    async def _end_stalled(
+        self, call: _Call, context: Context, result: Any, write: asyncio.Future[None]
+    ) -> NoReturn:
+        """End a stream whose client stopped reading: free its data, log, then its status.
+
+        The producer is closed now, so nothing but the one pending message is
+        held; the status follows that message as soon as the transport can
+        send it (the client reads again), or the call is cancelled when the
+        client leaves.
+        """
+        metrics.LIMIT_REFUSALS.labels("stall_timeout").inc()
+        log.warning(
+            "stream stalled: service=%s method=%s principal=%s granted no flow-control window"
+            " for %g s; ending it (stall_timeout_seconds)",
+            self._service,
+            call.method,
+            call.principal.name if call.principal else "-",
+            self._stall_timeout,
+        )
+        await result.aclose()
+        with contextlib.suppress(Exception):
+            await write
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"the client granted no flow-control window for {self._stall_timeout:g} s"
+            " (stall_timeout_seconds)",
+        )
+        raise AssertionError("unreachable")  # context.abort always raises
+
+
+def _outcome_of(error: BaseException) -> grpc.StatusCode | None:
+    """The status an RPC ended with because of `error` (None: read it from the context)."""
+    if isinstance(error, grpc.aio.AbortError):
+        return None
+    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.UNKNOWN
 
 
 @dataclass
@@ -303,6 +398,7 @@ def prepare_security(
     insecure: bool,
     auth_configured: bool = False,
     byte_counted_methods: frozenset[str] = frozenset(),
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS,
 ) -> PreparedSecurity:
     """Validate the settings, check the bind rule, read tokens and certificates, start metrics.
 
@@ -326,6 +422,7 @@ def prepare_security(
         tokens,
         max_streams=settings.max_streams_per_principal,
         byte_counted_methods=byte_counted_methods,
+        stall_timeout=stall_timeout,
     )
     metrics_port = None
     if settings.metrics_addr:

@@ -1,7 +1,7 @@
 """The command line both services share: `python -m history_service` / `python -m media_service`.
 
 `service_parser` declares the flags (`--transcripts`, `--state`, `--addr`,
-`--insecure`, `--auth-tokens`, `--database-url`); each service keeps its own
+`--insecure`, `--auth-tokens`, `--stall-timeout`, `--database-url`); each service keeps its own
 help texts and turns the parsed flags into its configuration.
 `run_service` sets up logging, builds the configuration and serves until
 SIGINT/SIGTERM: an unusable configuration or a refused bind prints
@@ -40,6 +40,12 @@ def service_parser(
     )
     parser.add_argument(
         "--auth-tokens", type=Path, help="token file (YAML/JSON) of SCROLLBACK_AUTH_TOKENS"
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="end a stream whose client grants no flow-control window this long (default 60)",
     )
     parser.add_argument(
         "--database-url", help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL)"

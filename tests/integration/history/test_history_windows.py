@@ -159,20 +159,29 @@ async def test_empty_file_skipped_lines_and_no_uuid_lines(history: HistoryHarnes
     assert not inline.entries[1].payloads_deferred
 
 
-async def test_large_entries_are_chunked_and_inline_defers(history: HistoryHarness) -> None:
+async def test_large_entries_are_chunked_and_inline_sends_them_whole(
+    history: HistoryHarness,
+) -> None:
     prose = "é" * (2 * 1024 * 1024 + 3)  # ~4 MiB of two-byte characters: not base64
-    png = base64.b64encode(os.urandom(3 * 1024 * 1024)).decode()
+    # An 8.4 MB line: a 6 MB image and 2.4 MB of text.
+    png = base64.b64encode(os.urandom(4_500_000)).decode()
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    words = {"type": "text", "text": "a b " * 600_000}
     history.transcript("big").write_bytes(
         line(type="assistant", uuid="p1", text=prose)
-        + line(type="user", uuid="i1", message={"content": [image]})
+        + line(type="user", uuid="i1", message={"content": [words, image]})
     )
     for mode in (pb.MEDIA_MODE_DEFERRED, pb.MEDIA_MODE_INLINE):
         page = await read_page(history.stub, session_id="big", media_mode=mode)
         big, pic = page.entries
         assert orjson.loads(big.json)["text"] == prose
-        assert png not in pic.json and len(pic.media_refs) == 1
-        assert pic.payloads_deferred == (mode == pb.MEDIA_MODE_INLINE)
+        assert not pic.payloads_deferred
+        if mode == pb.MEDIA_MODE_INLINE:
+            # CONTRACT section 3: INLINE returns lines whole up to the max line size.
+            assert pic.line_size_bytes > 8_000_000 and len(pic.json) == pic.line_size_bytes
+            assert png in pic.json and not pic.media_refs
+        else:
+            assert png not in pic.json and len(pic.media_refs) == 1
 
 
 async def test_oversize_lines_get_a_stub(history_server: HarnessFactory) -> None:

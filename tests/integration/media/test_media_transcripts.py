@@ -250,17 +250,38 @@ async def test_line_without_newline_and_crlf(media: MediaEnv) -> None:
     assert error.code() == grpc.StatusCode.NOT_FOUND
 
 
-async def test_oversize_line_is_resource_exhausted(start_media: StartMedia) -> None:
+async def test_lines_over_the_max_line_size(start_media: StartMedia) -> None:
     env = await start_media(max_line_size=64 * 1024)
     small = dumps(entry("u-small", [image_block(png_bytes(40_000, 9))]))
+    # Over the max line size because of its image: found by streaming the line.
     big = dumps(entry("u-big", [image_block(png_bytes(100_000, 10))]))
-    write_transcript(env.root, "big", [big, small])
+    # Still over it without its image: the history service stubs it, so the
+    # media service has nothing to serve either.
+    prose = "word " * 20_000
+    huge = dumps(
+        entry("u-huge", [{"type": "text", "text": prose}, image_block(png_bytes(40_000, 12))])
+    )
+    write_transcript(env.root, "big", [big, huge, small])
     (ref,) = mint("big", big)
+    _, data, _ = await read_media(env.stub, media_pb2.MediaSelector(media_ref=ref))
+    assert data == expected_images(big)[0]
+    (ref,) = mint("big", huge)
     error = await read_error(env.stub, media_pb2.MediaSelector(media_ref=ref))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     (ref,) = mint("big", small)
     _, data, _ = await read_media(env.stub, media_pb2.MediaSelector(media_ref=ref))
     assert data == expected_images(small)[0]
+
+
+async def test_a_ref_in_a_line_over_16_mib_resolves(start_media: StartMedia) -> None:
+    env = await start_media()  # the default max line size: 16 MiB
+    payload = png_bytes(13_000_000, -1)
+    line = dumps(entry("u-huge-photo", [image_block(payload)]))
+    assert len(line) > 16 * 1024 * 1024
+    write_transcript(env.root, "huge", [line])
+    (ref,) = mint("huge", line)
+    metadata, data, _ = await read_media(env.stub, media_pb2.MediaSelector(media_ref=ref))
+    assert data == payload and metadata.size_bytes == len(payload)
 
 
 async def test_range_reads(start_media: StartMedia) -> None:
