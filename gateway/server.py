@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, split_addr
@@ -32,9 +34,9 @@ class RunningGateway:
 
     async def stop(self) -> None:
         """Stop accepting, finish (or cut) open responses, close the channels."""
+        # Open SSE streams never end by themselves: uvicorn cuts them after
+        # timeout_graceful_shutdown, then runs the lifespan's shutdown.
         self.server.should_exit = True
-        # Open SSE streams never end by themselves: cut them after a moment.
-        self.server.force_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
 
@@ -54,13 +56,16 @@ def _bind(addr: str) -> socket.socket:
     return sock
 
 
-async def start_gateway(config: GatewayConfig) -> RunningGateway:
-    """Bind and serve in the background of the current loop."""
+async def start_gateway(
+    config: GatewayConfig, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+) -> RunningGateway:
+    """Bind and serve in the background of the current loop (`wrap`: ASGI middleware)."""
+    app: ASGIApp = create_app(config)
     sock = _bind(config.addr)
     port = int(sock.getsockname()[1])
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config),
+            wrap(app) if wrap is not None else app,
             log_config=None,
             access_log=False,
             lifespan="on",
