@@ -32,6 +32,9 @@ EXPECTED = {
     "throughput_media",
     "rss_1mb_images",
     "rss_10mb_vs_1mb_images",
+    "gateway_photo_vs_readmedia",
+    "gateway_photo_concurrent",
+    "gateway_rss_big_vs_small_photos",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 20x target cannot show, so only "not much slower than the
