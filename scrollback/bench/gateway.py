@@ -195,4 +195,3 @@ async def gateway_figures(
         )
     )
     return figures
-

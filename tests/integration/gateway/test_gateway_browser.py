@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gateway_helpers import SESSION, GatewayStack, artifacts_dir, photo_session
-
 from client_helpers import user_line
+from gateway_helpers import SESSION, GatewayStack, artifacts_dir, photo_session
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -83,9 +82,11 @@ def test_viewer_is_lazy_fetches_each_photo_once_and_follows_live(
     browser_hits: list[str] = []
     page.on(
         "request",
-        lambda request: browser_hits.append(_media_path(request.url))
-        if "/api/v1/media/" in request.url
-        else None,
+        lambda request: (
+            browser_hits.append(_media_path(request.url))
+            if "/api/v1/media/" in request.url
+            else None
+        ),
     )
 
     page.goto(f"{stack.url}/sessions/{SESSION}")

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import orjson
+from client_helpers import png, user_line
 from gateway_helpers import SESSION, TOKENS, GatewayStack, photo_session
 
-from client_helpers import png, user_line
 from gateway.signing import UrlSigner
 
 CACHE = "private, max-age=31536000, immutable"
@@ -122,7 +122,9 @@ def test_signatures_tampered_expired_missing_are_refused(stack: GatewayStack) ->
         answer = httpx.get(base, params=changed)
         assert answer.status_code == 403, changed
         assert signature not in answer.text
-    other = httpx.get(base.replace("/0", "/1").replace(ref["uri"], ref["uri"][:-1] + "1"), params=fields)
+    other = httpx.get(
+        base.replace("/0", "/1").replace(ref["uri"], ref["uri"][:-1] + "1"), params=fields
+    )
     assert other.status_code == 403
 
     # Signed with the gateway's key an hour ago for a 60 s lifetime: expired.
@@ -243,7 +245,8 @@ def test_events_stream_entries_and_accepts_and_resume_from_last_event_id(
     assert [e["data"] for e in resumed] == [events[1]["data"]]
 
     not_json = httpx.post(
-        f"{stack.url}/api/v1/sessions/{SESSION}/messages", content=b"text=x",
+        f"{stack.url}/api/v1/sessions/{SESSION}/messages",
+        content=b"text=x",
         headers={"Content-Type": "application/x-www-form-urlencoded"},
     )
     assert not_json.status_code == 415
