@@ -84,6 +84,10 @@ class Gateway:
         target, options = channel_target(self.config.history_addr)
         self._history_channel = grpc.aio.insecure_channel(target, options=options)
         target, options = channel_target(self.config.media_addr)
+        # No BDP probing: the receive window stays at its initial size, so a photo
+        # stream buffers a bounded amount in the gateway whatever the photo's size
+        # (the HTTP side drains it at the browser's pace).
+        options = [*options, ("grpc.http2.bdp_probe", 0)]
         self._media_channel = grpc.aio.insecure_channel(target, options=options)
 
     async def close(self) -> None:

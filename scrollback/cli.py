@@ -119,9 +119,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
     _apply_flags_to_env(args)
     if args.gateway_addr:
         os.environ["SCROLLBACK_GATEWAY_ADDR"] = args.gateway_addr
+    from gateway.config import ConfigError
+
     try:
         return asyncio.run(_run_up(args.insecure, args.gateway))
-    except ValueError as error:  # the gateway's ConfigError
+    except ConfigError as error:
         print(f"scrollback: {error}", file=sys.stderr)
         return EXIT_USAGE
 
