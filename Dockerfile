@@ -11,6 +11,7 @@ COPY scrollback ./scrollback
 COPY history_service ./history_service
 COPY media_service ./media_service
 COPY client ./client
+COPY gateway ./gateway
 RUN pip install --no-cache-dir . && useradd --system --uid 10001 scrollback \
     && mkdir -p /state && chown scrollback /state
 

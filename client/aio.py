@@ -44,7 +44,7 @@ from client._core import (
     selector_of,
 )
 from client._retry import retry_async
-from client.errors import from_rpc_error
+from client.errors import DataLoss, from_rpc_error
 from client.history import WATCH_RESUME_CODES, WATCH_RETRY, window_request
 from client.media import ImageSource, MediaTarget, stat_error
 from scrollback.history.v1 import history_pb2 as hpb
@@ -248,6 +248,32 @@ class AsyncHistoryClient(AsyncChannelClient):
                 call.cancel()
 
 
+class AsyncMediaStream:
+    """The asyncio twin of client.media.MediaStream. An open ReadMedia call: `metadata`, then `chunks()`; `cancel()` ends it early."""
+
+    def __init__(
+        self, metadata: mpb.MediaMetadata, call: Any, messages: AsyncIterator[Any]
+    ) -> None:
+        self.metadata = metadata
+        self._call = call
+        self._messages = messages
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The bytes as the service sends them; the call is cancelled if left early."""
+        try:
+            async for message in self._messages:
+                if message.WhichOneof("item") == "data":
+                    yield message.data
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            self._call.cancel()
+
+    def cancel(self) -> None:
+        """End the call without reading its bytes."""
+        self._call.cancel()
+
+
 class AsyncMediaClient(AsyncChannelClient):
     """The asyncio twin of client.media.MediaClient."""
 
@@ -285,6 +311,38 @@ class AsyncMediaClient(AsyncChannelClient):
             return progress.finish()
 
         return await retry_async(attempt, self.retry, self._rng)
+
+    async def open_media(
+        self,
+        target: MediaTarget,
+        pin: str | None = None,
+        *,
+        read_offset: int = 0,
+        read_limit: int = 0,
+    ) -> AsyncMediaStream:
+        """A ReadMedia stream whose metadata has arrived; its bytes are read chunk by chunk.
+
+        For a caller that passes the bytes on as they come (the HTTP gateway):
+        nothing is buffered beyond one chunk, nothing is retried or verified
+        (the caller streams a part, or sends bytes before the end is known).
+        A failure before the metadata raises the typed error here.
+        """
+        request = mpb.ReadMediaRequest(
+            media=selector_of(target, pin), read_offset=read_offset, read_limit=read_limit
+        )
+        call = self.stub.ReadMedia(request, timeout=self.deadlines.stream, metadata=self.metadata)
+        messages = call.__aiter__()
+        try:
+            first = await anext(messages)
+        except grpc.RpcError as error:
+            call.cancel()
+            raise from_rpc_error(error) from None
+        except StopAsyncIteration:
+            first = None
+        if first is None or first.WhichOneof("item") != "metadata":
+            call.cancel()
+            raise DataLoss("the media stream carried no metadata")
+        return AsyncMediaStream(first.metadata, call, messages)
 
     async def stat_media(self, targets: Iterable[MediaTarget]) -> list[mpb.StatMediaResult]:
         """Metadata of many media in one call."""

@@ -14,7 +14,7 @@ sha256, so a photo the cache already holds is never read twice.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from os import PathLike
 from typing import Any
 
@@ -36,7 +36,7 @@ from client._core import (
     selector_of,
 )
 from client._retry import retry_sync
-from client.errors import error_class
+from client.errors import DataLoss, error_class, from_rpc_error
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
@@ -51,6 +51,30 @@ def stat_error(result: mpb.StatMediaResult) -> Exception | None:
         return None
     code = getattr(grpc.StatusCode, result.error.code, grpc.StatusCode.UNKNOWN)
     return error_class(code)(result.error.message, code=code)
+
+
+class MediaStream:
+    """An open ReadMedia call: `metadata`, then `chunks()`; `cancel()` ends it early."""
+
+    def __init__(self, metadata: mpb.MediaMetadata, call: Any, messages: Iterator[Any]) -> None:
+        self.metadata = metadata
+        self._call = call
+        self._messages = messages
+
+    def chunks(self) -> Iterator[bytes]:
+        """The bytes as the service sends them; the call is cancelled if left early."""
+        try:
+            for message in self._messages:
+                if message.WhichOneof("item") == "data":
+                    yield message.data
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            self._call.cancel()
+
+    def cancel(self) -> None:
+        """End the call without reading its bytes."""
+        self._call.cancel()
 
 
 class MediaClient(SyncChannelClient):
@@ -89,6 +113,38 @@ class MediaClient(SyncChannelClient):
             return progress.finish()
 
         return retry_sync(attempt, self.retry, self._rng)
+
+    def open_media(
+        self,
+        target: MediaTarget,
+        pin: str | None = None,
+        *,
+        read_offset: int = 0,
+        read_limit: int = 0,
+    ) -> MediaStream:
+        """A ReadMedia stream whose metadata has arrived; its bytes are read chunk by chunk.
+
+        For a caller that passes the bytes on as they come: nothing is buffered
+        beyond one chunk, nothing is retried or verified (the caller streams a
+        part, or sends bytes before the end is known). A failure before the
+        metadata raises the typed error here.
+        """
+        request = mpb.ReadMediaRequest(
+            media=selector_of(target, pin), read_offset=read_offset, read_limit=read_limit
+        )
+        call: Any = self.stub.ReadMedia(
+            request, timeout=self.deadlines.stream, metadata=self.metadata
+        )
+        messages = iter(call)
+        try:
+            first = next(messages, None)
+        except grpc.RpcError as error:
+            call.cancel()
+            raise from_rpc_error(error) from None
+        if first is None or first.WhichOneof("item") != "metadata":
+            call.cancel()
+            raise DataLoss("the media stream carried no metadata")
+        return MediaStream(first.metadata, call, messages)
 
     def stat_media(self, targets: Iterable[MediaTarget]) -> list[mpb.StatMediaResult]:
         """Metadata of many media in one call (per-item errors in the results)."""

@@ -2,6 +2,8 @@
 
 - `scrollback up`: both services in the foreground on embedded defaults
   (SQLite state and local files), until Ctrl-C or SIGTERM.
+- `scrollback up --gateway`: the same, plus the HTTP gateway and viewer (SCROLLBACK_GATEWAY_ADDR).
+- `scrollback gateway`: the HTTP gateway alone, a client of running services.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
 - `scrollback loadtest [--seconds S] [--clients N]`: a bounded load test on loopback.
 - `scrollback sessions`: the sessions under the root, newest first.
@@ -63,7 +65,7 @@ def _apply_flags_to_env(args: argparse.Namespace) -> None:
             os.environ[variable] = str(value)
 
 
-async def _run_up(insecure: bool) -> int:
+async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
     from history_service.config import HistoryConfig
     from history_service.server import start_history_server
     from media_service.config import MediaConfig
@@ -81,23 +83,63 @@ async def _run_up(insecure: bool) -> int:
     except BaseException:
         await history.stop()
         raise
+    gateway = None
+    if with_gateway:
+        from gateway.config import GatewayConfig
+        from gateway.server import start_gateway
+
+        try:
+            gateway_config = GatewayConfig.from_env().with_overrides(
+                history_addr=f"127.0.0.1:{history.port}",
+                media_addr=f"127.0.0.1:{media.port}",
+                insecure=insecure,
+            )
+            gateway = await start_gateway(gateway_config)
+        except BaseException:
+            await asyncio.gather(history.stop(), media.stop())
+            raise
     log = logging.getLogger("scrollback")
     log.info("history service listening on port %d", history.port)
     log.info("media service listening on port %d", media.port)
-    print(
-        f"scrollback up: history on port {history.port}, media on port {media.port}; Ctrl-C stops",
-        flush=True,
-    )
+    served = f"history on port {history.port}, media on port {media.port}"
+    if gateway is not None:
+        served += f", gateway and viewer on port {gateway.port}"
+    print(f"scrollback up: {served}; Ctrl-C stops", flush=True)
     try:
         await wait_for_shutdown_signal()
     finally:
-        await asyncio.gather(history.stop(), media.stop())
+        stops = [history.stop(), media.stop()]
+        if gateway is not None:
+            stops.append(gateway.stop())
+        await asyncio.gather(*stops)
     return EXIT_OK
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
     _apply_flags_to_env(args)
-    return asyncio.run(_run_up(args.insecure))
+    if args.gateway_addr:
+        os.environ["SCROLLBACK_GATEWAY_ADDR"] = args.gateway_addr
+    from gateway.config import ConfigError
+
+    try:
+        return asyncio.run(_run_up(args.insecure, args.gateway))
+    except ConfigError as error:
+        print(f"scrollback: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from gateway.__main__ import config_from_args
+    from gateway.config import ConfigError
+    from gateway.server import serve
+
+    try:
+        config = config_from_args(args)
+    except ConfigError as error:
+        print(f"scrollback: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    asyncio.run(serve(config))
+    return EXIT_OK
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -132,7 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="allow a non-loopback address without auth"
     )
     up.add_argument("--database-url", help="postgresql:// state database (SCROLLBACK_DATABASE_URL)")
+    up.add_argument(
+        "--gateway", action="store_true", help="also serve the HTTP gateway and the viewer"
+    )
+    up.add_argument("--gateway-addr", help="gateway address (SCROLLBACK_GATEWAY_ADDR)")
     up.set_defaults(handler=_cmd_up)
+
+    gateway = commands.add_parser(
+        "gateway", help="the HTTP gateway and viewer, a client of running services"
+    )
+    from gateway.__main__ import add_arguments as add_gateway_arguments
+
+    add_gateway_arguments(gateway)
+    gateway.set_defaults(handler=_cmd_gateway)
 
     bench = commands.add_parser("bench", help="run the benchmarks against their baselines")
     from scrollback_app.bench.command import add_arguments as add_bench_arguments

@@ -622,6 +622,21 @@ class _Run:
                 await self.throughput(
                     history_server.addr, media_server.addr, floor_server.addr, refs.photo
                 )
+            from scrollback_app.bench.gateway import gateway_figures
+
+            for figure in await gateway_figures(
+                history_server.addr,
+                media_server.addr,
+                media,
+                refs.photo,
+                repeats=self.config.repeats,
+                batch=self.config.media_batch,
+                clients=self.config.clients,
+                rss_streams=self.config.rss_streams,
+                big_session="bigimg",
+                photo_session="photo",
+            ):
+                self.add(figure)
         await self.rss()
         for figure in await lookup.measure(
             self.work,

@@ -52,6 +52,8 @@ def test_reads_agree(client_servers: ServerPair) -> None:
         refs = [r for e in sb.history.iter_window("p1") for r in e.media_refs]
         sync_media = [sb.media.read_media(ref).data for ref in refs]
         sync_stat = [r.WhichOneof("result") for r in sb.media.stat_media(refs)]
+        sync_stream = sb.media.open_media(refs[1], read_offset=3, read_limit=50)
+        sync_part = (sync_stream.metadata.sha256, b"".join(sync_stream.chunks()))
         sync_missing = sb.media.find_missing_blobs(["0" * 64])
         sync_errors = [
             _outcome(lambda: sb.history.read_window("nope")),
@@ -65,14 +67,16 @@ def test_reads_agree(client_servers: ServerPair) -> None:
             every = [e.uuid for e in await _collect(sb.history.iter_window("p1", page_size=1))]
             media = [(await sb.media.read_media(ref)).data for ref in refs]
             stat = [r.WhichOneof("result") for r in await sb.media.stat_media(refs)]
+            stream = await sb.media.open_media(refs[1], read_offset=3, read_limit=50)
+            part = (stream.metadata.sha256, b"".join(await _collect(stream.chunks())))
             missing = await sb.media.find_missing_blobs(["0" * 64])
             errors = [
                 await _async_outcome(lambda: sb.history.read_window("nope")),
                 await _async_outcome(lambda: sb.media.read_media("nope/e1/0", "0" * 32)),
             ]
-            return sessions, window, every, media, stat, missing, errors
+            return sessions, window, every, media, stat, missing, errors, part
 
-    sessions, window, every, media, stat, missing, errors = asyncio.run(async_side())
+    sessions, window, every, media, stat, missing, errors, part = asyncio.run(async_side())
     assert sessions == sync_sessions == ["p1"]
     assert [e.SerializeToString() for e in window.entries] == [
         e.SerializeToString() for e in sync_window.entries
@@ -81,6 +85,8 @@ def test_reads_agree(client_servers: ServerPair) -> None:
     assert every == sync_all == ["e1", "e2", "e3"]
     assert media == sync_media == [png(1), png(2), png(3)]
     assert stat == sync_stat
+    assert part == sync_part
+    assert part[1] == png(2)[3:53]
     assert missing == sync_missing == ["0" * 64]
     assert errors == sync_errors == [("error", NotFound), ("error", NotFound)]
 

@@ -33,12 +33,27 @@ ADDR_ENV = {"history": "SCROLLBACK_HISTORY_ADDR", "media": "SCROLLBACK_MEDIA_ADD
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    """The parsed docker-compose.yml, default services only (profiled ones start only on
-    request; the `scaled` profile is tested in tests/integration/stores)."""
+    """The parsed docker-compose.yml, the two gRPC services of the default set (profiled
+    ones start only on request; the `scaled` profile is tested in tests/integration/stores;
+    the gateway, a client of these two, is checked by test_compose_gateway)."""
     data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     assert isinstance(data, dict)
-    data["services"] = {k: v for k, v in data["services"].items() if not v.get("profiles")}
+    data["services"] = {
+        k: v for k, v in data["services"].items() if not v.get("profiles") and k != "gateway"
+    }
     return data
+
+
+def test_compose_gateway() -> None:
+    data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    gateway = data["services"]["gateway"]
+    assert gateway["build"] == data["services"]["history"]["build"]
+    assert gateway["command"][:3] == ["python", "-m", "gateway"]
+    assert "0.0.0.0:8080" in gateway["command"]
+    assert gateway["ports"] == ["127.0.0.1:8080:8080"], "publish on loopback only"
+    environment = gateway["environment"]
+    assert environment["SCROLLBACK_HISTORY_ADDR"] == "history:50051"
+    assert environment["SCROLLBACK_MEDIA_ADDR"] == "media:50052"
 
 
 def _volume(spec: str) -> tuple[str, str, str]:

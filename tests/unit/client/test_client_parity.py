@@ -38,6 +38,7 @@ _ASYNC_TO_SYNC = [
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\bAsyncIterable\b", "Iterable"),
     (r"\bAsyncClosing\b", "Closing"),
+    (r"\bAsyncMediaStream\b", "MediaStream"),
     (r"\bAsync(\w+Client)\b", r"\1"),
     (r"\bAsyncClient\b", "Client"),
 ]

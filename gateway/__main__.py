@@ -1,0 +1,54 @@
+"""`python -m gateway [--addr HOST:PORT] [--history-addr A] [--media-addr A] [--insecure]`.
+
+Flags override the environment (SCROLLBACK_GATEWAY_ADDR, SCROLLBACK_HISTORY_ADDR,
+SCROLLBACK_MEDIA_ADDR, SCROLLBACK_AUTH_TOKENS; see gateway.config); an unusable
+configuration exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.config import ConfigError, GatewayConfig
+from gateway.server import serve
+from scrollback.server.service_cli import run_service
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gateway's flags (shared with `scrollback gateway`)."""
+    parser.add_argument("--addr", help="HOST:PORT to listen on (SCROLLBACK_GATEWAY_ADDR)")
+    parser.add_argument("--history-addr", help="history service (SCROLLBACK_HISTORY_ADDR)")
+    parser.add_argument("--media-addr", help="media service (SCROLLBACK_MEDIA_ADDR)")
+    parser.add_argument(
+        "--auth-tokens", type=Path, help="callers' token file (SCROLLBACK_AUTH_TOKENS)"
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback address without auth"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    """The environment's configuration with the flags applied."""
+    config = GatewayConfig.from_env()
+    overrides: dict[str, object] = {"insecure": args.insecure}
+    for name in ("addr", "history_addr", "media_addr"):
+        if getattr(args, name, None):
+            overrides[name] = getattr(args, name)
+    if args.auth_tokens is not None:
+        overrides["auth_tokens"] = args.auth_tokens.expanduser()
+    return config.with_overrides(**overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gateway in the foreground."""
+    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run_service("gateway", lambda: config_from_args(args), serve, ConfigError)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

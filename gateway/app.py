@@ -1,0 +1,410 @@
+"""The gateway's ASGI app: JSON API, photos, live events and the viewer.
+
+Routes (the fixed names of CONTRACT section 12 first):
+- `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "next_page_token"}`;
+- `GET /api/v1/sessions/{id}/window?page_token=&direction=latest_first|oldest_first&page_size=`:
+  `{"entries": [...], "next_page_token", ...}`, each ref with a signed `url`;
+- `GET /api/v1/sessions/{id}/bootstrap?page_size=`: pending messages, watch position, latest window;
+- `POST /api/v1/sessions/{id}/messages` (JSON `text`, `client_txn_id`, `attachments`): accept;
+- `GET /api/v1/sessions/{id}/events?position=`: WatchSession as Server-Sent Events, each `id:`
+  the position after it, so `Last-Event-ID` resumes with no gap and no duplicate;
+- `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=`: one photo, streamed (see gateway.media);
+- `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its script and style.
+
+Every gRPC call goes through `client.aio` on two channels opened at start-up; the
+caller's bearer token is passed through per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import grpc
+import orjson
+from google.protobuf.timestamp_pb2 import Timestamp
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from client._core import channel_target
+from client.aio import AsyncHistoryClient, AsyncMediaClient
+from client.errors import ScrollbackError
+from gateway.config import GatewayConfig
+from gateway.errors import HttpError, error_response, http_status
+from gateway.media import serve_media
+from gateway.signing import UrlSigner
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.ref.v1 import ref_pb2
+from scrollback.server.auth import TokenTable
+
+log = logging.getLogger("scrollback.gateway")
+STATIC = Path(__file__).parent / "static"
+MEDIA_PREFIX = "/api/v1/media/"
+# The viewer page loads only its own script, style and photos.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is asking: the principal name ("" without auth) and the token to pass on."""
+
+    principal: str
+    token: str | None
+
+
+class Gateway:
+    """The app's state: configuration, signer, token table and the two service channels."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.signer = UrlSigner(config.signing_key(), config.url_ttl_seconds)
+        self.tokens: TokenTable | None = config.token_table()
+        self.service_token = config.service_token()
+        self._history_channel: grpc.aio.Channel | None = None
+        self._media_channel: grpc.aio.Channel | None = None
+
+    async def open(self) -> None:
+        """Open the channels (in the serving loop)."""
+        target, options = channel_target(self.config.history_addr)
+        self._history_channel = grpc.aio.insecure_channel(target, options=options)
+        target, options = channel_target(self.config.media_addr)
+        # No BDP probing: the receive window stays at its initial size, so a photo
+        # stream buffers a bounded amount in the gateway whatever the photo's size
+        # (the HTTP side drains it at the browser's pace).
+        options = [*options, ("grpc.http2.bdp_probe", 0)]
+        self._media_channel = grpc.aio.insecure_channel(target, options=options)
+
+    async def close(self) -> None:
+        """Close the channels."""
+        for channel in (self._history_channel, self._media_channel):
+            if channel is not None:
+                await channel.close(None)
+
+    def caller(self, request: Request) -> Caller:
+        """The caller of a request; HttpError 401 when auth is on and the token is bad."""
+        if self.tokens is None:
+            return Caller("", None)
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        principal = self.tokens.lookup(token) if scheme.lower() == "bearer" and token else None
+        if principal is None:
+            raise HttpError(401, "UNAUTHENTICATED")
+        return Caller(principal.name, token)
+
+    @staticmethod
+    def _metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+        # Set explicitly: the client would otherwise fall back to SCROLLBACK_TOKEN.
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
+    def history(self, token: str | None) -> AsyncHistoryClient:
+        """A history client on the shared channel, calling with `token`."""
+        client = AsyncHistoryClient(self.config.history_addr, channel=self._history_channel)
+        client.metadata = self._metadata(token)
+        return client
+
+    def media(self, token: str | None) -> AsyncMediaClient:
+        """A media client on the shared channel, calling with `token`."""
+        client = AsyncMediaClient(self.config.media_addr, channel=self._media_channel)
+        client.metadata = self._metadata(token)
+        return client
+
+    def media_url(self, ref: str, pin: str, principal: str) -> str:
+        """The signed URL of one photo for `principal`."""
+        expires, signature = self.signer.sign(ref, pin, principal)
+        query = urlencode({"pin": pin, "p": principal, "exp": expires, "sig": signature})
+        return f"{MEDIA_PREFIX}{quote(ref, safe='/:')}?{query}"
+
+    # JSON shapes -----------------------------------------------------------------
+
+    def ref_json(self, ref: ref_pb2.MediaRef, principal: str) -> dict[str, Any]:
+        """One transcript image reference, with its signed URL."""
+        return {
+            "uri": ref.uri,
+            "index": ref.index,
+            "pin": ref.pin,
+            "declared_media_type": ref.declared_media_type,
+            "approx_size_bytes": ref.approx_size_bytes,
+            "url": self.media_url(ref.uri, ref.pin, principal),
+        }
+
+    def entry_json(self, entry: hpb.Entry, principal: str) -> dict[str, Any]:
+        """One entry: its fields, the (stripped) line as JSON, refs with URLs."""
+        return {
+            "uuid": entry.uuid,
+            "type": entry.type,
+            "timestamp": entry.timestamp,
+            "byte_offset": entry.byte_offset,
+            "line": orjson.Fragment(entry.json.encode()),
+            "refs": [self.ref_json(ref, principal) for ref in entry.media_refs],
+            "failed_image_indexes": list(entry.failed_image_indexes),
+            "line_size_bytes": entry.line_size_bytes,
+            "oversize": entry.oversize,
+        }
+
+    def accepted_json(self, message: hpb.AcceptedMessage, principal: str) -> dict[str, Any]:
+        """One accepted message, its attachments with URLs."""
+        return {
+            "seq": message.seq,
+            "client_txn_id": message.client_txn_id,
+            "session_id": message.session_id,
+            "text": message.text,
+            "accepted_time": _time(message.accepted_time),
+            "attachments": [
+                {
+                    "ref": a.ref,
+                    "name": a.name,
+                    "media_type": a.media_type,
+                    "url": self.media_url(a.ref, "", principal),
+                }
+                for a in message.attachments
+            ],
+        }
+
+
+def _time(stamp: Timestamp) -> str:
+    return stamp.ToJsonString() if stamp.seconds or stamp.nanos else ""
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(
+        orjson.dumps(body),
+        status_code=status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _int_param(params: Mapping[str, str], name: str) -> int:
+    text = params.get(name, "")
+    if not text:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise HttpError(400, "INVALID_ARGUMENT") from None
+
+
+def _direction(params: Mapping[str, str]) -> bool:
+    """True for oldest first."""
+    value = params.get("direction", "") or "latest_first"
+    if value not in ("latest_first", "oldest_first"):
+        raise HttpError(400, "INVALID_ARGUMENT")
+    return value == "oldest_first"
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def _errors(handler: Any) -> Any:
+    """Turn HttpError and typed client errors into JSON error answers."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            response: Response = await handler(request)
+        except HttpError as error:
+            headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+            return error_response(error.status, error.code, headers)
+        except ScrollbackError as error:
+            status = http_status(error.code)
+            headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+            return error_response(status, error.code_name, headers)
+        return response
+
+    return wrapped
+
+
+async def list_sessions(request: Request) -> Response:
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    params = request.query_params
+    page = await gateway.history(caller.token).list_sessions(
+        page_size=_int_param(params, "page_size"),
+        page_token=params.get("page_token", ""),
+        project_dir=params.get("project", ""),
+    )
+    sessions = [
+        {
+            "session_id": s.session_id,
+            "project_dir": s.project_dir,
+            "size_bytes": s.size_bytes,
+            "modified_time": _time(s.modified_time),
+            "title": s.title,
+            "is_subagent": s.is_subagent,
+            "parent_session_id": s.parent_session_id,
+        }
+        for s in page.sessions
+    ]
+    return _json({"sessions": sessions, "next_page_token": page.next_page_token})
+
+
+async def read_window(request: Request) -> Response:
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    params = request.query_params
+    window = await gateway.history(caller.token).read_window(
+        request.path_params["session_id"],
+        page_size=_int_param(params, "page_size"),
+        page_token=params.get("page_token", ""),
+        oldest_first=_direction(params),
+    )
+    return _json(
+        {
+            "entries": [gateway.entry_json(e, caller.principal) for e in window.entries],
+            "next_page_token": window.next_page_token,
+            "skipped_lines": window.skipped_lines,
+            "file_size_bytes": window.file_size_bytes,
+        }
+    )
+
+
+async def bootstrap(request: Request) -> Response:
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    window = await gateway.history(caller.token).bootstrap(
+        request.path_params["session_id"], page_size=_int_param(request.query_params, "page_size")
+    )
+    header = window.header or hpb.BootstrapHeader()
+    return _json(
+        {
+            "session_id": header.session_id,
+            "watch_position": header.watch_position,
+            "pending": [gateway.accepted_json(m, caller.principal) for m in header.pending],
+            "entries": [gateway.entry_json(e, caller.principal) for e in window.entries],
+            "next_page_token": window.next_page_token,
+            "file_size_bytes": window.file_size_bytes,
+        }
+    )
+
+
+async def accept_message(request: Request) -> Response:
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    # JSON only: a cross-site form cannot send it without a CORS preflight, which fails.
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise HttpError(415, "UNSUPPORTED_MEDIA_TYPE")
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        raise HttpError(400, "INVALID_ARGUMENT") from None
+    if not isinstance(body, dict) or not isinstance(body.get("text", ""), str):
+        raise HttpError(400, "INVALID_ARGUMENT")
+    raw_attachments = body.get("attachments", [])
+    if not isinstance(raw_attachments, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("ref"), str) for a in raw_attachments
+    ):
+        raise HttpError(400, "INVALID_ARGUMENT")
+    attachments = [
+        hpb.Attachment(
+            ref=a["ref"], name=str(a.get("name", "")), media_type=str(a.get("media_type", ""))
+        )
+        for a in raw_attachments
+    ]
+    txn_id = body.get("client_txn_id")
+    response = await gateway.history(caller.token).accept_message(
+        body.get("text", ""),
+        session_id=request.path_params["session_id"],
+        attachments=attachments,
+        txn_id=txn_id if isinstance(txn_id, str) and txn_id else None,
+    )
+    return _json(
+        {
+            "message": gateway.accepted_json(response.message, caller.principal),
+            "replayed": response.replayed,
+        }
+    )
+
+
+async def events(request: Request) -> Response:
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    session_id = request.path_params["session_id"]
+    # The browser's EventSource resends the last id it saw: that wins over ?position=.
+    position = request.headers.get("last-event-id") or request.query_params.get("position", "")
+    history = gateway.history(caller.token)
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield b"retry: 1000\n\n"
+        try:
+            async for event in history.watch(session_id, position, heartbeats=True):
+                if event.kind == "entry" and event.entry is not None:
+                    data = gateway.entry_json(event.entry, caller.principal)
+                elif event.kind == "accepted" and event.accepted is not None:
+                    data = gateway.accepted_json(event.accepted, caller.principal)
+                else:
+                    data = {}
+                yield (
+                    f"id: {event.position}\nevent: {event.kind}\ndata: ".encode()
+                    + orjson.dumps(data)
+                    + b"\n\n"
+                )
+        except ScrollbackError as error:
+            # The status line is long gone: the error is the stream's last event.
+            status = http_status(error.code)
+            body = {"status": status, "code": error.code_name}
+            yield b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+async def media(request: Request) -> Response:
+    gateway = _gateway(request)
+    return await serve_media(gateway, request, request.path_params["ref"])
+
+
+async def viewer(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+
+
+def create_app(config: GatewayConfig) -> Starlette:
+    """The ASGI app of a configuration (channels open in its lifespan)."""
+    gateway = Gateway(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gateway.open()
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    routes = [
+        Route("/api/v1/sessions", _errors(list_sessions)),
+        Route("/api/v1/sessions/{session_id}/window", _errors(read_window)),
+        Route("/api/v1/sessions/{session_id}/bootstrap", _errors(bootstrap)),
+        Route("/api/v1/sessions/{session_id}/messages", _errors(accept_message), methods=["POST"]),
+        Route("/api/v1/sessions/{session_id}/events", _errors(events)),
+        Route(MEDIA_PREFIX + "{ref:path}", _errors(media), methods=["GET", "HEAD"]),
+        Route("/", viewer),
+        Route("/sessions/{session_id}", viewer),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = gateway
+    return app

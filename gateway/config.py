@@ -1,0 +1,160 @@
+"""The gateway's configuration: defaults, environment, validation (as the services' configs).
+
+`GatewayConfig.from_env()` reads:
+- `SCROLLBACK_GATEWAY_ADDR` (default `127.0.0.1:8080`): where the gateway listens;
+- `SCROLLBACK_HISTORY_ADDR` / `SCROLLBACK_MEDIA_ADDR`: the services it calls;
+- `SCROLLBACK_AUTH_TOKENS`: the services' token file; when set, every API call
+  needs `Authorization: Bearer <token>`, which the gateway passes through;
+- `SCROLLBACK_GATEWAY_TOKEN_FILE`: a file holding the gateway's own bearer
+  token, sent to the media service when it serves a signed photo URL (an
+  `<img>` cannot send the caller's token); required with auth;
+- `SCROLLBACK_GATEWAY_SIGNING_KEY_FILE`: the HMAC key of photo URLs (at least
+  32 bytes; several replicas share it); unset, a random key per process;
+- `SCROLLBACK_GATEWAY_URL_TTL_SECONDS` (default 3600): how long a photo URL is valid.
+Without auth the gateway binds loopback only, unless `insecure`.
+`validate()` raises ConfigError at start-up; no error shows a token or a key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from scrollback.server.auth import AuthConfigError, TokenTable
+
+DEFAULT_ADDR = "127.0.0.1:8080"
+DEFAULT_URL_TTL_SECONDS = 3600
+MIN_KEY_BYTES = 32
+
+
+class ConfigError(ValueError):
+    """A gateway setting that cannot be used."""
+
+
+def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name)
+    return Path(value).expanduser() if value else None
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """HOST and PORT of `HOST:PORT` (IPv6 hosts in brackets); ConfigError when malformed."""
+    host, sep, port_text = addr.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError("the gateway address must be HOST:PORT")
+    return host.strip("[]"), int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and 127.0.0.0/8 / ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Everything the gateway needs to start."""
+
+    addr: str = DEFAULT_ADDR
+    history_addr: str = DEFAULT_HISTORY_ADDR
+    media_addr: str = DEFAULT_MEDIA_ADDR
+    auth_tokens: Path | None = None
+    token_file: Path | None = None
+    signing_key_file: Path | None = None
+    url_ttl_seconds: int = DEFAULT_URL_TTL_SECONDS
+    insecure: bool = False
+    # A random key when no key file is configured: photo URLs then last one process.
+    generated_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewayConfig:
+        """Read the configuration from the environment (validated)."""
+        env = os.environ if env is None else env
+        ttl_text = env.get("SCROLLBACK_GATEWAY_URL_TTL_SECONDS") or ""
+        try:
+            ttl = int(ttl_text) if ttl_text else DEFAULT_URL_TTL_SECONDS
+        except ValueError:
+            raise ConfigError("SCROLLBACK_GATEWAY_URL_TTL_SECONDS must be an integer") from None
+        config = cls(
+            addr=env.get("SCROLLBACK_GATEWAY_ADDR") or DEFAULT_ADDR,
+            history_addr=env.get("SCROLLBACK_HISTORY_ADDR") or DEFAULT_HISTORY_ADDR,
+            media_addr=env.get("SCROLLBACK_MEDIA_ADDR") or DEFAULT_MEDIA_ADDR,
+            auth_tokens=_optional_path(env, "SCROLLBACK_AUTH_TOKENS"),
+            token_file=_optional_path(env, "SCROLLBACK_GATEWAY_TOKEN_FILE"),
+            signing_key_file=_optional_path(env, "SCROLLBACK_GATEWAY_SIGNING_KEY_FILE"),
+            url_ttl_seconds=ttl,
+        )
+        return config.validate()
+
+    def with_overrides(self, **changes: object) -> GatewayConfig:
+        """A copy with some fields replaced (flags over env), validated."""
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+    @property
+    def auth_configured(self) -> bool:
+        """True when callers need bearer tokens."""
+        return self.auth_tokens is not None
+
+    def validate(self) -> GatewayConfig:
+        """Return self if usable; raise ConfigError otherwise (files are read now)."""
+        host, _ = split_addr(self.addr)
+        for name, value in (("history", self.history_addr), ("media", self.media_addr)):
+            if not value or ":" not in value:
+                raise ConfigError(f"the {name} service address must be HOST:PORT")
+        if not 60 <= self.url_ttl_seconds <= 7 * 86400:
+            raise ConfigError("the photo URL lifetime must be from 60 seconds to 7 days")
+        if not self.auth_configured and not self.insecure and not is_loopback(host):
+            raise ConfigError(
+                "without SCROLLBACK_AUTH_TOKENS the gateway listens on loopback only "
+                "(or pass --insecure)"
+            )
+        if self.auth_configured:
+            self.token_table()
+            if self.token_file is None:
+                raise ConfigError(
+                    "with auth, SCROLLBACK_GATEWAY_TOKEN_FILE must hold the gateway's own token"
+                )
+            self.service_token()
+        self.signing_key()
+        return self
+
+    def token_table(self) -> TokenTable | None:
+        """The callers' token table, or None without auth."""
+        if self.auth_tokens is None:
+            return None
+        try:
+            return TokenTable.from_file(self.auth_tokens)
+        except AuthConfigError as error:
+            raise ConfigError(str(error)) from None
+
+    def service_token(self) -> str | None:
+        """The gateway's own bearer token, or None without a token file."""
+        if self.token_file is None:
+            return None
+        try:
+            token = self.token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            raise ConfigError("SCROLLBACK_GATEWAY_TOKEN_FILE cannot be read") from None
+        if not token:
+            raise ConfigError("SCROLLBACK_GATEWAY_TOKEN_FILE is empty")
+        return token
+
+    def signing_key(self) -> bytes:
+        """The HMAC key of photo URLs."""
+        if self.signing_key_file is None:
+            return self.generated_key
+        try:
+            key = self.signing_key_file.read_bytes().strip()
+        except OSError:
+            raise ConfigError("SCROLLBACK_GATEWAY_SIGNING_KEY_FILE cannot be read") from None
+        if len(key) < MIN_KEY_BYTES:
+            raise ConfigError(f"the signing key must be at least {MIN_KEY_BYTES} bytes")
+        return key

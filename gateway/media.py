@@ -1,0 +1,176 @@
+"""Photos over HTTP: signature check, conditional and range requests, streamed ReadMedia bytes.
+
+A photo GET is `/api/v1/media/<ref>?pin=&p=&exp=&sig=`. The signature must be
+valid for (ref, pin, p, exp) and unexpired; a request that also carries a
+bearer token must be from principal `p`. A bearer request without a signature
+is allowed too (API clients), and its token is passed through. A signed
+request reads with the gateway's own token (the caller was allowed to see the
+ref when the window that signed it was served).
+
+Answers carry the sniffed `Content-Type` (anything not safe inline is
+`application/octet-stream` with `Content-Disposition: attachment`), `ETag`
+(the sha256), `Cache-Control: private, max-age=31536000, immutable`,
+`X-Content-Type-Options: nosniff` and `Content-Security-Policy: sandbox;
+default-src 'none'`. `If-None-Match` -> 304; one `Range` -> 206 mapped onto
+read_offset / read_limit, or 416. Bytes go out chunk by chunk as ReadMedia
+sends them; uvicorn's flow control and gRPC's keep at most a few chunks in
+the gateway whatever the photo's size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from client.aio import AsyncMediaStream
+from client.errors import InvalidArgument, OutOfRange
+from gateway.errors import HttpError
+from gateway.signing import SignatureError
+from scrollback.contract.refs import BlobRef, RefError, parse_ref, validate_pin
+from scrollback.media.v1 import media_pb2 as mpb
+from scrollback.ref.v1 import ref_pb2
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+CACHE_CONTROL = "private, max-age=31536000, immutable"
+CSP = "sandbox; default-src 'none'"
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+def _selector(ref_text: str, pin: str) -> mpb.MediaSelector:
+    """The selector of a ref string; HttpError 400 when malformed."""
+    try:
+        ref = parse_ref(ref_text)
+        if isinstance(ref, BlobRef):
+            if pin:
+                raise HttpError(400, "INVALID_ARGUMENT")
+            return mpb.MediaSelector(blob_ref=str(ref))
+        media_ref = ref_pb2.MediaRef(
+            session_id=ref.session_id,
+            entry_uuid=ref.entry_uuid,
+            index=ref.index,
+            pin=validate_pin(pin),
+        )
+    except RefError:
+        raise HttpError(400, "INVALID_ARGUMENT") from None
+    return mpb.MediaSelector(media_ref=media_ref)
+
+
+def _parse_range(header: str) -> tuple[int | None, int | None] | None:
+    """(first, last) of a single `bytes=` range; (None, n) is a suffix; None: not one range."""
+    match = _RANGE.fullmatch(header.strip())
+    if match is None or (not match.group(1) and not match.group(2)):
+        return None
+    first = int(match.group(1)) if match.group(1) else None
+    last = int(match.group(2)) if match.group(2) else None
+    if first is not None and last is not None and last < first:
+        return None
+    return first, last
+
+
+def _etag_matches(header: str, sha256: str) -> bool:
+    if header.strip() == "*":
+        return True
+    tags = [tag.strip().removeprefix("W/").strip('"') for tag in header.split(",")]
+    return sha256 in tags
+
+
+def _headers(metadata: mpb.MediaMetadata) -> dict[str, str]:
+    headers = {
+        "ETag": f'"{metadata.sha256}"',
+        "Cache-Control": CACHE_CONTROL,
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": CSP,
+        "Accept-Ranges": "bytes",
+    }
+    if metadata.safe_inline:
+        headers["Content-Type"] = metadata.content_type
+    else:
+        headers["Content-Type"] = "application/octet-stream"
+        headers["Content-Disposition"] = "attachment"
+    return headers
+
+
+def _unsatisfiable(size: int) -> Response:
+    return Response(
+        status_code=416,
+        headers={"Content-Range": f"bytes */{size}", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _token_for(gateway: Gateway, request: Request, ref: str, pin: str) -> str | None:
+    """The token to read with, after checking the signature or the bearer token."""
+    params = request.query_params
+    signature = params.get("sig", "")
+    bearer = request.headers.get("authorization") if gateway.tokens is not None else None
+    if bearer and not signature:
+        return gateway.caller(request).token  # pass-through; 401 when bad
+    try:
+        grant = gateway.signer.check(
+            ref, pin, params.get("p", ""), params.get("exp", ""), signature
+        )
+    except SignatureError:
+        raise HttpError(403, "PERMISSION_DENIED") from None
+    if bearer and gateway.caller(request).principal != grant.principal:
+        raise HttpError(403, "PERMISSION_DENIED")
+    return gateway.service_token
+
+
+async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
+    """Answer one photo GET (or HEAD)."""
+    pin = request.query_params.get("pin", "")
+    selector = _selector(ref, pin)
+    client = gateway.media(_token_for(gateway, request, ref, pin))
+    wanted = _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
+
+    first, last = wanted if wanted is not None else (0, None)
+    if first is None:
+        # A suffix range needs the size before the offset: ask StatMedia (cached by the service).
+        (result,) = await client.stat_media([selector])
+        if result.WhichOneof("result") != "metadata":
+            raise HttpError(404, "NOT_FOUND")
+        size = result.metadata.size_bytes
+        first, last = max(0, size - (last or 0)), size - 1
+        if size == 0:
+            return _unsatisfiable(0)
+    limit = 0 if last is None else last - first + 1
+    try:
+        stream = await client.open_media(selector, read_offset=first, read_limit=limit)
+    except (OutOfRange, InvalidArgument) as error:
+        if wanted is None or isinstance(error, InvalidArgument):
+            raise
+        (result,) = await client.stat_media([selector])
+        return _unsatisfiable(result.metadata.size_bytes)
+    metadata = stream.metadata
+    headers = _headers(metadata)
+    if _etag_matches(request.headers.get("if-none-match", ""), metadata.sha256):
+        stream.cancel()
+        headers.pop("Content-Type", None)
+        headers.pop("Content-Disposition", None)
+        return Response(status_code=304, headers=headers)
+    size = metadata.size_bytes
+    status = 200
+    if wanted is not None:
+        if first >= size:
+            stream.cancel()
+            return _unsatisfiable(size)
+        end = size - 1 if last is None else min(last, size - 1)
+        headers["Content-Range"] = f"bytes {first}-{end}/{size}"
+        headers["Content-Length"] = str(end - first + 1)
+        status = 206
+    else:
+        headers["Content-Length"] = str(size)
+    if request.method == "HEAD":
+        stream.cancel()
+        return Response(status_code=status, headers=headers)
+    return StreamingResponse(_body(stream), status_code=status, headers=headers)
+
+
+async def _body(stream: AsyncMediaStream) -> AsyncIterator[bytes]:
+    async for chunk in stream.chunks():
+        yield chunk

@@ -1,0 +1,197 @@
+"""Gateway figures: a photo over HTTP through the gateway vs straight ReadMedia, and its peak RSS.
+
+The gateway runs as `python -m gateway` (a subprocess, RSS from VmHWM) in
+front of the run's media and history servers. Photo URLs come from the
+gateway's own window JSON, as a browser gets them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import IO
+
+import httpx
+
+from scrollback.media.v1 import media_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
+from scrollback_app.bench import services
+from scrollback_app.bench.figures import Figure, Target
+from scrollback_app.bench.procs import free_port, proc_status_kib
+
+MB = 1_000_000
+
+
+def _spawn(args: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
+@asynccontextmanager
+async def gateway_process(history_addr: str, media_addr: str) -> AsyncIterator[tuple[str, int]]:
+    """`python -m gateway` on a free port; yields its base URL and pid."""
+    port = free_port()
+    with tempfile.TemporaryFile() as log:
+        process = _spawn(
+            [
+                *("--addr", f"127.0.0.1:{port}"),
+                *("--history-addr", history_addr, "--media-addr", media_addr),
+            ],
+            log,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            async with httpx.AsyncClient() as client:
+                while True:
+                    if process.poll() is not None:
+                        log.seek(0)
+                        raise RuntimeError(f"gateway exited at start:\n{log.read()[-2000:]!r}")
+                    try:
+                        if (await client.get(url + "/", timeout=1)).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the gateway did not start")
+                    await asyncio.sleep(0.05)
+            yield url, process.pid
+        finally:
+            process.terminate()
+            try:
+                await asyncio.to_thread(process.wait, 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await asyncio.to_thread(process.wait, 10)
+
+
+async def photo_urls(client: httpx.AsyncClient, url: str, session_id: str) -> list[str]:
+    """The signed photo URLs of a session's latest window."""
+    answer = await client.get(f"{url}/api/v1/sessions/{session_id}/window?page_size=200")
+    answer.raise_for_status()
+    return [url + ref["url"] for e in answer.json()["entries"] for ref in e["refs"]]
+
+
+async def drain_http(client: httpx.AsyncClient, url: str) -> int:
+    """GET a photo and count its bytes as they stream."""
+    total = 0
+    async with client.stream("GET", url) as response:
+        response.raise_for_status()
+        async for chunk in response.aiter_raw():
+            total += len(chunk)
+    return total
+
+
+async def gateway_figures(
+    history_addr: str,
+    media_addr: str,
+    media: media_pb2_grpc.MediaServiceAsyncStub,
+    photos: list[ref_pb2.MediaRef],
+    *,
+    repeats: int,
+    batch: int,
+    clients: int,
+    rss_streams: int,
+    big_session: str,
+    photo_session: str,
+) -> list[Figure]:
+    """The three gateway figures."""
+    figures: list[Figure] = []
+    limits = httpx.Limits(max_connections=rss_streams * 2)
+    async with (
+        gateway_process(history_addr, media_addr) as (url, _pid),
+        httpx.AsyncClient(limits=limits, timeout=60) as client,
+    ):
+        urls = await photo_urls(client, url, photo_session)
+        size = await drain_http(client, urls[0])
+
+        async def through_gateway(round_number: int) -> float:
+            target = urls[round_number % len(urls)]
+            return await services.timed(lambda: drain_http(client, target), batch)
+
+        async def straight(round_number: int) -> float:
+            ref = photos[round_number % len(photos)]
+            return await services.timed(lambda: services.drain_media(media, ref), batch)
+
+        medians = await services.interleave(
+            {"gateway": through_gateway, "straight": straight}, repeats
+        )
+        figures.append(
+            Figure(
+                key="gateway_photo_vs_readmedia",
+                name=f"a {size / MB:.1f} MB photo over HTTP through the gateway vs straight "
+                "ReadMedia, one client",
+                figure=medians["gateway"] * 1e3,
+                baseline=medians["straight"] * 1e3,
+                unit="ms",
+                baseline_label="ReadMedia",
+                ratio=medians["gateway"] / medians["straight"],
+                target=Target("<=", 1.3),
+            )
+        )
+
+        async def concurrent(fetch_one: object) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(fetch_one(i) for i in range(clients)))  # type: ignore[operator]
+            return time.perf_counter() - start
+
+        async def gateway_many(_round: int) -> float:
+            return await concurrent(lambda i: drain_http(client, urls[i % len(urls)]))
+
+        async def straight_many(_round: int) -> float:
+            return await concurrent(lambda i: services.drain_media(media, photos[i % len(photos)]))
+
+        medians = await services.interleave(
+            {"gateway": gateway_many, "straight": straight_many}, repeats
+        )
+        figures.append(
+            Figure(
+                key="gateway_photo_concurrent",
+                name=f"{clients} concurrent {size / MB:.1f} MB photos through the gateway vs "
+                "straight ReadMedia (wall time)",
+                figure=medians["gateway"] * 1e3,
+                baseline=medians["straight"] * 1e3,
+                unit="ms",
+                baseline_label="ReadMedia",
+                ratio=medians["gateway"] / medians["straight"],
+                target=Target("<=", 1.3),
+            )
+        )
+
+    peaks: dict[str, float] = {}
+    for session_id in (photo_session, big_session):
+        async with (
+            gateway_process(history_addr, media_addr) as (url, pid),
+            httpx.AsyncClient(limits=limits, timeout=120) as client,
+        ):
+            urls = await photo_urls(client, url, session_id)
+            await asyncio.gather(
+                *(drain_http(client, urls[i % len(urls)]) for i in range(rss_streams))
+            )
+            peaks[session_id] = proc_status_kib(pid, "VmHWM") * 1024 / MB
+    figures.append(
+        Figure(
+            key="gateway_rss_big_vs_small_photos",
+            name=f"gateway peak RSS (VmHWM), {rss_streams} concurrent photo downloads, "
+            "~7.5 MB vs ~1.3 MB photos",
+            figure=peaks[big_session],
+            baseline=peaks[photo_session],
+            unit="MB",
+            baseline_label="1.3 MB photos",
+            ratio=peaks[big_session] / peaks[photo_session],
+            target=Target("<=", 1.2, figure_max=200),
+        )
+    )
+    return figures

@@ -1,0 +1,161 @@
+"""The viewer in Debian's Chromium (Playwright): lazy photos, each once, cached on reload, live.
+
+A session of 400 entries with 60 photos opens at its latest window with only
+the photos in the first viewport fetched (counted at the gateway and in the
+browser); scrolling to the top loads every older window and each photo exactly
+once, keeping the reader's place; a reload fetches no photo again; an appended
+line shows up without a reload. Screenshots go to test-artifacts/.
+
+Chromium cannot be downloaded here: scripts/test installs the `chromium`
+Debian package. Without it the test skips, except under CI=true where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.gateway import SESSION, GatewayStack, artifacts_dir, photo_session
+from tests.support.servers import user_line
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium from the Debian package."""
+    reason = ""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "playwright is not installed"
+    if not reason and not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+        reason = "Debian's chromium is not installed (scripts/test installs it)"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def _media_path(url: str) -> str:
+    return url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
+
+
+def _settle(page: Any) -> None:
+    # Not "networkidle": the live event stream stays open. Let observers fire, then
+    # wait for every photo asked for to arrive.
+    page.wait_for_timeout(250)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('img.photo[src]')].every((img) => img.complete)"
+    )
+
+
+def _visible_photos(page: Any) -> list[str]:
+    return list(
+        page.evaluate(
+            """() => [...document.querySelectorAll('img.photo')].filter((img) => {
+                 const r = img.getBoundingClientRect();
+                 return r.bottom > 0 && r.top < window.innerHeight && r.height > 0;
+               }).map((img) => new URL(img.dataset.src, location.href).pathname.slice(1))"""
+        )
+    )
+
+
+def test_viewer_is_lazy_fetches_each_photo_once_and_follows_live(
+    stack: GatewayStack, browser: Any
+) -> None:
+    photo_uuids = photo_session(stack, entries=400, photos=60)
+    stack.start_gateway()
+    context = browser.new_context(viewport={"width": 1000, "height": 800})
+    page = context.new_page()
+    browser_hits: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            browser_hits.append(_media_path(request.url))
+            if "/api/v1/media/" in request.url
+            else None
+        ),
+    )
+
+    page.goto(f"{stack.url}/sessions/{SESSION}")
+    page.wait_for_selector("body[data-ready='1']")
+    _settle(page)
+    shots = artifacts_dir()
+    page.screenshot(path=str(shots / "viewer-open.png"))
+
+    # Only the photos in the first viewport were fetched: at the gateway and in the browser.
+    visible = sorted(_visible_photos(page))
+    at_gateway = sorted(hit.path[1:] for hit in stack.log.media())
+    assert 0 < len(visible) < 10
+    assert at_gateway == visible
+    assert sorted(browser_hits) == visible
+    assert all(hit.status == 200 for hit in stack.log.media())
+
+    # Loading an older window keeps the entry under the reader's eyes where it was.
+    # (Stepwise, as a reader scrolls: a jump would skip photo boxes.)
+    while page.evaluate("() => document.scrollingElement.scrollTop") >= 900:
+        page.evaluate("() => window.scrollBy(0, -300)")
+        page.wait_for_timeout(60)
+    _settle(page)
+    anchor = page.evaluate(
+        """() => { const e = document.elementFromPoint(500, 400).closest('.entry');
+                   return [e.dataset.offset, e.getBoundingClientRect().top,
+                           document.querySelectorAll('.entry').length]; }"""
+    )
+    page.evaluate("() => window.scrollBy(0, -300)")
+    page.wait_for_function(f"() => document.querySelectorAll('.entry').length > {anchor[2]}")
+    _settle(page)
+    top_after = page.evaluate(
+        f"""() => document.querySelector('.entry[data-offset="{anchor[0]}"]')
+                    .getBoundingClientRect().top"""
+    )
+    assert abs(top_after - (anchor[1] + 300)) <= 2
+
+    # Scroll to the very top in steps shorter than the viewport: every box passes through it.
+    for _ in range(400):
+        done = page.evaluate(
+            """() => { window.scrollBy(0, -400);
+                       return document.scrollingElement.scrollTop === 0
+                         && document.querySelector('.more').textContent === 'start of session'; }"""
+        )
+        page.wait_for_timeout(60)
+        if done:
+            break
+    _settle(page)
+    page.screenshot(path=str(shots / "viewer-top.png"))
+    assert page.locator(".entry").count() == 400
+    expected = Counter(f"{SESSION}/{uuid}/0" for uuid in photo_uuids)
+    assert Counter(hit.path.removeprefix("/api/v1/media/") for hit in stack.log.media()) == expected
+    assert Counter(hit.removeprefix("api/v1/media/") for hit in browser_hits) == expected
+
+    # A reload fetches no photo's bytes again (browser cache, or a 304 at most).
+    stack.log.clear()
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    _settle(page)
+    assert [hit for hit in stack.log.media() if hit.status != 304] == []
+    assert page.evaluate(
+        "() => [...document.querySelectorAll('img.photo[src]')]"
+        ".every((img) => img.complete && img.naturalWidth === 110)"
+    )
+
+    # An appended line shows up without a reload.
+    with stack.pair.transcript(SESSION).open("ab") as transcript:
+        transcript.write(user_line("live0001", "a line appended while the page was open"))
+    page.get_by_text("a line appended while the page was open").wait_for(timeout=15000)
+    time.sleep(0.2)
+    page.screenshot(path=str(shots / "viewer-live.png"))
+    context.close()

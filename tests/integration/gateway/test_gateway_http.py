@@ -1,0 +1,252 @@
+"""The gateway over HTTP (httpx): JSON shapes, photo headers, 304, ranges, signatures, statuses, SSE."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.signing import UrlSigner
+from tests.support.gateway import SESSION, TOKENS, GatewayStack, photo_session
+from tests.support.servers import png, user_line
+
+CACHE = "private, max-age=31536000, immutable"
+
+
+def _first_ref(stack: GatewayStack, **headers: str) -> dict[str, Any]:
+    window = httpx.get(
+        f"{stack.url}/api/v1/sessions/{SESSION}/window?page_size=20", headers=headers
+    )
+    assert window.status_code == 200, window.text
+    return next(ref for e in window.json()["entries"] for ref in e["refs"])
+
+
+def _bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[name]}"}
+
+
+def test_sessions_and_windows_page_with_signed_photo_urls(stack: GatewayStack) -> None:
+    photo_session(stack, entries=60, photos=10)
+    stack.start_gateway()
+    sessions = httpx.get(f"{stack.url}/api/v1/sessions?page_size=10").json()
+    assert [s["session_id"] for s in sessions["sessions"]] == [SESSION]
+    seen: list[str] = []
+    token = ""
+    while True:
+        body = httpx.get(
+            f"{stack.url}/api/v1/sessions/{SESSION}/window",
+            params={"page_size": 25, "page_token": token},
+        ).json()
+        seen = [e["uuid"] for e in body["entries"]] + seen
+        for entry in body["entries"]:
+            assert entry["line"]["uuid"] == entry["uuid"]
+            for ref in entry["refs"]:
+                assert ref["url"].startswith(f"/api/v1/media/{ref['uri']}?pin={ref['pin']}&")
+        token = body["next_page_token"]
+        if not token:
+            break
+    assert seen == [f"e{n:04d}" for n in range(60)]
+    oldest = httpx.get(
+        f"{stack.url}/api/v1/sessions/{SESSION}/window?direction=oldest_first&page_size=5"
+    ).json()
+    assert [e["uuid"] for e in oldest["entries"]] == [f"e{n:04d}" for n in range(5)]
+
+
+def test_photo_headers_bytes_304_and_ranges(stack: GatewayStack) -> None:
+    uuids = photo_session(stack, entries=20, photos=2)
+    stack.start_gateway()
+    ref = _first_ref(stack)
+    url = stack.url + ref["url"]
+    whole = httpx.get(url)
+    assert whole.status_code == 200
+    digest = hashlib.sha256(whole.content).hexdigest()
+    assert whole.content == png(uuids.index(ref["uri"].split("/")[1]) + 1, 110)
+    assert whole.headers["content-type"] == "image/png"
+    assert whole.headers["etag"] == f'"{digest}"'
+    assert whole.headers["cache-control"] == CACHE
+    assert whole.headers["x-content-type-options"] == "nosniff"
+    assert whole.headers["content-security-policy"] == "sandbox; default-src 'none'"
+    assert "content-disposition" not in whole.headers
+    size = len(whole.content)
+
+    assert httpx.get(url, headers={"If-None-Match": f'"{digest}"'}).status_code == 304
+    assert httpx.get(url, headers={"If-None-Match": '"other"'}).status_code == 200
+    for header, first, last in (
+        ("bytes=0-99", 0, 99),
+        ("bytes=100-", 100, size - 1),
+        ("bytes=-50", size - 50, size - 1),
+        (f"bytes=10-{size + 500}", 10, size - 1),
+    ):
+        part = httpx.get(url, headers={"Range": header})
+        assert part.status_code == 206, header
+        assert part.headers["content-range"] == f"bytes {first}-{last}/{size}"
+        assert part.content == whole.content[first : last + 1]
+    for header in (f"bytes={size}-", f"bytes={size + 10}-{size + 20}"):
+        refused = httpx.get(url, headers={"Range": header})
+        assert refused.status_code == 416
+        assert refused.headers["content-range"] == f"bytes */{size}"
+
+
+def test_unsafe_bytes_are_an_attachment(stack: GatewayStack) -> None:
+    html = b"<html><script>alert(1)</script></html>" * 2000
+    stack.pair.transcript(SESSION).write_bytes(user_line("u1", "not a photo", images=(html,)))
+    stack.start_gateway()
+    ref = _first_ref(stack)
+    answer = httpx.get(stack.url + ref["url"])
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/octet-stream"
+    assert answer.headers["content-disposition"] == "attachment"
+    assert answer.content == html
+
+
+def test_signatures_tampered_expired_missing_are_refused(stack: GatewayStack) -> None:
+    photo_session(stack, entries=20, photos=2)
+    config = stack.start_gateway()
+    ref = _first_ref(stack)
+    url = stack.url + ref["url"]
+    assert httpx.get(url).status_code == 200
+    base, _, query = url.partition("?")
+    fields = dict(item.split("=", 1) for item in query.split("&"))
+    signature = fields["sig"]
+    tampered = [
+        {**fields, "sig": ("0" if signature[0] != "0" else "1") + signature[1:]},
+        {**fields, "exp": str(int(fields["exp"]) + 60)},
+        {**fields, "p": "mallory"},
+        {k: v for k, v in fields.items() if k != "sig"},
+    ]
+    for changed in tampered:
+        answer = httpx.get(base, params=changed)
+        assert answer.status_code == 403, changed
+        assert signature not in answer.text
+    other = httpx.get(
+        base.replace("/0", "/1").replace(ref["uri"], ref["uri"][:-1] + "1"), params=fields
+    )
+    assert other.status_code == 403
+
+    # Signed with the gateway's key an hour ago for a 60 s lifetime: expired.
+    past = UrlSigner(config.signing_key(), 60, clock=lambda: time.time() - 3600)
+    expires, old_signature = past.sign(ref["uri"], ref["pin"], "")
+    stale = httpx.get(
+        base, params={"pin": ref["pin"], "p": "", "exp": expires, "sig": old_signature}
+    )
+    assert stale.status_code == 403
+
+
+def test_auth_bearer_passthrough_and_other_principal(stack: GatewayStack) -> None:
+    photo_session(stack, entries=20, photos=2)
+    stack.start_gateway(auth=True)
+    root = str(stack.pair.root)
+    unauthenticated = httpx.get(f"{stack.url}/api/v1/sessions")
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.headers["www-authenticate"] == "Bearer"
+    wrong = httpx.get(f"{stack.url}/api/v1/sessions", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and "nope" not in wrong.text and root not in wrong.text
+    ref = _first_ref(stack, **_bearer("alice"))
+    assert "p=alice" in ref["url"]
+    url = stack.url + ref["url"]
+    assert httpx.get(url).status_code == 200  # an <img>: no header, the signature maps to alice
+    assert httpx.get(url, headers=_bearer("alice")).status_code == 200
+    assert httpx.get(url, headers=_bearer("bob")).status_code == 403
+    bare = url.partition("?")[0] + f"?pin={ref['pin']}"
+    assert httpx.get(bare).status_code == 403
+    assert httpx.get(bare, headers=_bearer("bob")).status_code == 200  # pass-through
+
+
+def test_grpc_statuses_map_to_http_without_internals(stack: GatewayStack) -> None:
+    photo_session(stack, entries=20, photos=2)
+    stack.start_gateway()
+    root = str(stack.pair.root)
+    ref = _first_ref(stack)
+    api = f"{stack.url}/api/v1/sessions"
+    cases = [
+        (f"{api}/no-such-session/window", 404, "NOT_FOUND"),
+        (f"{api}/bad.id!/window", 400, "INVALID_ARGUMENT"),
+        (f"{api}/{SESSION}/window?page_token=garbage", 400, "INVALID_ARGUMENT"),
+        (f"{api}/{SESSION}/window?page_size=-1", 400, "INVALID_ARGUMENT"),
+        (f"{api}/{SESSION}/window?direction=sideways", 400, "INVALID_ARGUMENT"),
+        (f"{stack.url}/api/v1/media/not-a-ref?pin=x", 400, "INVALID_ARGUMENT"),
+    ]
+    for url, status, code in cases:
+        answer = httpx.get(url)
+        assert answer.status_code == status, url
+        assert answer.json()["error"]["code"] == code
+        assert root not in answer.text and "/" not in answer.json()["error"]["message"]
+
+    # A pin that no longer matches (the transcript was rewritten): 409, not the bytes.
+    transcript = stack.pair.transcript(SESSION)
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    number = int(ref["uri"].split("/")[1][1:])
+    lines[number] = user_line(f"e{number:04d}", "rewritten", images=(png(999, 110),))
+    transcript.write_bytes(b"".join(lines))
+    stale = httpx.get(stack.url + ref["url"])
+    assert stale.status_code == 409
+    assert stale.json()["error"]["code"] == "FAILED_PRECONDITION"
+    assert root not in stale.text
+
+
+def _read_events(response: httpx.Response, want: int, out: list[dict[str, Any]]) -> None:
+    event: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if not line:
+            if event.get("event") in ("entry", "accepted"):
+                out.append(event)
+                if len(out) >= want:
+                    return
+            event = {}
+            continue
+        field, _, value = line.partition(": ")
+        event[field] = value
+
+
+def test_events_stream_entries_and_accepts_and_resume_from_last_event_id(
+    stack: GatewayStack,
+) -> None:
+    photo_session(stack, entries=10, photos=1)
+    stack.start_gateway()
+    boot = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/bootstrap?page_size=5").json()
+    assert len(boot["entries"]) == 5 and boot["watch_position"]
+    events: list[dict[str, Any]] = []
+    url = f"{stack.url}/api/v1/sessions/{SESSION}/events"
+    with httpx.stream(
+        "GET", url, params={"position": boot["watch_position"]}, timeout=20
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        reader = threading.Thread(target=_read_events, args=(response, 2, events))
+        reader.start()
+        time.sleep(0.3)
+        with stack.pair.transcript(SESSION).open("ab") as transcript:
+            transcript.write(user_line("live1", "appended line"))
+        sent = httpx.post(
+            f"{stack.url}/api/v1/sessions/{SESSION}/messages",
+            json={"client_txn_id": "txn-1", "text": "hello from http"},
+        )
+        assert sent.status_code == 200, sent.text
+        reader.join(15)
+    assert [e["event"] for e in sorted(events, key=lambda e: e["event"])] == [
+        "accepted",
+        "entry",
+    ]
+    by_kind = {e["event"]: e for e in events}
+    assert orjson.loads(by_kind["entry"]["data"])["uuid"] == "live1"
+    assert orjson.loads(by_kind["accepted"]["data"])["text"] == "hello from http"
+
+    # Resuming from the first event's id yields the second only: no gap, no duplicate.
+    resumed: list[dict[str, Any]] = []
+    with httpx.stream(
+        "GET", url, headers={"Last-Event-ID": events[0]["id"]}, timeout=20
+    ) as response:
+        reader = threading.Thread(target=_read_events, args=(response, 1, resumed))
+        reader.start()
+        reader.join(15)
+    assert [e["data"] for e in resumed] == [events[1]["data"]]
+
+    not_json = httpx.post(
+        f"{stack.url}/api/v1/sessions/{SESSION}/messages",
+        content=b"text=x",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert not_json.status_code == 415

@@ -1,0 +1,151 @@
+"""Helpers of the gateway tests: both services and the gateway on 127.0.0.1:0, request counts.
+
+`GatewayStack` runs the history and media servers (client_helpers.ServerPair)
+and the gateway (a real uvicorn server) in one background loop; every HTTP
+request the gateway answers is recorded (method, path, status) by a small
+ASGI wrapper, so tests count photo fetches at the gateway.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.config import GatewayConfig
+from gateway.server import RunningGateway, start_gateway
+from tests.support.servers import ServerPair, assistant_line, png, user_line
+
+REPO = Path(__file__).resolve().parents[3]
+SESSION = "sess-browser"
+TOKENS = {"alice": "alice-token-0123", "bob": "bob-token-4567", "gateway": "gateway-token-89ab"}
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots go: $SCROLLBACK_TEST_ARTIFACTS or ./test-artifacts (gitignored)."""
+    path = Path(os.environ.get("SCROLLBACK_TEST_ARTIFACTS") or REPO / "test-artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class Hit:
+    """One answered request."""
+
+    method: str
+    path: str
+    status: int
+
+
+@dataclass
+class RequestLog:
+    """What the gateway answered, in order (thread-safe)."""
+
+    hits: list[Hit] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def clear(self) -> None:
+        """Forget what was recorded."""
+        with self.lock:
+            self.hits.clear()
+
+    def media(self) -> list[Hit]:
+        """The photo requests."""
+        with self.lock:
+            return [hit for hit in self.hits if hit.path.startswith("/api/v1/media/")]
+
+    def wrap(self, app: Any) -> Any:
+        """ASGI middleware recording each HTTP answer's status."""
+
+        async def recorded(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+
+            async def sending(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    with self.lock:
+                        self.hits.append(Hit(scope["method"], scope["path"], message["status"]))
+                await send(message)
+
+            await app(scope, receive, sending)
+
+        return recorded
+
+
+class GatewayStack:
+    """History, media and the gateway, all on 127.0.0.1 ports picked by the kernel."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.pair = ServerPair(tmp_path / "root", tmp_path / "state")
+        self.tmp = tmp_path
+        self.log = RequestLog()
+        self.gateway: RunningGateway | None = None
+        self.config: GatewayConfig | None = None
+        self.pair.start_history(0)
+        self.pair.start_media(0)
+
+    def start_gateway(self, *, auth: bool = False, ttl: int = 86400) -> GatewayConfig:
+        """Start the gateway (with a token file and its own token when `auth`)."""
+        key = self.tmp / "signing.key"
+        key.write_bytes(os.urandom(32).hex().encode())
+        fields: dict[str, Any] = {}
+        if auth:
+            tokens = self.tmp / "tokens.yaml"
+            tokens.write_text(
+                "tokens:\n"
+                + "".join(
+                    f"  - token: {token}\n    principal: {name}\n    projects: ['*']\n"
+                    for name, token in TOKENS.items()
+                )
+            )
+            own = self.tmp / "gateway.token"
+            own.write_text(TOKENS["gateway"])
+            fields = {"auth_tokens": tokens, "token_file": own}
+        config = GatewayConfig(
+            addr="127.0.0.1:0",
+            history_addr=self.pair.history_addr,
+            media_addr=self.pair.media_addr,
+            signing_key_file=key,
+            url_ttl_seconds=ttl,
+            **fields,
+        ).validate()
+        self.config = config
+        self.gateway = self.pair.run(start_gateway(config, self.log.wrap))
+        return config
+
+    @property
+    def url(self) -> str:
+        """The gateway's base URL."""
+        assert self.gateway is not None
+        return f"http://127.0.0.1:{self.gateway.port}"
+
+    def close(self) -> None:
+        """Stop the gateway and both services."""
+        if self.gateway is not None:
+            self.pair.run(self.gateway.stop())
+        self.pair.close()
+
+
+def photo_session(stack: GatewayStack, entries: int = 400, photos: int = 60) -> list[str]:
+    """A session of `entries` lines with `photos` distinct PNGs spread evenly; the photo uuids."""
+    lines: list[bytes] = []
+    photo_uuids: list[str] = []
+    every = entries / photos
+    next_photo = 0.0
+    for number in range(entries):
+        uuid = f"e{number:04d}"
+        if number >= next_photo and len(photo_uuids) < photos:
+            next_photo += every
+            photo_uuids.append(uuid)
+            lines.append(
+                user_line(uuid, f"photo {len(photo_uuids)}", images=(png(len(photo_uuids), 110),))
+            )
+        elif number % 2:
+            lines.append(assistant_line(uuid, f"answer {number}: " + "words " * (number % 7 * 6)))
+        else:
+            lines.append(user_line(uuid, f"question {number}"))
+    stack.pair.transcript(SESSION).write_bytes(b"".join(lines))
+    return photo_uuids
