@@ -7,6 +7,7 @@
   and uploads.
 - `reconcile_pending`: the one comparison of pending messages with entries.
 - `client.errors`: one exception class per status code.
+- `TlsOptions`: TLS / mutual TLS (`tls=`, or the SCROLLBACK_TLS_* variables).
 """
 
 from client._core import Deadlines, Media, MediaCache, RetryPolicy, WatchEvent, Window
@@ -15,6 +16,7 @@ from client.client import Client
 from client.history import HistoryClient
 from client.media import MediaClient
 from client.reconcile import Reconciliation, reconcile_pending
+from client.tls import TlsOptions
 
 __all__ = [
     "AsyncClient",
@@ -28,6 +30,7 @@ __all__ = [
     "MediaClient",
     "Reconciliation",
     "RetryPolicy",
+    "TlsOptions",
     "WatchEvent",
     "Window",
     "reconcile_pending",

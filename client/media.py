@@ -37,6 +37,7 @@ from client._core import (
 )
 from client._retry import retry_sync
 from client.errors import error_class
+from client.tls import TlsOptions
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
@@ -68,8 +69,9 @@ class MediaClient(SyncChannelClient):
         metadata: Sequence[tuple[str, str]] = (),
         token: str | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
-        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng)
+        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = media_pb2_grpc.MediaServiceStub(self._intercepted)
         self.deadlines = deadlines
         self.retry = retry
@@ -88,7 +90,7 @@ class MediaClient(SyncChannelClient):
                 progress.feed(message)
             return progress.finish()
 
-        return retry_sync(attempt, self.retry, self._rng)
+        return retry_sync(attempt, self.retry, self._rng, self.addr)
 
     def stat_media(self, targets: Iterable[MediaTarget]) -> list[mpb.StatMediaResult]:
         """Metadata of many media in one call (per-item errors in the results)."""
@@ -99,6 +101,7 @@ class MediaClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
         return list(response.results)
 
@@ -131,6 +134,7 @@ class MediaClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
         return list(response.missing_sha256)
 
@@ -142,6 +146,7 @@ class MediaClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
 
     def upload(self, images: Iterable[ImageSource | Upload]) -> list[Upload]:

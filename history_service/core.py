@@ -125,7 +125,10 @@ class HistoryCore:
     ) -> tuple[AcceptedRecord, bool]:
         """Record a message durably, then announce it on the bus."""
         request = validate_accept(client_txn_id, session_id, chat_key, text, attachments)
-        await self._require_visible(session_id)
+        if session_id:
+            # A message names an existing session (NOT_FOUND otherwise, so a typo does
+            # not look like success); a new chat is keyed by chat_key until bound.
+            await asyncio.to_thread(self.root.resolve, session_id)
         record, replayed = await asyncio.to_thread(self.store.accept, request)
         if not replayed:
             await self.bus.publish(record)
