@@ -23,6 +23,7 @@ from typing import Any
 import imagesize
 import orjson
 from google.protobuf.json_format import MessageToDict
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -78,8 +79,16 @@ def _print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+class _Console(Console):
+    """rich's console, leaving a broken pipe to `scrollback.cli.main` (rich would exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    return _Console(soft_wrap=False, highlight=False)
 
 
 def _proto_dict(message: Any) -> dict[str, Any]:
@@ -209,12 +218,13 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     # Ids are never cut (a cut id copied back is NOT_FOUND): the session column
     # is as wide as the longest id, and the other columns give way.
     id_width = max((len(s.session_id) for s in sessions), default=7)
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("session", no_wrap=True, min_width=id_width)
-    table.add_column("project", overflow="ellipsis", no_wrap=True, max_width=20)
-    table.add_column("size", justify="right", no_wrap=True, overflow="ellipsis")
-    table.add_column("modified", no_wrap=True, overflow="ellipsis")
-    table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
+    table.add_column("project", overflow="ellipsis", no_wrap=True, min_width=6, max_width=20)
+    size_width = max((len(f"{s.size_bytes:,}") for s in sessions), default=4)
+    table.add_column("size", justify="right", no_wrap=True, min_width=size_width)
+    table.add_column("modified", no_wrap=True, min_width=11)
+    table.add_column("title", overflow="ellipsis", no_wrap=True, min_width=6, max_width=40)
     for s in sessions:
         modified = (
             s.modified_time.ToDatetime().strftime("%m-%d %H:%M")
