@@ -134,3 +134,22 @@ def test_gc_uses_the_same_state_dir_from_any_directory(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert any((xdg / "scrollback").iterdir()), "gc opened the XDG state dir"
+
+
+def test_an_installed_package_carries_the_samples_and_their_licenses(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(repo)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    import zipfile
+
+    (wheel,) = tmp_path.glob("scrollback-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    bundled = {str(path.relative_to(repo)) for path in SAMPLES_ROOT.rglob("*") if path.is_file()}
+    assert bundled and bundled <= names
+    for project in SAMPLES_ROOT.iterdir():
+        assert f"scrollback/samples/projects/{project.name}/LICENSE" in names
+    total = sum(path.stat().st_size for path in SAMPLES_ROOT.rglob("*") if path.is_file())
+    assert total < 512 * 1024, "keep the bundled samples small"
