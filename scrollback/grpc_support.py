@@ -75,6 +75,9 @@ def _probe_listen(address: str) -> None:
     except ValueError:
         return  # a host name: grpc resolves it, and its failure is reported below
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As grpc binds: connections of a previous server in TIME_WAIT do not count,
+        # a socket listening on the port does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, int(port_text)))
         except OSError as error:
