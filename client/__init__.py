@@ -8,6 +8,7 @@
 - `reconcile_pending`: the one comparison of pending messages with entries.
 - `media_selector`: a MediaSelector from a ref's string form (and its pin).
 - `client.errors`: one exception class per status code.
+- `TlsOptions`: TLS / mutual TLS (`tls=`, or the SCROLLBACK_TLS_* variables).
 """
 
 from client._core import (
@@ -24,6 +25,7 @@ from client.client import Client
 from client.history import HistoryClient
 from client.media import MediaClient
 from client.reconcile import Reconciliation, reconcile_pending
+from client.tls import TlsOptions
 
 __all__ = [
     "AsyncClient",
@@ -37,6 +39,7 @@ __all__ = [
     "MediaClient",
     "Reconciliation",
     "RetryPolicy",
+    "TlsOptions",
     "WatchEvent",
     "Window",
     "media_selector",

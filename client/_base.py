@@ -2,7 +2,8 @@
 
 `SyncChannelClient` opens (or adopts) a grpc channel for the sync clients,
 `AsyncChannelClient` a grpc.aio channel for the asyncio ones; each closes only
-a channel it opened. `Closing` / `AsyncClosing` turn `close()` into the
+a channel it opened. A channel it opens speaks TLS when `tls` (or the
+SCROLLBACK_TLS_* variables, see client.tls) says so, else plaintext. `Closing` / `AsyncClosing` turn `close()` into the
 context-manager protocol for them and for the two-service `Client`s.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, Self
 import grpc
 
 from client._core import call_metadata, channel_target
+from client.tls import TlsOptions, resolve_tls
 
 
 class Closing:
@@ -67,12 +69,21 @@ class SyncChannelClient(Closing):
         metadata: Sequence[tuple[str, str]],
         token: str | None,
         rng: random.Random | None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
         self.addr = addr
         self._own = channel is None
         if channel is None:
             target, options = channel_target(addr)
-            channel = grpc.insecure_channel(target, options=options)
+            settings = resolve_tls(tls)
+            if settings is None:
+                channel = grpc.insecure_channel(target, options=options)
+            else:
+                channel = grpc.secure_channel(
+                    target,
+                    settings.credentials(),
+                    options=[*options, *settings.channel_options()],
+                )
         self._channel = channel
         # What stubs call through: the channel behind the interceptors, if any.
         self._intercepted = (
@@ -98,14 +109,24 @@ class AsyncChannelClient(AsyncClosing):
         metadata: Sequence[tuple[str, str]],
         token: str | None,
         rng: random.Random | None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
         self.addr = addr
         self._own = channel is None
         if channel is None:
             target, options = channel_target(addr)
-            channel = grpc.aio.insecure_channel(
-                target, options=options, interceptors=list(interceptors) or None
-            )
+            settings = resolve_tls(tls)
+            if settings is None:
+                channel = grpc.aio.insecure_channel(
+                    target, options=options, interceptors=list(interceptors) or None
+                )
+            else:
+                channel = grpc.aio.secure_channel(
+                    target,
+                    settings.credentials(),
+                    options=[*options, *settings.channel_options()],
+                    interceptors=list(interceptors) or None,
+                )
         self._channel = channel
         self.metadata = call_metadata(metadata, token)
         self._rng = rng or random.Random()

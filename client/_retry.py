@@ -21,8 +21,13 @@ from client.errors import from_rpc_error
 T = TypeVar("T")
 
 
-def retry_sync(attempt: Callable[[], T], policy: RetryPolicy, rng: random.Random) -> T:
-    """Run `attempt` until it succeeds, its error is not retryable, or attempts run out."""
+def retry_sync(
+    attempt: Callable[[], T], policy: RetryPolicy, rng: random.Random, addr: str = ""
+) -> T:
+    """Run `attempt` until it succeeds, its error is not retryable, or attempts run out.
+
+    The raised error carries `addr`, the address called (for "which service?").
+    """
     number = 0
     while True:
         try:
@@ -30,12 +35,12 @@ def retry_sync(attempt: Callable[[], T], policy: RetryPolicy, rng: random.Random
         except grpc.RpcError as error:
             number += 1
             if number >= policy.max_attempts or not policy.retryable(rpc_code(error)):
-                raise from_rpc_error(error) from None
+                raise from_rpc_error(error, addr=addr) from None
             time.sleep(policy.delay(number - 1, rng))
 
 
 async def retry_async(
-    attempt: Callable[[], Awaitable[T]], policy: RetryPolicy, rng: random.Random
+    attempt: Callable[[], Awaitable[T]], policy: RetryPolicy, rng: random.Random, addr: str = ""
 ) -> T:
     """The asyncio twin of retry_sync."""
     number = 0
@@ -45,5 +50,5 @@ async def retry_async(
         except grpc.RpcError as error:
             number += 1
             if number >= policy.max_attempts or not policy.retryable(rpc_code(error)):
-                raise from_rpc_error(error) from None
+                raise from_rpc_error(error, addr=addr) from None
             await asyncio.sleep(policy.delay(number - 1, rng))

@@ -47,6 +47,7 @@ from client._retry import retry_async
 from client.errors import DataLoss, from_rpc_error
 from client.history import WATCH_RESUME_CODES, WATCH_RETRY, window_request
 from client.media import ImageSource, MediaTarget, stat_error
+from client.tls import TlsOptions
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
@@ -68,8 +69,9 @@ class AsyncHistoryClient(AsyncChannelClient):
         metadata: Sequence[tuple[str, str]] = (),
         token: str | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
-        super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng)
+        super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = history_pb2_grpc.HistoryServiceStub(self._channel)
         self.deadlines = deadlines
         self.retry = retry
@@ -88,7 +90,7 @@ class AsyncHistoryClient(AsyncChannelClient):
                 request, timeout=self.deadlines.unary, metadata=self.metadata
             )
 
-        return await retry_async(attempt, self.retry, self._rng)
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def iter_sessions(
         self, *, project_dir: str = "", page_size: int = 0
@@ -129,7 +131,7 @@ class AsyncHistoryClient(AsyncChannelClient):
                 assembler.feed(message)
             return assembler.window()
 
-        return await retry_async(attempt, self.retry, self._rng)
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def iter_windows(
         self, session_id: str, *, oldest_first: bool = True, page_size: int = 0, **options: Any
@@ -176,7 +178,7 @@ class AsyncHistoryClient(AsyncChannelClient):
                 assembler.feed(message)
             return assembler.window()
 
-        return await retry_async(attempt, self.retry, self._rng)
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def accept_message(
         self,
@@ -197,7 +199,7 @@ class AsyncHistoryClient(AsyncChannelClient):
                 request, timeout=self.deadlines.unary, metadata=self.metadata
             )
 
-        return await retry_async(attempt, self.retry, self._rng)
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def bind_chat_key(self, chat_key: str, session_id: str) -> int:
         """Bind a chat key to its session id (idempotent)."""
@@ -208,7 +210,7 @@ class AsyncHistoryClient(AsyncChannelClient):
                 request, timeout=self.deadlines.unary, metadata=self.metadata
             )
 
-        return int((await retry_async(attempt, self.retry, self._rng)).bound_messages)
+        return int((await retry_async(attempt, self.retry, self._rng, self.addr)).bound_messages)
 
     async def watch(
         self,
@@ -242,7 +244,7 @@ class AsyncHistoryClient(AsyncChannelClient):
                     rpc_code(error) not in WATCH_RESUME_CODES
                     or failures >= self.watch_retry.max_attempts
                 ):
-                    raise from_rpc_error(error) from None
+                    raise from_rpc_error(error, addr=self.addr) from None
                 await asyncio.sleep(self.watch_retry.delay(failures - 1, self._rng))
             finally:
                 call.cancel()
@@ -289,8 +291,9 @@ class AsyncMediaClient(AsyncChannelClient):
         metadata: Sequence[tuple[str, str]] = (),
         token: str | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
-        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng)
+        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = media_pb2_grpc.MediaServiceStub(self._channel)
         self.deadlines = deadlines
         self.retry = retry
@@ -310,7 +313,7 @@ class AsyncMediaClient(AsyncChannelClient):
                 progress.feed(message)
             return progress.finish()
 
-        return await retry_async(attempt, self.retry, self._rng)
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def open_media(
         self,
@@ -353,7 +356,7 @@ class AsyncMediaClient(AsyncChannelClient):
                 request, timeout=self.deadlines.unary, metadata=self.metadata
             )
 
-        return list((await retry_async(attempt, self.retry, self._rng)).results)
+        return list((await retry_async(attempt, self.retry, self._rng, self.addr)).results)
 
     async def fetch(self, target: MediaTarget, pin: str | None = None) -> Media:
         """One medium through the cache; see MediaClient.fetch."""
@@ -384,7 +387,7 @@ class AsyncMediaClient(AsyncChannelClient):
                 request, timeout=self.deadlines.unary, metadata=self.metadata
             )
 
-        return list((await retry_async(attempt, self.retry, self._rng)).missing_sha256)
+        return list((await retry_async(attempt, self.retry, self._rng, self.addr)).missing_sha256)
 
     async def write_blob(self, upload: Upload) -> mpb.WriteBlobResponse:
         """Upload one blob (content-addressed, so retrying it is safe)."""
@@ -394,7 +397,7 @@ class AsyncMediaClient(AsyncChannelClient):
                 iter(upload.requests()), timeout=self.deadlines.stream, metadata=self.metadata
             )
 
-        return await retry_async(attempt, self.retry, self._rng)
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def upload(self, images: Iterable[ImageSource | Upload]) -> list[Upload]:
         """Upload attachments the store lacks (FindMissingBlobs first); return them all."""

@@ -1,6 +1,7 @@
 """`Client`: both services behind one object, and `send` (upload attachments, then accept).
 
 with Client() as sb:                              # SCROLLBACK_*_ADDR or the defaults
+                                                  # (tls=TlsOptions(...) or SCROLLBACK_TLS_*)
     accepted = sb.send("abc", "look", images=["shot.png"])
     for entry in sb.history.iter_window("abc"):
         ...

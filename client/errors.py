@@ -49,11 +49,14 @@ class ScrollbackError(Exception):
         *,
         code: grpc.StatusCode | None = None,
         details: tuple[Any, ...] = (),
+        addr: str = "",
     ) -> None:
         super().__init__(message)
         self.code: grpc.StatusCode = code if code is not None else self.default_code
         self.message = message
         self.details = details
+        # The address the failed call went to ("" when not known).
+        self.addr = addr
 
     @property
     def code_name(self) -> str:
@@ -177,8 +180,12 @@ def _rich_details(error: grpc.RpcError) -> tuple[Any, ...]:
     return tuple(status.details)
 
 
-def from_rpc_error(error: grpc.RpcError) -> ScrollbackError:
-    """The typed exception for a failed call (sync grpc.Call or grpc.aio.AioRpcError)."""
+def from_rpc_error(error: grpc.RpcError, *, addr: str = "") -> ScrollbackError:
+    """The typed exception for a failed call (sync grpc.Call or grpc.aio.AioRpcError).
+
+    `addr`, the address called, is kept on the exception: an UNAVAILABLE
+    caller can then say which service did not answer.
+    """
     code_method = getattr(error, "code", None)
     details_method = getattr(error, "details", None)
     code = code_method() if callable(code_method) else grpc.StatusCode.UNKNOWN
@@ -186,4 +193,4 @@ def from_rpc_error(error: grpc.RpcError) -> ScrollbackError:
         code = grpc.StatusCode.UNKNOWN
     message = details_method() if callable(details_method) else None
     text = str(message) if message else code.name.lower().replace("_", " ")
-    return error_class(code)(text, code=code, details=_rich_details(error))
+    return error_class(code)(text, code=code, details=_rich_details(error), addr=addr)

@@ -37,6 +37,7 @@ from client._core import (
 )
 from client._retry import retry_sync
 from client.errors import from_rpc_error
+from client.tls import TlsOptions
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 
@@ -84,8 +85,9 @@ class HistoryClient(SyncChannelClient):
         metadata: Sequence[tuple[str, str]] = (),
         token: str | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
-        super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng)
+        super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = history_pb2_grpc.HistoryServiceStub(self._intercepted)
         self.deadlines = deadlines
         self.retry = retry
@@ -104,6 +106,7 @@ class HistoryClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
 
     def iter_sessions(self, *, project_dir: str = "", page_size: int = 0) -> Iterator[hpb.Session]:
@@ -141,7 +144,7 @@ class HistoryClient(SyncChannelClient):
                 assembler.feed(message)
             return assembler.window()
 
-        return retry_sync(attempt, self.retry, self._rng)
+        return retry_sync(attempt, self.retry, self._rng, self.addr)
 
     def iter_windows(
         self, session_id: str, *, oldest_first: bool = True, page_size: int = 0, **options: Any
@@ -188,7 +191,7 @@ class HistoryClient(SyncChannelClient):
                 assembler.feed(message)
             return assembler.window()
 
-        return retry_sync(attempt, self.retry, self._rng)
+        return retry_sync(attempt, self.retry, self._rng, self.addr)
 
     def accept_message(
         self,
@@ -213,6 +216,7 @@ class HistoryClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
 
     def bind_chat_key(self, chat_key: str, session_id: str) -> int:
@@ -224,6 +228,7 @@ class HistoryClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
         return int(response.bound_messages)
 
@@ -264,7 +269,7 @@ class HistoryClient(SyncChannelClient):
                 failures += 1
                 code = rpc_code(error)
                 if code not in WATCH_RESUME_CODES or failures >= self.watch_retry.max_attempts:
-                    raise from_rpc_error(error) from None
+                    raise from_rpc_error(error, addr=self.addr) from None
                 time.sleep(self.watch_retry.delay(failures - 1, self._rng))
             finally:
                 call.cancel()  # type: ignore[no-untyped-call]

@@ -37,6 +37,7 @@ from client._core import (
 )
 from client._retry import retry_sync
 from client.errors import DataLoss, error_class, from_rpc_error
+from client.tls import TlsOptions
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
@@ -92,8 +93,9 @@ class MediaClient(SyncChannelClient):
         metadata: Sequence[tuple[str, str]] = (),
         token: str | None = None,
         rng: random.Random | None = None,
+        tls: TlsOptions | bool | None = None,
     ) -> None:
-        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng)
+        super().__init__(media_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = media_pb2_grpc.MediaServiceStub(self._intercepted)
         self.deadlines = deadlines
         self.retry = retry
@@ -112,7 +114,7 @@ class MediaClient(SyncChannelClient):
                 progress.feed(message)
             return progress.finish()
 
-        return retry_sync(attempt, self.retry, self._rng)
+        return retry_sync(attempt, self.retry, self._rng, self.addr)
 
     def open_media(
         self,
@@ -155,6 +157,7 @@ class MediaClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
         return list(response.results)
 
@@ -187,6 +190,7 @@ class MediaClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
         return list(response.missing_sha256)
 
@@ -198,6 +202,7 @@ class MediaClient(SyncChannelClient):
             ),
             self.retry,
             self._rng,
+            self.addr,
         )
 
     def upload(self, images: Iterable[ImageSource | Upload]) -> list[Upload]:

@@ -47,7 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_service("gateway", lambda: config_from_args(args), serve, ConfigError)
+    return run_service(
+        "gateway",
+        lambda: config_from_args(args),
+        serve,
+        ConfigError,
+        addr_env="SCROLLBACK_GATEWAY_ADDR",
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from history_service.config import ConfigError, HistoryConfig
+from history_service.config import DEFAULT_ADDR, ConfigError, HistoryConfig
 from history_service.server import serve
 from scrollback.server.service_cli import run_service, service_parser, with_auth_tokens
 
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         __doc__,
         transcripts_help="the transcripts root",
         state_help="the state dir",
+        addr_env="SCROLLBACK_HISTORY_ADDR",
+        default_addr=DEFAULT_ADDR,
     )
     args = parser.parse_args(argv)
 
@@ -41,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         return config
 
-    return run_service("history_service", build_config, serve, ConfigError)
+    return run_service(
+        "history_service", build_config, serve, ConfigError, addr_env="SCROLLBACK_HISTORY_ADDR"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The history service's configuration: a frozen dataclass read from the environment.
 
 `HistoryConfig.from_env()` reads `SCROLLBACK_TRANSCRIPTS` (default
-`~/.claude/projects`), `SCROLLBACK_STATE` (default `./.scrollback`),
+`~/.claude/projects`), `SCROLLBACK_STATE` (default `$XDG_STATE_HOME/scrollback`
+or `~/.local/state/scrollback`, see scrollback.server.service_config),
 `SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
 (`SCROLLBACK_HISTORY_*`, e.g. `SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS`, default
 60, flag `--stall-timeout`: a stream whose client grants no flow-control
@@ -33,11 +34,17 @@ from scrollback.contract.stripping import (
 )
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
-from scrollback.server.service_config import security_from_env, validate_shared
+from scrollback.server.service_config import (
+    DEFAULT_TRANSCRIPTS,
+    check_locations,
+    default_state_dir,
+    security_from_env,
+    state_dir_from_env,
+    transcripts_from_env,
+    validate_shared,
+)
 from scrollback.state.urls import DATABASE_URL_ENV
 
-DEFAULT_TRANSCRIPTS = "~/.claude/projects"
-DEFAULT_STATE = "./.scrollback"
 DEFAULT_ADDR = "127.0.0.1:50051"
 
 
@@ -50,7 +57,7 @@ class HistoryConfig:
     """Everything the history service needs to start."""
 
     transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
-    state_dir: Path = Path(DEFAULT_STATE)
+    state_dir: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False
     auth_configured: bool = False
@@ -74,10 +81,8 @@ class HistoryConfig:
         """Build from the environment (os.environ by default); keyword overrides win."""
         source = os.environ if env is None else env
         values: dict[str, Any] = {
-            "transcripts": Path(
-                source.get("SCROLLBACK_TRANSCRIPTS", DEFAULT_TRANSCRIPTS)
-            ).expanduser(),
-            "state_dir": Path(source.get("SCROLLBACK_STATE", DEFAULT_STATE)).expanduser(),
+            "transcripts": transcripts_from_env(source),
+            "state_dir": state_dir_from_env(source),
             "addr": source.get("SCROLLBACK_HISTORY_ADDR", DEFAULT_ADDR),
             "database_url": source.get(DATABASE_URL_ENV, ""),
         }
@@ -130,9 +135,6 @@ class HistoryConfig:
             raise ConfigError("the stall timeout must be positive")
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
-        if not self.transcripts.is_dir():
-            raise ConfigError("the transcripts root (SCROLLBACK_TRANSCRIPTS) is not a directory")
-        if self.state_dir.exists() and not self.state_dir.is_dir():
-            raise ConfigError("the state dir (SCROLLBACK_STATE) is not a directory")
+        check_locations(self.transcripts, self.state_dir, config_error=ConfigError)
         validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self

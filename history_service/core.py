@@ -131,7 +131,10 @@ class HistoryCore:
     ) -> tuple[AcceptedRecord, bool]:
         """Record a message durably, then announce it on the bus."""
         request = validate_accept(client_txn_id, session_id, chat_key, text, attachments)
-        await self._require_visible(principal, session_id)
+        if session_id:
+            # A message names an existing session (NOT_FOUND otherwise, so a typo does
+            # not look like success); a new chat is keyed by chat_key until bound.
+            await asyncio.to_thread(self.root.resolve, session_id, principal)
         digests = [a.sha256 for a in request.attachments]
         readable = (
             await asyncio.to_thread(

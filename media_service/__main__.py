@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from media_service.config import MediaConfig
+from media_service.config import DEFAULT_ADDR, MediaConfig
 from media_service.errors import ConfigError
 from media_service.server import serve
 from scrollback.server.service_cli import run_service, service_parser, with_auth_tokens
@@ -25,6 +25,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         __doc__,
         transcripts_help="transcripts root",
         state_help="state dir (blobs and database)",
+        addr_env="SCROLLBACK_MEDIA_ADDR",
+        default_addr=DEFAULT_ADDR,
     )
     parser.add_argument(
         "--write-deadline-seconds",
@@ -57,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             overrides["security"] = with_auth_tokens(config.security, args.auth_tokens)
         return config.with_overrides(**overrides)
 
-    return run_service("media_service", build_config, serve, ConfigError)
+    return run_service(
+        "media_service", build_config, serve, ConfigError, addr_env="SCROLLBACK_MEDIA_ADDR"
+    )
 
 
 if __name__ == "__main__":

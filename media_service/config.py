@@ -1,8 +1,9 @@
 """The media service's configuration: defaults, environment, validation.
 
-`MediaConfig.from_env()` reads SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE,
-SCROLLBACK_MEDIA_ADDR and the SCROLLBACK_MEDIA_* tuning variables;
-`validate()` raises ConfigError for values out of bounds, at start-up.
+`MediaConfig.from_env()` reads SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE (the
+same defaults as history: scrollback.server.service_config), SCROLLBACK_MEDIA_ADDR and
+the SCROLLBACK_MEDIA_* tuning variables; `validate()` raises ConfigError for
+values out of bounds or a transcripts root that is not a directory, at start-up.
 
 Security (`security`, shared with the history service, see scrollback.server.auth):
 `SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
@@ -33,7 +34,15 @@ from media_service.errors import ConfigError
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
-from scrollback.server.service_config import security_from_env, validate_shared
+from scrollback.server.service_config import (
+    DEFAULT_TRANSCRIPTS,
+    check_locations,
+    default_state_dir,
+    security_from_env,
+    state_dir_from_env,
+    transcripts_from_env,
+    validate_shared,
+)
 from scrollback.state.urls import DATABASE_URL_ENV
 
 KIB = 1024
@@ -72,8 +81,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 class MediaConfig:
     """Everything the media server needs to start."""
 
-    transcripts: Path = Path("~/.claude/projects")
-    state: Path = Path(".scrollback")
+    transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
+    state: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False
     auth_configured: bool = False
@@ -91,14 +100,14 @@ class MediaConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> MediaConfig:
-        """Read the configuration from the environment (validated)."""
+        """Read the configuration from the environment (values checked, not locations)."""
         env = os.environ if env is None else env
         security = security_from_env(
             env, metrics_var="SCROLLBACK_MEDIA_METRICS_ADDR", config_error=ConfigError
         )
         config = cls(
-            transcripts=Path(env.get("SCROLLBACK_TRANSCRIPTS") or "~/.claude/projects"),
-            state=Path(env.get("SCROLLBACK_STATE") or ".scrollback"),
+            transcripts=transcripts_from_env(env),
+            state=state_dir_from_env(env),
             addr=env.get("SCROLLBACK_MEDIA_ADDR") or DEFAULT_ADDR,
             chunk_size=_int(env, "SCROLLBACK_MEDIA_CHUNK_SIZE", DEFAULT_CHUNK_SIZE),
             max_line_size=_int(env, "SCROLLBACK_MAX_LINE_SIZE", DEFAULT_MAX_LINE_SIZE),
@@ -121,14 +130,24 @@ class MediaConfig:
             database_url=env.get(DATABASE_URL_ENV) or "",
             security=security,
         )
-        return config.validate()
+        return config.check_values()
 
     def with_overrides(self, **changes: object) -> MediaConfig:
-        """A copy with some fields replaced (flags over env), validated."""
-        return replace(self, **changes).validate()  # type: ignore[arg-type]
+        """A copy with some fields replaced (flags over env), values checked."""
+        return replace(self, **changes).check_values()  # type: ignore[arg-type]
 
     def validate(self) -> MediaConfig:
-        """Return self if every value is within bounds; raise ConfigError otherwise."""
+        """Return self if the server can start on it (values and locations), else ConfigError."""
+        self.check_values()
+        check_locations(self.transcripts_root, self.state_dir, config_error=ConfigError)
+        return self
+
+    def check_values(self) -> MediaConfig:
+        """Return self if every value is within bounds; raise ConfigError otherwise.
+
+        The locations are left to `validate` (at server start): `scrollback gc`
+        reads this configuration and needs no transcripts root.
+        """
         if not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
             raise ConfigError(f"chunk size must be from 1 to {MAX_CHUNK_SIZE} bytes")
         if self.max_line_size < 1024:

@@ -1,7 +1,9 @@
 """The `scrollback` command: one entry point for running and operating the pair.
 
 - `scrollback up`: both services in the foreground on embedded defaults
-  (SQLite state and local files), until Ctrl-C or SIGTERM.
+  (SQLite state and local files), until Ctrl-C or SIGTERM. With no
+  transcripts root configured and none at ~/.claude/projects, it says so and
+  serves the bundled sample sessions (scrollback.samples).
 - `scrollback up --gateway`: the same, plus the HTTP gateway and viewer (SCROLLBACK_GATEWAY_ADDR).
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
@@ -19,13 +21,16 @@
 
 The client commands take `--history-addr` / `--media-addr` (environment
 SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
-127.0.0.1:50052), print tables by default and JSON with `--json`. Flags
-override the environment (CONTRACT section 6).
+127.0.0.1:50052) and `--tls`, `--tls-ca`, `--tls-cert`, `--tls-key`,
+`--tls-server-name` (SCROLLBACK_TLS, SCROLLBACK_TLS_CA, ...: client.tls),
+print tables by default and JSON with `--json`. Flags override the
+environment (CONTRACT section 6).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
 - 1: failure: an RPC error (other than NOT_FOUND), an unreachable service, an I/O error;
-- 2: bad usage or configuration (argparse errors, a malformed REF, a missing file);
+- 2: bad usage or configuration (argparse errors, a malformed REF, a missing file,
+  a configuration `up` cannot start on, an address it cannot listen on);
 - 3: not found (the service answered NOT_FOUND).
 Errors are one line on stderr, e.g. `scrollback: NOT_FOUND: session not found`; never a
 traceback.
@@ -41,6 +46,8 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCRIPTS
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -65,23 +72,68 @@ def _apply_flags_to_env(args: argparse.Namespace) -> None:
             os.environ[variable] = str(value)
 
 
+class UpConfigError(ValueError):
+    """A configuration `scrollback up` cannot start on (exit code 2)."""
+
+
+def _transcripts_or_samples() -> None:
+    """With no transcripts root set and none at the default, serve the bundled samples."""
+    from scrollback.samples import SAMPLES_ROOT
+    from scrollback.server.service_config import TRANSCRIPTS_ENV, transcripts_from_env
+
+    if os.environ.get(TRANSCRIPTS_ENV):
+        return  # chosen explicitly: checked as given
+    looked_for = transcripts_from_env()
+    if looked_for.is_dir():
+        return
+    print(
+        f"scrollback up: no transcripts at {looked_for} (set {TRANSCRIPTS_ENV} or --transcripts); "
+        "serving the bundled sample sessions",
+        flush=True,
+    )
+    os.environ[TRANSCRIPTS_ENV] = str(SAMPLES_ROOT)
+
+
 async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
+    from history_service.config import ConfigError as HistoryConfigError
     from history_service.config import HistoryConfig
     from history_service.server import start_history_server
     from media_service.config import MediaConfig
+    from media_service.errors import ConfigError as MediaConfigError
     from media_service.server import start_media_server
-    from scrollback.server.grpc_support import wait_for_shutdown_signal
+    from scrollback.server.grpc_support import (
+        BindRefusedError,
+        ListenError,
+        wait_for_shutdown_signal,
+    )
 
-    history_config = HistoryConfig.from_env()
-    media_config = MediaConfig.from_env()
+    config_errors = (HistoryConfigError, MediaConfigError, BindRefusedError)
+    try:
+        history_config = HistoryConfig.from_env()
+        media_config = MediaConfig.from_env()
+    except config_errors as error:
+        raise UpConfigError(str(error)) from None
     if insecure:
         history_config = dataclasses.replace(history_config, insecure=True)
         media_config = dataclasses.replace(media_config, insecure=True)
-    history = await start_history_server(history_config)
+    try:
+        history = await start_history_server(history_config)
+    except ListenError as error:
+        raise UpConfigError(
+            f"{error}; choose another with --history-addr or SCROLLBACK_HISTORY_ADDR"
+        ) from None
+    except config_errors as error:
+        raise UpConfigError(str(error)) from None
     try:
         media = await start_media_server(media_config)
-    except BaseException:
+    except BaseException as error:
         await history.stop()
+        if isinstance(error, ListenError):
+            raise UpConfigError(
+                f"{error}; choose another with --media-addr or SCROLLBACK_MEDIA_ADDR"
+            ) from None
+        if isinstance(error, config_errors):
+            raise UpConfigError(str(error)) from None
         raise
     gateway = None
     if with_gateway:
@@ -99,6 +151,8 @@ async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
             await asyncio.gather(history.stop(), media.stop())
             raise
     log = logging.getLogger("scrollback")
+    log.info("serving transcripts from %s", history_config.transcripts)
+    log.info("state dir %s", history_config.state_dir)
     log.info("history service listening on port %d", history.port)
     log.info("media service listening on port %d", media.port)
     served = f"history on port {history.port}, media on port {media.port}"
@@ -117,14 +171,15 @@ async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
 
 def _cmd_up(args: argparse.Namespace) -> int:
     _apply_flags_to_env(args)
+    _transcripts_or_samples()
     if args.gateway_addr:
         os.environ["SCROLLBACK_GATEWAY_ADDR"] = args.gateway_addr
-    from gateway.config import ConfigError
+    from gateway.config import ConfigError as GatewayConfigError
 
     try:
         return asyncio.run(_run_up(args.insecure, args.gateway))
-    except ConfigError as error:
-        print(f"scrollback: {error}", file=sys.stderr)
+    except (UpConfigError, GatewayConfigError) as error:
+        print(f"scrollback up: {error}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -158,22 +213,42 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `scrollback` command."""
-    parser = argparse.ArgumentParser(prog="scrollback", description=__doc__.splitlines()[0])
+    from scrollback.server.service_cli import add_version, plain
+
+    parser = argparse.ArgumentParser(prog="scrollback", description=plain(__doc__.splitlines()[0]))
+    add_version(parser, "scrollback")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run both services in the foreground")
-    up.add_argument("--transcripts", help="transcripts root (SCROLLBACK_TRANSCRIPTS)")
-    up.add_argument("--state", help="state directory (SCROLLBACK_STATE)")
-    up.add_argument("--history-addr", help="history service address (SCROLLBACK_HISTORY_ADDR)")
-    up.add_argument("--media-addr", help="media service address (SCROLLBACK_MEDIA_ADDR)")
     up.add_argument(
-        "--auth-tokens", help="bearer token file, YAML or JSON (SCROLLBACK_AUTH_TOKENS)"
+        "--transcripts",
+        help=f"transcripts root (SCROLLBACK_TRANSCRIPTS, default {DEFAULT_TRANSCRIPTS}; "
+        "the bundled samples when that does not exist)",
+    )
+    up.add_argument(
+        "--state", help=f"state directory (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
+    )
+    up.add_argument(
+        "--history-addr",
+        help="history service address (SCROLLBACK_HISTORY_ADDR, default 127.0.0.1:50051)",
+    )
+    up.add_argument(
+        "--media-addr",
+        help="media service address (SCROLLBACK_MEDIA_ADDR, default 127.0.0.1:50052)",
+    )
+    up.add_argument(
+        "--auth-tokens",
+        help="bearer token file, YAML or JSON (SCROLLBACK_AUTH_TOKENS, default: no auth)",
     )
     up.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without auth"
     )
-    up.add_argument("--database-url", help="postgresql:// state database (SCROLLBACK_DATABASE_URL)")
+    up.add_argument(
+        "--database-url",
+        help="postgresql:// state database (SCROLLBACK_DATABASE_URL, default: SQLite in the "
+        "state dir)",
+    )
     up.add_argument(
         "--gateway", action="store_true", help="also serve the HTTP gateway and the viewer"
     )
@@ -197,8 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest = commands.add_parser(
         "loadtest", help="a bounded load test of both services on loopback"
     )
-    loadtest.add_argument("--seconds", type=float, default=60.0, help="how long to run")
-    loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients")
+    loadtest.add_argument(
+        "--seconds", type=float, default=60.0, help="how long to run (default 60)"
+    )
+    loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     loadtest.set_defaults(handler=_cmd_loadtest)
     _add_client_commands(commands)
     return parser
@@ -218,8 +295,35 @@ def _add_client_commands(commands: Any) -> None:
         default=os.environ.get("SCROLLBACK_MEDIA_ADDR") or "127.0.0.1:50052",
         help="media service HOST:PORT (SCROLLBACK_MEDIA_ADDR, default 127.0.0.1:50052)",
     )
-    common.add_argument("--timeout", type=float, help="per-call deadline in seconds")
+    common.add_argument(
+        "--timeout",
+        type=float,
+        help="per-call deadline in seconds (default: the client library's per-call deadlines)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="speak TLS, trusting the system's roots (SCROLLBACK_TLS=1; default plaintext)",
+    )
+    common.add_argument(
+        "--tls-ca", metavar="PEM", help="trust this CA for TLS (SCROLLBACK_TLS_CA; implies --tls)"
+    )
+    common.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="client certificate for mutual TLS, with --tls-key (SCROLLBACK_TLS_CLIENT_CERT)",
+    )
+    common.add_argument(
+        "--tls-key", metavar="PEM", help="the client certificate's key (SCROLLBACK_TLS_CLIENT_KEY)"
+    )
+    common.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="the name the server certificate must carry, if not the host "
+        "(SCROLLBACK_TLS_SERVER_NAME)",
+    )
 
     sessions = commands.add_parser("sessions", parents=[common], help="list sessions")
     sessions.add_argument("--project", help="only this project directory")
@@ -229,11 +333,18 @@ def _add_client_commands(commands: Any) -> None:
     window = commands.add_parser("window", parents=[common], help="print one page of a session")
     window.add_argument("session")
     direction = window.add_mutually_exclusive_group()
-    direction.add_argument("--older", metavar="TOKEN", help="the next page token printed before")
+    direction.add_argument(
+        "--older", metavar="TOKEN", help="the next (older) page: the token printed before"
+    )
+    direction.add_argument(
+        "--newer",
+        metavar="TOKEN",
+        help="the next (newer) page of an --oldest-first listing: the token printed before",
+    )
     direction.add_argument(
         "--oldest-first", action="store_true", help="start from the beginning of the session"
     )
-    window.add_argument("--page-size", type=int, help="entries per page (at most 200)")
+    window.add_argument("--page-size", type=int, help="entries per page (default and at most 200)")
     window.set_defaults(handler=cc.cmd_window)
 
     media = commands.add_parser("media", parents=[common], help="fetch one photo")
@@ -243,9 +354,11 @@ def _add_client_commands(commands: Any) -> None:
     media.set_defaults(handler=cc.cmd_media)
 
     send = commands.add_parser("send", parents=[common], help="send a message")
-    send.add_argument("session", nargs="?", help="the session id (or use --chat-key)")
-    send.add_argument("text")
-    send.add_argument("--chat-key", help="a client-chosen key for a chat with no session yet")
+    send.add_argument(
+        "session", nargs="?", help="an existing session's id (for a new chat: --chat-key)"
+    )
+    send.add_argument("text", help="the message text")
+    send.add_argument("--chat-key", help="a client-chosen key for a new chat with no session yet")
     send.add_argument(
         "--image", action="append", metavar="PATH", help="attach an image (repeatable)"
     )
@@ -253,13 +366,18 @@ def _add_client_commands(commands: Any) -> None:
 
     tail = commands.add_parser("tail", parents=[common], help="follow a session live")
     tail.add_argument("session")
-    tail.add_argument("--last", type=int, default=10, help="entries to print first")
+    tail.add_argument("--last", type=int, default=10, help="entries to print first (default 10)")
     tail.set_defaults(handler=cc.cmd_tail)
 
     gc = commands.add_parser("gc", help="collect unreferenced blobs in the local state dir")
-    gc.add_argument("--state", help="state directory (SCROLLBACK_STATE, default ./.scrollback)")
     gc.add_argument(
-        "--grace", type=float, default=3600.0, help="keep blobs younger than this (seconds)"
+        "--state", help=f"state directory (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
+    )
+    gc.add_argument(
+        "--grace",
+        type=float,
+        default=3600.0,
+        help="keep blobs younger than this, in seconds (default 3600)",
     )
     gc.add_argument("--json", action="store_true", help="print JSON for scripts")
     gc.set_defaults(handler=cc.cmd_gc)
@@ -281,30 +399,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args.handler(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return EXIT_OK
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except Exception as error:
-        return _report(error)
+        return _report(error, args)
     return code
 
 
-def _report(error: Exception) -> int:
+def _quiet_broken_pipe() -> int:
+    """The reader went away (`| head`): stop quietly, as a pipeline expects."""
+    # Python would flush stdout again at exit and complain; point it at /dev/null.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
+
+
+_SERVICES = (
+    ("history", "history_addr", "--history-addr", "SCROLLBACK_HISTORY_ADDR"),
+    ("media", "media_addr", "--media-addr", "SCROLLBACK_MEDIA_ADDR"),
+)
+
+
+def _unavailable_text(addr: str, args: argparse.Namespace) -> str:
+    """Which service did not answer, where, and how to start it or point elsewhere."""
+    for name, attribute, flag, variable in _SERVICES:
+        if addr and addr == getattr(args, attribute, None):
+            return (
+                f"no {name} service answers at {addr}; start the pair with `scrollback up`, "
+                f"or point {flag} (or {variable}) at a running one"
+            )
+    return (
+        f"no service answers at {addr or 'the configured address'}; start the pair with "
+        "`scrollback up`, or point --history-addr / --media-addr at running services"
+    )
+
+
+def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
     """One line on stderr for a failed command; the exit code for it."""
     import grpc
 
-    from client.errors import NotFound, ScrollbackError, from_rpc_error
+    from client.errors import NotFound, ScrollbackError, Unavailable, from_rpc_error
+    from client.tls import TlsConfigError
     from scrollback_app.cli_client import UsageError
 
     if isinstance(error, grpc.RpcError):
         error = from_rpc_error(error)
-    if isinstance(error, UsageError):
+    if isinstance(error, UsageError | TlsConfigError):
         print(f"scrollback: usage: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if isinstance(error, Unavailable) and args is not None:
+        print(f"scrollback: UNAVAILABLE: {_unavailable_text(error.addr, args)}", file=sys.stderr)
+        return EXIT_FAILURE
     if isinstance(error, ScrollbackError):
         print(f"scrollback: {error.code_name}: {error.message}", file=sys.stderr)
         return EXIT_NOT_FOUND if isinstance(error, NotFound) else EXIT_FAILURE
     if isinstance(error, OSError):
-        print(f"scrollback: error: {error.strerror or error}", file=sys.stderr)
+        # The user's own file names the failure (not a server's path: servers never send one).
+        where = f": {error.filename}" if error.filename else ""
+        print(f"scrollback: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_FAILURE
     print(f"scrollback: error: {type(error).__name__}: {error}", file=sys.stderr)
     return EXIT_FAILURE

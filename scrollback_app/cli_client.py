@@ -10,20 +10,27 @@ from __future__ import annotations
 
 import argparse
 import html
+import io
 import json
+import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import imagesize
 import orjson
 from google.protobuf.json_format import MessageToDict
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from client import Client, Deadlines, Media, media_selector
 from client.errors import InvalidArgument
+from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.history.v1 import history_pb2 as hpb
 
@@ -32,10 +39,37 @@ class UsageError(ValueError):
     """Bad usage detected before any call (exit code 2)."""
 
 
+def tls_options(args: argparse.Namespace) -> TlsOptions | None:
+    """The TLS options of the flags over the SCROLLBACK_TLS_* variables; None: plaintext."""
+    base = TlsOptions.from_env()
+    given = any(
+        getattr(args, name, None) for name in ("tls", "tls_ca", "tls_cert", "tls_key")
+    ) or bool(getattr(args, "tls_server_name", None))
+    if base is None and not given:
+        return None
+    options = base or TlsOptions()
+
+    def path(name: str, current: Path | None) -> Path | None:
+        value = getattr(args, name, None)
+        return Path(value).expanduser() if value else current
+
+    return TlsOptions(
+        ca=path("tls_ca", options.ca),
+        cert=path("tls_cert", options.cert),
+        key=path("tls_key", options.key),
+        server_name=getattr(args, "tls_server_name", None) or options.server_name,
+    )
+
+
 def _client(args: argparse.Namespace) -> Client:
     timeout = getattr(args, "timeout", None)
     deadlines = Deadlines(unary=timeout, stream=timeout) if timeout else Deadlines()
-    return Client(args.history_addr, args.media_addr, deadlines=deadlines)
+    try:
+        return Client(
+            args.history_addr, args.media_addr, deadlines=deadlines, tls=tls_options(args) or False
+        )
+    except TlsConfigError as error:
+        raise UsageError(str(error)) from None
 
 
 def _print_json(value: Any) -> None:
@@ -43,8 +77,16 @@ def _print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+class _Console(Console):
+    """rich's console, leaving a broken pipe to `scrollback_app.cli.main` (rich would exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    return _Console(soft_wrap=False, highlight=False)
 
 
 def _proto_dict(message: Any) -> dict[str, Any]:
@@ -60,8 +102,48 @@ def _parsed(entry: hpb.Entry) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+# CSI sequences (colours, cursor moves), OSC sequences (titles, links) and lone ESC pairs:
+# tool output in transcripts carries them, and no viewer here interprets them.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_ansi(text: str) -> str:
+    """The text without terminal escape sequences."""
+    return _ANSI.sub("", text)
+
+
+def _block_parts(blocks: list[Any], parts: list[str]) -> None:
+    """Labels and texts of content blocks: [image], [tool_use NAME], [tool_result] TEXT."""
+    for block in blocks:
+        if isinstance(block, str):
+            parts.append(block)
+            continue
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "image":
+            parts.append("[image]")
+        elif kind == "tool_use":
+            parts.append(f"[tool_use {block.get('name', '')}]")
+            tool_input = block.get("input")
+            if isinstance(tool_input, dict):
+                # The first string argument says most (a command, a path, a pattern).
+                first = next((v for v in tool_input.values() if isinstance(v, str)), "")
+                parts.append(first)
+        elif kind == "tool_result":
+            parts.append("[tool_result error]" if block.get("is_error") else "[tool_result]")
+            inner = block.get("content")
+            _block_parts(inner if isinstance(inner, list) else [inner], parts)
+        elif kind == "thinking":
+            parts.append("[thinking]")
+        elif isinstance(kind, str):
+            parts.append(f"[{kind}]")
+
+
 def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
-    """A one-line summary of an entry's message: its text, with [image]/[tool] tags."""
+    """A one-line summary of an entry's message: its text, with [image]/[tool_use]/... labels."""
     parsed = _parsed(entry)
     message = parsed.get("message")
     parts: list[str] = []
@@ -72,24 +154,19 @@ def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
         if isinstance(content, str):
             parts.append(content)
         elif isinstance(content, list):
-            for block in content:
-                if not isinstance(block, dict):
-                    continue
-                kind = block.get("type")
-                if kind == "text":
-                    parts.append(str(block.get("text", "")))
-                elif kind == "image":
-                    parts.append("[image]")
-                elif kind == "tool_use":
-                    parts.append(f"[tool_use {block.get('name', '')}]")
-                elif kind == "tool_result":
-                    parts.append("[tool_result]")
-                elif isinstance(kind, str):
-                    parts.append(f"[{kind}]")
-    text = " ".join(" ".join(parts).split())
+            _block_parts(content, parts)
+    text = " ".join(strip_ansi(" ".join(p for p in parts if p)).split())
     if limit and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+def photo_marker(entry: hpb.Entry) -> str:
+    """`[N photo(s)]` for an entry with media refs, else ""."""
+    count = len(entry.media_refs)
+    if not count:
+        return ""
+    return f"[{count} photo{'s' if count > 1 else ''}]"
 
 
 def entry_dict(entry: hpb.Entry) -> dict[str, Any]:
@@ -136,12 +213,16 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             ]
         )
         return 0
-    table = Table()
-    table.add_column("session", no_wrap=True, overflow="fold")
-    table.add_column("project", overflow="ellipsis", no_wrap=True, max_width=20)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("modified", no_wrap=True)
-    table.add_column("title", overflow="ellipsis", no_wrap=True, max_width=40)
+    # Ids are never cut (a cut id copied back is NOT_FOUND): the session column
+    # is as wide as the longest id, and the other columns give way.
+    id_width = max((len(s.session_id) for s in sessions), default=7)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("session", no_wrap=True, min_width=id_width)
+    table.add_column("project", overflow="ellipsis", no_wrap=True, min_width=6, max_width=20)
+    size_width = max((len(f"{s.size_bytes:,}") for s in sessions), default=4)
+    table.add_column("size", justify="right", no_wrap=True, min_width=size_width)
+    table.add_column("modified", no_wrap=True, min_width=11)
+    table.add_column("title", overflow="ellipsis", no_wrap=True, min_width=6, max_width=40)
     for s in sessions:
         modified = (
             s.modified_time.ToDatetime().strftime("%m-%d %H:%M")
@@ -149,7 +230,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             else ""
         )
         title = ("↳ " if s.is_subagent else "") + s.title[:60]
-        table.add_row(s.session_id, s.project_dir, f"{s.size_bytes:,}", modified, title)
+        table.add_row(
+            Text(s.session_id), Text(s.project_dir), f"{s.size_bytes:,}", modified, Text(title)
+        )
     _console().print(table)
     return 0
 
@@ -158,12 +241,13 @@ def cmd_window(args: argparse.Namespace) -> int:
     """One page of a session (the latest by default)."""
     if args.page_size is not None and args.page_size < 0:
         raise UsageError("--page-size must not be negative")
+    oldest_first = bool(args.oldest_first or args.newer)
     with _client(args) as sb:
         window = sb.history.read_window(
             args.session,
             page_size=args.page_size or 0,
-            page_token=args.older or "",
-            oldest_first=args.oldest_first,
+            page_token=args.older or args.newer or "",
+            oldest_first=oldest_first,
         )
     if args.json:
         _print_json(
@@ -183,18 +267,22 @@ def cmd_window(args: argparse.Namespace) -> int:
     table.add_column("text", overflow="fold")
     table.add_column("photos", justify="right", no_wrap=True)
     for entry in window.entries:
+        # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
         table.add_row(
             entry.timestamp[:19].replace("T", " "),
-            entry.type,
-            entry.uuid[:8],
-            entry_text(entry, 160),
+            Text(entry.type),
+            Text(entry.uuid[:8]),
+            Text(entry_text(entry, 160)),
             str(len(entry.media_refs)) if entry.media_refs else "",
         )
     console = _console()
     console.print(table)
     if window.next_page_token:
-        # plain print: a wrapped token could not be copied back
-        print(f"next page: scrollback window {args.session} --older {window.next_page_token}")
+        # plain print: a wrapped token could not be copied back. The token keeps the
+        # direction; the flag names it, and the page size carries over.
+        flag = "--newer" if oldest_first else "--older"
+        size = f" --page-size {args.page_size}" if args.page_size else ""
+        print(f"next page: scrollback window {args.session} {flag} {window.next_page_token}{size}")
     if any(entry.media_refs for entry in window.entries):
         console.print(
             "photo refs and pins: --json; fetch one with `scrollback media REF --pin PIN`"
@@ -210,6 +298,13 @@ def cmd_media(args: argparse.Namespace) -> int:
         selector = media_selector(args.ref, args.pin)
     except InvalidArgument as error:
         raise UsageError(error.message) from None
+    if args.output == "-":
+        if sys.stdout.isatty():
+            raise UsageError(
+                "-o - would write image bytes to the terminal; redirect stdout or give -o FILE"
+            )
+    else:
+        _check_output_file(Path(args.output))
     with _client(args) as sb:
         media = sb.media.read_media(selector)
     if args.output == "-":
@@ -228,10 +323,24 @@ def cmd_media(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_output_file(output: Path) -> None:
+    """Refuse an output path that cannot be written, before any call (the user's own path)."""
+    if output.is_dir():
+        raise UsageError(f"-o {output} is a directory; name a file")
+    parent = output.parent
+    if not parent.is_dir():
+        raise UsageError(f"-o {output}: the directory {parent} does not exist")
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     """Send a message (uploading images first) and print the accepted record."""
-    if bool(args.session) == bool(args.chat_key):
+    if args.session and args.chat_key:
         raise UsageError("give a SESSION or --chat-key, not both")
+    if not args.session and not args.chat_key:
+        # argparse gave the one positional to TEXT: it was meant as the session
+        raise UsageError(
+            "missing the message TEXT: scrollback send SESSION TEXT (or --chat-key KEY TEXT)"
+        )
     for image in args.image or []:
         if not Path(image).is_file():
             raise UsageError(f"no such image file: {image}")
@@ -261,9 +370,13 @@ def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json:
         return
     if entry is not None:
         stamp = entry.timestamp[11:19]
-        print(f"{stamp} {entry.type:<10} {entry_text(entry, 160)}", flush=True)
+        text = " ".join(part for part in (entry_text(entry, 160), photo_marker(entry)) if part)
+        print(f"{stamp} {entry.type:<10} {text}", flush=True)
     else:
-        print(f"{'':8} {kind:<10} #{message.seq} {message.text[:160]}", flush=True)
+        attached = len(message.attachments)
+        marker = f" [{attached} attachment{'s' if attached > 1 else ''}]" if attached else ""
+        text = " ".join(strip_ansi(message.text).split())[:160]
+        print(f"{'':8} {kind:<10} #{message.seq} {text}{marker}", flush=True)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -273,8 +386,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
         assert boot.header is not None
         for entry in boot.entries[-args.last :] if args.last else []:
             _print_event_line("entry", entry, None, args.json)
+        # Accepted messages not yet in the transcript: the same label as live ones.
         for pending in boot.header.pending:
-            _print_event_line("pending", None, pending, args.json)
+            _print_event_line("accepted", None, pending, args.json)
         try:
             for event in sb.history.watch(args.session, boot.header.watch_position):
                 _print_event_line(event.kind, event.entry, event.accepted, args.json)
@@ -341,6 +455,11 @@ img {{ max-width: 100%; height: auto; }} pre {{ white-space: pre-wrap; backgroun
 """
 
 
+def _html_text(text: str) -> str:
+    """Transcript text for HTML: terminal escapes removed (they render as boxes), escaped."""
+    return html.escape(strip_ansi(text))
+
+
 class _Exporter:
     """Writes one session as index.html plus one file per distinct photo."""
 
@@ -350,6 +469,7 @@ class _Exporter:
         self.media_dir = directory / "media"
         self.media_dir.mkdir(parents=True, exist_ok=True)
         self.written: dict[str, str] = {}
+        self.sizes: dict[str, tuple[int, int]] = {}
         self.images = 0
 
     def _media_file(self, media: Media) -> str:
@@ -360,6 +480,8 @@ class _Exporter:
             name = f"media/{sha256}{extension}"
             (self.directory / name).write_bytes(media.data)
             self.written[sha256] = name
+            # From the header only; (-1, -1) when the format has no readable size.
+            self.sizes[sha256] = imagesize.get(io.BytesIO(media.data))
         return name
 
     def _image_html(self, entry: hpb.Entry, index: int) -> str:
@@ -377,31 +499,34 @@ class _Exporter:
         name = html.escape(self._media_file(media), quote=True)
         if not media.metadata.safe_inline:
             return f'<p><a href="{name}" download>attachment ({media.metadata.size_bytes:,} bytes)</a></p>'
-        return f'<img loading="lazy" src="{name}" alt="image {index}">'
+        width, height = self.sizes.get(media.metadata.sha256, (-1, -1))
+        # Width and height reserve the box before the lazy image loads (no layout jump).
+        size = f' width="{width}" height="{height}"' if width > 0 and height > 0 else ""
+        return f'<img loading="lazy" src="{name}"{size} alt="image {index}">'
 
     def _blocks_html(self, entry: hpb.Entry, blocks: list[Any], indexes: dict[int, int]) -> str:
         out: list[str] = []
         for block in blocks:
             if isinstance(block, str):
-                out.append(f'<div class="text">{html.escape(block)}</div>')
+                out.append(f'<div class="text">{_html_text(block)}</div>')
                 continue
             if not isinstance(block, dict):
                 continue
             kind = block.get("type")
             if kind == "text":
-                out.append(f'<div class="text">{html.escape(str(block.get("text", "")))}</div>')
+                out.append(f'<div class="text">{_html_text(str(block.get("text", "")))}</div>')
             elif kind == "image":
                 out.append(self._image_html(entry, indexes.get(id(block), -1)))
             elif kind == "tool_use":
                 body = json.dumps(block.get("input"), indent=2, ensure_ascii=False)
                 out.append(
                     f"<details><summary>tool: {html.escape(str(block.get('name', '')))}</summary>"
-                    f"<pre>{html.escape(body)}</pre></details>"
+                    f"<pre>{_html_text(body)}</pre></details>"
                 )
             elif kind == "thinking":
                 out.append(
                     "<details><summary>thinking</summary>"
-                    f'<div class="text">{html.escape(str(block.get("thinking", "")))}</div></details>'
+                    f'<div class="text">{_html_text(str(block.get("thinking", "")))}</div></details>'
                 )
             else:
                 inner = block.get("content")
@@ -420,7 +545,7 @@ class _Exporter:
         """One entry as an HTML fragment ("" for bookkeeping entries)."""
         parsed = _parsed(entry)
         if entry.type == "summary":
-            text = html.escape(str(parsed.get("summary", "")))
+            text = _html_text(str(parsed.get("summary", "")))
             return f'<p class="meta">summary: {text}</p>\n'
         if entry.type not in ("user", "assistant"):
             return ""
@@ -433,7 +558,12 @@ class _Exporter:
         body = self._blocks_html(entry, blocks, indexes)
         stamp = html.escape(entry.timestamp)
         kind = html.escape(entry.type)
-        return f'<div class="entry {kind}"><div class="meta">{kind} · {stamp}</div>{body}</div>\n'
+        # An anchor per entry (#e-<uuid>, the link on its time) so a page can be cited.
+        anchor = html.escape(f"e-{entry.uuid or entry.byte_offset}", quote=True)
+        return (
+            f'<div class="entry {kind}" id="{anchor}"><div class="meta">{kind} · '
+            f'<a href="#{anchor}">{stamp}</a></div>{body}</div>\n'
+        )
 
 
 def _entries_with_progress(sb: Client, session: str, progress: Progress) -> Iterator[hpb.Entry]:
@@ -451,6 +581,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     directory = Path(args.html)
     if directory.exists() and not directory.is_dir():
         raise UsageError("--html must name a directory")
+    # What this export creates; removed again if it fails, so a failure leaves nothing.
+    created = next((p for p in reversed([directory, *directory.parents]) if not p.exists()), None)
+    try:
+        return _export(args, directory)
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _export(args: argparse.Namespace, directory: Path) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     columns = (
         TextColumn("[progress.description]{task.description}"),

@@ -9,9 +9,11 @@ works) and refuse to bind a non-loopback address without auth unless told
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import signal
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -41,6 +43,46 @@ class MalformedRequestError(ValueError):
 
 class BindRefusedError(ValueError):
     """A non-loopback address without auth and without --insecure."""
+
+
+class ListenError(ValueError):
+    """The server could not listen on its address (port in use, host not of this machine).
+
+    The text names the address and the reason; callers add the flag or
+    variable that moves it, which only they know.
+    """
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address}: {reason}")
+        self.address = address
+
+
+_LISTEN_REASONS = {
+    errno.EADDRINUSE: "the port is in use",
+    errno.EADDRNOTAVAIL: "the host is not an address of this machine",
+    errno.EACCES: "permission denied (a port below 1024?)",
+}
+
+
+def _probe_listen(address: str) -> None:
+    """Try the bind with a plain socket first, for a precise reason (grpc only says "failed")."""
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    if not port_text.isdigit() or int(port_text) == 0:
+        return
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return  # a host name: grpc resolves it, and its failure is reported below
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As grpc binds: connections of a previous server in TIME_WAIT do not count,
+        # a socket listening on the port does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port_text)))
+        except OSError as error:
+            reason = _LISTEN_REASONS.get(error.errno or 0, error.strerror or "bind failed")
+            raise ListenError(address, reason) from None
 
 
 def host_of(address: str) -> str:
@@ -124,12 +166,16 @@ async def build_server(
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
+    _probe_listen(address)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpc's "Failed to bind to address ...; set GRPC_VERBOSITY=debug"
+        raise ListenError(address, "the port is in use or the host is not local") from None
     if port == 0:
-        raise OSError("could not bind the configured address")
+        raise ListenError(address, "the port is in use or the host is not local")
     await server.start()
     running = RunningServer(server, port, health_servicer, tuple(service_names))
     await running.set_serving(True)

@@ -1,11 +1,12 @@
 """The command line both services share: `python -m history_service` / `python -m media_service`.
 
 `service_parser` declares the flags (`--transcripts`, `--state`, `--addr`,
-`--insecure`, `--auth-tokens`, `--stall-timeout`, `--database-url`); each service keeps its own
-help texts and turns the parsed flags into its configuration.
-`run_service` sets up logging, builds the configuration and serves until
-SIGINT/SIGTERM: an unusable configuration or a refused bind prints
-`<name>: <error>` to stderr and returns exit status 2.
+`--insecure`, `--auth-tokens`, `--stall-timeout`, `--database-url`, `--version`), each
+help text naming its environment variable and default; each service turns the
+parsed flags into its configuration. `run_service` sets up logging, builds the
+configuration and serves until SIGINT/SIGTERM: an unusable configuration, a
+refused bind or an address it cannot listen on prints `<name>: <error>` to
+stderr and returns exit status 2.
 """
 
 from __future__ import annotations
@@ -16,30 +17,72 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Coroutine
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
 from scrollback.server.auth import SecuritySettings
-from scrollback.server.grpc_support import BindRefusedError
+from scrollback.server.grpc_support import BindRefusedError, ListenError
+from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCRIPTS
 
 ConfigT = TypeVar("ConfigT")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+EXIT_CONFIG = 2
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return metadata.version("scrollback")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+def plain(text: str | None) -> str | None:
+    """Help text without the markdown backticks of the docstrings it comes from."""
+    return text.replace("`", "") if text else text
+
+
+def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
+    """`--version` prints `<prog> <version>`."""
+    parser.add_argument("--version", action="version", version=f"{prog} {version()}")
 
 
 def service_parser(
-    prog: str, description: str | None, *, transcripts_help: str, state_help: str
+    prog: str,
+    description: str | None,
+    *,
+    transcripts_help: str,
+    state_help: str,
+    addr_env: str,
+    default_addr: str,
 ) -> argparse.ArgumentParser:
     """The flags of a service; flags override the environment."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--transcripts", type=Path, help=transcripts_help)
-    parser.add_argument("--state", type=Path, help=state_help)
-    parser.add_argument("--addr", help="HOST:PORT to listen on")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=plain(description),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_version(parser, prog)
+    parser.add_argument(
+        "--transcripts",
+        type=Path,
+        help=f"{transcripts_help} (SCROLLBACK_TRANSCRIPTS, default {DEFAULT_TRANSCRIPTS})",
+    )
+    parser.add_argument(
+        "--state", type=Path, help=f"{state_help} (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
+    )
+    parser.add_argument(
+        "--addr", help=f"HOST:PORT to listen on ({addr_env}, default {default_addr})"
+    )
     parser.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without auth"
     )
     parser.add_argument(
-        "--auth-tokens", type=Path, help="token file (YAML/JSON) of SCROLLBACK_AUTH_TOKENS"
+        "--auth-tokens",
+        type=Path,
+        help="bearer token file, YAML or JSON (SCROLLBACK_AUTH_TOKENS, default: no auth)",
     )
     parser.add_argument(
         "--stall-timeout",
@@ -48,7 +91,9 @@ def service_parser(
         help="end a stream whose client grants no flow-control window this long (default 60)",
     )
     parser.add_argument(
-        "--database-url", help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL)"
+        "--database-url",
+        help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL, default: SQLite "
+        "in the state dir)",
     )
     return parser
 
@@ -63,15 +108,20 @@ def run_service(
     build_config: Callable[[], ConfigT],
     serve: Callable[[ConfigT], Coroutine[Any, Any, None]],
     config_error: type[Exception],
+    *,
+    addr_env: str,
 ) -> int:
     """Log to stderr, build the configuration and serve it; the process's exit status."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = build_config()
         asyncio.run(serve(config))
+    except ListenError as error:
+        print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)
+        return EXIT_CONFIG
     except (config_error, BindRefusedError) as error:
         print(f"{name}: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
     return 0

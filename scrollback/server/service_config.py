@@ -1,4 +1,10 @@
-"""Configuration rules both services share: security settings and the database URL.
+"""Configuration rules both services share: locations, security settings and the database URL.
+
+`default_state_dir` is the state dir when SCROLLBACK_STATE is unset:
+`$XDG_STATE_HOME/scrollback`, else `~/.local/state/scrollback`. It does not
+depend on the working directory, so `scrollback up`, `scrollback gc` and the
+services started from anywhere share one state. `transcripts_from_env` is the
+transcripts root (SCROLLBACK_TRANSCRIPTS, default `~/.claude/projects`).
 
 `open_database_pool` opens the PostgreSQL pool a `database_url` selects
 (psycopg is imported only then).
@@ -10,8 +16,10 @@ with the same texts for both services. Errors never show the URL.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrollback.server.auth import AuthConfigError, SecuritySettings
@@ -19,6 +27,34 @@ from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 if TYPE_CHECKING:
     from scrollback.state.postgres import Pool
+
+TRANSCRIPTS_ENV = "SCROLLBACK_TRANSCRIPTS"
+STATE_ENV = "SCROLLBACK_STATE"
+DEFAULT_TRANSCRIPTS = "~/.claude/projects"
+DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The state dir when SCROLLBACK_STATE is unset (XDG base directory rules)."""
+    source = os.environ if env is None else env
+    xdg = source.get("XDG_STATE_HOME", "")
+    # The XDG spec ignores a relative XDG_STATE_HOME: it would depend on the cwd.
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "scrollback"
+    return Path("~/.local/state/scrollback").expanduser()
+
+
+def state_dir_from_env(env: Mapping[str, str] | None = None) -> Path:
+    """SCROLLBACK_STATE (~ expanded), else `default_state_dir`."""
+    source = os.environ if env is None else env
+    text = source.get(STATE_ENV, "")
+    return Path(text).expanduser() if text else default_state_dir(source)
+
+
+def transcripts_from_env(env: Mapping[str, str] | None = None) -> Path:
+    """SCROLLBACK_TRANSCRIPTS (~ expanded), else `~/.claude/projects`."""
+    source = os.environ if env is None else env
+    return Path(source.get(TRANSCRIPTS_ENV, "") or DEFAULT_TRANSCRIPTS).expanduser()
 
 
 @contextmanager
@@ -56,3 +92,11 @@ def open_database_pool(url: str, *, name: str, config_error: type[Exception]) ->
         return open_pool(url, name=name)
     except DatabaseUnavailableError as error:
         raise config_error(str(error)) from None
+
+
+def check_locations(transcripts: Path, state_dir: Path, *, config_error: type[Exception]) -> None:
+    """The transcripts root must be a directory; the state dir one or not yet there."""
+    if not transcripts.is_dir():
+        raise config_error(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
+    if state_dir.exists() and not state_dir.is_dir():
+        raise config_error(f"the state dir ({STATE_ENV}) is not a directory")

@@ -284,8 +284,11 @@ class Entry(_message.Message):
     """The byte offset of the line's first byte in the transcript file."""
     json: _builtins.str
     """The line as UTF-8 JSON text: stripped in DEFERRED mode, whole in INLINE
-    mode. When json_size_bytes is larger than this field, the rest follows
-    in EntryJsonChunk messages.
+    mode. In DEFERRED mode each cut payload's string holds exactly the text
+    [scrollback:stripped-media] (the stripped_media_marker option of
+    scrollback/ref/v1/ref.proto), and media_refs names the images. When
+    json_size_bytes is larger than this field, the rest follows in
+    EntryJsonChunk messages.
     """
     json_size_bytes: _builtins.int
     """The size in bytes of the whole json text of this entry."""
@@ -486,7 +489,9 @@ class AcceptMessageRequest(_message.Message):
     same id with different content is ALREADY_EXISTS.
     """
     session_id: _builtins.str
-    """The session the message belongs to, [A-Za-z0-9_-]{1,64}."""
+    """The session the message belongs to, [A-Za-z0-9_-]{1,64}; a session
+    with no transcript is NOT_FOUND.
+    """
     chat_key: _builtins.str
     """For a message that opened a new chat: a client-chosen key,
     [A-Za-z0-9_-]{1,64}, until BindChatKey binds it to a session id.

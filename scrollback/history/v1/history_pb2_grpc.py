@@ -108,7 +108,8 @@ class HistoryServiceServicer:
     def AcceptMessage(self, request, context):
         """Records a message durably (committed and synced) before answering:
         recording it is acceptance. Idempotent on client_txn_id. Errors:
-        INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
+        NOT_FOUND for a session_id with no transcript (a new chat uses
+        chat_key); INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
         client_txn_id reused with different content; FAILED_PRECONDITION for an
         attachment whose blob is not in the blob store; RESOURCE_EXHAUSTED for a
         text or attachment list over its bound.

@@ -60,7 +60,8 @@ class HistoryServiceStub:
     AcceptMessage: _grpc.UnaryUnaryMultiCallable[_history_pb2.AcceptMessageRequest, _history_pb2.AcceptMessageResponse]
     """Records a message durably (committed and synced) before answering:
     recording it is acceptance. Idempotent on client_txn_id. Errors:
-    INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
+    NOT_FOUND for a session_id with no transcript (a new chat uses
+    chat_key); INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
     client_txn_id reused with different content; FAILED_PRECONDITION for an
     attachment whose blob is not in the blob store; RESOURCE_EXHAUSTED for a
     text or attachment list over its bound.
@@ -108,7 +109,8 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     AcceptMessage: _aio.UnaryUnaryMultiCallable[_history_pb2.AcceptMessageRequest, _history_pb2.AcceptMessageResponse]  # type: ignore[assignment]
     """Records a message durably (committed and synced) before answering:
     recording it is acceptance. Idempotent on client_txn_id. Errors:
-    INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
+    NOT_FOUND for a session_id with no transcript (a new chat uses
+    chat_key); INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
     client_txn_id reused with different content; FAILED_PRECONDITION for an
     attachment whose blob is not in the blob store; RESOURCE_EXHAUSTED for a
     text or attachment list over its bound.
@@ -177,7 +179,8 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_history_pb2.AcceptMessageResponse, _abc.Awaitable[_history_pb2.AcceptMessageResponse]]:
         """Records a message durably (committed and synced) before answering:
         recording it is acceptance. Idempotent on client_txn_id. Errors:
-        INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
+        NOT_FOUND for a session_id with no transcript (a new chat uses
+        chat_key); INVALID_ARGUMENT for a missing or malformed field; ALREADY_EXISTS for a
         client_txn_id reused with different content; FAILED_PRECONDITION for an
         attachment whose blob is not in the blob store; RESOURCE_EXHAUSTED for a
         text or attachment list over its bound.

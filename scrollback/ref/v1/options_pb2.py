@@ -25,12 +25,12 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fscrollback/ref/v1/options.proto\x12\x11scrollback.ref.v1\x1a google/protobuf/descriptor.proto:=\n\x15stripped_media_marker\x12\x1c.google.protobuf.FileOptions\x18\xd9\x94\x03 \x01(\tB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fscrollback/ref/v1/options.proto\x12\x11scrollback.ref.v1\x1a google/protobuf/descriptor.proto:=\n\x15stripped_media_marker\x12\x1c.google.protobuf.FileOptions\x18\xd9\x94\x03 \x01(\tB\x7f\x42\x0cOptionsProtoP\x01Z)scrollback/gen/go/scrollback/ref/v1;refv1\xa2\x02\x03SRX\xaa\x02\x11Scrollback.Ref.V1\xca\x02\x11Scrollback\\Ref\\V1\xea\x02\x13Scrollback::Ref::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scrollback.ref.v1.options_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
-  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['DESCRIPTOR']._serialized_options = b'B\014OptionsProtoP\001Z)scrollback/gen/go/scrollback/ref/v1;refv1\242\002\003SRX\252\002\021Scrollback.Ref.V1\312\002\021Scrollback\\Ref\\V1\352\002\023Scrollback::Ref::V1'
 # @@protoc_insertion_point(module_scope)

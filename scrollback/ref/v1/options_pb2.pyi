@@ -17,4 +17,7 @@ stripped_media_marker: _extension_dict._ExtensionFieldDescriptor[_descriptor_pb2
 """The fixed text that stands, inside the JSON string's quotes, where the
 history service cut a base64 payload out of a transcript line. It is set
 once, on ref.proto, and the services read it from there at start-up.
+Its value is the literal text [scrollback:stripped-media] (for readers
+that drop custom options, such as @grpc/proto-loader: compare with this
+literal).
 """

@@ -25,14 +25,14 @@ _sym_db = _symbol_database.Default()
 from scrollback.ref.v1 import options_pb2 as scrollback_dot_ref_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bscrollback/ref/v1/ref.proto\x12\x11scrollback.ref.v1\x1a\x1fscrollback/ref/v1/options.proto\"\xc7\x01\n\x08MediaRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nentry_uuid\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0b\n\x03pin\x18\x04 \x01(\t\x12\x1b\n\x13\x64\x65\x63lared_media_type\x18\x05 \x01(\t\x12\x19\n\x11\x61pprox_size_bytes\x18\x06 \x01(\x04\x12\x0b\n\x03uri\x18\x07 \x01(\t\x12\x1d\n\x10line_offset_hint\x18\x08 \x01(\x04H\x00\x88\x01\x01\x42\x13\n\x11_line_offset_hintB!P\x01\xca\xa5\x19\x1b[scrollback:stripped-media]b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bscrollback/ref/v1/ref.proto\x12\x11scrollback.ref.v1\x1a\x1fscrollback/ref/v1/options.proto\"\xc7\x01\n\x08MediaRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nentry_uuid\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0b\n\x03pin\x18\x04 \x01(\t\x12\x1b\n\x13\x64\x65\x63lared_media_type\x18\x05 \x01(\t\x12\x19\n\x11\x61pprox_size_bytes\x18\x06 \x01(\x04\x12\x0b\n\x03uri\x18\x07 \x01(\t\x12\x1d\n\x10line_offset_hint\x18\x08 \x01(\x04H\x00\x88\x01\x01\x42\x13\n\x11_line_offset_hintB\x9a\x01\x42\x08RefProtoP\x01Z)scrollback/gen/go/scrollback/ref/v1;refv1\xa2\x02\x03SRX\xaa\x02\x11Scrollback.Ref.V1\xca\x02\x11Scrollback\\Ref\\V1\xea\x02\x13Scrollback::Ref::V1\xca\xa5\x19\x1b[scrollback:stripped-media]b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scrollback.ref.v1.ref_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
-  _globals['DESCRIPTOR']._serialized_options = b'P\001\312\245\031\033[scrollback:stripped-media]'
+  _globals['DESCRIPTOR']._serialized_options = b'B\010RefProtoP\001Z)scrollback/gen/go/scrollback/ref/v1;refv1\242\002\003SRX\252\002\021Scrollback.Ref.V1\312\002\021Scrollback\\Ref\\V1\352\002\023Scrollback::Ref::V1\312\245\031\033[scrollback:stripped-media]'
   _globals['_MEDIAREF']._serialized_start=84
   _globals['_MEDIAREF']._serialized_end=283
 # @@protoc_insertion_point(module_scope)

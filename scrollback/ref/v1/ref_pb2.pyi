@@ -18,8 +18,8 @@ the entry's message.content in document order, descending into the
 services use the same code for this rule.
 
 The stripped-payload marker is the file option below: a line served in
-DEFERRED mode carries exactly this text between the quotes where a payload
-was cut.
+DEFERRED mode carries exactly this text, [scrollback:stripped-media],
+between the quotes where a payload was cut.
 """
 
 from google.protobuf import descriptor as _descriptor
@@ -63,7 +63,8 @@ class MediaRef(_message.Message):
     """
     index: _builtins.int
     """The image's index within the entry by the enumeration rule above, from 0
-    to 9999; larger is INVALID_ARGUMENT. An index past the entry's images, or
+    to 9999; larger is INVALID_ARGUMENT. Proto3 JSON leaves a zero out, so a
+    MediaRef in JSON without "index" has index 0 (the entry's first image). An index past the entry's images, or
     one that points at a failed upload (an empty payload), is NOT_FOUND.
     """
     pin: _builtins.str

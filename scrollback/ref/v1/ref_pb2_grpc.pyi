@@ -18,8 +18,8 @@ the entry's message.content in document order, descending into the
 services use the same code for this rule.
 
 The stripped-payload marker is the file option below: a line served in
-DEFERRED mode carries exactly this text between the quotes where a payload
-was cut.
+DEFERRED mode carries exactly this text, [scrollback:stripped-media],
+between the quotes where a payload was cut.
 """
 
 from collections import abc as _abc

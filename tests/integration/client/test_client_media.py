@@ -114,6 +114,7 @@ def test_read_media_errors_are_typed(client_servers: ServerPair) -> None:
 def test_send_uploads_once_and_accepts_once(client_servers: ServerPair, tmp_path: Path) -> None:
     image = tmp_path / "shot.png"
     image.write_bytes(png(9))
+    client_servers.transcript("chat1").write_bytes(user_line("u0", "hello"))
     counter = CountingInterceptor()
     with Client(
         client_servers.history_addr, client_servers.media_addr, interceptors=[counter]

@@ -35,6 +35,12 @@ def _add_blob(state: Path, data: bytes) -> str:
 
 async def test_accept_is_idempotent_and_checks_blobs(history: HistoryHarness) -> None:
     stub, tmp = history.stub, history.tmp
+    await expect_error(
+        stub.AcceptMessage(pb.AcceptMessageRequest(client_txn_id="t0", session_id="s1", text="x")),
+        grpc.StatusCode.NOT_FOUND,
+        tmp,
+    )  # no such session: a typo must not look like success
+    history.transcript("s1").write_bytes(line(type="user", uuid="u0", message={"content": "hi"}))
     request = pb.AcceptMessageRequest(client_txn_id="t1", session_id="s1", text="hello")
     first = await stub.AcceptMessage(request)
     again = await stub.AcceptMessage(request)
@@ -119,6 +125,8 @@ async def test_chat_key_binding_and_bootstrap(history: HistoryHarness) -> None:
 
 async def test_pending_messages_age_out_and_release_blobs(history_server: HarnessFactory) -> None:
     async with history_server(pending_keep=2, pending_ttl_seconds=0.5) as history:
+        for session in ("s1", "s2"):
+            history.transcript(session).write_bytes(line(type="user", uuid="u0"))
         ref = _add_blob(history.state, b"bytes")
         for n in range(4):
             await history.stub.AcceptMessage(

@@ -47,6 +47,7 @@ async def run_module(*args: str, env: dict[str, str]) -> asyncio.subprocess.Proc
 
 async def test_module_runs_until_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "SCROLLBACK_MEDIA_ADDR": "10.1.2.3:1"}
+    (tmp_path / "t").mkdir()
     process = await run_module(
         "--transcripts", str(tmp_path / "t"), "--state", str(tmp_path / "s"),
         "--addr", "127.0.0.1:0", env=env,
@@ -62,8 +63,9 @@ async def test_module_runs_until_sigterm(tmp_path: Path) -> None:
 
 async def test_module_refuses_public_bind_without_insecure(tmp_path: Path) -> None:
     process = await run_module(
-        "--state", str(tmp_path / "s"), "--addr", "0.0.0.0:0", env=dict(os.environ)
-    )
+        "--transcripts", str(tmp_path), "--state", str(tmp_path / "s"),
+        "--addr", "0.0.0.0:0", env=dict(os.environ),
+    )  # fmt: skip
     _, stderr = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode == 2
     assert b"refusing" in stderr and str(tmp_path).encode() not in stderr

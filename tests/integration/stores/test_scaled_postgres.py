@@ -279,6 +279,7 @@ async def test_same_txn_id_racing_on_two_replicas_records_one_message(
     cluster: Cluster, stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[object]]
 ) -> None:
     (one, two), _ = stubs
+    (cluster.root / "proj" / "r.jsonl").write_bytes(b'{"type":"user","uuid":"u0"}\n')
     for n in range(15):
         request = hpb.AcceptMessageRequest(client_txn_id=f"race{n}", session_id="r", text="same")
         answers = await asyncio.gather(one.AcceptMessage(request), two.AcceptMessage(request))
@@ -296,6 +297,7 @@ async def test_both_media_replicas_collecting_delete_the_right_blobs_once(
     stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[media_pb2_grpc.MediaServiceStub]],
 ) -> None:
     (history, _), (one, two) = stubs
+    (cluster.root / "proj" / "g.jsonl").write_bytes(b'{"type":"user","uuid":"u0"}\n')
     kept = await _write_blob(one, b"referenced photo")
     doomed = [await _write_blob(two if n % 2 else one, os.urandom(100 + n)) for n in range(6)]
     await history.AcceptMessage(

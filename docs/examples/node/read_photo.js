@@ -1,0 +1,84 @@
+// Reads the latest window of a session, then the first photo it references,
+// from the Scrollback history and media services.
+//
+//   node read_photo.js SESSION OUT_FILE [HISTORY_ADDR] [MEDIA_ADDR]
+//
+// The .proto files are loaded at run time from ../../../protos (or
+// SCROLLBACK_PROTOS). Prints one JSON line: the entries read, the ref and
+// the bytes written.
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+const grpc = require("@grpc/grpc-js");
+const protoLoader = require("@grpc/proto-loader");
+
+// proto-loader drops custom options, so the marker is the literal from the
+// comments of scrollback/ref/v1/options.proto.
+const STRIPPED_MEDIA_MARKER = "[scrollback:stripped-media]";
+
+const [session, outFile, historyAddr = "127.0.0.1:50051", mediaAddr = "127.0.0.1:50052"] =
+  process.argv.slice(2);
+const protos = process.env.SCROLLBACK_PROTOS || path.join(__dirname, "..", "..", "..", "protos");
+
+const definition = protoLoader.loadSync(
+  ["scrollback/history/v1/history.proto", "scrollback/media/v1/media.proto"],
+  // longs as strings: offsets and sizes are uint64
+  { includeDirs: [protos], keepCase: true, longs: String, enums: String, defaults: true },
+);
+const api = grpc.loadPackageDefinition(definition);
+const history = new api.scrollback.history.v1.HistoryService(
+  historyAddr, grpc.credentials.createInsecure());
+const media = new api.scrollback.media.v1.MediaService(
+  mediaAddr, grpc.credentials.createInsecure());
+
+function readWindow(sessionId) {
+  return new Promise((resolve, reject) => {
+    const entries = [];
+    const call = history.ReadWindow({ session_id: sessionId, page_size: 50 });
+    call.on("data", (message) => {
+      // A window streams entries, continuations of long json texts, then its end.
+      if (message.entry) entries.push(message.entry);
+      else if (message.entry_json_chunk) entries[entries.length - 1].json += message.entry_json_chunk.json_part;
+    });
+    call.on("error", reject);
+    call.on("end", () => resolve(entries));
+  });
+}
+
+function readMedia(ref) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    let metadata = null;
+    // `index` may be absent in JSON forms of a ref: absent means 0.
+    const call = media.ReadMedia({ media: { media_ref: { ...ref, index: ref.index || 0 } } });
+    call.on("data", (message) => {
+      if (message.metadata) metadata = message.metadata;
+      else chunks.push(message.data);
+    });
+    call.on("error", reject);
+    call.on("end", () => resolve({ metadata, data: Buffer.concat(chunks) }));
+  });
+}
+
+async function main() {
+  const entries = await readWindow(session);
+  const withPhoto = entries.find((entry) => entry.media_refs.length > 0);
+  if (!withPhoto) throw new Error("no photo in the latest window");
+  if (!withPhoto.json.includes(STRIPPED_MEDIA_MARKER)) throw new Error("no marker in the entry");
+  const ref = withPhoto.media_refs[0];
+  const photo = await readMedia(ref);
+  fs.writeFileSync(outFile, photo.data);
+  console.log(JSON.stringify({
+    entries: entries.length,
+    ref: ref.uri,
+    content_type: photo.metadata.content_type,
+    sha256: photo.metadata.sha256,
+    bytes: photo.data.length,
+  }));
+}
+
+main().then(
+  () => { history.close(); media.close(); },
+  (error) => { console.error(`read_photo: ${error.message}`); process.exit(1); },
+);

@@ -1,0 +1,75 @@
+"""The Node example of docs/other-languages.md, run against real servers.
+
+npm installs the example's pinned @grpc/grpc-js and @grpc/proto-loader into
+`.tools/node-example/` (a cache kept between runs), then `node read_photo.js`
+reads a window and a photo; the photo must be byte-exact. Skipped when node
+or npm is missing (under CI=true it fails instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import ServerPair, png, user_line
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "docs" / "examples" / "node"
+CACHE = REPO / ".tools" / "node-example"
+
+
+def _node_modules() -> Path:
+    """The example's dependencies, installed once per package.json."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs node and npm for the Node example")
+        pytest.skip("node or npm not installed")
+    manifest = (EXAMPLE / "package.json").read_bytes()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    installed = CACHE / "package.json"
+    modules = CACHE / "node_modules"
+    if not (installed.exists() and installed.read_bytes() == manifest and modules.is_dir()):
+        installed.write_bytes(manifest)
+        subprocess.run(
+            ["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(CACHE)],
+            check=True,
+            timeout=600,
+            capture_output=True,
+        )
+    return modules
+
+
+def test_node_example_reads_a_window_and_a_byte_exact_photo(
+    client_servers: ServerPair, tmp_path: Path
+) -> None:
+    modules = _node_modules()
+    photo = png(11, 160)
+    client_servers.transcript("node1").write_bytes(
+        user_line("u0", "before") + user_line("p0", "a photo", images=(photo,))
+    )
+    out = tmp_path / "photo.png"
+    result = subprocess.run(
+        [
+            "node",
+            str(EXAMPLE / "read_photo.js"),
+            "node1",
+            str(out),
+            client_servers.history_addr,
+            client_servers.media_addr,
+        ],
+        env={**os.environ, "NODE_PATH": str(modules)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["entries"] == 2 and summary["ref"] == "node1/p0/0"
+    assert summary["content_type"] == "image/png"
+    assert out.read_bytes() == photo
