@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,18 @@ def cache_dir() -> Path:
     path = Path(configured) if configured else Path.home() / ".cache" / "scrollback" / "deploy"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct loopback ports free a moment ago: held together, so none is picked twice."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _key(*parts: object) -> str:

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
-from client_helpers import ServerPair, free_port
-from compose_engine import OWNER, REPO, TRANSCRIPTS, Engine, Project
+from client_helpers import ServerPair
+from compose_engine import OWNER, REPO, TRANSCRIPTS, Engine, Project, free_ports
 from test_grpcurl import grpcurl
 
 from client import HistoryClient, MediaClient
@@ -66,6 +66,7 @@ def test_compose_structure() -> None:
 @pytest.fixture(scope="module")
 def pair(engine: Engine, images: dict[str, str], transcripts: Path) -> Iterator[Project]:
     """The default services up and healthy; removed with their volumes afterwards."""
+    history_port, media_port = free_ports(2)
     project = Project(
         engine,
         f"sbx{secrets.token_hex(4)}",
@@ -73,8 +74,8 @@ def pair(engine: Engine, images: dict[str, str], transcripts: Path) -> Iterator[
             "SCROLLBACK_IMAGE": images["scrollback"],
             "SCROLLBACK_USER": f"{OWNER[0]}:{OWNER[1]}",
             "SCROLLBACK_TRANSCRIPTS_HOST": str(transcripts),
-            "SCROLLBACK_HISTORY_PORT": str(free_port()),
-            "SCROLLBACK_MEDIA_PORT": str(free_port()),
+            "SCROLLBACK_HISTORY_PORT": str(history_port),
+            "SCROLLBACK_MEDIA_PORT": str(media_port),
         },
     )
     try:

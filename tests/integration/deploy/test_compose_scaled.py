@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from client_helpers import free_port
-from compose_engine import OWNER, REPO, Engine, Project
+from compose_engine import OWNER, REPO, Engine, Project, free_ports
 
 from client import HistoryClient, MediaClient
 
@@ -56,7 +55,7 @@ def scaled(engine: Engine, images: dict[str, str], transcripts: Path) -> Iterato
         "SCROLLBACK_USER": f"{OWNER[0]}:{OWNER[1]}",
         "SCROLLBACK_TRANSCRIPTS_HOST": str(transcripts),
         "SCROLLBACK_PG_PASSWORD": secrets.token_hex(8),
-    } | {_variable(service): str(free_port()) for service in REPLICAS}
+    } | {_variable(s): str(p) for s, p in zip(REPLICAS, free_ports(4), strict=True)}
     project = Project(engine, f"sbx{secrets.token_hex(4)}", variables)
     try:
         project.compose("--profile", "scaled", "up", "--detach", "--no-build", *REPLICAS)
