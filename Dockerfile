@@ -1,20 +1,36 @@
-# One image for both services; docker-compose.yml picks the command.
-FROM python:3.11-slim
+# One image for every Scrollback service; docker-compose.yml picks the command.
+#
+# PYTHON_IMAGE is any image with Python >= 3.11 and its venv module (the tests
+# pass a Debian bookworm base they build offline, see tests/integration/deploy).
+# An optional wheelhouse/ directory in the build context (the dependencies and
+# build requirements as wheels, from `pip wheel` or `pip download`) makes the
+# install offline: pip then reads it alone, with no index.
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/scrollback/bin:$PATH
 
-WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY scrollback ./scrollback
-COPY history_service ./history_service
-COPY media_service ./media_service
-COPY client ./client
-COPY gateway ./gateway
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 scrollback \
-    && mkdir -p /state && chown scrollback /state
+# .dockerignore keeps the context to the packages, pyproject.toml and README.md
+# (and wheelhouse/): a new top-level package needs a line there, not here.
+COPY . /src/
+# The venv gives every base image the same `python` (Debian's has only python3).
+# /state is writable by any user, sticky like /tmp: compose's `user:` may be the
+# owner of the mounted transcripts rather than the image's user.
+RUN set -eu; \
+    if ls /src/wheelhouse/*.whl >/dev/null 2>&1; then \
+        set -- --no-index --find-links /src/wheelhouse; \
+    fi; \
+    python3 -m venv /opt/scrollback; \
+    /opt/scrollback/bin/pip install --no-cache-dir "$@" /src; \
+    rm -rf /src; \
+    useradd --system --uid 10001 --no-create-home scrollback; \
+    mkdir -p /state; \
+    chmod 1777 /state
 
-USER scrollback
+USER 10001
+WORKDIR /
 EXPOSE 50051 50052
 CMD ["scrollback", "up"]

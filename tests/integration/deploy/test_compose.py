@@ -1,18 +1,21 @@
-"""docker-compose.yml: its structure, then each service run locally exactly as compose would.
+"""docker-compose.yml's default pair, in real containers on a real engine.
 
-No Docker engine runs here, so the test reads the compose file with PyYAML,
-checks what a deployment relies on (two services from one build, transcripts
-mounted read-only, one named state volume shared, healthchecks through
-`python -m scrollback.server.healthcheck`, the environment of CONTRACT section 6),
-then starts each service as a subprocess with the compose file's own
-`command` and `environment`, rewriting only the /transcripts and /state paths
-(to tmp dirs) and the ports (to free ones). It waits for the compose
-healthcheck command to pass and drives the services only through their ports.
+The images are built offline and the project brought up with Debian's
+docker-compose on a private dockerd (compose_engine.py, conftest.py); the
+host ports are free ones, passed through the compose file's variables, and
+the services run as the owner of the mounted transcripts (mode 0600). From
+the host: grpcurl list, describe and health on both services; ReadWindow and
+ReadMedia byte-exact on real transcripts (compared with the same code run in
+this process); `scrollback send` then Bootstrap shows the message pending;
+both containers exit 0 on stop; the message survives `down` and `up`.
+Without an engine the tests skip with the reason (fail under CI=true).
 """
 
 from __future__ import annotations
 
-import os
+import json
+import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -20,40 +23,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from client import HistoryClient, MediaClient
-from tests.support.servers import free_port, png, user_line
+from tests.integration.deploy.compose_engine import (
+    OWNER,
+    REPO,
+    TRANSCRIPTS,
+    Engine,
+    Project,
+    free_ports,
+)
+from tests.integration.deploy.test_grpcurl import grpcurl
+from tests.support.servers import ServerPair
 
-REPO = Path(__file__).resolve().parents[3]
 CONTAINER_PORTS = {"history": 50051, "media": 50052}
-ADDR_ENV = {"history": "SCROLLBACK_HISTORY_ADDR", "media": "SCROLLBACK_MEDIA_ADDR"}
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
-    """The parsed docker-compose.yml, the two gRPC services of the default set (profiled
-    ones start only on request; the `scaled` profile is tested in tests/integration/stores;
-    the gateway, a client of these two, is checked by test_compose_gateway)."""
-    data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
-    assert isinstance(data, dict)
-    data["services"] = {
-        k: v for k, v in data["services"].items() if not v.get("profiles") and k != "gateway"
-    }
-    return data
-
-
-def test_compose_gateway() -> None:
-    data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
-    gateway = data["services"]["gateway"]
-    assert gateway["build"] == data["services"]["history"]["build"]
-    assert gateway["command"][:3] == ["python", "-m", "gateway"]
-    assert "0.0.0.0:8080" in gateway["command"]
-    assert gateway["ports"] == ["127.0.0.1:8080:8080"], "publish on loopback only"
-    environment = gateway["environment"]
-    assert environment["SCROLLBACK_HISTORY_ADDR"] == "history:50051"
-    assert environment["SCROLLBACK_MEDIA_ADDR"] == "media:50052"
+SERVICES = {
+    "history": "scrollback.history.v1.HistoryService",
+    "media": "scrollback.media.v1.MediaService",
+}
 
 
 def _volume(spec: str) -> tuple[str, str, str]:
@@ -64,104 +54,189 @@ def _volume(spec: str) -> tuple[str, str, str]:
     return source, target, "rw"
 
 
-def test_compose_structure(compose: dict[str, Any]) -> None:
-    services = compose["services"]
-    assert set(services) == {"history", "media"}
-    assert services["history"]["build"] == services["media"]["build"] == "."
-    assert (REPO / "Dockerfile").is_file()
-    named = set(compose.get("volumes") or {})
+def test_compose_structure() -> None:
+    """What the end-to-end tests cannot see: the defaults a plain `docker compose up` gets."""
+    data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = {k: v for k, v in data["services"].items() if not v.get("profiles")}
+    assert set(services) == {"history", "media", "gateway"}
+    gateway = services.pop("gateway")
+    assert gateway["image"] == services["history"]["image"], "one image for all"
+    assert gateway["command"][:3] == ["python", "-m", "gateway"]
+    assert gateway["volumes"] == [], "the gateway reads no files"
+    assert gateway["ports"] == ["127.0.0.1:${SCROLLBACK_GATEWAY_PORT:-8080}:8080"]
+    assert gateway["environment"]["SCROLLBACK_HISTORY_ADDR"] == "history:50051"
+    assert gateway["environment"]["SCROLLBACK_MEDIA_ADDR"] == "media:50052"
     for name, service in services.items():
         port = CONTAINER_PORTS[name]
-        volumes = [_volume(v) for v in service["volumes"]]
-        transcripts = [v for v in volumes if v[1] == "/transcripts"]
-        assert len(transcripts) == 1 and transcripts[0][2] == "ro", "transcripts must be :ro"
-        state = [v for v in volumes if v[1] == "/state"]
-        assert len(state) == 1 and state[0][0] in named, "state must be the named volume"
-        environment = service["environment"]
-        assert environment["SCROLLBACK_TRANSCRIPTS"] == "/transcripts"
-        assert environment["SCROLLBACK_STATE"] == "/state"
-        assert environment[ADDR_ENV[name]].endswith(f":{port}")
-        command = service["command"]
-        assert command[:3] == ["python", "-m", f"{name}_service"]
-        assert f"0.0.0.0:{port}" in command and "--insecure" in command
-        assert service["ports"] == [f"127.0.0.1:{port}:{port}"], "publish on loopback only"
-        check = service["healthcheck"]["test"]
-        assert check[:4] == ["CMD", "python", "-m", "scrollback.server.healthcheck"]
-        assert check[4] == f"127.0.0.1:{port}"
-    assert _volume(services["history"]["volumes"][1]) == _volume(services["media"]["volumes"][1])
+        assert service["image"] == "${SCROLLBACK_IMAGE:-scrollback:latest}", "one image for all"
+        assert service["build"]["context"] == "."
+        assert service["build"]["args"]["PYTHON_IMAGE"].endswith(":-python:3.11-slim}")
+        transcripts, state = (_volume(v) for v in service["volumes"])
+        assert transcripts[1:] == ("/transcripts", "ro")
+        assert state == ("state", "/state", "rw")
+        variable = f"SCROLLBACK_{name.upper()}_PORT"
+        assert service["ports"] == [f"127.0.0.1:${{{variable}:-{port}}}:{port}"], "loopback only"
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in (REPO / "Dockerfile").read_text()
 
 
-def _rewrite(value: str, paths: dict[str, str], port: int, new_port: int) -> str:
-    for old, new in paths.items():
-        if value == old or value.startswith(old + "/"):
-            value = new + value[len(old) :]
-    return value.replace(f":{port}", f":{new_port}")
-
-
-@pytest.fixture
-def composed(compose: dict[str, Any], tmp_path: Path) -> Iterator[dict[str, int]]:
-    """Both services started from the compose file; yields their local ports."""
-    root, state = tmp_path / "transcripts", tmp_path / "state"
-    (root / "proj").mkdir(parents=True)
-    state.mkdir()
-    (root / "proj" / "d1.jsonl").write_bytes(
-        user_line("e1", "hello from compose", images=(png(7),))
+@pytest.fixture(scope="module")
+def pair(engine: Engine, images: dict[str, str], transcripts: Path) -> Iterator[Project]:
+    """The default services up and healthy; removed with their volumes afterwards."""
+    history_port, media_port, gateway_port = free_ports(3)
+    project = Project(
+        engine,
+        f"sbx{secrets.token_hex(4)}",
+        {
+            "SCROLLBACK_IMAGE": images["scrollback"],
+            "SCROLLBACK_USER": f"{OWNER[0]}:{OWNER[1]}",
+            "SCROLLBACK_TRANSCRIPTS_HOST": str(transcripts),
+            "SCROLLBACK_HISTORY_PORT": str(history_port),
+            "SCROLLBACK_MEDIA_PORT": str(media_port),
+            "SCROLLBACK_GATEWAY_PORT": str(gateway_port),
+        },
     )
-    paths = {"/transcripts": str(root), "/state": str(state)}
-    processes: list[subprocess.Popen[bytes]] = []
-    ports: dict[str, int] = {}
     try:
-        for name, service in compose["services"].items():
-            port, new_port = CONTAINER_PORTS[name], free_port()
-            ports[name] = new_port
-            env = dict(os.environ)
-            env.update(
-                {
-                    k: _rewrite(str(v), paths, port, new_port)
-                    for k, v in service["environment"].items()
-                }
-            )
-            command = [_rewrite(str(part), paths, port, new_port) for part in service["command"]]
-            assert command[0] == "python"
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, *command[1:]],
-                    cwd=REPO,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                )
-            )
-            check = [
-                _rewrite(str(p), paths, port, new_port) for p in service["healthcheck"]["test"]
-            ]
-            probe = [sys.executable, *check[2:]]
-            deadline = time.monotonic() + 20
-            while subprocess.run(probe, cwd=REPO, env=env, timeout=15).returncode != 0:
-                assert processes[-1].poll() is None, (
-                    processes[-1].stderr and processes[-1].stderr.read()
-                )
-                assert time.monotonic() < deadline, f"{name} never became healthy"
-                time.sleep(0.2)
-        yield ports
+        project.compose("up", "--detach", "--no-build")
+        project.wait_healthy(["history", "media"])
+        yield project
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                assert process.wait(10) == 0, "SIGTERM must stop a service cleanly"
-            finally:
-                if process.poll() is None:
-                    process.kill()
+        project.compose("down", "--volumes", "--remove-orphans", "--timeout", "20")
 
 
-def test_services_run_from_the_compose_file(composed: dict[str, int]) -> None:
+def _addr(project: Project, service: str) -> str:
+    return f"127.0.0.1:{project.variables[f'SCROLLBACK_{service.upper()}_PORT']}"
+
+
+def test_grpcurl_lists_describes_and_checks_health(pair: Project) -> None:
+    for service, name in SERVICES.items():
+        address = _addr(pair, service)
+        listed = grpcurl(address, "list").split()
+        assert name in listed and "grpc.health.v1.Health" in listed
+        assert "grpc.reflection.v1alpha.ServerReflection" in listed or any(
+            "ServerReflection" in s for s in listed
+        )
+        assert f"service {name.rsplit('.', 1)[1]} {{" in grpcurl(address, "describe", name)
+        for checked in (name, ""):
+            health = grpcurl(
+                "-d", json.dumps({"service": checked}), address, "grpc.health.v1.Health/Check"
+            )
+            assert json.loads(health) == {"status": "SERVING"}
+
+
+def _without_pins(entry: Any) -> bytes:
+    copy = type(entry)()
+    copy.CopyFrom(entry)
+    for ref in copy.media_refs:
+        ref.pin = b"" if isinstance(ref.pin, bytes) else ""
+    return bytes(copy.SerializeToString(deterministic=True))
+
+
+def test_read_window_and_media_are_byte_exact(
+    pair: Project, transcripts: Path, tmp_path: Path
+) -> None:
+    """The containers serve the real transcripts exactly as the same code run here does."""
+    shutil.copytree(transcripts, tmp_path / "root")
+    local = ServerPair(tmp_path / "root", tmp_path / "state")
+    try:
+        local.start_history(0)
+        local.start_media(0)
+        with (
+            HistoryClient(_addr(pair, "history")) as history,
+            MediaClient(_addr(pair, "media")) as media,
+            HistoryClient(local.history_addr) as local_history,
+            MediaClient(local.media_addr) as local_media,
+        ):
+            photos = 0
+            for session in TRANSCRIPTS:
+                window = history.read_window(session, page_size=200)
+                expected = local_history.read_window(session, page_size=200)
+                assert window.entries, session
+                assert [_without_pins(e) for e in window.entries] == [
+                    _without_pins(e) for e in expected.entries
+                ]
+                assert window.file_size_bytes == expected.file_size_bytes
+                for entry, local_entry in zip(window.entries, expected.entries, strict=True):
+                    for ref, local_ref in zip(
+                        entry.media_refs, local_entry.media_refs, strict=True
+                    ):
+                        photo = media.read_media(ref)
+                        assert photo.data == local_media.read_media(local_ref).data
+                        assert photo.data and photo.metadata.content_type.startswith("image/")
+                        photos += 1
+            assert photos >= 2, "the corpus files carry images"
+    finally:
+        local.close()
+
+
+def _gateway(project: Project) -> str:
+    return f"http://127.0.0.1:{project.variables['SCROLLBACK_GATEWAY_PORT']}"
+
+
+def _wait_for_gateway(project: Project, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(_gateway(project) + "/api/v1/sessions", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                "the gateway container never answered:\n" + project.logs("gateway")
+            )
+        time.sleep(0.5)
+
+
+def test_gateway_container_serves_windows_and_photos(pair: Project) -> None:
+    """The browser path in containers: the gateway reaches both services by service name."""
+    _wait_for_gateway(pair)
+    sessions = httpx.get(_gateway(pair) + "/api/v1/sessions", timeout=10).json()["sessions"]
+    assert set(TRANSCRIPTS) <= {s["session_id"] for s in sessions}
+    window = httpx.get(_gateway(pair) + "/api/v1/sessions/two-images/window", timeout=10).json()
+    refs = [ref for entry in window["entries"] for ref in entry["refs"]]
+    assert refs, "the transcript has photos"
     with (
-        HistoryClient(f"127.0.0.1:{composed['history']}") as history,
-        MediaClient(f"127.0.0.1:{composed['media']}") as media,
+        HistoryClient(_addr(pair, "history")) as history,
+        MediaClient(_addr(pair, "media")) as media,
     ):
-        window = history.read_window("d1")
-        (entry,) = window.entries
-        assert entry.uuid == "e1" and len(entry.media_refs) == 1
-        photo = media.read_media(entry.media_refs[0])
-        assert photo.data == png(7) and photo.metadata.content_type == "image/png"
+        expected = [
+            media.read_media(ref).data
+            for entry in history.read_window("two-images", page_size=200).entries
+            for ref in entry.media_refs
+        ]
+    photos = [httpx.get(_gateway(pair) + ref["url"], timeout=10) for ref in refs]
+    assert [p.status_code for p in photos] == [200] * len(refs)
+    assert [p.content for p in photos] == expected
+    assert all(p.headers["x-content-type-options"] == "nosniff" for p in photos)
+
+
+def _bootstrap_pending(project: Project, session: str) -> list[str]:
+    with HistoryClient(_addr(project, "history")) as history:
+        header = history.bootstrap(session).header
+    assert header is not None
+    return [message.text for message in header.pending]
+
+
+def test_send_is_pending_survives_down_and_up_and_containers_exit_0(pair: Project) -> None:
+    text = f"hello from the host {secrets.token_hex(4)}"
+    scrollback = Path(sys.executable).parent / "scrollback"
+    sent = subprocess.run(
+        [str(scrollback), "send", "--history-addr", _addr(pair, "history"), "small", text],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert text in _bootstrap_pending(pair, "small")
+
+    pair.compose("stop", "--timeout", "20")
+    for service in ("history", "media", "gateway"):
+        state = pair.state(service)
+        assert state["ExitCode"] == 0 and not state["OOMKilled"], f"{service}: {state}"
+
+    pair.compose("down")  # containers gone, the state volume kept
+    assert not pair.compose("ps", "--all", "--quiet").split()
+    pair.compose("up", "--detach", "--no-build")
+    pair.wait_healthy(["history", "media"])
+    assert text in _bootstrap_pending(pair, "small")
