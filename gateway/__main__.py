@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig
 from gateway.server import serve
@@ -32,14 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     """The environment's configuration with the flags applied."""
-    config = GatewayConfig.from_env()
-    overrides: dict[str, object] = {"insecure": args.insecure}
+    overrides: dict[str, Any] = {"insecure": args.insecure}
     for name in ("addr", "history_addr", "media_addr"):
         if getattr(args, name, None):
             overrides[name] = getattr(args, name)
     if args.auth_tokens is not None:
         overrides["auth_tokens"] = args.auth_tokens.expanduser()
-    return config.with_overrides(**overrides)
+    # Flags apply before validation: `--insecure` must count when the environment
+    # names a non-loopback address.
+    return GatewayConfig.from_env(**overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
