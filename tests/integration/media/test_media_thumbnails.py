@@ -85,12 +85,12 @@ async def read_thumbnail(
     selector: media_pb2.MediaSelector,
     size: media_pb2.ThumbnailSize.ValueType,
     metadata: tuple[tuple[str, str], ...] | None = None,
-    timeout: float | None = None,
+    deadline: float | None = None,
 ) -> tuple[media_pb2.MediaMetadata, bytes]:
     got: media_pb2.MediaMetadata | None = None
     chunks: list[bytes] = []
     call = media.stub.ReadMedia(
-        media_pb2.ReadMediaRequest(media=selector, size=size), metadata=metadata, timeout=timeout
+        media_pb2.ReadMediaRequest(media=selector, size=size), metadata=metadata, timeout=deadline
     )
     async for message in call:
         if message.WhichOneof("item") == "metadata":
@@ -243,7 +243,7 @@ async def test_an_animated_gif_gives_a_marked_still_of_its_first_frame(media: Me
         with Image.open(io.BytesIO(data)) as image:
             assert image.format == "WEBP" and image.size == (96, 48)
             assert not getattr(image, "is_animated", False)
-            red, green, blue = image.convert("RGB").getpixel((48, 24))  # type: ignore[misc]
+            red, _green, blue = image.convert("RGB").getpixel((48, 24))  # type: ignore[misc]
             assert red > 200 and blue < 50, "not the first (red) frame"
     still = photo(300, 200, seed=5)
     await upload(media.stub, still)
@@ -338,7 +338,7 @@ async def test_a_flood_of_thumbnails_does_not_starve_plain_reads(media: MediaEnv
     before = cache.encodes
     flood = [
         asyncio.ensure_future(
-            read_thumbnail(media, blob_selector(o), media_pb2.THUMBNAIL_SIZE_960, timeout=120)
+            read_thumbnail(media, blob_selector(o), media_pb2.THUMBNAIL_SIZE_960, deadline=120)
         )
         for o in originals
     ]
