@@ -350,6 +350,10 @@ async def test_a_flood_of_thumbnails_does_not_starve_plain_reads(media: MediaEnv
         assert data == small
         pending = sum(not f.done() for f in flood)
         print(f"plain read answered in {waited:.3f} s with {pending} thumbnails pending")
+        # Reads never queue behind encodes: the read is answered while most of the
+        # flood still waits for the two thumbnail threads (before they had their own
+        # executor, it waited until the flood had taken its turn on the read threads).
+        assert pending >= len(flood) // 2, f"only {pending} of {len(flood)} still pending"
         results = await asyncio.gather(*flood)
         assert all(meta.thumbnail_size == media_pb2.THUMBNAIL_SIZE_960 for meta, _ in results)
         assert cache.encodes - before == len(originals)
