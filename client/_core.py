@@ -305,6 +305,32 @@ def cache_key_of(selector: mpb.MediaSelector) -> str:
     return f"{ref.session_id}/{ref.entry_uuid}/{ref.index}#{ref.pin}"
 
 
+# Thumbnail sizes (the longest side in pixels) and their ThumbnailSize values.
+THUMBNAIL_SIZES: dict[int, mpb.ThumbnailSize.ValueType] = {
+    96: mpb.THUMBNAIL_SIZE_96,
+    320: mpb.THUMBNAIL_SIZE_320,
+    960: mpb.THUMBNAIL_SIZE_960,
+}
+
+
+def thumbnail_size_of(size: int | None) -> mpb.ThumbnailSize.ValueType:
+    """The ThumbnailSize of a size in pixels (None: the original); ValueError otherwise."""
+    if size is None:
+        return mpb.THUMBNAIL_SIZE_UNSPECIFIED
+    try:
+        return THUMBNAIL_SIZES[size]
+    except KeyError:
+        sizes = ", ".join(str(pixels) for pixels in THUMBNAIL_SIZES)
+        raise ValueError(f"size must be one of {sizes} (pixels), or None") from None
+
+
+def fetch_key_of(selector: mpb.MediaSelector, size: int | None) -> str:
+    """The cache key of a fetch: the selector's, or its thumbnail's at `size`."""
+    key = cache_key_of(selector)
+    # Never `media:...`: the cache reads those as the sha256 of the bytes themselves.
+    return key if size is None else f"thumbnail-{size}:{key}"
+
+
 @dataclass(frozen=True, slots=True)
 class Media:
     """One medium: its metadata and all its bytes (sha256-verified)."""

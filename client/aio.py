@@ -35,13 +35,14 @@ from client._core import (
     Window,
     WindowAssembler,
     accept_request,
-    cache_key_of,
+    fetch_key_of,
     history_addr,
     media_addr,
     new_txn_id,
     prepare_upload,
     rpc_code,
     selector_of,
+    thumbnail_size_of,
 )
 from client._retry import retry_async
 from client.errors import DataLoss, from_rpc_error
@@ -299,13 +300,22 @@ class AsyncMediaClient(AsyncChannelClient):
         self.retry = retry
         self.cache = cache if cache is not None else MediaCache()
 
-    async def read_media(self, target: MediaTarget, pin: str | None = None) -> Media:
-        """All bytes of one medium, verified; an interrupted stream resumes at its offset."""
+    async def read_media(
+        self, target: MediaTarget, pin: str | None = None, *, size: int | None = None
+    ) -> Media:
+        """All bytes of one medium, verified; an interrupted stream resumes at its offset.
+
+        `size` (96, 320 or 960: the longest side in pixels) asks for a WebP
+        thumbnail instead of the original; ValueError for any other size.
+        """
         selector = selector_of(target, pin)
+        thumbnail = thumbnail_size_of(size)
         progress = ReadProgress()
 
         async def attempt() -> Media:
-            request = mpb.ReadMediaRequest(media=selector, read_offset=progress.received)
+            request = mpb.ReadMediaRequest(
+                media=selector, read_offset=progress.received, size=thumbnail
+            )
             call = self.stub.ReadMedia(
                 request, timeout=self.deadlines.stream, metadata=self.metadata
             )
@@ -322,6 +332,7 @@ class AsyncMediaClient(AsyncChannelClient):
         *,
         read_offset: int = 0,
         read_limit: int = 0,
+        size: int | None = None,
     ) -> AsyncMediaStream:
         """A ReadMedia stream whose metadata has arrived; its bytes are read chunk by chunk.
 
@@ -331,7 +342,10 @@ class AsyncMediaClient(AsyncChannelClient):
         A failure before the metadata raises the typed error here.
         """
         request = mpb.ReadMediaRequest(
-            media=selector_of(target, pin), read_offset=read_offset, read_limit=read_limit
+            media=selector_of(target, pin),
+            read_offset=read_offset,
+            read_limit=read_limit,
+            size=thumbnail_size_of(size),
         )
         call = self.stub.ReadMedia(request, timeout=self.deadlines.stream, metadata=self.metadata)
         messages = call.__aiter__()
@@ -358,14 +372,25 @@ class AsyncMediaClient(AsyncChannelClient):
 
         return list((await retry_async(attempt, self.retry, self._rng, self.addr)).results)
 
-    async def fetch(self, target: MediaTarget, pin: str | None = None) -> Media:
-        """One medium through the cache; see MediaClient.fetch."""
+    async def fetch(
+        self, target: MediaTarget, pin: str | None = None, *, size: int | None = None
+    ) -> Media:
+        """One medium through the cache; see MediaClient.fetch.
+
+        With `size`, the thumbnail at that size (cached under its own key).
+        """
         selector = selector_of(target, pin)
-        key = cache_key_of(selector)
+        thumbnail_size_of(size)  # ValueError before any call
+        key = fetch_key_of(selector, size)
         cached = self.cache.lookup(key)
         if cached is not None:
             return cached
-        if selector.WhichOneof("ref") == "media_ref" and self.cache.sha256_for(key) is None:
+        # StatMedia names the original's sha256: it spares a read of the original only.
+        if (
+            size is None
+            and selector.WhichOneof("ref") == "media_ref"
+            and self.cache.sha256_for(key) is None
+        ):
             (result,) = await self.stat_media([selector])
             error = stat_error(result)
             if error is not None:
@@ -374,7 +399,7 @@ class AsyncMediaClient(AsyncChannelClient):
             cached = self.cache.get(result.metadata.sha256)
             if cached is not None:
                 return cached
-        media = await self.read_media(selector)
+        media = await self.read_media(selector, size=size)
         self.cache.put(key, media)
         return media
 

@@ -30,10 +30,11 @@ from client._core import (
     ReadProgress,
     RetryPolicy,
     Upload,
-    cache_key_of,
+    fetch_key_of,
     media_addr,
     prepare_upload,
     selector_of,
+    thumbnail_size_of,
 )
 from client._retry import retry_sync
 from client.errors import DataLoss, error_class, from_rpc_error
@@ -101,13 +102,22 @@ class MediaClient(SyncChannelClient):
         self.retry = retry
         self.cache = cache if cache is not None else MediaCache()
 
-    def read_media(self, target: MediaTarget, pin: str | None = None) -> Media:
-        """All bytes of one medium, verified; an interrupted stream resumes at its offset."""
+    def read_media(
+        self, target: MediaTarget, pin: str | None = None, *, size: int | None = None
+    ) -> Media:
+        """All bytes of one medium, verified; an interrupted stream resumes at its offset.
+
+        `size` (96, 320 or 960: the longest side in pixels) asks for a WebP
+        thumbnail instead of the original; ValueError for any other size.
+        """
         selector = selector_of(target, pin)
+        thumbnail = thumbnail_size_of(size)
         progress = ReadProgress()
 
         def attempt() -> Media:
-            request = mpb.ReadMediaRequest(media=selector, read_offset=progress.received)
+            request = mpb.ReadMediaRequest(
+                media=selector, read_offset=progress.received, size=thumbnail
+            )
             for message in self.stub.ReadMedia(
                 request, timeout=self.deadlines.stream, metadata=self.metadata
             ):
@@ -123,6 +133,7 @@ class MediaClient(SyncChannelClient):
         *,
         read_offset: int = 0,
         read_limit: int = 0,
+        size: int | None = None,
     ) -> MediaStream:
         """A ReadMedia stream whose metadata has arrived; its bytes are read chunk by chunk.
 
@@ -132,7 +143,10 @@ class MediaClient(SyncChannelClient):
         metadata raises the typed error here.
         """
         request = mpb.ReadMediaRequest(
-            media=selector_of(target, pin), read_offset=read_offset, read_limit=read_limit
+            media=selector_of(target, pin),
+            read_offset=read_offset,
+            read_limit=read_limit,
+            size=thumbnail_size_of(size),
         )
         call: Any = self.stub.ReadMedia(
             request, timeout=self.deadlines.stream, metadata=self.metadata
@@ -161,14 +175,25 @@ class MediaClient(SyncChannelClient):
         )
         return list(response.results)
 
-    def fetch(self, target: MediaTarget, pin: str | None = None) -> Media:
-        """One medium through the cache: never read twice while it stays cached."""
+    def fetch(
+        self, target: MediaTarget, pin: str | None = None, *, size: int | None = None
+    ) -> Media:
+        """One medium through the cache: never read twice while it stays cached.
+
+        With `size`, the thumbnail at that size (cached under its own key).
+        """
         selector = selector_of(target, pin)
-        key = cache_key_of(selector)
+        thumbnail_size_of(size)  # ValueError before any call
+        key = fetch_key_of(selector, size)
         cached = self.cache.lookup(key)
         if cached is not None:
             return cached
-        if selector.WhichOneof("ref") == "media_ref" and self.cache.sha256_for(key) is None:
+        # StatMedia names the original's sha256: it spares a read of the original only.
+        if (
+            size is None
+            and selector.WhichOneof("ref") == "media_ref"
+            and self.cache.sha256_for(key) is None
+        ):
             (result,) = self.stat_media([selector])
             error = stat_error(result)
             if error is not None:
@@ -177,7 +202,7 @@ class MediaClient(SyncChannelClient):
             cached = self.cache.get(result.metadata.sha256)
             if cached is not None:
                 return cached
-        media = self.read_media(selector)
+        media = self.read_media(selector, size=size)
         self.cache.put(key, media)
         return media
 

@@ -37,8 +37,10 @@ from media_service.errors import (
     MediaNotFoundError,
     StorageFullError,
 )
+from media_service.lru import LruCache
 from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.store.base import BlobMetadataStore, BlobRow
+from media_service.thumbnails import image_dimensions
 from scrollback.contract.refs import BLOB_REF_PREFIX, validate_sha256
 from scrollback.server import metrics
 from scrollback.server.auth import principal_name
@@ -48,6 +50,8 @@ log = logging.getLogger(__name__)
 HASH_BLOCK = 1024 * 1024
 MAX_MEDIA_TYPE_LENGTH = 255
 MAX_FIND_MISSING = 10_000
+# Blobs whose width and height are remembered (content-addressed: never stale).
+DIMENSION_CACHE_ENTRIES = 4096
 
 Clock = Callable[[], float]
 
@@ -62,6 +66,14 @@ class MediaInfo:
     sha256: str
     safe_inline: bool
     pin: str = ""
+    # Of the image these bytes are, from its header (0: not a decodable image).
+    width: int = 0
+    height: int = 0
+    # For a thumbnail: its size (0 for an original), the original's sha256, and
+    # whether it is the still of an animation.
+    thumbnail_size: int = 0
+    source_sha256: str = ""
+    still_of_animation: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +204,7 @@ class BlobStore:
         self.metadata = metadata
         self.max_blob_size = max_blob_size
         self.clock = clock
+        self._dimensions = LruCache[str, tuple[int, int]](DIMENSION_CACHE_ENTRIES)
         paths.ensure_dirs()
 
     def remove_stale_temps(self) -> int:
@@ -255,14 +268,26 @@ class BlobStore:
             raise MediaNotFoundError() from None
         return row, handle
 
-    def _info(self, row: BlobRow, head: bytes) -> MediaInfo:
+    def _info(self, row: BlobRow, head: bytes, handle: BinaryIO) -> MediaInfo:
         sniffed = sniff(head)
+        width, height = 0, 0
+        if sniffed.safe_inline:
+            dimensions = self._dimensions.get(row.sha256)
+            if dimensions is None:
+                # The header only (Pillow opens lazily): a few KiB, never the whole blob.
+                handle.seek(0)
+                dimensions = image_dimensions(handle) or (0, 0)
+                handle.seek(0)
+                self._dimensions.put(row.sha256, dimensions)
+            width, height = dimensions
         return MediaInfo(
             content_type=sniffed.content_type,
             declared_media_type=row.media_type,
             size_bytes=row.size_bytes,
             sha256=row.sha256,
             safe_inline=sniffed.safe_inline,
+            width=width,
+            height=height,
         )
 
     def stat(self, sha256: str) -> MediaInfo:
@@ -274,7 +299,7 @@ class BlobStore:
                 self._quarantine(sha256, stat.st_ino)
                 raise CorruptMediaError()
             head = handle.read(SNIFF_BYTES)
-        return self._info(row, head)
+            return self._info(row, head, handle)
 
     def open_verified(self, sha256: str) -> tuple[MediaInfo, BinaryIO]:
         """Hash the whole blob; return its metadata and an open file at offset 0.
@@ -297,11 +322,12 @@ class BlobStore:
                 handle.close()
                 self._quarantine(sha256, inode)
                 raise CorruptMediaError()
+            info = self._info(row, head, handle)
             handle.seek(0)
         except BaseException:
             handle.close()
             raise
-        return self._info(row, head), handle
+        return info, handle
 
     def read_verified(self, sha256: str) -> tuple[MediaInfo, bytes]:
         """The whole verified blob in memory (hydration of small attachments)."""

@@ -21,6 +21,8 @@ steadily it drips; past it the upload is cut off the same way.
 `SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS` (default 60, flag `--stall-timeout`): a
 stream whose client grants no flow-control window that long is ended with
 DEADLINE_EXCEEDED.
+`SCROLLBACK_MEDIA_THUMBNAIL_THREADS` (default 2): the threads that encode
+thumbnails, apart from those that serve reads; more requests wait their turn.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ DEFAULT_GC_GRACE_SECONDS = 3600.0
 DEFAULT_GC_INTERVAL_SECONDS = 600.0
 DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
 DEFAULT_WRITE_DEADLINE_SECONDS = 600.0
+DEFAULT_THUMBNAIL_THREADS = 2
+MAX_THUMBNAIL_THREADS = 64
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -95,6 +99,7 @@ class MediaConfig:
     write_idle_timeout_seconds: float = DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS
     write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
+    thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -126,6 +131,9 @@ class MediaConfig:
             ),
             stall_timeout_seconds=_float(
                 env, "SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS", DEFAULT_STALL_TIMEOUT_SECONDS
+            ),
+            thumbnail_threads=_int(
+                env, "SCROLLBACK_MEDIA_THUMBNAIL_THREADS", DEFAULT_THUMBNAIL_THREADS
             ),
             database_url=env.get(DATABASE_URL_ENV) or "",
             security=security,
@@ -168,6 +176,8 @@ class MediaConfig:
             raise ConfigError("the write deadline must be positive")
         if self.stall_timeout_seconds <= 0:
             raise ConfigError("the stall timeout must be positive")
+        if not 1 <= self.thumbnail_threads <= MAX_THUMBNAIL_THREADS:
+            raise ConfigError(f"thumbnail threads must be from 1 to {MAX_THUMBNAIL_THREADS}")
         validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self
 

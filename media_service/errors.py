@@ -73,3 +73,17 @@ class SearchCancelledError(Exception):
 
     def __init__(self) -> None:
         super().__init__("the request was cancelled or its deadline passed")
+
+
+class ThumbnailTooLargeError(Exception):
+    """An image with more pixels than the thumbnailer decodes (a decompression bomb)."""
+
+    def __init__(self) -> None:
+        super().__init__("the image has too many pixels to make a thumbnail")
+
+
+class NotAnImageError(Exception):
+    """A thumbnail asked of bytes that are not an image the server can decode."""
+
+    def __init__(self) -> None:
+        super().__init__("the medium is not an image a thumbnail can be made of")

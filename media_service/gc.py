@@ -12,6 +12,14 @@ another collecting skips the round (`GcReport.locked_out`). The per-blob
 re-check keeps even overlapping collections correct; the lock keeps them from
 doing the work twice.
 
+Thumbnails (media_service/thumbnails.py) are a cache and follow their
+original. A thumbnail of a blob is removed with the blob, right after its row
+is deleted. A thumbnail whose original is no blob (a transcript image, or a
+blob already gone) is removed once it has not been used (its mtime, refreshed
+on each cache hit) for the grace period; a later request makes it again. A
+thumbnail written by a request racing the deletion of its blob is swept the
+same way.
+
 Used by the media server's periodic task and by `scrollback gc`.
 """
 
@@ -22,8 +30,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from media_service.blobs import BlobStore
+from media_service.thumbnails import ThumbnailCache
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +49,7 @@ class GcReport:
     deleted: list[str] = field(default_factory=list)
     skipped: int = 0
     locked_out: bool = False
+    thumbnails_deleted: int = 0
 
 
 def collect_garbage(
@@ -54,8 +65,13 @@ def collect_garbage(
             log.info("gc skipped: another replica is collecting")
             return report
         _collect(store, cutoff, report)
-    if report.deleted:
-        log.info("gc removed %d unreferenced blobs", len(report.deleted))
+        _collect_thumbnails(store, cutoff, report)
+    if report.deleted or report.thumbnails_deleted:
+        log.info(
+            "gc removed %d unreferenced blobs and %d thumbnails",
+            len(report.deleted),
+            report.thumbnails_deleted,
+        )
     return report
 
 
@@ -79,5 +95,37 @@ def _collect(store: BlobStore, cutoff: float, report: GcReport) -> None:
 
             if store.metadata.delete_if_unreferenced(sha256, cutoff, remove):
                 report.deleted.append(sha256)
+                report.thumbnails_deleted += ThumbnailCache(store.paths).remove(sha256)
             else:
                 report.skipped += 1
+
+
+def _collect_thumbnails(store: BlobStore, cutoff: float, report: GcReport) -> None:
+    """Remove thumbnails of originals that are no blob, unused since `cutoff`."""
+    batch: list[tuple[str, list[Path]]] = []
+    for found in ThumbnailCache(store.paths).originals():
+        batch.append(found)
+        if len(batch) >= GC_BATCH:
+            _sweep_thumbnails(store, batch, cutoff, report)
+            batch = []
+    _sweep_thumbnails(store, batch, cutoff, report)
+
+
+def _sweep_thumbnails(
+    store: BlobStore, batch: list[tuple[str, list[Path]]], cutoff: float, report: GcReport
+) -> None:
+    if not batch:
+        return
+    blobs = store.metadata.existing([sha256 for sha256, _ in batch])
+    for sha256, files in batch:
+        if sha256 in blobs:
+            continue  # removed with its blob
+        for path in files:
+            try:
+                if os.stat(path).st_mtime < cutoff:
+                    os.unlink(path)
+                    report.thumbnails_deleted += 1
+            except FileNotFoundError:
+                continue
+        with contextlib.suppress(OSError):
+            store.paths.thumbnail_dir(sha256).rmdir()  # only once empty

@@ -11,18 +11,33 @@ key. Others get the same NOT_FOUND as for a blob that does not exist, and
 FindMissingBlobs reports such blobs as missing (re-uploading them makes the
 caller an owner). The rule is scrollback.state.blob_access's, the one the
 history service applies to attachments.
+
+Thumbnails (`thumbnail`) pass the same checks as the original first: a
+caller who may not read a medium cannot read its thumbnail either. A cached
+thumbnail is answered at once; otherwise a `ThumbnailJob` holds the opened
+original, and the caller runs it (CPU-bound: on its own bounded executor).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from media_service.blobs import BlobStore, MediaInfo
-from media_service.errors import CorruptMediaError, MediaNotFoundError
+from media_service.errors import CorruptMediaError, MediaNotFoundError, NotAnImageError
+from media_service.thumbnails import (
+    DEFAULT_MAX_PIXELS,
+    THUMBNAIL_CONTENT_TYPE,
+    THUMBNAIL_SIZES,
+    ThumbnailCache,
+    buffered,
+    image_dimensions,
+    make_thumbnail,
+)
 from media_service.transcript_media import TranscriptMedia
 from scrollback.contract.extraction import (
     ImageNotStrippedError,
@@ -117,15 +132,73 @@ def _verified_reads(info: MediaInfo, reader: PayloadReader) -> Callable[[int, in
     return read
 
 
+def thumbnail_info(
+    original: MediaInfo, size: int, data: bytes, *, still_of_animation: bool
+) -> MediaInfo:
+    """The metadata of a thumbnail's bytes, made from `original` at `size`."""
+    width, height = image_dimensions(io.BytesIO(data)) or (0, 0)
+    return MediaInfo(
+        content_type=THUMBNAIL_CONTENT_TYPE,
+        declared_media_type=original.declared_media_type,
+        size_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        safe_inline=True,
+        pin=original.pin,
+        width=width,
+        height=height,
+        thumbnail_size=size,
+        source_sha256=original.sha256,
+        still_of_animation=still_of_animation,
+    )
+
+
+class ThumbnailJob:
+    """Encoding one thumbnail from an opened original (CPU-bound; run it off the loop)."""
+
+    def __init__(self, library: MediaLibrary, source: OpenMedia, size: int) -> None:
+        self._library = library
+        self.source = source
+        self.size = size
+
+    def run(self) -> OpenMedia:
+        """Decode (bounded), encode, cache; the thumbnail in memory. Closes the original."""
+        original = self.source.info
+        try:
+            stream = buffered(self.source.read, original.size_bytes)
+            thumbnail = make_thumbnail(
+                stream, self.size, max_pixels=self._library.max_thumbnail_pixels
+            )
+        finally:
+            self.source.close()
+        cache = self._library.thumbnails
+        cache.count_encode()
+        cache.put(original.sha256, self.size, thumbnail)
+        info = thumbnail_info(
+            original, self.size, thumbnail.data, still_of_animation=thumbnail.still_of_animation
+        )
+        return OpenMedia.of_bytes(info, thumbnail.data)
+
+    def close(self) -> None:
+        """Release the original without encoding (the caller left)."""
+        self.source.close()
+
+
 class MediaLibrary:
     """Transcript images and blobs behind one interface."""
 
     def __init__(
-        self, transcripts: TranscriptMedia, blobs: BlobStore, root: TranscriptRoot | None = None
+        self,
+        transcripts: TranscriptMedia,
+        blobs: BlobStore,
+        root: TranscriptRoot | None = None,
+        *,
+        max_thumbnail_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         self.transcripts = transcripts
         self.blobs = blobs
         self._root = root
+        self.thumbnails = ThumbnailCache(blobs.paths)
+        self.max_thumbnail_pixels = max_thumbnail_pixels
 
     def _session_visible(self, session_id: str) -> bool:
         if self._root is None:
@@ -205,3 +278,37 @@ class MediaLibrary:
         self._check_blob(selector.sha256)
         info, handle = self.blobs.open_verified(selector.sha256)
         return OpenMedia.of_file(info, handle)
+
+    def thumbnail(self, selector: Selector, size: int) -> OpenMedia | ThumbnailJob:
+        """The cached thumbnail of a medium at `size`, or the job that makes it.
+
+        The original passes every check of `open` first (visibility, pin, the
+        blob's owner), so a thumbnail is NOT_FOUND exactly when the original
+        is. NotAnImageError for a medium that is not an image content type.
+        A cached thumbnail of a blob is served without hashing the blob.
+        """
+        if size not in THUMBNAIL_SIZES:
+            raise ValueError("not a thumbnail size")
+        source: OpenMedia | None = None
+        if isinstance(selector, TranscriptSelector):
+            source = self.open(selector)
+            info = source.info
+        else:
+            self._check_blob(selector.sha256)
+            info = self.blobs.stat(selector.sha256)
+        try:
+            if not info.safe_inline:
+                raise NotAnImageError()
+            cached = self.thumbnails.get(info.sha256, size)
+            if cached is not None:
+                made = thumbnail_info(
+                    info, size, cached.data, still_of_animation=cached.still_of_animation
+                )
+                return OpenMedia.of_bytes(made, cached.data)
+            if source is None:
+                source = self.open(selector)  # hashed whole before it is decoded
+        except BaseException:
+            if source is not None:
+                source.close()
+            raise
+        return ThumbnailJob(self, source, size)

@@ -150,6 +150,7 @@ async def start_media_server(
         chunk_size=config.chunk_size,
         write_idle_timeout=config.write_idle_timeout_seconds,
         write_deadline=config.write_deadline_seconds,
+        thumbnail_threads=config.thumbnail_threads,
     )
 
     def register(server: grpc.aio.Server) -> None:

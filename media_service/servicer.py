@@ -25,12 +25,20 @@ from media_service.errors import (
     InvalidRequestError,
     LineTooLargeError,
     MediaNotFoundError,
+    NotAnImageError,
     PinMismatchError,
     ReadRangeError,
     SearchCancelledError,
     StorageFullError,
+    ThumbnailTooLargeError,
 )
-from media_service.library import MediaLibrary, Selector, TranscriptSelector
+from media_service.library import (
+    MediaLibrary,
+    OpenMedia,
+    Selector,
+    ThumbnailJob,
+    TranscriptSelector,
+)
 from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
@@ -48,6 +56,17 @@ READ_BLOCK = 256 * 1024
 DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
 DEFAULT_WRITE_DEADLINE = 600.0
 DEFAULT_SEARCH_THREADS = 2
+DEFAULT_THUMBNAIL_THREADS = 2
+
+# ThumbnailSize <-> the longest side in pixels (the domain's sizes).
+THUMBNAIL_PIXELS: dict[media_pb2.ThumbnailSize.ValueType, int] = {
+    media_pb2.THUMBNAIL_SIZE_96: 96,
+    media_pb2.THUMBNAIL_SIZE_320: 320,
+    media_pb2.THUMBNAIL_SIZE_960: 960,
+}
+THUMBNAIL_ENUMS: dict[int, media_pb2.ThumbnailSize.ValueType] = {
+    pixels: size for size, pixels in THUMBNAIL_PIXELS.items()
+}
 
 
 class UploadIdleError(Exception):
@@ -67,6 +86,8 @@ ERRORS: ErrorTable = {
     AmbiguousSessionError: grpc.StatusCode.FAILED_PRECONDITION,
     ReadRangeError: grpc.StatusCode.OUT_OF_RANGE,
     LineTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ThumbnailTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NotAnImageError: grpc.StatusCode.FAILED_PRECONDITION,
     BlobTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     StorageFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     CorruptMediaError: grpc.StatusCode.DATA_LOSS,
@@ -103,7 +124,24 @@ def metadata_to_proto(info: MediaInfo) -> media_pb2.MediaMetadata:
         sha256=info.sha256,
         safe_inline=info.safe_inline,
         pin=info.pin,
+        width=info.width,
+        height=info.height,
+        thumbnail_size=THUMBNAIL_ENUMS.get(
+            info.thumbnail_size, media_pb2.THUMBNAIL_SIZE_UNSPECIFIED
+        ),
+        source_sha256=info.source_sha256,
+        still_of_animation=info.still_of_animation,
     )
+
+
+def thumbnail_pixels(size: media_pb2.ThumbnailSize.ValueType) -> int | None:
+    """The longest side of a requested ThumbnailSize; None for the original."""
+    if size == media_pb2.THUMBNAIL_SIZE_UNSPECIFIED:
+        return None
+    pixels = THUMBNAIL_PIXELS.get(size)
+    if pixels is None:
+        raise InvalidRequestError("size must be one of the ThumbnailSize values")
+    return pixels
 
 
 def error_to_proto(error: Exception) -> media_pb2.MediaError:
@@ -125,8 +163,14 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT,
         write_deadline: float = DEFAULT_WRITE_DEADLINE,
         search_threads: int = DEFAULT_SEARCH_THREADS,
+        thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS,
     ) -> None:
         self._library = library
+        # Thumbnail encodes (CPU-bound) run here, bounded, apart from the default
+        # pool that serves reads: a flood of thumbnails cannot starve ReadMedia.
+        self._thumbnail_pool = ThreadPoolExecutor(
+            thumbnail_threads, thread_name_prefix="media-thumbnail"
+        )
         # StatMedia's transcript searches run here, apart from the default pool
         # that serves ReadMedia, so a flood of searches cannot starve reads.
         self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
@@ -167,7 +211,11 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             selector = selector_from_proto(request.media)
             if request.read_offset < 0 or request.read_limit < 0:
                 byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
-            media = await asyncio.to_thread(self._library.open, selector)
+            pixels = thumbnail_pixels(request.size)
+            if pixels is None:
+                media = await asyncio.to_thread(self._library.open, selector)
+            else:
+                media = await self._thumbnail(selector, pixels)
         except Exception as error:
             await abort_for(context, error, ERRORS)
         try:
@@ -201,6 +249,20 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 del block
         finally:
             media.close()
+
+    async def _thumbnail(self, selector: Selector, pixels: int) -> OpenMedia:
+        """The thumbnail: checks and the cache on a read thread, an encode on the pool."""
+        found = await asyncio.to_thread(self._library.thumbnail, selector, pixels)
+        if not isinstance(found, ThumbnailJob):
+            return found
+        # The caller's context (its principal) goes with the work, as with to_thread.
+        future = self._thumbnail_pool.submit(contextvars.copy_context().run, found.run)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if future.cancelled():
+                found.close()  # never started: release the original here
+            raise
 
     async def StatMedia(
         self, request: media_pb2.StatMediaRequest, context: Context

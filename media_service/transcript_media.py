@@ -47,10 +47,9 @@ import hashlib
 import os
 import re
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Generic, TypeVar
+from typing import BinaryIO
 
 from media_service.blobs import MediaInfo
 from media_service.errors import (
@@ -60,7 +59,9 @@ from media_service.errors import (
     PinMismatchError,
     SearchCancelledError,
 )
+from media_service.lru import LruCache
 from media_service.sniff import SNIFF_BYTES, sniff
+from media_service.thumbnails import buffered, image_dimensions
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -97,9 +98,6 @@ _KEY_AND_ID = re.compile(
 )
 # The longest match of _KEY_AND_ID: kept over from one slice to the next.
 _KEY_AND_ID_REACH = _KEY_REACH + 66
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
 
 
 def uuid_key_pattern(entry_uuid: str) -> re.Pattern[bytes]:
@@ -307,41 +305,6 @@ def line_from(fd: int, start: int, max_line_size: int) -> bytes | None:
     return b"".join(parts)
 
 
-class LruCache(Generic[K, V]):
-    """A thread-safe bounded LRU map."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._entries: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: K) -> V | None:
-        """The cached value, freshened; or None."""
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        """Remember a value, evicting the least recently used."""
-        if self._capacity == 0:
-            return
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
-
-    def discard(self, key: K) -> None:
-        """Forget a value that no longer holds."""
-        with self._lock:
-            self._entries.pop(key, None)
-
-
 # (device, inode, entry uuid) -> (line offset, line length)
 LineOffsetCache = LruCache[tuple[int, int, str], tuple[int, int]]
 # (device, inode, entry uuid, index, pin) -> metadata of the decoded bytes
@@ -497,6 +460,20 @@ class TranscriptMedia:
             except UndecodablePayloadError:
                 raise CorruptMediaError("the transcript's payload is not valid base64") from None
             sniffed = sniff(head)
+            width, height = 0, 0
+            if sniffed.safe_inline:
+                # The header only, decoded slice by slice from the file: a few KiB.
+                reader = PayloadReader(
+                    _file_reader(fd),
+                    found.raw_start,
+                    found.raw_end,
+                    escaped=found.escaped,
+                    index=located.index,
+                )
+                try:
+                    width, height = image_dimensions(buffered(reader.read, size)) or (0, 0)
+                except (UndecodablePayloadError, ImageNotStrippedError):
+                    raise CorruptMediaError("the transcript's payload changed while read") from None
             info = MediaInfo(
                 content_type=sniffed.content_type,
                 declared_media_type=located.declared_media_type,
@@ -504,6 +481,8 @@ class TranscriptMedia:
                 sha256=digest.hexdigest(),
                 safe_inline=sniffed.safe_inline,
                 pin=located.pin,
+                width=width,
+                height=height,
             )
             self.infos.put(info_key, info)
         if info.declared_media_type != located.declared_media_type:

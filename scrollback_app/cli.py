@@ -11,7 +11,7 @@
 - `scrollback sessions`: the sessions under the root, newest first.
 - `scrollback window SESSION [--older TOKEN | --oldest-first] [--page-size N]`: one page.
 - `scrollback media REF -o FILE`: one photo; REF is `<session>/<uuid>/<index>` with
-  `--pin PIN`, or `media:<sha256>`.
+  `--pin PIN`, or `media:<sha256>`; `--size 96|320|960` for a WebP thumbnail.
 - `scrollback send SESSION TEXT [--image PATH ...]` (or `--chat-key KEY TEXT`): send a
   message, uploading its images first.
 - `scrollback tail SESSION`: the last entries, then new entries and accepted messages
@@ -351,6 +351,12 @@ def _add_client_commands(commands: Any) -> None:
     media.add_argument("ref", help="<session>/<uuid>/<index> (with --pin) or media:<sha256>")
     media.add_argument("--pin", help="the pin of a transcript image reference")
     media.add_argument("-o", "--output", required=True, help="output file ('-': stdout)")
+    media.add_argument(
+        "--size",
+        type=int,
+        choices=(96, 320, 960),
+        help="a WebP thumbnail of at most SIZE pixels on its longest side, not the original",
+    )
     media.set_defaults(handler=cc.cmd_media)
 
     send = commands.add_parser("send", parents=[common], help="send a message")

@@ -306,7 +306,7 @@ def cmd_media(args: argparse.Namespace) -> int:
     else:
         _check_output_file(Path(args.output))
     with _client(args) as sb:
-        media = sb.media.read_media(selector)
+        media = sb.media.read_media(selector, size=args.size)
     if args.output == "-":
         sys.stdout.buffer.write(media.data)
         sys.stdout.buffer.flush()
@@ -419,13 +419,15 @@ def cmd_gc(args: argparse.Namespace) -> int:
             {
                 "deleted": report.deleted,
                 "skipped": report.skipped,
+                "thumbnails_deleted": report.thumbnails_deleted,
                 "cutoff": report.cutoff,
                 "now": report.now,
             }
         )
     else:
         print(
-            f"gc: deleted {len(report.deleted)} unreferenced blob(s), skipped {report.skipped} "
+            f"gc: deleted {len(report.deleted)} unreferenced blob(s) and "
+            f"{report.thumbnails_deleted} thumbnail(s), skipped {report.skipped} "
             f"(grace {args.grace:g} s)"
         )
     return 0

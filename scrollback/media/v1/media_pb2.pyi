@@ -9,6 +9,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from scrollback.ref.v1 import ref_pb2 as _ref_pb2
 import builtins as _builtins
 import sys
@@ -20,6 +21,40 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ThumbnailSize:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ThumbnailSizeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ThumbnailSize.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    THUMBNAIL_SIZE_UNSPECIFIED: _ThumbnailSize.ValueType  # 0
+    """No thumbnail: the original bytes."""
+    THUMBNAIL_SIZE_96: _ThumbnailSize.ValueType  # 1
+    """At most 96 pixels on the longest side."""
+    THUMBNAIL_SIZE_320: _ThumbnailSize.ValueType  # 2
+    """At most 320 pixels on the longest side."""
+    THUMBNAIL_SIZE_960: _ThumbnailSize.ValueType  # 3
+    """At most 960 pixels on the longest side."""
+
+class ThumbnailSize(_ThumbnailSize, metaclass=_ThumbnailSizeEnumTypeWrapper):
+    """The fixed set of thumbnail sizes: the longest side in pixels. A fixed set
+    keeps the cache small (one file per medium and size). Thumbnails are WebP,
+    cached by (sha256 of the original, size), and never larger than the
+    original: an image already within the size is re-encoded at its own size.
+    An animated GIF or WebP gives a still of its first frame
+    (MediaMetadata.still_of_animation).
+    """
+
+THUMBNAIL_SIZE_UNSPECIFIED: ThumbnailSize.ValueType  # 0
+"""No thumbnail: the original bytes."""
+THUMBNAIL_SIZE_96: ThumbnailSize.ValueType  # 1
+"""At most 96 pixels on the longest side."""
+THUMBNAIL_SIZE_320: ThumbnailSize.ValueType  # 2
+"""At most 320 pixels on the longest side."""
+THUMBNAIL_SIZE_960: ThumbnailSize.ValueType  # 3
+"""At most 960 pixels on the longest side."""
+Global___ThumbnailSize: _TypeAlias = ThumbnailSize  # noqa: Y015
 
 @_typing.final
 class MediaSelector(_message.Message):
@@ -60,6 +95,7 @@ class ReadMediaRequest(_message.Message):
     MEDIA_FIELD_NUMBER: _builtins.int
     READ_OFFSET_FIELD_NUMBER: _builtins.int
     READ_LIMIT_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
     read_offset: _builtins.int
     """The first byte to send, as in google.bytestream: 0 to size. An offset
     equal to the size sends no bytes; negative or past the size is
@@ -67,6 +103,14 @@ class ReadMediaRequest(_message.Message):
     """
     read_limit: _builtins.int
     """At most this many bytes; 0 means to the end. Negative is OUT_OF_RANGE."""
+    size: Global___ThumbnailSize.ValueType
+    """A thumbnail of this size instead of the original; unset is the original.
+    The offset and limit then apply to the thumbnail's bytes. A value not in
+    ThumbnailSize is INVALID_ARGUMENT; an image over the decoder's pixel
+    limit (a decompression bomb) is RESOURCE_EXHAUSTED; a medium that is not
+    a decodable image is FAILED_PRECONDITION. A caller that may not read the
+    original gets the same NOT_FOUND as for the original.
+    """
     @_builtins.property
     def media(self) -> Global___MediaSelector:
         """What to read. Required."""
@@ -77,10 +121,11 @@ class ReadMediaRequest(_message.Message):
         media: Global___MediaSelector | None = ...,
         read_offset: _builtins.int = ...,
         read_limit: _builtins.int = ...,
+        size: Global___ThumbnailSize.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["media", b"media"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["media", b"media", "read_limit", b"read_limit", "read_offset", b"read_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["media", b"media", "read_limit", b"read_limit", "read_offset", b"read_offset", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -98,6 +143,11 @@ class MediaMetadata(_message.Message):
     SHA256_FIELD_NUMBER: _builtins.int
     SAFE_INLINE_FIELD_NUMBER: _builtins.int
     PIN_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    THUMBNAIL_SIZE_FIELD_NUMBER: _builtins.int
+    SOURCE_SHA256_FIELD_NUMBER: _builtins.int
+    STILL_OF_ANIMATION_FIELD_NUMBER: _builtins.int
     content_type: _builtins.str
     """The content type taken from the bytes' magic numbers: image/png,
     image/jpeg, image/gif, image/webp, image/avif or image/heic; anything
@@ -119,6 +169,23 @@ class MediaMetadata(_message.Message):
     """
     pin: _builtins.str
     """For a transcript image, the pin it was read with; empty for a blob."""
+    width: _builtins.int
+    """The width in pixels of the image these bytes are, read from its header
+    only; 0 when the bytes are not an image the server can decode.
+    """
+    height: _builtins.int
+    """The height in pixels, as width."""
+    thumbnail_size: Global___ThumbnailSize.ValueType
+    """The thumbnail size these bytes were made at; UNSPECIFIED for the
+    original. For a thumbnail, content_type, size_bytes, sha256, width and
+    height describe the thumbnail's bytes, and source_sha256 the original.
+    """
+    source_sha256: _builtins.str
+    """For a thumbnail, the sha256 of the original it was made from; empty for
+    the original itself.
+    """
+    still_of_animation: _builtins.bool
+    """True for a thumbnail of an animated image: a still of its first frame."""
     def __init__(
         self,
         *,
@@ -128,10 +195,15 @@ class MediaMetadata(_message.Message):
         sha256: _builtins.str = ...,
         safe_inline: _builtins.bool = ...,
         pin: _builtins.str = ...,
+        width: _builtins.int = ...,
+        height: _builtins.int = ...,
+        thumbnail_size: Global___ThumbnailSize.ValueType = ...,
+        source_sha256: _builtins.str = ...,
+        still_of_animation: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_type", b"content_type", "declared_media_type", b"declared_media_type", "pin", b"pin", "safe_inline", b"safe_inline", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_type", b"content_type", "declared_media_type", b"declared_media_type", "height", b"height", "pin", b"pin", "safe_inline", b"safe_inline", "sha256", b"sha256", "size_bytes", b"size_bytes", "source_sha256", b"source_sha256", "still_of_animation", b"still_of_animation", "thumbnail_size", b"thumbnail_size", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -75,8 +75,11 @@ class MediaServiceServicer:
         NOT_FOUND for an unknown session, entry or index, or a failed upload
         (the same answer for each); FAILED_PRECONDITION for a pin that no longer
         matches; OUT_OF_RANGE for a read_offset past the size or negative;
-        RESOURCE_EXHAUSTED for a line over the max line size; DATA_LOSS for a
-        corrupt blob or an undecodable payload.
+        RESOURCE_EXHAUSTED for a line over the max line size, or for a thumbnail
+        of an image over the decoder's pixel limit; DATA_LOSS for a corrupt blob
+        or an undecodable payload. With a `size`, the bytes are a thumbnail of
+        the medium (see ThumbnailSize), and a medium that is not an image the
+        server can decode is FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

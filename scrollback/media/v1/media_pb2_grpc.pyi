@@ -46,8 +46,11 @@ class MediaServiceStub:
     NOT_FOUND for an unknown session, entry or index, or a failed upload
     (the same answer for each); FAILED_PRECONDITION for a pin that no longer
     matches; OUT_OF_RANGE for a read_offset past the size or negative;
-    RESOURCE_EXHAUSTED for a line over the max line size; DATA_LOSS for a
-    corrupt blob or an undecodable payload.
+    RESOURCE_EXHAUSTED for a line over the max line size, or for a thumbnail
+    of an image over the decoder's pixel limit; DATA_LOSS for a corrupt blob
+    or an undecodable payload. With a `size`, the bytes are a thumbnail of
+    the medium (see ThumbnailSize), and a medium that is not an image the
+    server can decode is FAILED_PRECONDITION.
     """
     StatMedia: _grpc.UnaryUnaryMultiCallable[_media_pb2.StatMediaRequest, _media_pb2.StatMediaResponse]
     """Returns the metadata of a batch of references, without bytes. Errors of
@@ -82,8 +85,11 @@ class MediaServiceAsyncStub(MediaServiceStub):
     NOT_FOUND for an unknown session, entry or index, or a failed upload
     (the same answer for each); FAILED_PRECONDITION for a pin that no longer
     matches; OUT_OF_RANGE for a read_offset past the size or negative;
-    RESOURCE_EXHAUSTED for a line over the max line size; DATA_LOSS for a
-    corrupt blob or an undecodable payload.
+    RESOURCE_EXHAUSTED for a line over the max line size, or for a thumbnail
+    of an image over the decoder's pixel limit; DATA_LOSS for a corrupt blob
+    or an undecodable payload. With a `size`, the bytes are a thumbnail of
+    the medium (see ThumbnailSize), and a medium that is not an image the
+    server can decode is FAILED_PRECONDITION.
     """
     StatMedia: _aio.UnaryUnaryMultiCallable[_media_pb2.StatMediaRequest, _media_pb2.StatMediaResponse]  # type: ignore[assignment]
     """Returns the metadata of a batch of references, without bytes. Errors of
@@ -121,8 +127,11 @@ class MediaServiceServicer(metaclass=_abc_1.ABCMeta):
         NOT_FOUND for an unknown session, entry or index, or a failed upload
         (the same answer for each); FAILED_PRECONDITION for a pin that no longer
         matches; OUT_OF_RANGE for a read_offset past the size or negative;
-        RESOURCE_EXHAUSTED for a line over the max line size; DATA_LOSS for a
-        corrupt blob or an undecodable payload.
+        RESOURCE_EXHAUSTED for a line over the max line size, or for a thumbnail
+        of an image over the decoder's pixel limit; DATA_LOSS for a corrupt blob
+        or an undecodable payload. With a `size`, the bytes are a thumbnail of
+        the medium (see ThumbnailSize), and a medium that is not an image the
+        server can decode is FAILED_PRECONDITION.
         """
 
     @_abc_1.abstractmethod

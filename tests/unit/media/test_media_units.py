@@ -239,3 +239,12 @@ def test_blob_paths_are_sharded_and_validated(tmp_path: Path) -> None:
     for bad in ("../" + sha[3:], sha.upper(), sha + "/..", "", "a" * 63):
         with pytest.raises(ValueError):
             paths.blob(bad)
+
+
+def test_thumbnail_threads_from_env_and_bounds() -> None:
+    assert MediaConfig.from_env({}).thumbnail_threads == 2
+    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": "4"})
+    assert config.thumbnail_threads == 4
+    for value in ("0", "65", "many"):
+        with pytest.raises(ConfigError):
+            MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": value})

@@ -1,0 +1,362 @@
+"""Thumbnails over a real media server (issue 17, CONTRACT section 13): each size, WebP,
+cached by (sha256, size), collected by GC, a still of an animation, bounded decoding,
+width and height of the original from its header, the owner rule, and reads that a
+flood of thumbnails does not starve."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import grpc
+from PIL import Image
+
+from media_service.gc import collect_garbage
+from media_service.library import MediaLibrary
+from scrollback.media.v1 import media_pb2
+from scrollback.ref.v1 import ref_pb2
+from scrollback.server.auth import SecuritySettings
+from tests.support.media import (
+    MediaEnv,
+    StartMedia,
+    dumps,
+    entry,
+    image_block,
+    mint,
+    read_media,
+    write_transcript,
+)
+from tests.support.security import auth, upload, write_token_file
+
+SIZES = {
+    media_pb2.THUMBNAIL_SIZE_96: 96,
+    media_pb2.THUMBNAIL_SIZE_320: 320,
+    media_pb2.THUMBNAIL_SIZE_960: 960,
+}
+
+
+def photo(width: int, height: int, seed: int = 0, fmt: str = "PNG") -> bytes:
+    """A real image of these dimensions (a gradient, so it decodes to pixels)."""
+    image = Image.linear_gradient("L").resize((width, height)).convert("RGB")
+    # Some noise, so the file is large enough that the history service strips it.
+    noise = Image.effect_noise((min(width, 160), min(height, 160)), 80).convert("RGB")
+    image.paste(noise, (0, 0))
+    image.putpixel((0, 0), (seed % 256, seed // 256 % 256, 7))
+    out = io.BytesIO()
+    image.save(out, fmt, compress_level=1) if fmt == "PNG" else image.save(out, fmt)
+    return out.getvalue()
+
+
+def animated_gif() -> bytes:
+    """A two-frame GIF: a red frame, then a blue one."""
+    red = Image.new("RGB", (400, 200), (255, 0, 0))
+    blue = Image.new("RGB", (400, 200), (0, 0, 255))
+    out = io.BytesIO()
+    red.save(out, "GIF", save_all=True, append_images=[blue], duration=100, loop=0)
+    return out.getvalue()
+
+
+def png_bomb(width: int, height: int) -> bytes:
+    """A tiny PNG whose header claims `width` x `height` pixels (a decompression bomb)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * 4096)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
+
+
+def blob_selector(data: bytes) -> media_pb2.MediaSelector:
+    return media_pb2.MediaSelector(blob_ref=f"media:{hashlib.sha256(data).hexdigest()}")
+
+
+async def read_thumbnail(
+    media: MediaEnv,
+    selector: media_pb2.MediaSelector,
+    size: media_pb2.ThumbnailSize.ValueType,
+    metadata: tuple[tuple[str, str], ...] | None = None,
+    deadline: float | None = None,
+) -> tuple[media_pb2.MediaMetadata, bytes]:
+    got: media_pb2.MediaMetadata | None = None
+    chunks: list[bytes] = []
+    call = media.stub.ReadMedia(
+        media_pb2.ReadMediaRequest(media=selector, size=size), metadata=metadata, timeout=deadline
+    )
+    async for message in call:
+        if message.WhichOneof("item") == "metadata":
+            got = message.metadata
+        else:
+            chunks.append(message.data)
+    assert got is not None
+    return got, b"".join(chunks)
+
+
+async def thumbnail_error(
+    media: MediaEnv,
+    selector: media_pb2.MediaSelector,
+    size: media_pb2.ThumbnailSize.ValueType,
+    metadata: tuple[tuple[str, str], ...] | None = None,
+) -> grpc.aio.AioRpcError:
+    try:
+        await read_thumbnail(media, selector, size, metadata)
+    except grpc.aio.AioRpcError as error:
+        return error
+    raise AssertionError("ReadMedia succeeded")
+
+
+def library_of(media: MediaEnv) -> MediaLibrary:
+    assert media.server.library is not None
+    return media.server.library
+
+
+def rchar() -> int:
+    """Bytes this process (the server runs in it) has read through read syscalls."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar")
+
+
+async def test_each_size_of_a_blob_is_a_webp_of_that_longest_side(media: MediaEnv) -> None:
+    original = photo(1600, 1000)
+    await upload(media.stub, original)
+    for size, pixels in SIZES.items():
+        got, data = await read_thumbnail(media, blob_selector(original), size)
+        with Image.open(io.BytesIO(data)) as image:
+            assert image.format == "WEBP"
+            assert max(image.size) == pixels
+            assert image.size == (pixels, round(pixels * 1000 / 1600))
+            assert (got.width, got.height) == image.size
+        assert got.content_type == "image/webp" and got.safe_inline
+        assert got.thumbnail_size == size
+        assert got.size_bytes == len(data) and got.sha256 == hashlib.sha256(data).hexdigest()
+        assert got.source_sha256 == hashlib.sha256(original).hexdigest()
+        assert not got.still_of_animation
+    # The original is unchanged and says its own dimensions.
+    plain, data, _ = await read_media(media.stub, blob_selector(original))
+    assert data == original
+    assert (plain.width, plain.height) == (1600, 1000)
+    assert plain.thumbnail_size == media_pb2.THUMBNAIL_SIZE_UNSPECIFIED
+
+
+async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(media: MediaEnv) -> None:
+    original = photo(1200, 900, seed=1)
+    await upload(media.stub, original)
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    first, data = await read_thumbnail(media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_320)
+    assert cache.encodes == before + 1
+    second, again = await read_thumbnail(
+        media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_320
+    )
+    assert cache.encodes == before + 1, "the second read re-encoded"
+    assert again == data and second == first
+    # Another size is another cache entry.
+    await read_thumbnail(media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_96)
+    assert cache.encodes == before + 2
+    # Ranges apply to the thumbnail's bytes.
+    call = media.stub.ReadMedia(
+        media_pb2.ReadMediaRequest(
+            media=blob_selector(original), size=media_pb2.THUMBNAIL_SIZE_320, read_offset=10
+        )
+    )
+    tail = b"".join([m.data async for m in call if m.WhichOneof("item") == "data"])
+    assert tail == data[10:]
+
+
+async def test_a_transcript_image_has_thumbnails_and_dimensions(media: MediaEnv) -> None:
+    original = photo(2000, 500, seed=2)
+    line = dumps(entry("u-photo", [image_block(original)]))
+    write_transcript(media.root, "sess", [line])
+    (ref,) = mint("sess", line)
+    selector = media_pb2.MediaSelector(media_ref=ref)
+    got, data = await read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_960)
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.size == (960, 240)
+    assert got.pin == ref.pin and got.source_sha256 == hashlib.sha256(original).hexdigest()
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[selector]))
+    assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (2000, 500)
+    # A stale pin is refused for the thumbnail exactly as for the original.
+    stale = ref_pb2.MediaRef()
+    stale.CopyFrom(ref)
+    stale.pin = "0" * 32
+    error = await thumbnail_error(
+        media, media_pb2.MediaSelector(media_ref=stale), media_pb2.THUMBNAIL_SIZE_96
+    )
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_gc_removes_thumbnails_with_their_blob_and_unused_ones(media: MediaEnv) -> None:
+    blob = photo(800, 600, seed=3)
+    await upload(media.stub, blob)
+    await read_thumbnail(media, blob_selector(blob), media_pb2.THUMBNAIL_SIZE_96)
+    in_transcript = photo(700, 700, seed=4)
+    line = dumps(entry("u-t", [image_block(in_transcript)]))
+    write_transcript(media.root, "sess", [line])
+    (ref,) = mint("sess", line)
+    await read_thumbnail(media, media_pb2.MediaSelector(media_ref=ref), media_pb2.THUMBNAIL_SIZE_96)
+    library = library_of(media)
+    paths = library.blobs.paths
+    blob_sha = hashlib.sha256(blob).hexdigest()
+    image_sha = hashlib.sha256(in_transcript).hexdigest()
+    assert paths.thumbnails_of(blob_sha) and paths.thumbnails_of(image_sha)
+
+    # Within the grace period nothing goes.
+    report = collect_garbage(library.blobs, now=time.time(), grace_seconds=3600)
+    assert report.thumbnails_deleted == 0
+    assert paths.thumbnails_of(blob_sha) and paths.thumbnails_of(image_sha)
+
+    # Past it: the unreferenced blob goes with its thumbnail, the unused one goes too.
+    report = collect_garbage(library.blobs, now=time.time() + 7200, grace_seconds=3600)
+    assert blob_sha in report.deleted
+    assert report.thumbnails_deleted == 2
+    assert not paths.thumbnails_of(blob_sha) and not paths.thumbnails_of(image_sha)
+    assert not paths.thumbnail_dir(blob_sha).exists()
+
+    # A transcript thumbnail used within the grace period stays.
+    await read_thumbnail(media, media_pb2.MediaSelector(media_ref=ref), media_pb2.THUMBNAIL_SIZE_96)
+    for path in paths.thumbnails_of(image_sha):
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
+    await read_thumbnail(
+        media, media_pb2.MediaSelector(media_ref=ref), media_pb2.THUMBNAIL_SIZE_96
+    )  # a cache hit: a use
+    report = collect_garbage(library.blobs, now=time.time(), grace_seconds=3600)
+    assert report.thumbnails_deleted == 0 and paths.thumbnails_of(image_sha)
+
+
+async def test_an_animated_gif_gives_a_marked_still_of_its_first_frame(media: MediaEnv) -> None:
+    gif = animated_gif()
+    await upload(media.stub, gif)
+    for _ in range(2):  # made, then from the cache: the mark is kept
+        got, data = await read_thumbnail(media, blob_selector(gif), media_pb2.THUMBNAIL_SIZE_96)
+        assert got.still_of_animation
+        with Image.open(io.BytesIO(data)) as image:
+            assert image.format == "WEBP" and image.size == (96, 48)
+            assert not getattr(image, "is_animated", False)
+            red, _green, blue = image.convert("RGB").getpixel((48, 24))  # type: ignore[misc]
+            assert red > 200 and blue < 50, "not the first (red) frame"
+    still = photo(300, 200, seed=5)
+    await upload(media.stub, still)
+    got, _ = await read_thumbnail(media, blob_selector(still), media_pb2.THUMBNAIL_SIZE_96)
+    assert not got.still_of_animation
+
+
+async def test_a_decompression_bomb_is_resource_exhausted_without_decoding(
+    media: MediaEnv,
+) -> None:
+    # 10^8 pixels: over the thumbnailer's limit, under Pillow's own bomb error,
+    # so only the size check before decoding refuses it (300 MB of RGB otherwise).
+    bomb = png_bomb(10_000, 10_000)
+    assert len(bomb) < 200
+    await upload(media.stub, bomb)
+    peak_before = _max_rss_kib()
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    error = await thumbnail_error(media, blob_selector(bomb), media_pb2.THUMBNAIL_SIZE_96)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "pixels" in (error.details() or "")
+    assert _max_rss_kib() - peak_before < 100 * 1024, "the bomb was decoded"
+    assert cache.encodes == before
+    # Its claimed dimensions are still known, from the header alone.
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(bomb)]))
+    assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (10_000, 10_000)
+
+
+def _max_rss_kib() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+async def test_dimensions_of_a_large_blob_come_from_its_header_only(media: MediaEnv) -> None:
+    # A real PNG followed by 24 MB of trailing bytes: the blob is large, its header tiny.
+    big = photo(640, 480, seed=6) + os.urandom(24 * 1024 * 1024)
+    await upload(media.stub, big)
+    before = rchar()
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(big)]))
+    read = rchar() - before
+    metadata = stat.results[0].metadata
+    assert (metadata.width, metadata.height) == (640, 480)
+    assert metadata.size_bytes == len(big)
+    assert read < 2 * 1024 * 1024, f"StatMedia read {read} bytes of a {len(big)} byte blob"
+
+
+async def test_a_non_image_or_a_bad_size_is_refused(media: MediaEnv) -> None:
+    text = b"just some text, not an image" * 10
+    await upload(media.stub, text)
+    error = await thumbnail_error(media, blob_selector(text), media_pb2.THUMBNAIL_SIZE_96)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    original = photo(200, 100, seed=7)
+    await upload(media.stub, original)
+    error = await thumbnail_error(
+        media,
+        blob_selector(original),
+        99,  # type: ignore[arg-type]
+    )
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_another_principal_cannot_thumbnail_a_blob_it_cannot_read(
+    start_media: StartMedia, tmp_path: Path
+) -> None:
+    tokens = write_token_file(tmp_path / "tokens.yaml")
+    media = await start_media(security=SecuritySettings(auth_tokens=tokens))
+    original = photo(500, 400, seed=8)
+    await upload(media.stub, original, metadata=auth("alice"))
+    got, _ = await read_thumbnail(
+        media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_96, auth("alice")
+    )
+    assert got.thumbnail_size == media_pb2.THUMBNAIL_SIZE_96
+    # The thumbnail is cached now; bob still gets the NOT_FOUND of an unknown blob.
+    error = await thumbnail_error(
+        media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_96, auth("bob")
+    )
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    unknown = await thumbnail_error(
+        media, blob_selector(b"never uploaded"), media_pb2.THUMBNAIL_SIZE_96, auth("bob")
+    )
+    assert (unknown.code(), unknown.details()) == (error.code(), error.details())
+
+
+async def test_a_flood_of_thumbnails_does_not_starve_plain_reads(media: MediaEnv) -> None:
+    originals = [photo(1800, 1800, seed=10 + n) for n in range(24)]
+    for original in originals:
+        await upload(media.stub, original)
+    small = photo(64, 64, seed=99)
+    await upload(media.stub, small)
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    flood = [
+        asyncio.ensure_future(
+            read_thumbnail(media, blob_selector(o), media_pb2.THUMBNAIL_SIZE_960, deadline=120)
+        )
+        for o in originals
+    ]
+    try:
+        await asyncio.sleep(0.1)  # the flood is in
+        started = time.monotonic()
+        _, data, _ = await read_media(media.stub, blob_selector(small), deadline_seconds=5)
+        waited = time.monotonic() - started
+        assert data == small
+        pending = sum(not f.done() for f in flood)
+        print(f"plain read answered in {waited:.3f} s with {pending} thumbnails pending")
+        # Reads never queue behind encodes: the read is answered while most of the
+        # flood still waits for the two thumbnail threads (before they had their own
+        # executor, it waited until the flood had taken its turn on the read threads).
+        assert pending >= len(flood) // 2, f"only {pending} of {len(flood)} still pending"
+        results = await asyncio.gather(*flood)
+        assert all(meta.thumbnail_size == media_pb2.THUMBNAIL_SIZE_960 for meta, _ in results)
+        assert cache.encodes - before == len(originals)
+    finally:
+        for future in flood:
+            future.cancel()
