@@ -172,14 +172,25 @@ class HistoryCore:
         """tool_use id -> sub-agent session id of a session, as the index knows them now.
 
         Never indexes (a window of a huge session must not wait for a full
-        pass); empty when the session is unknown or the store is busy.
+        pass); empty when the session is unknown or the store is busy. Only
+        sub-agents whose transcript the caller can open are linked.
         """
 
         def work() -> dict[str, str]:
             try:
-                return self.insight.links(self.root.resolve(session_id, principal))
+                transcript = self.root.resolve(session_id, principal)
+                links = self.insight.links(transcript)
             except (LookupError, ValueError, StoreBusyError):
                 return {}
+            if not links:
+                return {}
+            # One listing, not a resolve per link: a resolve miss rescans the root.
+            present = {
+                f.session_id
+                for f in self.root.list(principal)
+                if f.project_dir == transcript.project_dir
+            }
+            return {tool: agent for tool, agent in links.items() if agent in present}
 
         return await asyncio.to_thread(work)
 

@@ -5,8 +5,11 @@ time span, one row per assistant `message.id` (model and usage) and the links
 from tool calls to the sub-agents they started. Token usage is counted once
 per `message.id`: Claude Code writes one assistant message as several lines
 (one per content block) that share its id and each repeat its usage, so a
-naive sum over lines over-counts. The first line of an id is the one
-counted (ccusage's rule); later lines of the same id add nothing.
+naive sum over lines over-counts. Each id counts once, with the field-wise
+maximum of its lines' usage: the lines of a streamed message repeat its input
+and cache counts, while output_tokens grows (often 1 on the first line and
+the final count on the last; seen in the corpus), so the maximum is the
+final usage and the first line alone would under-count output.
 
 The index is incremental: it remembers how far it read (the end of the last
 complete line) and the file's identity (device, inode, head hash: the page
@@ -27,6 +30,7 @@ not in the table counts its tokens but no cost.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterable
@@ -35,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from history_service.errors import FileRewrittenError
-from history_service.lines import MediaMode, is_blank, iter_lines_forward, serve_line
+from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import parse_json_object
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
@@ -197,6 +201,19 @@ class MessageUsage:
     model: str
     usage: Usage
 
+    def merge(self, other: MessageUsage) -> MessageUsage:
+        """The same message seen again: the field-wise maximum (the model first seen)."""
+        a, b = self.usage, other.usage
+        return MessageUsage(
+            self.model or other.model,
+            Usage(
+                max(a.input, b.input),
+                max(a.output, b.output),
+                max(a.cache_creation, b.cache_creation),
+                max(a.cache_read, b.cache_read),
+            ),
+        )
+
 
 @dataclass(slots=True)
 class IndexDelta:
@@ -236,8 +253,8 @@ class InsightStore(Protocol):
 
         Only if the stored state is still `base` (None: no row): otherwise
         another writer moved it and nothing changes (False). With `reset`,
-        the transcript's rows are dropped first (a rewritten file). Messages
-        already indexed under the same id are kept as they were.
+        the transcript's rows are dropped first (a rewritten file). A message
+        already indexed under the same id takes the field-wise maximum.
         """
         ...
 
@@ -330,8 +347,10 @@ def add_entry(
     if entry is None:
         return
     found = message_usage(entry)
-    if found is not None and found[0] not in delta.messages:
-        delta.messages[found[0]] = found[1]
+    if found is not None:
+        message_id, usage = found
+        seen = delta.messages.get(message_id)
+        delta.messages[message_id] = usage if seen is None else seen.merge(usage)
     delta.links.update(subagent_links(entry))
 
 
@@ -372,7 +391,11 @@ class InsightIndex:
         identity = FileIdentity.of(fd)
         if base is not None:
             try:
-                identity = base.identity.check(fd, base.offset)
+                identity = base.identity.check(fd, 0)
+                # The index ends after a newline, or after a complete unterminated
+                # last line (a closing brace): anything else there is a rewrite.
+                if base.offset and os.pread(fd, 1, base.offset - 1) not in (b"\n", b"}"):
+                    raise FileRewrittenError()
                 offset = base.offset
             except FileRewrittenError:
                 reset = True
@@ -382,7 +405,12 @@ class InsightIndex:
         current = base
         for raw in iter_lines_forward(fd, offset, identity.size, self._max_line_size):
             if not raw.terminated:
-                break  # a line still being written: read it when it is complete
+                # The last line counts once it is a complete object (CONTRACT section 1:
+                # no prefix of a line is one); a half-written line waits.
+                if is_blank(raw) or not self._add_line(delta, raw):
+                    break
+                offset = raw.end
+                break
             if not is_blank(raw):
                 self._add_line(delta, raw)
             delta.lines += 1
@@ -397,14 +425,16 @@ class InsightIndex:
             return True  # no new complete line: nothing to write
         return self._store.apply(*key, current, reset, delta, IndexState(identity, offset))
 
-    def _add_line(self, delta: IndexDelta, raw: Any) -> None:
+    def _add_line(self, delta: IndexDelta, raw: RawLine) -> bool:
+        """Count one line; False if it is not a JSON object (not an entry)."""
         served = serve_line(raw, MediaMode.DEFERRED, INSIGHT_INLINE_LIMIT, self._max_line_size)
         if served is None:
-            return  # not a JSON object: not an entry
+            return False
         line = served.stripped
         self.lines_read += 1
         entry = None if line.oversize else parse_json_object(line.json)
         add_entry(delta, entry, line.type, line.image_count, line.timestamp)
+        return True
 
     def links(self, transcript: TranscriptFile) -> dict[str, str]:
         """The sub-agent links the index knows for a parent transcript (no refresh)."""

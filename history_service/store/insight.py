@@ -5,8 +5,9 @@ database's migration-4 tables. A write is one transaction that first checks
 the stored state is still the one the writer started from (compare and set),
 so two writers of one transcript (threads, or replicas on PostgreSQL) never
 count the same lines twice: the loser writes nothing and reads again.
-Messages are inserted with ON CONFLICT DO NOTHING, so a message.id already
-indexed keeps its first usage. On PostgreSQL every write also takes one
+A message.id already indexed takes the field-wise maximum of the usage it
+had and the new line's (history_service.insight: the final usage of a
+streamed message). On PostgreSQL every write also takes one
 transaction-scoped advisory lock (INSIGHT_LOCK), as SQLite's BEGIN IMMEDIATE
 serializes writers.
 """
@@ -40,6 +41,7 @@ class _SqlInsightStore:
     """The SQL both backends share; `_mark` is the parameter placeholder."""
 
     _mark = "?"
+    _greatest = "MAX"  # SQLite's two-argument max() is PostgreSQL's GREATEST()
 
     def _sql(self, text: str) -> str:
         return text.replace("?", self._mark)
@@ -145,7 +147,17 @@ class _SqlInsightStore:
                 connection,
                 "INSERT INTO insight_message (project_dir, session_id, message_id, model,"
                 " input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_dir, session_id, message_id)"
+                " DO UPDATE SET "
+                + ", ".join(
+                    f"{c} = {self._greatest}(insight_message.{c}, excluded.{c})"
+                    for c in (
+                        "input_tokens",
+                        "output_tokens",
+                        "cache_creation_tokens",
+                        "cache_read_tokens",
+                    )
+                ),
                 [
                     (
                         *key,
@@ -286,6 +298,7 @@ class PostgresInsightStore(_SqlInsightStore):
     """The insight index on the PostgreSQL state database (a pooled connection per call)."""
 
     _mark = "%s"
+    _greatest = "GREATEST"
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
