@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import grpc
-import psycopg
 import pytest
 
 from scrollback.history.v1 import history_pb2 as pb
+from tests.support.backends import state_backend
 from tests.support.history import HarnessFactory, expect_error, line, read_all
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-ADMIN_URL = os.environ.get(
-    "SCROLLBACK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
 EF_PARENT = "ef958aa1-0e93-49f0-bb71-150f63befcd1"
 EF_AGENT = "agent-a4ca7529859c158c2"
 EF_TOOL_USE = "toolu_01GmrK6tgdD9D5xD6W5X9UUy"
@@ -45,23 +40,8 @@ USAGE_KEYS = (
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    """History config overrides selecting the state backend (a fresh PostgreSQL database)."""
-    if request.param == "sqlite":
-        yield {}
-        return
-    try:
-        admin = psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3)
-    except psycopg.Error:
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL not reachable: required under CI=true")
-        pytest.skip("PostgreSQL not reachable (SCROLLBACK_TEST_POSTGRES_URL): skipped")
-    name = f"scrollback_test_{secrets.token_hex(6)}"
-    with admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    parts = urlsplit(ADMIN_URL)
-    yield {"database_url": urlunsplit((parts.scheme, parts.netloc, "/" + name, "", ""))}
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    """History config overrides selecting the state backend."""
+    yield from state_backend(request.param)
 
 
 def expected(path: Path) -> dict[str, Any]:
@@ -132,9 +112,7 @@ def copy_corpus(root: Path) -> dict[str, Path]:
         EF_AGENT: project / EF_PARENT / "subagents" / f"{EF_AGENT}.jsonl",
     }
     shutil.copy(CORPUS / f"{EF_PREFIX}{EF_PARENT}.jsonl", files[EF_PARENT])
-    shutil.copy(
-        CORPUS / f"{EF_PREFIX}{EF_PARENT}__subagents__{EF_AGENT}.jsonl", files[EF_AGENT]
-    )
+    shutil.copy(CORPUS / f"{EF_PREFIX}{EF_PARENT}__subagents__{EF_AGENT}.jsonl", files[EF_AGENT])
     other = root / "other"
     other.mkdir()
     for name, source in {
@@ -251,7 +229,11 @@ async def test_growth_updates_and_rewrite_recomputes(
             return line(
                 type="assistant",
                 uuid=uuid,
-                message={"id": message_id, "model": "some-new-model", "usage": {"output_tokens": output}},
+                message={
+                    "id": message_id,
+                    "model": "some-new-model",
+                    "usage": {"output_tokens": output},
+                },
             )
 
         path.write_bytes(assistant("a1", "m1", 5) + assistant("a2", "m1", 5))
