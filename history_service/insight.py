@@ -188,10 +188,20 @@ def _max(a: int | None, b: int | None) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class IndexState:
-    """How far one transcript was indexed, and the file version it was."""
+    """How far one transcript was indexed, and the file version it was.
+
+    The identity's size is always the offset (what the store keeps): a file
+    shorter than that was rewritten.
+    """
 
     identity: FileIdentity
     offset: int
+
+    @classmethod
+    def at(cls, identity: FileIdentity, offset: int) -> IndexState:
+        """The state of a file version read up to `offset`."""
+        i = identity
+        return cls(FileIdentity(i.dev, i.ino, i.head_len, i.head_hash, offset), offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +374,7 @@ class InsightIndex:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.lines_read = 0  # lines parsed, for tests and benchmarks
+        self.batch_lines = BATCH_LINES
 
     def _lock_for(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
@@ -416,14 +427,14 @@ class InsightIndex:
             delta.lines += 1
             delta.bytes += raw.next_start - raw.start
             offset = raw.next_start
-            if delta.lines >= BATCH_LINES or delta.bytes >= BATCH_BYTES:
-                state = IndexState(identity, offset)
+            if delta.lines >= self.batch_lines or delta.bytes >= BATCH_BYTES:
+                state = IndexState.at(identity, offset)
                 if not self._store.apply(*key, current, reset, delta, state):
                     return False
                 current, reset, delta = state, False, IndexDelta()
         if current is not None and not reset and offset == current.offset:
             return True  # no new complete line: nothing to write
-        return self._store.apply(*key, current, reset, delta, IndexState(identity, offset))
+        return self._store.apply(*key, current, reset, delta, IndexState.at(identity, offset))
 
     def _add_line(self, delta: IndexDelta, raw: RawLine) -> bool:
         """Count one line; False if it is not a JSON object (not an entry)."""

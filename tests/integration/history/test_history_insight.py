@@ -317,3 +317,28 @@ async def test_get_session_errors(history_server: HarnessFactory) -> None:
             grpc.StatusCode.INVALID_ARGUMENT,
             harness.tmp,
         )
+
+
+async def test_a_session_longer_than_a_batch_is_read_once(
+    history_server: HarnessFactory, backend: dict[str, Any]
+) -> None:
+    async with history_server(**backend) as harness:
+        index = harness.server.core.insight
+        index.batch_lines = 3  # several committed batches in one pass
+        path = harness.transcript("batched")
+        path.write_bytes(
+            b"".join(
+                line(
+                    type="assistant",
+                    uuid=f"a{n}",
+                    message={"id": f"m{n // 2}", "usage": {"output_tokens": 1}},
+                )
+                for n in range(20)
+            )
+        )
+        session = await get(harness, "batched")
+        check(session.insight, expected(path))
+        assert session.insight.indexed_bytes == path.stat().st_size
+        assert index.lines_read == 20
+        await get(harness, "batched")
+        assert index.lines_read == 20
