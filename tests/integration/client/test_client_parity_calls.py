@@ -80,9 +80,7 @@ def test_reads_agree(client_servers: ServerPair) -> None:
             ]
             return sessions, window, every, media, stat, missing, errors, part, session
 
-    sessions, window, every, media, stat, missing, errors, part, session = asyncio.run(
-        async_side()
-    )
+    sessions, window, every, media, stat, missing, errors, part, session = asyncio.run(async_side())
     assert sessions == sync_sessions == ["p1"]
     assert session.insight == sync_session.insight
     assert {c.type: c.count for c in session.insight.entry_counts} == {"user": 2, "assistant": 1}
