@@ -93,6 +93,17 @@ class AsyncHistoryClient(AsyncChannelClient):
 
         return await retry_async(attempt, self.retry, self._rng, self.addr)
 
+    async def get_session(self, session_id: str) -> hpb.Session:
+        """One session with its insight (usage, cost, entry counts) and sub-agent totals."""
+        request = hpb.GetSessionRequest(session_id=session_id)
+
+        async def attempt() -> hpb.GetSessionResponse:
+            return await self.stub.GetSession(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            )
+
+        return (await retry_async(attempt, self.retry, self._rng, self.addr)).session
+
     async def iter_sessions(
         self, *, project_dir: str = "", page_size: int = 0
     ) -> AsyncIterator[hpb.Session]:

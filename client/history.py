@@ -109,6 +109,18 @@ class HistoryClient(SyncChannelClient):
             self.addr,
         )
 
+    def get_session(self, session_id: str) -> hpb.Session:
+        """One session with its insight (usage, cost, entry counts) and sub-agent totals."""
+        request = hpb.GetSessionRequest(session_id=session_id)
+        return retry_sync(
+            lambda: self.stub.GetSession(
+                request, timeout=self.deadlines.unary, metadata=self.metadata
+            ),
+            self.retry,
+            self._rng,
+            self.addr,
+        ).session
+
     def iter_sessions(self, *, project_dir: str = "", page_size: int = 0) -> Iterator[hpb.Session]:
         """Every session under the root, newest first, page by page."""
         token = ""

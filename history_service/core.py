@@ -22,6 +22,13 @@ from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
 from history_service.errors import InvalidArgumentError
+from history_service.insight import (
+    Insight,
+    InsightIndex,
+    InsightStore,
+    SessionDetail,
+    subagents_of,
+)
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.store import AcceptedMessageStore
 from history_service.tokens import (
@@ -42,7 +49,8 @@ from history_service.windows import (
 from scrollback.contract.refs import validate_id
 from scrollback.principals import Principal, namespace
 from scrollback.state.blob_access import readable_blobs
-from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
+from scrollback.state.sqlite import StoreBusyError
+from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,7 @@ class HistoryCore:
         codec: TokenCodec,
         store: AcceptedMessageStore,
         bus: AcceptedBus,
+        insight_store: InsightStore,
     ) -> None:
         self.config = config
         self.root = root
@@ -78,6 +87,8 @@ class HistoryCore:
             max_window_bytes=config.max_window_bytes,
         )
         self.lister = SessionLister(root, codec)
+        self.insight_store = insight_store
+        self.insight = InsightIndex(root, insight_store, max_line_size=config.max_line_size)
         self.watcher = SessionWatcher(
             root,
             codec,
@@ -89,10 +100,99 @@ class HistoryCore:
         )
 
     async def list_sessions(
-        self, page_size: int, page_token: str, project_dir: str
-    ) -> tuple[list[SessionInfo], str]:
-        """One page of sessions."""
-        return await self.lister.page(page_size, page_token, project_dir)
+        self, principal: Principal | None, page_size: int, page_token: str, project_dir: str
+    ) -> tuple[list[tuple[SessionInfo, SessionDetail | None]], str]:
+        """One page of sessions, each with its insight (None where the index failed)."""
+        infos, token = await self.lister.page(page_size, page_token, project_dir)
+        details = await asyncio.to_thread(self._details, principal, infos)
+        return list(zip(infos, details, strict=True)), token
+
+    async def get_session(
+        self, principal: Principal | None, session_id: str
+    ) -> tuple[SessionInfo, SessionDetail]:
+        """One session with its insight brought up to date (NOT_FOUND when not visible)."""
+        validate_id(session_id, "session id")
+
+        def work() -> tuple[SessionInfo, SessionDetail]:
+            transcript = self.root.resolve(session_id, principal)
+            try:
+                info = self.lister.info_of(transcript)
+            except OSError:
+                raise SessionNotFoundError() from None
+            return info, self._detail(transcript, self.root.list(principal))
+
+        return await asyncio.to_thread(work)
+
+    def _details(
+        self, principal: Principal | None, infos: list[SessionInfo]
+    ) -> list[SessionDetail | None]:
+        files = self.root.list(principal)
+        by_key = {(f.project_dir, f.session_id): f for f in files}
+        details: list[SessionDetail | None] = []
+        for info in infos:
+            transcript = by_key.get((info.project_dir, info.session_id))
+            detail = None
+            if transcript is not None:
+                # A listing never fails for the index: that session shows no insight.
+                try:
+                    detail = self._detail(transcript, files)
+                except (LookupError, OSError, StoreBusyError):
+                    detail = None
+            details.append(detail)
+        return details
+
+    def _detail(self, transcript: TranscriptFile, files: list[TranscriptFile]) -> SessionDetail:
+        """A transcript's insight, its sub-agents' totals and its parent link (blocking)."""
+        insight = self.insight.refresh(transcript)
+        parent_session_id, parent_tool_use_id = transcript.parent_session_id, ""
+        if transcript.is_subagent:
+            if parent_session_id:
+                # The parent's tool results name their agents: index the parent first.
+                for parent in files:
+                    if (parent.project_dir, parent.session_id) == (
+                        transcript.project_dir,
+                        parent_session_id,
+                    ):
+                        self.insight.refresh(parent)
+            link = self.insight.parent_of(transcript)
+            # A layout parent wins; a legacy sub-agent takes the parent that links it.
+            if link is not None and (not parent_session_id or link[0] == parent_session_id):
+                parent_session_id, parent_tool_use_id = link
+        subagents = subagents_of(transcript, files, self.insight.links(transcript))
+        total: Insight | None = None
+        for subagent in subagents:
+            try:
+                part = self.insight.refresh(subagent)
+            except (LookupError, OSError):
+                continue  # gone since the listing
+            total = part if total is None else total + part
+        return SessionDetail(insight, total, len(subagents), parent_session_id, parent_tool_use_id)
+
+    async def subagent_links(self, principal: Principal | None, session_id: str) -> dict[str, str]:
+        """tool_use id -> sub-agent session id of a session, as the index knows them now.
+
+        Never indexes (a window of a huge session must not wait for a full
+        pass); empty when the session is unknown or the store is busy. Only
+        sub-agents whose transcript the caller can open are linked.
+        """
+
+        def work() -> dict[str, str]:
+            try:
+                transcript = self.root.resolve(session_id, principal)
+                links = self.insight.links(transcript)
+            except (LookupError, ValueError, StoreBusyError):
+                return {}
+            if not links:
+                return {}
+            # One listing, not a resolve per link: a resolve miss rescans the root.
+            present = {
+                f.session_id
+                for f in self.root.list(principal)
+                if f.project_dir == transcript.project_dir
+            }
+            return {tool: agent for tool, agent in links.items() if agent in present}
+
+        return await asyncio.to_thread(work)
 
     def window_params(
         self,
@@ -249,6 +349,7 @@ class HistoryCore:
             self.root.resolve(session_id, principal)
 
     def close(self) -> None:
-        """Release the bus, then the store."""
+        """Release the bus, then the stores."""
         self.bus.close()
+        self.insight_store.close()
         self.store.close()

@@ -18,8 +18,11 @@ import grpc
 from history_service.bus import AcceptedBus, InProcessBus
 from history_service.config import ConfigError, HistoryConfig
 from history_service.core import HistoryCore
+from history_service.insight import InsightStore
 from history_service.servicer import SERVICE_NAME, HistoryServicer
 from history_service.store import AcceptedMessageStore
+from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
+from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
 from scrollback.history.v1 import history_pb2_grpc
@@ -68,7 +71,6 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
         )
         return store, InProcessBus()
     from history_service.bus_postgres import PostgresBus
-    from history_service.store.postgres import PostgresAcceptedMessageStore
     from scrollback.state.postgres import DatabaseUnavailableError
 
     pool = await asyncio.to_thread(
@@ -103,12 +105,18 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         )
     store, bus = await open_store_and_bus(config)
     try:
+        insight_store: InsightStore = (
+            PostgresInsightStore(store.pool)
+            if isinstance(store, PostgresAcceptedMessageStore)
+            else await asyncio.to_thread(SqliteInsightStore, config.state_dir)
+        )
         core = HistoryCore(
             config,
             TranscriptRoot(config.transcripts, rescan_interval=config.rescan_interval_seconds),
             TokenCodec(load_or_create_key(config.state_dir)),
             store,
             bus,
+            insight_store,
         )
     except BaseException:
         bus.close()

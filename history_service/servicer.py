@@ -9,7 +9,7 @@ interceptor) is read here, once per call, and passed to the core explicitly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -25,6 +25,7 @@ from history_service.errors import (
     TooLargeError,
     TxnConflictError,
 )
+from history_service.insight import Insight, SessionDetail, Usage
 from history_service.lines import MediaMode, ServedLine, json_parts
 from history_service.sessions import SessionInfo
 from history_service.watch import WatchAccepted, WatchEntry
@@ -62,10 +63,55 @@ def _timestamp(seconds: float) -> Timestamp:
     return stamp
 
 
-def _session(info: SessionInfo) -> pb.Session:
+def _micros(value: int) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromMicroseconds(value)
+    return stamp
+
+
+def _usage(usage: Usage) -> pb.TokenUsage:
+    return pb.TokenUsage(
+        input_tokens=usage.input,
+        output_tokens=usage.output,
+        cache_creation_input_tokens=usage.cache_creation,
+        cache_read_input_tokens=usage.cache_read,
+    )
+
+
+def insight_proto(insight: Insight) -> pb.SessionInsight:
+    """The proto of a session's insight."""
+    message = pb.SessionInsight(
+        entry_counts=[
+            pb.EntryTypeCount(type=kind, count=count)
+            for kind, count in sorted(insight.entry_counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+        photo_count=insight.photos,
+        models=[
+            pb.ModelUsage(
+                model=m.model,
+                usage=_usage(m.usage),
+                messages=m.messages,
+                cost_usd=m.cost or 0.0,
+                cost_known=m.cost is not None,
+            )
+            for m in insight.models
+        ],
+        usage=_usage(insight.usage),
+        cost_usd=insight.cost,
+        cost_complete=insight.cost_complete,
+        indexed_bytes=insight.indexed_bytes,
+    )
+    if insight.first_time_us is not None:
+        message.first_time.CopyFrom(_micros(insight.first_time_us))
+    if insight.last_time_us is not None:
+        message.last_time.CopyFrom(_micros(insight.last_time_us))
+    return message
+
+
+def _session(info: SessionInfo, detail: SessionDetail | None = None) -> pb.Session:
     modified = Timestamp()
     modified.FromNanoseconds(info.modified_ns)
-    return pb.Session(
+    session = pb.Session(
         session_id=info.session_id,
         project_dir=info.project_dir,
         size_bytes=info.size_bytes,
@@ -74,6 +120,15 @@ def _session(info: SessionInfo) -> pb.Session:
         is_subagent=info.is_subagent,
         parent_session_id=info.parent_session_id,
     )
+    if detail is not None:
+        if detail.insight is not None:
+            session.insight.CopyFrom(insight_proto(detail.insight))
+        if detail.subagent_insight is not None:
+            session.subagent_insight.CopyFrom(insight_proto(detail.subagent_insight))
+        session.subagent_count = detail.subagent_count
+        session.parent_session_id = detail.parent_session_id
+        session.parent_tool_use_id = detail.parent_tool_use_id
+    return session
 
 
 def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
@@ -91,7 +146,18 @@ def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
     )
 
 
-def entry_messages(session_id: str, served: ServedLine) -> Iterator[pb.Entry | pb.EntryJsonChunk]:
+def _links_in(json: bytes, links: Mapping[str, str]) -> list[pb.SubagentLink]:
+    """The known sub-agent links whose tool_use id this entry names (as a JSON string)."""
+    return [
+        pb.SubagentLink(tool_use_id=tool_use_id, session_id=agent)
+        for tool_use_id, agent in sorted(links.items())
+        if b'"' + tool_use_id.encode() + b'"' in json
+    ]
+
+
+def entry_messages(
+    session_id: str, served: ServedLine, links: Mapping[str, str] | None = None
+) -> Iterator[pb.Entry | pb.EntryJsonChunk]:
     """An Entry, then EntryJsonChunks when its json does not fit in one message."""
     line = served.stripped
     refs = []
@@ -122,6 +188,7 @@ def entry_messages(session_id: str, served: ServedLine) -> Iterator[pb.Entry | p
         line_size_bytes=served.line_size,
         oversize=line.oversize,
         payloads_deferred=served.payloads_deferred,
+        subagent_links=_links_in(line.json, links) if links else [],
     )
     for part in parts[1:]:
         yield pb.EntryJsonChunk(byte_offset=served.offset, json_part=part)
@@ -139,7 +206,10 @@ WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapRe
 
 
 async def _window_responses(
-    response: type[WindowResponse], session_id: str, window: Window
+    response: type[WindowResponse],
+    session_id: str,
+    window: Window,
+    links: Mapping[str, str] | None = None,
 ) -> AsyncIterator[WindowResponse]:
     """A window as `response` messages: each Entry (then its json chunks), then the end.
 
@@ -154,7 +224,7 @@ async def _window_responses(
         )
         # Built at once and then dropped one by one, so that while a message
         # waits for the client only it and the entry's later chunks are held.
-        messages = list(entry_messages(session_id, served))
+        messages = list(entry_messages(session_id, served, links))
         del served
         messages.reverse()
         while messages:
@@ -181,13 +251,23 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     ) -> pb.ListSessionsResponse:
         try:
             sessions, token = await self._core.list_sessions(
-                request.page_size, request.page_token, request.project_dir
+                current_principal(), request.page_size, request.page_token, request.project_dir
             )
         except Exception as error:
             await abort_for(context, error, ERROR_TABLE)
         return pb.ListSessionsResponse(
-            sessions=[_session(s) for s in sessions], next_page_token=token
+            sessions=[_session(info, detail) for info, detail in sessions],
+            next_page_token=token,
         )
+
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: Context
+    ) -> pb.GetSessionResponse:
+        try:
+            info, detail = await self._core.get_session(current_principal(), request.session_id)
+        except Exception as error:
+            await abort_for(context, error, ERROR_TABLE)
+        return pb.GetSessionResponse(session=_session(info, detail))
 
     async def ReadWindow(
         self, request: pb.ReadWindowRequest, context: Context
@@ -202,11 +282,12 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                 request.inline_limit_bytes,
             )
             window = await self._core.read_window(params)
+            links = await self._core.subagent_links(current_principal(), params.session_id)
         except Exception as error:
             await abort_for(context, error, ERROR_TABLE)
         try:
             async for response in _window_responses(
-                pb.ReadWindowResponse, params.session_id, window
+                pb.ReadWindowResponse, params.session_id, window, links
             ):
                 yield response
         except Exception as error:

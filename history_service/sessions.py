@@ -147,6 +147,20 @@ class SessionLister:
             token = self._codec.list_token((last.modified_ns, last.project_dir, last.session_id))
         return titled, token
 
+    def info_of(self, transcript: TranscriptFile) -> SessionInfo:
+        """One transcript as listed, with its title (blocking); OSError if it is gone."""
+        stat = os.stat(transcript.path)
+        info = SessionInfo(
+            transcript.session_id,
+            transcript.project_dir,
+            stat.st_size,
+            stat.st_mtime_ns,
+            "",
+            transcript.is_subagent,
+            transcript.parent_session_id,
+        )
+        return self._with_title(info, transcript)
+
     def _with_title(self, info: SessionInfo, transcript: TranscriptFile) -> SessionInfo:
         try:
             handle = self._root.open(transcript)

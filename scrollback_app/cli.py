@@ -8,7 +8,8 @@
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
 - `scrollback loadtest [--seconds S] [--clients N]`: a bounded load test on loopback.
-- `scrollback sessions`: the sessions under the root, newest first.
+- `scrollback sessions`: the sessions under the root, newest first, with a usage column.
+- `scrollback session SESSION` (or `info`): one session's entries, tokens, estimated cost.
 - `scrollback window SESSION [--older TOKEN | --oldest-first] [--page-size N]`: one page.
 - `scrollback media REF -o FILE`: one photo; REF is `<session>/<uuid>/<index>` with
   `--pin PIN`, or `media:<sha256>`; `--size 96|320|960` for a WebP thumbnail.
@@ -329,6 +330,13 @@ def _add_client_commands(commands: Any) -> None:
     sessions.add_argument("--project", help="only this project directory")
     sessions.add_argument("--limit", type=int, default=0, help="at most this many (0: all)")
     sessions.set_defaults(handler=cc.cmd_sessions)
+
+    for name in ("session", "info"):
+        session = commands.add_parser(
+            name, parents=[common], help="one session's totals: entries, tokens, estimated cost"
+        )
+        session.add_argument("session")
+        session.set_defaults(handler=cc.cmd_session)
 
     window = commands.add_parser("window", parents=[common], help="print one page of a session")
     window.add_argument("session")

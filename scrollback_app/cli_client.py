@@ -208,6 +208,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                     "title": s.title,
                     "is_subagent": s.is_subagent,
                     "parent_session_id": s.parent_session_id,
+                    "usage": _insight_json(s.insight) if s.HasField("insight") else None,
                 }
                 for s in sessions
             ]
@@ -222,6 +223,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     size_width = max((len(f"{s.size_bytes:,}") for s in sessions), default=4)
     table.add_column("size", justify="right", no_wrap=True, min_width=size_width)
     table.add_column("modified", no_wrap=True, min_width=11)
+    table.add_column("usage", justify="right", no_wrap=True, min_width=5)
     table.add_column("title", overflow="ellipsis", no_wrap=True, min_width=6, max_width=40)
     for s in sessions:
         modified = (
@@ -231,9 +233,140 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         )
         title = ("↳ " if s.is_subagent else "") + s.title[:60]
         table.add_row(
-            Text(s.session_id), Text(s.project_dir), f"{s.size_bytes:,}", modified, Text(title)
+            Text(s.session_id),
+            Text(s.project_dir),
+            f"{s.size_bytes:,}",
+            modified,
+            _short_usage(s),
+            Text(title),
         )
     _console().print(table)
+    return 0
+
+
+def _tokens(count: int) -> str:
+    """A token count in 3 significant figures (1.2k, 45M)."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)
+
+
+def _short_usage(session: hpb.Session) -> str:
+    """Tokens in+out and the estimated cost, sub-agents included ('~' when partly priced)."""
+    if not session.HasField("insight"):
+        return ""
+    usage, cost, complete = (
+        session.insight.usage,
+        session.insight.cost_usd,
+        session.insight.cost_complete,
+    )
+    total = sum(
+        (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        )
+    )
+    if session.HasField("subagent_insight"):
+        sub = session.subagent_insight
+        total += sum(
+            (
+                sub.usage.input_tokens,
+                sub.usage.output_tokens,
+                sub.usage.cache_creation_input_tokens,
+                sub.usage.cache_read_input_tokens,
+            )
+        )
+        cost += sub.cost_usd
+        complete = complete and sub.cost_complete
+    if not total:
+        return ""
+    return f"{_tokens(total)} {'' if complete else '~'}${cost:.2f}"
+
+
+def _insight_json(insight: hpb.SessionInsight) -> dict[str, Any]:
+    return {
+        "entry_counts": {c.type: c.count for c in insight.entry_counts},
+        "photos": insight.photo_count,
+        "first_time": insight.first_time.ToJsonString() if insight.HasField("first_time") else "",
+        "last_time": insight.last_time.ToJsonString() if insight.HasField("last_time") else "",
+        "usage": {
+            "input_tokens": insight.usage.input_tokens,
+            "output_tokens": insight.usage.output_tokens,
+            "cache_creation_input_tokens": insight.usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": insight.usage.cache_read_input_tokens,
+        },
+        "models": [
+            {
+                "model": m.model,
+                "messages": m.messages,
+                "input_tokens": m.usage.input_tokens,
+                "output_tokens": m.usage.output_tokens,
+                "cache_creation_input_tokens": m.usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": m.usage.cache_read_input_tokens,
+                "cost_usd": round(m.cost_usd, 6) if m.cost_known else None,
+            }
+            for m in insight.models
+        ],
+        "cost_usd_estimate": round(insight.cost_usd, 6),
+        "cost_complete": insight.cost_complete,
+    }
+
+
+def cmd_session(args: argparse.Namespace) -> int:
+    """One session's totals: entries, photos, time span, models, tokens, estimated cost."""
+    with _client(args) as sb:
+        session = sb.history.get_session(args.session)
+    info: dict[str, Any] = {
+        "session_id": session.session_id,
+        "project_dir": session.project_dir,
+        "title": session.title,
+        "size_bytes": session.size_bytes,
+        "is_subagent": session.is_subagent,
+        "parent_session_id": session.parent_session_id,
+        "parent_tool_use_id": session.parent_tool_use_id,
+        "insight": _insight_json(session.insight),
+        "subagent_count": session.subagent_count,
+        "subagents": _insight_json(session.subagent_insight)
+        if session.HasField("subagent_insight")
+        else None,
+    }
+    if args.json:
+        _print_json(info)
+        return 0
+    console = _console()
+    console.print(Text(f"{session.session_id}  {session.title}"))
+    if session.parent_session_id:
+        console.print(
+            Text(f"sub-agent of {session.parent_session_id} {session.parent_tool_use_id}".rstrip())
+        )
+    for label, part in (("session", info["insight"]), ("sub-agents", info["subagents"])):
+        if part is None:
+            continue
+        usage = part["usage"]
+        counts = ", ".join(f"{k or '(none)'} {v}" for k, v in part["entry_counts"].items())
+        console.print(Text(f"{label}:"))
+        console.print(Text(f"  entries   {counts}"))
+        console.print(Text(f"  photos    {part['photos']}"))
+        console.print(Text(f"  time      {part['first_time']} .. {part['last_time']}"))
+        console.print(
+            Text(
+                f"  tokens    in {usage['input_tokens']:,}  out {usage['output_tokens']:,}"
+                f"  cache write {usage['cache_creation_input_tokens']:,}"
+                f"  cache read {usage['cache_read_input_tokens']:,}"
+            )
+        )
+        for m in part["models"]:
+            cost = "no price" if m["cost_usd"] is None else f"${m['cost_usd']:.4f}"
+            console.print(
+                Text(f"  model     {m['model'] or '(none)'}: {m['messages']} messages, {cost}")
+            )
+        mark = "" if part["cost_complete"] else " (some models unpriced)"
+        console.print(Text(f"  cost      ~${part['cost_usd_estimate']:.4f} estimate{mark}"))
+    if session.subagent_count:
+        console.print(Text(f"sub-agents: {session.subagent_count}"))
     return 0
 
 

@@ -65,6 +65,11 @@ class PostgresAcceptedMessageStore:
         self._clock = clock
         self._owns_pool = owns_pool
 
+    @property
+    def pool(self) -> Pool:
+        """The connection pool (the insight index shares it)."""
+        return self._pool
+
     @staticmethod
     def _lock(connection: Connection) -> None:
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (ACCEPT_LOCK,))

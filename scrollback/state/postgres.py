@@ -33,6 +33,7 @@ T = TypeVar("T")
 MIGRATION_LOCK = 0x5C20_0001
 ACCEPT_LOCK = 0x5C20_0002
 GC_LOCK = 0x5C20_0003
+INSIGHT_LOCK = 0x5C20_0017  # writers of the session insight index (issue 17)
 
 # (version, SQL). Append only: never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -97,6 +98,53 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE chat_binding DROP CONSTRAINT chat_binding_pkey;
         ALTER TABLE chat_binding ADD PRIMARY KEY (principal, chat_key);
         UPDATE accepted_message SET accepted_by = '' WHERE accepted_by IS NULL
+        """,
+    ),
+    (
+        4,
+        # The session insight index (history_service.insight): derived from the
+        # transcripts, so a lost or stale row is rebuilt, never wrong.
+        """
+        CREATE TABLE insight_file (
+            project_dir     TEXT NOT NULL,
+            session_id      TEXT NOT NULL,
+            device          BIGINT NOT NULL,
+            inode           BIGINT NOT NULL,
+            head_len        BIGINT NOT NULL,
+            head_hash       BIGINT NOT NULL,
+            indexed_offset  BIGINT NOT NULL,
+            photo_count     BIGINT NOT NULL,
+            first_time_us   BIGINT,
+            last_time_us    BIGINT,
+            updated_at      DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (project_dir, session_id)
+        );
+        CREATE TABLE insight_entry_type (
+            project_dir  TEXT NOT NULL,
+            session_id   TEXT NOT NULL,
+            entry_type   TEXT NOT NULL,
+            entry_count  BIGINT NOT NULL,
+            PRIMARY KEY (project_dir, session_id, entry_type)
+        );
+        CREATE TABLE insight_message (
+            project_dir            TEXT NOT NULL,
+            session_id             TEXT NOT NULL,
+            message_id             TEXT NOT NULL,
+            model                  TEXT NOT NULL,
+            input_tokens           BIGINT NOT NULL,
+            output_tokens          BIGINT NOT NULL,
+            cache_creation_tokens  BIGINT NOT NULL,
+            cache_read_tokens      BIGINT NOT NULL,
+            PRIMARY KEY (project_dir, session_id, message_id)
+        );
+        CREATE TABLE insight_subagent_link (
+            project_dir        TEXT NOT NULL,
+            session_id         TEXT NOT NULL,
+            tool_use_id        TEXT NOT NULL,
+            agent_session_id   TEXT NOT NULL,
+            PRIMARY KEY (project_dir, session_id, tool_use_id)
+        );
+        CREATE INDEX insight_subagent_link_agent ON insight_subagent_link (project_dir, agent_session_id)
         """,
     ),
 )

@@ -18,6 +18,11 @@ Existing rows migrate: a message's NULL `accepted_by` becomes `''`; a binding
 its key, or to the anonymous principal when none or several did (those
 principals bind again; nothing of one can land in another's namespace).
 
+Migration 4 (insight, issue 17): the session insight index, `insight_file`
+(one row per transcript: its identity, how far it was read, photos, time
+span), `insight_entry_type`, `insight_message` (one row per assistant
+message.id, so repeated usage lines count once) and `insight_subagent_link`.
+
 Every wait on the database is bounded: the busy timeout
 (`SCROLLBACK_STATE_BUSY_TIMEOUT_MS`, default 5000) ends a wait on another
 writer's lock with `StoreBusyError`, which the services answer as UNAVAILABLE.
@@ -157,6 +162,53 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         DROP TABLE chat_binding;
         ALTER TABLE chat_binding_v3 RENAME TO chat_binding;
         UPDATE accepted_message SET accepted_by = '' WHERE accepted_by IS NULL
+        """,
+    ),
+    (
+        4,
+        # The session insight index (history_service.insight): derived from the
+        # transcripts, so a lost or stale row is rebuilt, never wrong.
+        """
+        CREATE TABLE insight_file (
+            project_dir     TEXT NOT NULL,
+            session_id      TEXT NOT NULL,
+            device          INTEGER NOT NULL,
+            inode           INTEGER NOT NULL,
+            head_len        INTEGER NOT NULL,
+            head_hash       INTEGER NOT NULL,
+            indexed_offset  INTEGER NOT NULL,
+            photo_count     INTEGER NOT NULL,
+            first_time_us   INTEGER,
+            last_time_us    INTEGER,
+            updated_at      REAL NOT NULL,
+            PRIMARY KEY (project_dir, session_id)
+        );
+        CREATE TABLE insight_entry_type (
+            project_dir  TEXT NOT NULL,
+            session_id   TEXT NOT NULL,
+            entry_type   TEXT NOT NULL,
+            entry_count  INTEGER NOT NULL,
+            PRIMARY KEY (project_dir, session_id, entry_type)
+        );
+        CREATE TABLE insight_message (
+            project_dir            TEXT NOT NULL,
+            session_id             TEXT NOT NULL,
+            message_id             TEXT NOT NULL,
+            model                  TEXT NOT NULL,
+            input_tokens           INTEGER NOT NULL,
+            output_tokens          INTEGER NOT NULL,
+            cache_creation_tokens  INTEGER NOT NULL,
+            cache_read_tokens      INTEGER NOT NULL,
+            PRIMARY KEY (project_dir, session_id, message_id)
+        );
+        CREATE TABLE insight_subagent_link (
+            project_dir        TEXT NOT NULL,
+            session_id         TEXT NOT NULL,
+            tool_use_id        TEXT NOT NULL,
+            agent_session_id   TEXT NOT NULL,
+            PRIMARY KEY (project_dir, session_id, tool_use_id)
+        );
+        CREATE INDEX insight_subagent_link_agent ON insight_subagent_link (project_dir, agent_session_id)
         """,
     ),
 )

@@ -131,6 +131,10 @@ class Session(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     IS_SUBAGENT_FIELD_NUMBER: _builtins.int
     PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    INSIGHT_FIELD_NUMBER: _builtins.int
+    SUBAGENT_INSIGHT_FIELD_NUMBER: _builtins.int
+    SUBAGENT_COUNT_FIELD_NUMBER: _builtins.int
+    PARENT_TOOL_USE_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id: the transcript's file name without ".jsonl"."""
     project_dir: _builtins.str
@@ -145,11 +149,31 @@ class Session(_message.Message):
     """True for a sub-agent transcript."""
     parent_session_id: _builtins.str
     """For a sub-agent in the "<session>/subagents/" layout, the parent
-    session's id; empty otherwise.
+    session's id; empty otherwise. For a legacy sub-agent (directly in the
+    project dir), the session whose tool call started it, once known.
+    """
+    subagent_count: _builtins.int
+    """How many sub-agent transcripts this session has."""
+    parent_tool_use_id: _builtins.str
+    """For a sub-agent, the id of the parent's tool_use block that started it
+    (from the parent's tool result naming the agent); empty when unknown.
     """
     @_builtins.property
     def modified_time(self) -> _timestamp_pb2.Timestamp:
         """When the transcript was last modified."""
+
+    @_builtins.property
+    def insight(self) -> Global___SessionInsight:
+        """What the transcript holds, from the insight index (kept up to date as
+        the file grows, rebuilt when it is rewritten). Unset when the index
+        could not be read (the listing never fails for it).
+        """
+
+    @_builtins.property
+    def subagent_insight(self) -> Global___SessionInsight:
+        """The totals of this session's sub-agent transcripts, added up; unset for
+        a session without sub-agents.
+        """
 
     def __init__(
         self,
@@ -161,14 +185,267 @@ class Session(_message.Message):
         title: _builtins.str = ...,
         is_subagent: _builtins.bool = ...,
         parent_session_id: _builtins.str = ...,
+        insight: Global___SessionInsight | None = ...,
+        subagent_insight: Global___SessionInsight | None = ...,
+        subagent_count: _builtins.int = ...,
+        parent_tool_use_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["modified_time", b"modified_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "modified_time", b"modified_time", "subagent_insight", b"subagent_insight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Session: _TypeAlias = Session  # noqa: Y015
+
+@_typing.final
+class TokenUsage(_message.Message):
+    """Token counts of a set of assistant messages, each message.id counted once
+    (a message written as several lines repeating its usage counts once).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHE_CREATION_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    CACHE_READ_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    input_tokens: _builtins.int
+    """Input tokens not read from or written to the prompt cache."""
+    output_tokens: _builtins.int
+    """Output tokens."""
+    cache_creation_input_tokens: _builtins.int
+    """Input tokens written to the prompt cache."""
+    cache_read_input_tokens: _builtins.int
+    """Input tokens read from the prompt cache."""
+    def __init__(
+        self,
+        *,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        cache_creation_input_tokens: _builtins.int = ...,
+        cache_read_input_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_creation_input_tokens", b"cache_creation_input_tokens", "cache_read_input_tokens", b"cache_read_input_tokens", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenUsage: _TypeAlias = TokenUsage  # noqa: Y015
+
+@_typing.final
+class ModelUsage(_message.Message):
+    """The usage of one model within a session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    COST_USD_FIELD_NUMBER: _builtins.int
+    COST_KNOWN_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model name as written in message.model."""
+    messages: _builtins.int
+    """How many distinct assistant messages (message.id) it wrote."""
+    cost_usd: _builtins.float
+    """The estimated cost in US dollars from the server's price table; 0 when
+    the model is not in the table (then cost_known is false).
+    """
+    cost_known: _builtins.bool
+    """True when the model's family is in the price table."""
+    @_builtins.property
+    def usage(self) -> Global___TokenUsage:
+        """Its token usage."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        usage: Global___TokenUsage | None = ...,
+        messages: _builtins.int = ...,
+        cost_usd: _builtins.float = ...,
+        cost_known: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost_known", b"cost_known", "cost_usd", b"cost_usd", "messages", b"messages", "model", b"model", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelUsage: _TypeAlias = ModelUsage  # noqa: Y015
+
+@_typing.final
+class EntryTypeCount(_message.Message):
+    """How many entries of one "type" a transcript holds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """The entry's "type" field as written; empty for lines without one."""
+    count: _builtins.int
+    """How many lines had it."""
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EntryTypeCount: _TypeAlias = EntryTypeCount  # noqa: Y015
+
+@_typing.final
+class SessionInsight(_message.Message):
+    """What one transcript (or a set of them) holds, from the insight index."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_COUNTS_FIELD_NUMBER: _builtins.int
+    PHOTO_COUNT_FIELD_NUMBER: _builtins.int
+    FIRST_TIME_FIELD_NUMBER: _builtins.int
+    LAST_TIME_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    COST_USD_FIELD_NUMBER: _builtins.int
+    COST_COMPLETE_FIELD_NUMBER: _builtins.int
+    INDEXED_BYTES_FIELD_NUMBER: _builtins.int
+    photo_count: _builtins.int
+    """Image blocks in the entries (cut or failed uploads included)."""
+    cost_usd: _builtins.float
+    """The estimated cost in US dollars over the models in the price table: an
+    estimate from list prices, not a bill.
+    """
+    cost_complete: _builtins.bool
+    """True when every model with usage is in the price table."""
+    indexed_bytes: _builtins.int
+    """How many bytes of the transcript the index has read (complete lines)."""
+    @_builtins.property
+    def entry_counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___EntryTypeCount]:
+        """Entries by type, most frequent first."""
+
+    @_builtins.property
+    def first_time(self) -> _timestamp_pb2.Timestamp:
+        """The earliest entry timestamp; unset when no entry has a readable one."""
+
+    @_builtins.property
+    def last_time(self) -> _timestamp_pb2.Timestamp:
+        """The latest entry timestamp; unset when no entry has a readable one."""
+
+    @_builtins.property
+    def models(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelUsage]:
+        """Usage per model, most output tokens first."""
+
+    @_builtins.property
+    def usage(self) -> Global___TokenUsage:
+        """The usage over all models."""
+
+    def __init__(
+        self,
+        *,
+        entry_counts: _abc.Iterable[Global___EntryTypeCount] | None = ...,
+        photo_count: _builtins.int = ...,
+        first_time: _timestamp_pb2.Timestamp | None = ...,
+        last_time: _timestamp_pb2.Timestamp | None = ...,
+        models: _abc.Iterable[Global___ModelUsage] | None = ...,
+        usage: Global___TokenUsage | None = ...,
+        cost_usd: _builtins.float = ...,
+        cost_complete: _builtins.bool = ...,
+        indexed_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["first_time", b"first_time", "last_time", b"last_time", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost_complete", b"cost_complete", "cost_usd", b"cost_usd", "entry_counts", b"entry_counts", "first_time", b"first_time", "indexed_bytes", b"indexed_bytes", "last_time", b"last_time", "models", b"models", "photo_count", b"photo_count", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionInsight: _TypeAlias = SessionInsight  # noqa: Y015
+
+@_typing.final
+class SubagentLink(_message.Message):
+    """A link from a parent session's tool call to the sub-agent it started."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_USE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    tool_use_id: _builtins.str
+    """The id of the tool_use block (and of its tool_result) that started the
+    sub-agent.
+    """
+    session_id: _builtins.str
+    """The sub-agent transcript's session id ("agent-<id>"); open it with
+    ReadWindow or GetSession.
+    """
+    def __init__(
+        self,
+        *,
+        tool_use_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "tool_use_id", b"tool_use_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubagentLink: _TypeAlias = SubagentLink  # noqa: Y015
+
+@_typing.final
+class GetSessionRequest(_message.Message):
+    """Asks for one session and its insight."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id. Malformed is INVALID_ARGUMENT; unknown or not visible
+    to the caller is NOT_FOUND; shared by two transcripts is
+    FAILED_PRECONDITION.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSessionRequest: _TypeAlias = GetSessionRequest  # noqa: Y015
+
+@_typing.final
+class GetSessionResponse(_message.Message):
+    """The answer to GetSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> Global___Session:
+        """The session, with insight, subagent_insight and the sub-agent fields."""
+
+    def __init__(
+        self,
+        *,
+        session: Global___Session | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSessionResponse: _TypeAlias = GetSessionResponse  # noqa: Y015
 
 @_typing.final
 class ListSessionsResponse(_message.Message):
@@ -269,6 +546,7 @@ class Entry(_message.Message):
     LINE_SIZE_BYTES_FIELD_NUMBER: _builtins.int
     OVERSIZE_FIELD_NUMBER: _builtins.int
     PAYLOADS_DEFERRED_FIELD_NUMBER: _builtins.int
+    SUBAGENT_LINKS_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """The entry's "uuid", or empty for lines without one (summaries, queue
     operations, snapshots). Only entries with a uuid can be the target of a
@@ -315,6 +593,13 @@ class Entry(_message.Message):
         as "[image not displayed]". They never get a reference.
         """
 
+    @_builtins.property
+    def subagent_links(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubagentLink]:
+        """The sub-agents started by tool calls in this entry (a tool_use block or
+        its tool_result), as far as the insight index knows them when the
+        window is read.
+        """
+
     def __init__(
         self,
         *,
@@ -329,10 +614,11 @@ class Entry(_message.Message):
         line_size_bytes: _builtins.int = ...,
         oversize: _builtins.bool = ...,
         payloads_deferred: _builtins.bool = ...,
+        subagent_links: _abc.Iterable[Global___SubagentLink] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_offset", b"byte_offset", "failed_image_indexes", b"failed_image_indexes", "json", b"json", "json_size_bytes", b"json_size_bytes", "line_size_bytes", b"line_size_bytes", "media_refs", b"media_refs", "oversize", b"oversize", "payloads_deferred", b"payloads_deferred", "timestamp", b"timestamp", "type", b"type", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_offset", b"byte_offset", "failed_image_indexes", b"failed_image_indexes", "json", b"json", "json_size_bytes", b"json_size_bytes", "line_size_bytes", b"line_size_bytes", "media_refs", b"media_refs", "oversize", b"oversize", "payloads_deferred", b"payloads_deferred", "subagent_links", b"subagent_links", "timestamp", b"timestamp", "type", b"type", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

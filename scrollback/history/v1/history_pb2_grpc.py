@@ -67,6 +67,11 @@ class HistoryServiceStub:
                 request_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.WatchSessionRequest.SerializeToString,
                 response_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.WatchSessionResponse.FromString,
                 _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/scrollback.history.v1.HistoryService/GetSession',
+                request_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -139,6 +144,18 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSession(self, request, context):
+        """Returns one session with its insight (entry counts, photos, time span,
+        models, token usage and estimated cost) brought up to date with the
+        file, and the totals of its sub-agents. Errors: INVALID_ARGUMENT for a
+        malformed session id; NOT_FOUND for an unknown session or one in a
+        project the caller may not read; FAILED_PRECONDITION for a session id
+        shared by two transcripts; UNAVAILABLE when the state store is busy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -171,6 +188,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.WatchSession,
                     request_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.WatchSessionRequest.FromString,
                     response_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.WatchSessionResponse.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionRequest.FromString,
+                    response_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -338,6 +360,33 @@ class HistoryService:
             '/scrollback.history.v1.HistoryService/WatchSession',
             scrollback_dot_history_dot_v1_dot_history__pb2.WatchSessionRequest.SerializeToString,
             scrollback_dot_history_dot_v1_dot_history__pb2.WatchSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scrollback.history.v1.HistoryService/GetSession',
+            scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionRequest.SerializeToString,
+            scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,14 @@ class HistoryServiceStub:
     Errors: as ReadWindow, and INVALID_ARGUMENT for a malformed position;
     FAILED_PRECONDITION when the transcript was rewritten since the position.
     """
+    GetSession: _grpc.UnaryUnaryMultiCallable[_history_pb2.GetSessionRequest, _history_pb2.GetSessionResponse]
+    """Returns one session with its insight (entry counts, photos, time span,
+    models, token usage and estimated cost) brought up to date with the
+    file, and the totals of its sub-agents. Errors: INVALID_ARGUMENT for a
+    malformed session id; NOT_FOUND for an unknown session or one in a
+    project the caller may not read; FAILED_PRECONDITION for a session id
+    shared by two transcripts; UNAVAILABLE when the state store is busy.
+    """
 
 @_typing.type_check_only
 class HistoryServiceAsyncStub(HistoryServiceStub):
@@ -127,6 +135,14 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     the position after it, so a client resumes with no gap and no duplicate.
     Errors: as ReadWindow, and INVALID_ARGUMENT for a malformed position;
     FAILED_PRECONDITION when the transcript was rewritten since the position.
+    """
+    GetSession: _aio.UnaryUnaryMultiCallable[_history_pb2.GetSessionRequest, _history_pb2.GetSessionResponse]  # type: ignore[assignment]
+    """Returns one session with its insight (entry counts, photos, time span,
+    models, token usage and estimated cost) brought up to date with the
+    file, and the totals of its sub-agents. Errors: INVALID_ARGUMENT for a
+    malformed session id; NOT_FOUND for an unknown session or one in a
+    project the caller may not read; FAILED_PRECONDITION for a session id
+    shared by two transcripts; UNAVAILABLE when the state store is busy.
     """
 
 class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -209,6 +225,20 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         the position after it, so a client resumes with no gap and no duplicate.
         Errors: as ReadWindow, and INVALID_ARGUMENT for a malformed position;
         FAILED_PRECONDITION when the transcript was rewritten since the position.
+        """
+
+    @_abc_1.abstractmethod
+    def GetSession(
+        self,
+        request: _history_pb2.GetSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_history_pb2.GetSessionResponse, _abc.Awaitable[_history_pb2.GetSessionResponse]]:
+        """Returns one session with its insight (entry counts, photos, time span,
+        models, token usage and estimated cost) brought up to date with the
+        file, and the totals of its sub-agents. Errors: INVALID_ARGUMENT for a
+        malformed session id; NOT_FOUND for an unknown session or one in a
+        project the caller may not read; FAILED_PRECONDITION for a session id
+        shared by two transcripts; UNAVAILABLE when the state store is busy.
         """
 
 def add_HistoryServiceServicer_to_server(servicer: HistoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -182,3 +182,38 @@ def test_tail_prints_live_events_and_exits_0_on_ctrl_c(cli_servers: ServerPair) 
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_session_totals_and_usage_column(
+    capsys: pytest.CaptureFixture[str], cli_servers: ServerPair
+) -> None:
+    def assistant(uuid: str, message_id: str, output: int) -> bytes:
+        entry = {
+            "type": "assistant",
+            "uuid": uuid,
+            "timestamp": "2026-05-01T10:00:00.000Z",
+            "message": {
+                "id": message_id,
+                "model": "claude-opus-4-20250514",
+                "usage": {"input_tokens": 1000, "output_tokens": output},
+            },
+        }
+        return json.dumps(entry).encode() + b"\n"
+
+    # m1 is written as two lines repeating its usage: counted once.
+    cli_servers.transcript("t1").write_bytes(
+        assistant("a1", "m1", 2000) + assistant("a2", "m1", 2000) + assistant("a3", "m2", 0)
+    )
+    info = run_json(capsys, cli_servers, "session", "t1")
+    assert info["insight"]["usage"]["input_tokens"] == 2000
+    assert info["insight"]["usage"]["output_tokens"] == 2000
+    assert info["insight"]["entry_counts"] == {"assistant": 3}
+    assert info["insight"]["cost_usd_estimate"] == pytest.approx((2000 * 15 + 2000 * 75) / 1e6)
+    code, out, _ = run(capsys, cli_servers, "info", "t1")
+    assert code == 0 and "in 2,000" in out and "$0.1800" in out and "claude-opus-4" in out
+    listed = run_json(capsys, cli_servers, "sessions")
+    assert listed[0]["usage"]["usage"]["output_tokens"] == 2000
+    code, out, _ = run(capsys, cli_servers, "sessions")
+    assert code == 0 and "4k $0.18" in out
+    code, _, err = run(capsys, cli_servers, "session", "nope")
+    assert code != 0 and "not found" in err.lower()

@@ -47,6 +47,7 @@ def test_reads_agree(client_servers: ServerPair) -> None:
     )
     with Client(pair.history_addr, pair.media_addr) as sb:
         sync_sessions = [s.session_id for s in sb.history.iter_sessions()]
+        sync_session = sb.history.get_session("p1")
         sync_window = sb.history.read_window("p1", page_size=2)
         sync_all = [e.uuid for e in sb.history.iter_window("p1", page_size=1)]
         refs = [r for e in sb.history.iter_window("p1") for r in e.media_refs]
@@ -58,11 +59,13 @@ def test_reads_agree(client_servers: ServerPair) -> None:
         sync_errors = [
             _outcome(lambda: sb.history.read_window("nope")),
             _outcome(lambda: sb.media.read_media("nope/e1/0", "0" * 32)),
+            _outcome(lambda: sb.history.get_session("nope")),
         ]
 
     async def async_side() -> tuple[Any, ...]:
         async with AsyncClient(pair.history_addr, pair.media_addr) as sb:
             sessions = [s.session_id for s in await _collect(sb.history.iter_sessions())]
+            session = await sb.history.get_session("p1")
             window = await sb.history.read_window("p1", page_size=2)
             every = [e.uuid for e in await _collect(sb.history.iter_window("p1", page_size=1))]
             media = [(await sb.media.read_media(ref)).data for ref in refs]
@@ -73,11 +76,15 @@ def test_reads_agree(client_servers: ServerPair) -> None:
             errors = [
                 await _async_outcome(lambda: sb.history.read_window("nope")),
                 await _async_outcome(lambda: sb.media.read_media("nope/e1/0", "0" * 32)),
+                await _async_outcome(lambda: sb.history.get_session("nope")),
             ]
-            return sessions, window, every, media, stat, missing, errors, part
+            return sessions, window, every, media, stat, missing, errors, part, session
 
-    sessions, window, every, media, stat, missing, errors, part = asyncio.run(async_side())
+    sessions, window, every, media, stat, missing, errors, part, session = asyncio.run(async_side())
     assert sessions == sync_sessions == ["p1"]
+    assert session.insight == sync_session.insight
+    assert {c.type: c.count for c in session.insight.entry_counts} == {"user": 2, "assistant": 1}
+    assert session.insight.photo_count == 3
     assert [e.SerializeToString() for e in window.entries] == [
         e.SerializeToString() for e in sync_window.entries
     ]
@@ -88,7 +95,7 @@ def test_reads_agree(client_servers: ServerPair) -> None:
     assert part == sync_part
     assert part[1] == png(2)[3:53]
     assert missing == sync_missing == ["0" * 64]
-    assert errors == sync_errors == [("error", NotFound), ("error", NotFound)]
+    assert errors == sync_errors == [("error", NotFound)] * 3
 
 
 @pytest.mark.parametrize("oldest_first", [False, True])

@@ -19,7 +19,17 @@ import pytest
 ADMIN_URL = os.environ.get(
     "SCROLLBACK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
-TABLES = ("blob_ref", "blob_owner", "chat_binding", "accepted_message", "blob")
+TABLES = (
+    "blob_ref",
+    "blob_owner",
+    "chat_binding",
+    "accepted_message",
+    "blob",
+    "insight_file",
+    "insight_entry_type",
+    "insight_message",
+    "insight_subagent_link",
+)
 
 
 def _with_database(url: str, name: str) -> str:

@@ -1,0 +1,485 @@
+"""Session insight (issue 17, CONTRACT section 13): what a transcript holds, kept in an index.
+
+Per transcript the index keeps entry counts by type, the photo count, the
+time span, one row per assistant `message.id` (model and usage) and the links
+from tool calls to the sub-agents they started. Token usage is counted once
+per `message.id`: Claude Code writes one assistant message as several lines
+(one per content block) that share its id and each repeat its usage, so a
+naive sum over lines over-counts. Each id counts once, with the field-wise
+maximum of its lines' usage: the lines of a streamed message repeat its input
+and cache counts, while output_tokens grows (often 1 on the first line and
+the final count on the last; seen in the corpus), so the maximum is the
+final usage and the first line alone would under-count output.
+
+The index is incremental: it remembers how far it read (the end of the last
+complete line) and the file's identity (device, inode, head hash: the page
+token's FileIdentity). A file that only grew is read from there; one that was
+rewritten (other inode, shrank, other head, offset no longer a line start) is
+read again from the start. Lines go through the stripper first (payloads cut
+at a small inline limit) and are parsed one at a time, and changes are
+written in batches, so memory stays bounded on multi-GB sessions.
+
+Sub-agent links come from the parent's tool result: a `user` entry whose
+`toolUseResult` names an `agentId` and whose content holds the `tool_result`
+of the Task call (`tool_use_id`). The sub-agent transcript is
+`agent-<agentId>.jsonl` (CONTRACT section 1 layout).
+
+Cost is an estimate from list prices (PRICES below); a model whose family is
+not in the table counts its tokens but no cost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from history_service.errors import FileRewrittenError
+from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
+from history_service.tokens import FileIdentity
+from scrollback.contract.stripping import parse_json_object
+from scrollback.transcripts import TranscriptFile, TranscriptRoot
+
+# Payloads at or over this many bytes are cut before a line is parsed: the
+# index never needs them, and the parse stays small.
+INSIGHT_INLINE_LIMIT = 1024
+# Changes are written (and the offset advanced) after this many lines or bytes.
+BATCH_LINES = 5000
+BATCH_BYTES = 64 * 1024 * 1024
+AGENT_PREFIX = "agent-"
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+
+
+# List prices per model family, USD per million tokens, from Anthropic's
+# pricing page (https://www.anthropic.com/pricing, "API pricing", as of
+# 2025-11; cache writes at the 5-minute rate). An estimate, not a bill:
+# batch, long-context and 1-hour cache rates are not modelled. First match wins.
+PRICES: tuple[tuple[re.Pattern[str], Price], ...] = (
+    (re.compile(r"claude-opus-4-[5-9]"), Price(5.0, 25.0, 6.25, 0.50)),
+    (re.compile(r"claude-(opus-4|3-opus)"), Price(15.0, 75.0, 18.75, 1.50)),
+    (re.compile(r"claude-(sonnet-4|3-7-sonnet|3-5-sonnet)"), Price(3.0, 15.0, 3.75, 0.30)),
+    (re.compile(r"claude-haiku-4"), Price(1.0, 5.0, 1.25, 0.10)),
+    (re.compile(r"claude-3-5-haiku"), Price(0.80, 4.0, 1.0, 0.08)),
+    (re.compile(r"claude-3-haiku"), Price(0.25, 1.25, 0.30, 0.03)),
+)
+
+
+def price_of(model: str) -> Price | None:
+    """The model family's list price, or None when it is not in the table."""
+    for pattern, price in PRICES:
+        if pattern.search(model):
+            return price
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts."""
+
+    input: int = 0
+    output: int = 0
+    cache_creation: int = 0
+    cache_read: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_creation + other.cache_creation,
+            self.cache_read + other.cache_read,
+        )
+
+    def cost(self, price: Price) -> float:
+        """The cost in US dollars at that price."""
+        return (
+            self.input * price.input
+            + self.output * price.output
+            + self.cache_creation * price.cache_write
+            + self.cache_read * price.cache_read
+        ) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTotals:
+    """One model's usage within a session."""
+
+    model: str
+    usage: Usage
+    messages: int
+
+    @property
+    def cost(self) -> float | None:
+        """The estimated cost, or None for a model not in the price table."""
+        price = price_of(self.model)
+        return None if price is None else self.usage.cost(price)
+
+
+@dataclass(frozen=True, slots=True)
+class Insight:
+    """What one transcript (or several, added up) holds."""
+
+    entry_counts: dict[str, int] = field(default_factory=dict)
+    photos: int = 0
+    first_time_us: int | None = None
+    last_time_us: int | None = None
+    models: tuple[ModelTotals, ...] = ()
+    indexed_bytes: int = 0
+
+    @property
+    def usage(self) -> Usage:
+        """The usage over all models."""
+        total = Usage()
+        for model in self.models:
+            total = total + model.usage
+        return total
+
+    @property
+    def cost(self) -> float:
+        """The estimated cost over the models in the price table."""
+        return sum(m.cost or 0.0 for m in self.models)
+
+    @property
+    def cost_complete(self) -> bool:
+        """True when every model with usage is priced."""
+        return all(m.cost is not None or m.usage == Usage() for m in self.models)
+
+    def __add__(self, other: Insight) -> Insight:
+        counts = dict(self.entry_counts)
+        for kind, count in other.entry_counts.items():
+            counts[kind] = counts.get(kind, 0) + count
+        by_model: dict[str, ModelTotals] = {m.model: m for m in self.models}
+        for m in other.models:
+            mine = by_model.get(m.model)
+            by_model[m.model] = (
+                m
+                if mine is None
+                else ModelTotals(m.model, mine.usage + m.usage, mine.messages + m.messages)
+            )
+        return Insight(
+            counts,
+            self.photos + other.photos,
+            _min(self.first_time_us, other.first_time_us),
+            _max(self.last_time_us, other.last_time_us),
+            tuple(sorted(by_model.values(), key=lambda m: (-m.usage.output, m.model))),
+            self.indexed_bytes + other.indexed_bytes,
+        )
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexState:
+    """How far one transcript was indexed, and the file version it was.
+
+    The identity's size is always the offset (what the store keeps): a file
+    shorter than that was rewritten.
+    """
+
+    identity: FileIdentity
+    offset: int
+
+    @classmethod
+    def at(cls, identity: FileIdentity, offset: int) -> IndexState:
+        """The state of a file version read up to `offset`."""
+        i = identity
+        return cls(FileIdentity(i.dev, i.ino, i.head_len, i.head_hash, offset), offset)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageUsage:
+    """One assistant message's model and usage."""
+
+    model: str
+    usage: Usage
+
+    def merge(self, other: MessageUsage) -> MessageUsage:
+        """The same message seen again: the field-wise maximum (the model first seen)."""
+        a, b = self.usage, other.usage
+        return MessageUsage(
+            self.model or other.model,
+            Usage(
+                max(a.input, b.input),
+                max(a.output, b.output),
+                max(a.cache_creation, b.cache_creation),
+                max(a.cache_read, b.cache_read),
+            ),
+        )
+
+
+@dataclass(slots=True)
+class IndexDelta:
+    """What a run of lines adds to the index."""
+
+    entry_counts: dict[str, int] = field(default_factory=dict)
+    photos: int = 0
+    first_time_us: int | None = None
+    last_time_us: int | None = None
+    messages: dict[str, MessageUsage] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    lines: int = 0
+    bytes: int = 0
+
+
+class InsightStore(Protocol):
+    """The insight index. Every method blocks: call it from a worker thread.
+
+    Transcripts are keyed by (project_dir, session_id): a session id alone
+    may be shared by two projects.
+    """
+
+    def state(self, project_dir: str, session_id: str) -> IndexState | None:
+        """How far that transcript was indexed, or None if never."""
+        ...
+
+    def apply(
+        self,
+        project_dir: str,
+        session_id: str,
+        base: IndexState | None,
+        reset: bool,
+        delta: IndexDelta,
+        new_state: IndexState,
+    ) -> bool:
+        """Add a delta and move the state to `new_state`, in one transaction.
+
+        Only if the stored state is still `base` (None: no row): otherwise
+        another writer moved it and nothing changes (False). With `reset`,
+        the transcript's rows are dropped first (a rewritten file). A message
+        already indexed under the same id takes the field-wise maximum.
+        """
+        ...
+
+    def insight(self, project_dir: str, session_id: str) -> Insight | None:
+        """The indexed totals of one transcript, or None if never indexed."""
+        ...
+
+    def links(self, project_dir: str, session_id: str) -> dict[str, str]:
+        """tool_use id -> sub-agent session id, for the calls of one parent transcript."""
+        ...
+
+    def parent_of(self, project_dir: str, agent_session_id: str) -> tuple[str, str] | None:
+        """(parent session id, tool_use id) of a sub-agent, if a parent's link names it."""
+        ...
+
+    def close(self) -> None:
+        """Release the store."""
+        ...
+
+
+def timestamp_us(text: object) -> int | None:
+    """An entry's ISO 8601 timestamp in microseconds since the epoch (naive = UTC), or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def message_usage(entry: dict[str, Any]) -> tuple[str, MessageUsage] | None:
+    """(message.id, model and usage) of an assistant entry that carries usage."""
+    if entry.get("type") != "assistant":
+        return None
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return None
+    message_id, usage, model = message.get("id"), message.get("usage"), message.get("model")
+    if not isinstance(message_id, str) or not message_id or not isinstance(usage, dict):
+        return None
+    return message_id, MessageUsage(
+        model if isinstance(model, str) else "",
+        Usage(
+            _int(usage.get("input_tokens")),
+            _int(usage.get("output_tokens")),
+            _int(usage.get("cache_creation_input_tokens")),
+            _int(usage.get("cache_read_input_tokens")),
+        ),
+    )
+
+
+def subagent_links(entry: dict[str, Any]) -> dict[str, str]:
+    """tool_use id -> sub-agent session id, from a tool result that names its agent."""
+    result = entry.get("toolUseResult")
+    if not isinstance(result, dict):
+        return {}
+    agent = result.get("agentId")
+    if not isinstance(agent, str) or not agent:
+        return {}
+    session_id = AGENT_PREFIX + agent
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    links: dict[str, str] = {}
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                tool_use_id = block.get("tool_use_id")
+                if isinstance(tool_use_id, str) and tool_use_id:
+                    links[tool_use_id] = session_id
+    return links
+
+
+def add_entry(
+    delta: IndexDelta, entry: dict[str, Any] | None, entry_type: str, photos: int, timestamp: str
+) -> None:
+    """Count one entry into a delta (entry: the parsed stripped line, None for a stub)."""
+    delta.entry_counts[entry_type] = delta.entry_counts.get(entry_type, 0) + 1
+    delta.photos += photos
+    moment = timestamp_us(timestamp)
+    delta.first_time_us = _min(delta.first_time_us, moment)
+    delta.last_time_us = _max(delta.last_time_us, moment)
+    if entry is None:
+        return
+    found = message_usage(entry)
+    if found is not None:
+        message_id, usage = found
+        seen = delta.messages.get(message_id)
+        delta.messages[message_id] = usage if seen is None else seen.merge(usage)
+    delta.links.update(subagent_links(entry))
+
+
+class InsightIndex:
+    """Brings the insight index of a transcript up to date, and reads it."""
+
+    def __init__(self, root: TranscriptRoot, store: InsightStore, *, max_line_size: int) -> None:
+        self._root = root
+        self._store = store
+        self._max_line_size = max_line_size
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self.lines_read = 0  # lines parsed, for tests and benchmarks
+        self.batch_lines = BATCH_LINES
+
+    def _lock_for(self, key: tuple[str, str]) -> threading.Lock:
+        with self._locks_guard:
+            if len(self._locks) > 10_000:
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            return self._locks.setdefault(key, threading.Lock())
+
+    def refresh(self, transcript: TranscriptFile) -> Insight:
+        """Index what the file gained since last time (all of it if rewritten); the totals."""
+        key = (transcript.project_dir, transcript.session_id)
+        with self._lock_for(key):
+            handle = self._root.open(transcript)
+            try:
+                for _ in range(3):  # another replica may move the state under us
+                    if self._catch_up(handle.fileno(), key):
+                        break
+            finally:
+                handle.close()
+        return self._store.insight(*key) or Insight()
+
+    def _catch_up(self, fd: int, key: tuple[str, str]) -> bool:
+        base = self._store.state(*key)
+        reset = False
+        offset = 0
+        identity = FileIdentity.of(fd)
+        if base is not None:
+            try:
+                identity = base.identity.check(fd, 0)
+                # The index ends after a newline, or after a complete unterminated
+                # last line (a closing brace): anything else there is a rewrite.
+                if base.offset and os.pread(fd, 1, base.offset - 1) not in (b"\n", b"}"):
+                    raise FileRewrittenError()
+                offset = base.offset
+            except FileRewrittenError:
+                reset = True
+        if base is not None and not reset and offset >= identity.size:
+            return True
+        delta = IndexDelta()
+        current = base
+        for raw in iter_lines_forward(fd, offset, identity.size, self._max_line_size):
+            if not raw.terminated:
+                # The last line counts once it is a complete object (CONTRACT section 1:
+                # no prefix of a line is one); a half-written line waits.
+                if is_blank(raw) or not self._add_line(delta, raw):
+                    break
+                offset = raw.end
+                break
+            if not is_blank(raw):
+                self._add_line(delta, raw)
+            delta.lines += 1
+            delta.bytes += raw.next_start - raw.start
+            offset = raw.next_start
+            if delta.lines >= self.batch_lines or delta.bytes >= BATCH_BYTES:
+                state = IndexState.at(identity, offset)
+                if not self._store.apply(*key, current, reset, delta, state):
+                    return False
+                current, reset, delta = state, False, IndexDelta()
+        if current is not None and not reset and offset == current.offset:
+            return True  # no new complete line: nothing to write
+        return self._store.apply(*key, current, reset, delta, IndexState.at(identity, offset))
+
+    def _add_line(self, delta: IndexDelta, raw: RawLine) -> bool:
+        """Count one line; False if it is not a JSON object (not an entry)."""
+        served = serve_line(raw, MediaMode.DEFERRED, INSIGHT_INLINE_LIMIT, self._max_line_size)
+        if served is None:
+            return False
+        line = served.stripped
+        self.lines_read += 1
+        entry = None if line.oversize else parse_json_object(line.json)
+        add_entry(delta, entry, line.type, line.image_count, line.timestamp)
+        return True
+
+    def links(self, transcript: TranscriptFile) -> dict[str, str]:
+        """The sub-agent links the index knows for a parent transcript (no refresh)."""
+        return self._store.links(transcript.project_dir, transcript.session_id)
+
+    def parent_of(self, transcript: TranscriptFile) -> tuple[str, str] | None:
+        """(parent session id, tool_use id) of a sub-agent, as the index knows it."""
+        return self._store.parent_of(transcript.project_dir, transcript.session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDetail:
+    """A session's insight, its sub-agents' totals and its place in a sub-agent tree."""
+
+    insight: Insight | None
+    subagent_insight: Insight | None
+    subagent_count: int
+    parent_session_id: str
+    parent_tool_use_id: str
+
+
+def subagents_of(
+    transcript: TranscriptFile, files: Iterable[TranscriptFile], links: dict[str, str]
+) -> list[TranscriptFile]:
+    """The sub-agent transcripts of a session: in its `subagents` dir, or linked from its calls."""
+    linked = set(links.values())
+    return [
+        f
+        for f in files
+        if f.project_dir == transcript.project_dir
+        and f.is_subagent
+        and f.session_id != transcript.session_id
+        and (
+            f.parent_session_id == transcript.session_id
+            or (not f.parent_session_id and f.session_id in linked)
+        )
+    ]
