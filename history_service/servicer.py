@@ -1,7 +1,7 @@
 """The gRPC servicer: translates protos to HistoryCore calls and back, and errors to statuses.
 
-`ERROR_TABLE` is the one map from domain exceptions to status codes (CONTRACT
-section 9); `scrollback.server.grpc_support.abort_for` applies it, and anything not in
+`ERROR_TABLE` is the one map from domain exceptions to status codes (docs/contract.md
+§9); `scrollback.server.grpc_support.abort_for` applies it, and anything not in
 it is INTERNAL with a fixed text. The caller's principal (set by the auth
 interceptor) is read here, once per call, and passed to the core explicitly.
 """

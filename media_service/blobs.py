@@ -1,4 +1,4 @@
-"""The content-addressed blob store (CONTRACT section 8): bytes on disk, metadata in a store.
+"""The content-addressed blob store (docs/contract.md §8): bytes on disk, metadata in a store.
 
 Uploads are hashed while written into a temp file on the same filesystem,
 size-limited, fsynced, renamed into `<state>/blobs/ab/cd/<sha256>` (and the

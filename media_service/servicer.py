@@ -1,7 +1,7 @@
 """`scrollback.media.v1.MediaService`: proto <-> domain translation only.
 
 Every domain error reaches the client through ERRORS, the one table mapping
-exceptions to status codes (CONTRACT section 9), via
+exceptions to status codes (docs/contract.md §9), via
 `scrollback.server.grpc_support.abort_for`. Blocking work runs in threads.
 """
 

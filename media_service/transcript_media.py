@@ -1,4 +1,4 @@
-"""Resolving a transcript image ref to its exact bytes (CONTRACT sections 2 and 4).
+"""Resolving a transcript image ref to its exact bytes (docs/contract.md §2 and §4).
 
 The entry's line is found, in this order:
 
@@ -91,7 +91,7 @@ _KEY_WINDOW = 48
 # A `"uuid"` key ending exactly where the quoted value starts (used with endpos = the hit).
 _KEY_BEFORE = re.compile(rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}\Z' % (_MAX_SPACE, _MAX_SPACE))
 _WHITESPACE = b" \t\r\n"
-# A top-level-looking `"uuid"` key and its id value (ids per CONTRACT section 4).
+# A top-level-looking `"uuid"` key and its id value (ids per docs/contract.md §4).
 _KEY_AND_ID = re.compile(
     rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}"([A-Za-z0-9_-]{1,64})"' % (_MAX_SPACE, _MAX_SPACE)
 )

@@ -24,7 +24,7 @@ SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
 127.0.0.1:50052) and `--tls`, `--tls-ca`, `--tls-cert`, `--tls-key`,
 `--tls-server-name` (SCROLLBACK_TLS, SCROLLBACK_TLS_CA, ...: client.tls),
 print tables by default and JSON with `--json`. Flags override the
-environment (CONTRACT section 6).
+environment (docs/contract.md §6).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);

@@ -3,7 +3,7 @@
 Each service's `server.py` builds its grpc.aio server through `build_server`,
 so both expose `grpc.health.v1.Health` and server reflection (grpcurl `list`
 works) and refuse to bind a non-loopback address without auth unless told
-`--insecure` (CONTRACT section 6).
+`--insecure` (docs/contract.md §6).
 """
 
 from __future__ import annotations
