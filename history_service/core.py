@@ -89,10 +89,10 @@ class HistoryCore:
         )
 
     async def list_sessions(
-        self, page_size: int, page_token: str, project_dir: str
+        self, principal: Principal | None, page_size: int, page_token: str, project_dir: str
     ) -> tuple[list[SessionInfo], str]:
-        """One page of sessions."""
-        return await self.lister.page(page_size, page_token, project_dir)
+        """One page of the sessions `principal` may see."""
+        return await self.lister.page(principal, page_size, page_token, project_dir)
 
     def window_params(
         self,
@@ -116,9 +116,9 @@ class HistoryCore:
             max_line_size=self.config.max_line_size,
         )
 
-    async def read_window(self, params: WindowParams) -> Window:
-        """One window."""
-        return await self.reader.read(params)
+    async def read_window(self, principal: Principal | None, params: WindowParams) -> Window:
+        """One window of a session `principal` may see."""
+        return await self.reader.read(principal, params)
 
     async def accept(
         self,
@@ -225,7 +225,7 @@ class HistoryCore:
         identity, offset = FileIdentity.null(), 0
         if params is not None:
             try:
-                window = await self.read_window(params)
+                window = await self.read_window(principal, params)
                 identity, offset = window.identity, window.newest_end
             except SessionNotFoundError:
                 if not pending and not chat_key:

@@ -33,7 +33,7 @@ from scrollback.contract.refs import ID_PATTERN, RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback.server.auth import current_principal
+from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import ErrorTable, maps_errors
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
@@ -181,7 +181,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self, request: pb.ListSessionsRequest, context: Context
     ) -> pb.ListSessionsResponse:
         sessions, token = await self._core.list_sessions(
-            request.page_size, request.page_token, request.project_dir
+            current_principal(), request.page_size, request.page_token, request.project_dir
         )
         return pb.ListSessionsResponse(
             sessions=[_session(s) for s in sessions], next_page_token=token
@@ -198,7 +198,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             request.media_mode,
             request.inline_limit_bytes,
         )
-        window = await self._core.read_window(params)
+        window = await self._core.read_window(current_principal(), params)
         async for response in _window_responses(pb.ReadWindowResponse, params.session_id, window):
             yield response
 

@@ -9,7 +9,6 @@ work runs in threads.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -35,7 +34,7 @@ from media_service.library import MediaLibrary, Selector, TranscriptSelector
 from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
-from scrollback.server.auth import current_principal
+from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import ErrorTable, maps_errors, status_for
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
@@ -168,7 +167,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         selector = selector_from_proto(request.media)
         if request.read_offset < 0 or request.read_limit < 0:
             byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
-        media = await asyncio.to_thread(self._library.open, selector)
+        media = await asyncio.to_thread(self._library.open, current_principal(), selector)
         try:
             start, end = byte_range(media.info.size_bytes, request.read_offset, request.read_limit)
             yield media_pb2.ReadMediaResponse(metadata=metadata_to_proto(media.info))
@@ -219,11 +218,10 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
 
         loop = asyncio.get_running_loop()
         try:
-            # The caller's context (its principal) goes with the work, as with to_thread.
             found = await loop.run_in_executor(
                 self._search_pool,
-                contextvars.copy_context().run,
                 self._library.stat_many,
+                current_principal(),
                 parsed,
                 should_stop,
             )
@@ -254,7 +252,11 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             raise InvalidRequestError("the first message must be the header")
         header = first.header
         upload = await asyncio.to_thread(
-            blobs.begin_upload, header.sha256, header.size_bytes, header.media_type
+            blobs.begin_upload,
+            current_principal(),
+            header.sha256,
+            header.size_bytes,
+            header.media_type,
         )
         try:
             while (message := await self._next(iterator, deadline)) is not None:

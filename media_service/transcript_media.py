@@ -74,8 +74,8 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
+from scrollback.principals import Principal
 from scrollback.server import metrics
-from scrollback.server.auth import current_principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
@@ -556,18 +556,25 @@ class TranscriptMedia:
             raise LineTooLargeError()
         raise MediaNotFoundError()
 
-    def _open(self, ref: TranscriptImageRef, pin: str) -> BinaryIO:
+    def _open(self, principal: Principal | None, ref: TranscriptImageRef, pin: str) -> BinaryIO:
         validate_pin(pin)
         try:
-            transcript = self._root.resolve(ref.session_id, current_principal())
+            transcript = self._root.resolve(ref.session_id, principal)
             return self._root.open(transcript)
         except SessionNotFoundError:
             raise MediaNotFoundError() from None
 
     def open(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
     ) -> tuple[MediaInfo, PayloadReader, BinaryIO]:
         """The image's metadata, a reader of its decoded bytes, and the file it reads.
+
+        `principal` is the caller (None without auth): a session it may not
+        see is MediaNotFoundError.
 
         The caller closes the file. Nothing of the image is held: each read
         decodes just the bytes asked for from the file (which stays the one
@@ -577,7 +584,7 @@ class TranscriptMedia:
         failed upload), PinMismatchError, LineTooLargeError (a line too large
         even stripped), CorruptMediaError, AmbiguousSessionError, RefError.
         """
-        handle = self._open(ref, pin)
+        handle = self._open(principal, ref, pin)
         try:
             fd = handle.fileno()
             found, file_id = self._locate(fd, ref, pin, line_offset_hint)
@@ -595,10 +602,14 @@ class TranscriptMedia:
         return info, reader, handle
 
     def read(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
     ) -> tuple[MediaInfo, bytes]:
         """The image's metadata and all its decoded bytes (for callers that want them whole)."""
-        info, reader, handle = self.open(ref, pin, line_offset_hint)
+        info, reader, handle = self.open(principal, ref, pin, line_offset_hint)
         with handle:
             try:
                 data = reader.read(0, info.size_bytes)
@@ -609,14 +620,18 @@ class TranscriptMedia:
         return info, data
 
     def stat(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
     ) -> MediaInfo:
         """The image's metadata, as `open` gives it.
 
         The line is still found, parsed and pin-checked; the payload is only
         decoded (streaming) if its metadata is not cached.
         """
-        with self._open(ref, pin) as handle:
+        with self._open(principal, ref, pin) as handle:
             fd = handle.fileno()
             found, file_id = self._locate(fd, ref, pin, line_offset_hint)
             return self._info(fd, found, file_id, ref)
@@ -657,6 +672,7 @@ class TranscriptMedia:
 
     def stat_many(
         self,
+        principal: Principal | None,
         selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> list[MediaInfo | Exception]:
@@ -679,7 +695,7 @@ class TranscriptMedia:
             if should_stop():
                 raise SearchCancelledError()
             try:
-                handle = self._root.open(self._root.resolve(session_id, current_principal()))
+                handle = self._root.open(self._root.resolve(session_id, principal))
             except SessionNotFoundError:
                 for number in numbers:
                     results[number] = MediaNotFoundError()

@@ -194,7 +194,7 @@ def make_store(state: Path, **kwargs: object) -> BlobStore:
 def test_hydrate_attachment(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     data = b"\x89PNG\r\n\x1a\n attachment"
-    written = store.write_bytes(data, "image/png")
+    written = store.write_bytes(None, data, "image/png")
     assert hydrate_attachment(store, written.ref, "a.png", "image/png") == data
     missing = "media:" + hashlib.sha256(b"gone").hexdigest()
     assert (
@@ -216,7 +216,7 @@ def test_enospc_is_storage_full_and_leaves_nothing(
 ) -> None:
     store = make_store(tmp_path)
     data = b"bytes" * 100
-    upload = store.begin_upload(hashlib.sha256(data).hexdigest(), len(data), "")
+    upload = store.begin_upload(None, hashlib.sha256(data).hexdigest(), len(data), "")
     upload.write(data)
 
     def full(fd: int) -> None:
