@@ -23,7 +23,7 @@ from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
 from history_service.errors import InvalidArgumentError
 from history_service.sessions import SessionInfo, SessionLister
-from history_service.store import AcceptedMessageStore
+from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     FileIdentity,

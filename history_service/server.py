@@ -19,7 +19,7 @@ from history_service.bus import AcceptedBus, InProcessBus
 from history_service.config import HistoryConfig
 from history_service.core import HistoryCore
 from history_service.servicer import SERVICE_NAME, HistoryServicer
-from history_service.store import AcceptedMessageStore
+from history_service.store.base import AcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
 from scrollback.history.v1 import history_pb2_grpc
