@@ -1,4 +1,4 @@
-"""`reconcile_pending`: the one comparison of accepted messages with transcript entries (CONTRACT §7).
+"""`reconcile_pending`: the one comparison of accepted messages with transcript entries (docs/contract.md §7).
 
 Bootstrap and WatchSession hand a client two records of a sent message: the
 *pending* AcceptedMessage (what the server accepted and still owes) and, once

@@ -11,20 +11,30 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from gateway.config import ConfigError, GatewayConfig
+from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from gateway.config import DEFAULT_ADDR, GatewayConfig
 from gateway.server import serve
 from scrollback.server.service_cli import run_service
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The gateway's flags (shared with `scrollback gateway`)."""
-    parser.add_argument("--addr", help="HOST:PORT to listen on (SCROLLBACK_GATEWAY_ADDR)")
-    parser.add_argument("--history-addr", help="history service (SCROLLBACK_HISTORY_ADDR)")
-    parser.add_argument("--media-addr", help="media service (SCROLLBACK_MEDIA_ADDR)")
     parser.add_argument(
-        "--auth-tokens", type=Path, help="callers' token file (SCROLLBACK_AUTH_TOKENS)"
+        "--addr", help=f"HOST:PORT to listen on (SCROLLBACK_GATEWAY_ADDR, default {DEFAULT_ADDR})"
+    )
+    parser.add_argument(
+        "--history-addr",
+        help=f"history service (SCROLLBACK_HISTORY_ADDR, default {DEFAULT_HISTORY_ADDR})",
+    )
+    parser.add_argument(
+        "--media-addr",
+        help=f"media service (SCROLLBACK_MEDIA_ADDR, default {DEFAULT_MEDIA_ADDR})",
+    )
+    parser.add_argument(
+        "--auth-tokens",
+        type=Path,
+        help="callers' token file (SCROLLBACK_AUTH_TOKENS, default: no auth)",
     )
     parser.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without auth"
@@ -33,15 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     """The environment's configuration with the flags applied."""
-    overrides: dict[str, Any] = {"insecure": args.insecure}
-    for name in ("addr", "history_addr", "media_addr"):
-        if getattr(args, name, None):
-            overrides[name] = getattr(args, name)
-    if args.auth_tokens is not None:
-        overrides["auth_tokens"] = args.auth_tokens.expanduser()
-    # Flags apply before validation: `--insecure` must count when the environment
-    # names a non-loopback address.
-    return GatewayConfig.from_env(**overrides)
+    return GatewayConfig.from_env(
+        addr=args.addr or None,
+        history_addr=args.history_addr or None,
+        media_addr=args.media_addr or None,
+        auth_tokens=args.auth_tokens.expanduser() if args.auth_tokens else None,
+        insecure=args.insecure or None,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +61,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gateway",
         lambda: config_from_args(args),
         serve,
-        ConfigError,
         addr_env="SCROLLBACK_GATEWAY_ADDR",
     )
 

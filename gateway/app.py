@@ -1,6 +1,6 @@
 """The gateway's ASGI app: JSON API, photos, live events and the viewer.
 
-Routes (the fixed names of CONTRACT section 12 first):
+Routes (the fixed names of docs/contract.md §12 first):
 - `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "next_page_token"}`;
 - `GET /api/v1/sessions/{id}/window?page_token=&direction=latest_first|oldest_first&page_size=`:
   `{"entries": [...], "next_page_token", ...}`, each ref with a signed `url`;

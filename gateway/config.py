@@ -1,6 +1,8 @@
-"""The gateway's configuration: defaults, environment, validation (as the services' configs).
+"""The gateway's configuration: the services' idiom (scrollback.server.service_config).
 
-`GatewayConfig.from_env()` reads:
+A frozen dataclass; `GatewayConfig.from_env(env=None, **overrides)` reads the
+environment (its own settings `SCROLLBACK_GATEWAY_<FIELD>`), lets the set
+overrides (flags) win and validates. It reads:
 - `SCROLLBACK_GATEWAY_ADDR` (default `127.0.0.1:8080`): where the gateway listens;
 - `SCROLLBACK_HISTORY_ADDR` / `SCROLLBACK_MEDIA_ADDR`: the services it calls;
 - `SCROLLBACK_AUTH_TOKENS`: the services' token file; when set, every API call
@@ -12,7 +14,7 @@
   32 bytes; several replicas share it); unset, a random key per process;
 - `SCROLLBACK_GATEWAY_URL_TTL_SECONDS` (default 3600): how long a photo URL is valid.
 Without auth the gateway binds loopback only, unless `insecure`.
-`validate()` raises ConfigError at start-up; no error shows a token or a key.
+`validate()` raises the shared ConfigError at start-up; no error shows a token or a key.
 """
 
 from __future__ import annotations
@@ -21,25 +23,26 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from scrollback.server.auth import AuthConfigError, TokenTable
+from scrollback.server.service_config import ConfigError, read_fields, with_overrides
 
+SERVICE = "gateway"
 DEFAULT_ADDR = "127.0.0.1:8080"
 DEFAULT_URL_TTL_SECONDS = 3600
 MIN_KEY_BYTES = 32
+# The services' own addresses and the services' token file: read under their names.
+SHARED_NAMES = {
+    "history_addr": "SCROLLBACK_HISTORY_ADDR",
+    "media_addr": "SCROLLBACK_MEDIA_ADDR",
+    "auth_tokens": "SCROLLBACK_AUTH_TOKENS",
+}
 
-
-class ConfigError(ValueError):
-    """A gateway setting that cannot be used."""
-
-
-def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
-    value = env.get(name)
-    return Path(value).expanduser() if value else None
+__all__ = ["DEFAULT_ADDR", "ConfigError", "GatewayConfig"]
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -77,27 +80,10 @@ class GatewayConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> GatewayConfig:
-        """Read the configuration from the environment; keyword overrides (flags) win; validated."""
-        env = os.environ if env is None else env
-        ttl_text = env.get("SCROLLBACK_GATEWAY_URL_TTL_SECONDS") or ""
-        try:
-            ttl = int(ttl_text) if ttl_text else DEFAULT_URL_TTL_SECONDS
-        except ValueError:
-            raise ConfigError("SCROLLBACK_GATEWAY_URL_TTL_SECONDS must be an integer") from None
-        config = cls(
-            addr=env.get("SCROLLBACK_GATEWAY_ADDR") or DEFAULT_ADDR,
-            history_addr=env.get("SCROLLBACK_HISTORY_ADDR") or DEFAULT_HISTORY_ADDR,
-            media_addr=env.get("SCROLLBACK_MEDIA_ADDR") or DEFAULT_MEDIA_ADDR,
-            auth_tokens=_optional_path(env, "SCROLLBACK_AUTH_TOKENS"),
-            token_file=_optional_path(env, "SCROLLBACK_GATEWAY_TOKEN_FILE"),
-            signing_key_file=_optional_path(env, "SCROLLBACK_GATEWAY_SIGNING_KEY_FILE"),
-            url_ttl_seconds=ttl,
-        )
-        return replace(config, **overrides).validate()
-
-    def with_overrides(self, **changes: object) -> GatewayConfig:
-        """A copy with some fields replaced (flags over env), validated."""
-        return replace(self, **changes).validate()  # type: ignore[arg-type]
+        """The environment's settings (os.environ by default), the set overrides winning; validated."""
+        source = os.environ if env is None else env
+        values = read_fields(cls, source, service=SERVICE, names=SHARED_NAMES)
+        return cls(**with_overrides(values, overrides)).validate()
 
     @property
     def auth_configured(self) -> bool:

@@ -1,50 +1,39 @@
 """`python -m history_service [--transcripts DIR] [--state DIR] [--addr HOST:PORT] [--insecure]`.
 
 Flags override the environment (SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE,
-SCROLLBACK_HISTORY_ADDR, SCROLLBACK_DATABASE_URL). `--database-url postgresql://...`
+SCROLLBACK_HISTORY_ADDR, SCROLLBACK_DATABASE_URL, ...: history_service.config);
+an unusable configuration exits with status 2. `--database-url postgresql://...`
 runs this replica on PostgreSQL (prefer the environment variable when the URL
 holds a password: a flag is visible in the process list).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
 import sys
 
-from history_service.config import DEFAULT_ADDR, ConfigError, HistoryConfig
+from history_service.config import DEFAULT_ADDR, SERVICE, HistoryConfig
 from history_service.server import serve
-from scrollback.server.service_cli import run_service, service_parser, with_auth_tokens
+from scrollback.server.service_cli import run_service, service_parser, shared_overrides
+from scrollback.server.service_config import env_name
+
+
+def config_from_args(args: argparse.Namespace) -> HistoryConfig:
+    """The environment's configuration with the flags applied."""
+    return HistoryConfig.from_env(addr=args.addr, **shared_overrides(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, then serve until SIGINT/SIGTERM."""
     parser = service_parser(
-        "python -m history_service",
-        __doc__,
-        transcripts_help="the transcripts root",
-        state_help="the state dir",
-        addr_env="SCROLLBACK_HISTORY_ADDR",
-        default_addr=DEFAULT_ADDR,
+        "python -m history_service", __doc__, service=SERVICE, default_addr=DEFAULT_ADDR
     )
     args = parser.parse_args(argv)
-
-    def build_config() -> HistoryConfig:
-        config = HistoryConfig.from_env(
-            transcripts=args.transcripts.expanduser() if args.transcripts else None,
-            state_dir=args.state.expanduser() if args.state else None,
-            addr=args.addr,
-            insecure=args.insecure or None,
-            database_url=args.database_url or None,
-            stall_timeout_seconds=args.stall_timeout,
-        )
-        if args.auth_tokens is not None:
-            config = dataclasses.replace(
-                config, security=with_auth_tokens(config.security, args.auth_tokens)
-            )
-        return config
-
     return run_service(
-        "history_service", build_config, serve, ConfigError, addr_env="SCROLLBACK_HISTORY_ADDR"
+        "history_service",
+        lambda: config_from_args(args),
+        serve,
+        addr_env=env_name("addr", SERVICE),
     )
 
 

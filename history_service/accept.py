@@ -1,6 +1,6 @@
 """Accepted messages: the request shape, its validation and its content digest.
 
-Recording a message IS acceptance (CONTRACT section 7). A retry with the same
+Recording a message IS acceptance (docs/contract.md §7). A retry with the same
 client_txn_id is recognized by the digest of the canonical content (target,
 text, attachments): the same digest replays the original answer, another one
 is a conflict.

@@ -1,29 +1,34 @@
 """The history service's configuration: a frozen dataclass read from the environment.
 
-`HistoryConfig.from_env()` reads `SCROLLBACK_TRANSCRIPTS` (default
-`~/.claude/projects`), `SCROLLBACK_STATE` (default `$XDG_STATE_HOME/scrollback`
-or `~/.local/state/scrollback`, see scrollback.server.service_config),
-`SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
-(`SCROLLBACK_HISTORY_*`, e.g. `SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS`, default
-60, flag `--stall-timeout`: a stream whose client grants no flow-control
-window that long is ended with DEADLINE_EXCEEDED). `validate()` raises `ConfigError` with a clear text.
+The idiom and the naming scheme are scrollback.server.service_config's: shared
+settings are `SCROLLBACK_<FIELD>`, this service's own `SCROLLBACK_HISTORY_<FIELD>`,
+and the flags of `python -m history_service` / `scrollback up` override them.
 
-Security (`security`, shared with the media service, see scrollback.server.auth):
-`SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
-`SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
-`SCROLLBACK_HISTORY_METRICS_ADDR` (Prometheus endpoint, off when unset).
+Shared: `SCROLLBACK_TRANSCRIPTS` (default `~/.claude/projects`), `SCROLLBACK_STATE`
+(default `$XDG_STATE_HOME/scrollback` or `~/.local/state/scrollback`),
+`SCROLLBACK_DATABASE_URL` (`postgresql://...`: the accepted messages and the bus
+on PostgreSQL, shared by several replicas; unset, SQLite in the state dir; the
+URL may hold a password: it is kept out of the repr and every error text),
+`SCROLLBACK_MAX_LINE_SIZE` (default 16 MiB; the older
+`SCROLLBACK_HISTORY_MAX_LINE_SIZE` still works, deprecated), and the security
+settings (scrollback.server.auth: `SCROLLBACK_AUTH_TOKENS`,
+`SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`, `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL`).
 
-`SCROLLBACK_DATABASE_URL` (`postgresql://...`) puts the accepted messages and
-the bus on PostgreSQL, shared by several replicas; unset, the embedded SQLite
-database in the state dir. The URL may hold a password: it is kept out of
-the dataclass repr and out of every error text.
+This service's (`SCROLLBACK_HISTORY_<FIELD>`, each field below): `ADDR` (default
+`127.0.0.1:50051`), `METRICS_ADDR` (Prometheus endpoint, off when unset),
+`STALL_TIMEOUT_SECONDS` (default 60, flag `--stall-timeout-seconds`: a stream
+whose client grants no flow-control window that long is ended with
+DEADLINE_EXCEEDED), and the limits `DEFAULT_INLINE_LIMIT`, `MAX_WINDOW_BYTES`,
+`PENDING_KEEP`, `PENDING_TTL_SECONDS`, `HEARTBEAT_SECONDS`, `WATCH_POLL_SECONDS`,
+`RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`. `from_env` checks the values;
+`validate()` also the locations and files, at start-up (ConfigError).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +41,25 @@ from scrollback.server.auth import SecuritySettings
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import (
     DEFAULT_TRANSCRIPTS,
+    ConfigError,
+    check_database_url,
     check_locations,
+    check_security,
     default_state_dir,
+    read_fields,
     security_from_env,
     state_dir_from_env,
     transcripts_from_env,
-    validate_shared,
+    with_overrides,
 )
-from scrollback.state.urls import DATABASE_URL_ENV
 
+SERVICE = "history"
 DEFAULT_ADDR = "127.0.0.1:50051"
+# Read as SCROLLBACK_<FIELD>: every server reads them alike.
+SHARED_FIELDS = frozenset({"database_url", "max_line_size"})
+DEPRECATED_NAMES = {"SCROLLBACK_MAX_LINE_SIZE": "SCROLLBACK_HISTORY_MAX_LINE_SIZE"}
 
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used."""
+__all__ = ["DEFAULT_ADDR", "ConfigError", "HistoryConfig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,42 +87,41 @@ class HistoryConfig:
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> HistoryConfig:
-        """Build from the environment (os.environ by default); keyword overrides win."""
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        auth_tokens: Path | None = None,
+        **overrides: Any,
+    ) -> HistoryConfig:
+        """The environment's settings (os.environ by default), the set overrides winning.
+
+        `auth_tokens` is the `--auth-tokens` flag (into `security`). The values
+        are checked; the locations are left to `validate`.
+        """
         source = os.environ if env is None else env
-        values: dict[str, Any] = {
-            "transcripts": transcripts_from_env(source),
-            "state_dir": state_dir_from_env(source),
-            "addr": source.get("SCROLLBACK_HISTORY_ADDR", DEFAULT_ADDR),
-            "database_url": source.get(DATABASE_URL_ENV, ""),
-        }
-        values["security"] = security_from_env(
-            source, metrics_var="SCROLLBACK_HISTORY_METRICS_ADDR", config_error=ConfigError
+        values = read_fields(
+            cls,
+            source,
+            service=SERVICE,
+            shared=SHARED_FIELDS,
+            aliases=DEPRECATED_NAMES,
+            skip=frozenset({"transcripts", "state_dir"}),
         )
-        numeric: dict[str, type] = {
-            "default_inline_limit": int,
-            "max_line_size": int,
-            "max_window_bytes": int,
-            "pending_keep": int,
-            "pending_ttl_seconds": float,
-            "heartbeat_seconds": float,
-            "watch_poll_seconds": float,
-            "rescan_interval_seconds": float,
-            "bus_resync_seconds": float,
-            "stall_timeout_seconds": float,
-        }
-        for name, kind in numeric.items():
-            key = "SCROLLBACK_HISTORY_" + name.upper()
-            if key in source:
-                try:
-                    values[name] = kind(source[key])
-                except ValueError:
-                    raise ConfigError(f"{key} must be a number") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return replace(cls(), **values)
+        values["transcripts"] = transcripts_from_env(source)
+        values["state_dir"] = state_dir_from_env(source)
+        values["security"] = security_from_env(source, service=SERVICE, auth_tokens=auth_tokens)
+        return cls(**with_overrides(values, overrides)).check_values()
 
     def validate(self) -> HistoryConfig:
-        """Return self if usable, else raise ConfigError."""
+        """Return self if the server can start on it (values, locations, files), else ConfigError."""
+        self.check_values()
+        check_locations(self.transcripts, self.state_dir)
+        check_security(self.security)
+        return self
+
+    def check_values(self) -> HistoryConfig:
+        """Return self if every value is within bounds; raise ConfigError otherwise."""
         if not self.addr or ":" not in self.addr:
             raise ConfigError("the history address must be HOST:PORT")
         if not MIN_INLINE_LIMIT <= self.default_inline_limit <= self.max_line_size:
@@ -135,6 +144,5 @@ class HistoryConfig:
             raise ConfigError("the stall timeout must be positive")
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
-        check_locations(self.transcripts, self.state_dir, config_error=ConfigError)
-        validate_shared(self.database_url, self.security, config_error=ConfigError)
+        check_database_url(self.database_url)
         return self

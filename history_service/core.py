@@ -30,7 +30,7 @@ from history_service.insight import (
     subagents_of,
 )
 from history_service.sessions import SessionInfo, SessionLister
-from history_service.store import AcceptedMessageStore
+from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     FileIdentity,
@@ -103,7 +103,7 @@ class HistoryCore:
         self, principal: Principal | None, page_size: int, page_token: str, project_dir: str
     ) -> tuple[list[tuple[SessionInfo, SessionDetail | None]], str]:
         """One page of sessions, each with its insight (None where the index failed)."""
-        infos, token = await self.lister.page(page_size, page_token, project_dir)
+        infos, token = await self.lister.page(principal, page_size, page_token, project_dir)
         details = await asyncio.to_thread(self._details, principal, infos)
         return list(zip(infos, details, strict=True)), token
 
@@ -216,9 +216,9 @@ class HistoryCore:
             max_line_size=self.config.max_line_size,
         )
 
-    async def read_window(self, params: WindowParams) -> Window:
-        """One window."""
-        return await self.reader.read(params)
+    async def read_window(self, principal: Principal | None, params: WindowParams) -> Window:
+        """One window of a session `principal` may see."""
+        return await self.reader.read(principal, params)
 
     async def accept(
         self,
@@ -325,7 +325,7 @@ class HistoryCore:
         identity, offset = FileIdentity.null(), 0
         if params is not None:
             try:
-                window = await self.read_window(params)
+                window = await self.read_window(principal, params)
                 identity, offset = window.identity, window.newest_end
             except SessionNotFoundError:
                 if not pending and not chat_key:

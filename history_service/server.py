@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import grpc
 
 from history_service.bus import AcceptedBus, InProcessBus
-from history_service.config import ConfigError, HistoryConfig
+from history_service.config import HistoryConfig
 from history_service.core import HistoryCore
 from history_service.insight import InsightStore
 from history_service.servicer import SERVICE_NAME, HistoryServicer
-from history_service.store import AcceptedMessageStore
+from history_service.store.base import AcceptedMessageStore
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
 from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
@@ -32,7 +32,11 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
-from scrollback.server.service_config import auth_errors_as, open_database_pool
+from scrollback.server.service_config import (
+    ConfigError,
+    auth_errors_as_config_errors,
+    open_database_pool,
+)
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -73,9 +77,7 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
     from history_service.bus_postgres import PostgresBus
     from scrollback.state.postgres import DatabaseUnavailableError
 
-    pool = await asyncio.to_thread(
-        open_database_pool, config.database_url, name="history", config_error=ConfigError
-    )
+    pool = await asyncio.to_thread(open_database_pool, config.database_url, name="history")
     pg_store = PostgresAcceptedMessageStore(
         pool, keep=config.pending_keep, ttl_seconds=config.pending_ttl_seconds
     )
@@ -94,7 +96,7 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
-    with auth_errors_as(ConfigError):
+    with auth_errors_as_config_errors():
         security = prepare_security(
             "history",
             config.security,

@@ -1,8 +1,8 @@
 """The gRPC servicer: translates protos to HistoryCore calls and back, and errors to statuses.
 
-`ERROR_TABLE` is the one map from domain exceptions to status codes (CONTRACT
-section 9); `scrollback.server.grpc_support.abort_for` applies it, and anything not in
-it is INTERNAL with a fixed text. The caller's principal (set by the auth
+`ERROR_TABLE` is the one map from domain exceptions to status codes (docs/contract.md
+§9); `scrollback.server.grpc_support.maps_errors` applies it to every RPC, in
+its streaming phase too, and anything not in it is INTERNAL with a fixed text. The caller's principal (set by the auth
 interceptor) is read here, once per call, and passed to the core explicitly.
 """
 
@@ -34,8 +34,8 @@ from scrollback.contract.refs import ID_PATTERN, RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback.server.auth import current_principal
-from scrollback.server.grpc_support import ErrorTable, abort_for
+from scrollback.server.caller import current_principal
+from scrollback.server.grpc_support import ErrorTable, maps_errors
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
@@ -240,6 +240,7 @@ async def _window_responses(
     yield response(end=_window_end(window))
 
 
+@maps_errors(ERROR_TABLE)
 class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     """scrollback.history.v1.HistoryService on a HistoryCore."""
 
@@ -249,12 +250,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Context
     ) -> pb.ListSessionsResponse:
-        try:
-            sessions, token = await self._core.list_sessions(
-                current_principal(), request.page_size, request.page_token, request.project_dir
-            )
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        sessions, token = await self._core.list_sessions(
+            current_principal(), request.page_size, request.page_token, request.project_dir
+        )
         return pb.ListSessionsResponse(
             sessions=[_session(info, detail) for info, detail in sessions],
             next_page_token=token,
@@ -263,50 +261,39 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def GetSession(
         self, request: pb.GetSessionRequest, context: Context
     ) -> pb.GetSessionResponse:
-        try:
-            info, detail = await self._core.get_session(current_principal(), request.session_id)
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        info, detail = await self._core.get_session(current_principal(), request.session_id)
         return pb.GetSessionResponse(session=_session(info, detail))
 
     async def ReadWindow(
         self, request: pb.ReadWindowRequest, context: Context
     ) -> AsyncIterator[pb.ReadWindowResponse]:
-        try:
-            params = self._core.window_params(
-                request.session_id,
-                request.page_size,
-                request.page_token,
-                request.direction,
-                request.media_mode,
-                request.inline_limit_bytes,
-            )
-            window = await self._core.read_window(params)
-            links = await self._core.subagent_links(current_principal(), params.session_id)
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
-        try:
-            async for response in _window_responses(
-                pb.ReadWindowResponse, params.session_id, window, links
-            ):
-                yield response
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        params = self._core.window_params(
+            request.session_id,
+            request.page_size,
+            request.page_token,
+            request.direction,
+            request.media_mode,
+            request.inline_limit_bytes,
+        )
+        principal = current_principal()
+        window = await self._core.read_window(principal, params)
+        links = await self._core.subagent_links(principal, params.session_id)
+        async for response in _window_responses(
+            pb.ReadWindowResponse, params.session_id, window, links
+        ):
+            yield response
 
     async def Bootstrap(
         self, request: pb.BootstrapRequest, context: Context
     ) -> AsyncIterator[pb.BootstrapResponse]:
-        try:
-            result = await self._core.bootstrap(
-                current_principal(),
-                request.session_id,
-                request.chat_key,
-                request.page_size,
-                request.media_mode,
-                request.inline_limit_bytes,
-            )
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        result = await self._core.bootstrap(
+            current_principal(),
+            request.session_id,
+            request.chat_key,
+            request.page_size,
+            request.media_mode,
+            request.inline_limit_bytes,
+        )
         yield pb.BootstrapResponse(
             header=pb.BootstrapHeader(
                 pending=[_accepted(r) for r in result.pending],
@@ -318,37 +305,26 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if window is None:
             yield pb.BootstrapResponse(end=pb.WindowEnd())
             return
-        try:
-            async for response in _window_responses(
-                pb.BootstrapResponse, result.session_id, window
-            ):
-                yield response
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        async for response in _window_responses(pb.BootstrapResponse, result.session_id, window):
+            yield response
 
     async def AcceptMessage(
         self, request: pb.AcceptMessageRequest, context: Context
     ) -> pb.AcceptMessageResponse:
-        try:
-            record, replayed = await self._core.accept(
-                current_principal(),
-                request.client_txn_id,
-                request.session_id,
-                request.chat_key,
-                request.text,
-                [(a.ref, a.name, a.media_type) for a in request.attachments],
-            )
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        record, replayed = await self._core.accept(
+            current_principal(),
+            request.client_txn_id,
+            request.session_id,
+            request.chat_key,
+            request.text,
+            [(a.ref, a.name, a.media_type) for a in request.attachments],
+        )
         return pb.AcceptMessageResponse(message=_accepted(record), replayed=replayed)
 
     async def BindChatKey(
         self, request: pb.BindChatKeyRequest, context: Context
     ) -> pb.BindChatKeyResponse:
-        try:
-            moved = await self._core.bind(current_principal(), request.chat_key, request.session_id)
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        moved = await self._core.bind(current_principal(), request.chat_key, request.session_id)
         return pb.BindChatKeyResponse(bound_messages=moved)
 
     async def WatchSession(
@@ -356,40 +332,35 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     ) -> AsyncIterator[pb.WatchSessionResponse]:
         core = self._core
         principal = current_principal()
-        try:
-            core.check_target(principal, request.session_id, request.chat_key)
-            mode, limit = core.watch_mode(request.media_mode, request.inline_limit_bytes)
-            scope, start = await core.watcher.start(
-                principal, request.session_id, request.chat_key, request.position
-            )
-            events = core.watcher.events(
-                principal,
-                request.session_id,
-                request.chat_key,
-                scope,
-                start,
-                MediaMode(mode),
-                limit,
-            )
-            async for event in events:
-                if isinstance(event, WatchEntry):
-                    messages = list(entry_messages(event.session_id, event.line))
-                    for index, message in enumerate(messages):
-                        position = event.position if index == len(messages) - 1 else ""
-                        if isinstance(message, pb.Entry):
-                            yield pb.WatchSessionResponse(entry=message, position=position)
-                        else:
-                            yield pb.WatchSessionResponse(
-                                entry_json_chunk=message, position=position
-                            )
-                elif isinstance(event, WatchAccepted):
-                    yield pb.WatchSessionResponse(
-                        accepted=_accepted(event.record), position=event.position
-                    )
-                else:
-                    yield pb.WatchSessionResponse(
-                        heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
-                        position=event.position,
-                    )
-        except Exception as error:
-            await abort_for(context, error, ERROR_TABLE)
+        core.check_target(principal, request.session_id, request.chat_key)
+        mode, limit = core.watch_mode(request.media_mode, request.inline_limit_bytes)
+        scope, start = await core.watcher.start(
+            principal, request.session_id, request.chat_key, request.position
+        )
+        events = core.watcher.events(
+            principal,
+            request.session_id,
+            request.chat_key,
+            scope,
+            start,
+            MediaMode(mode),
+            limit,
+        )
+        async for event in events:
+            if isinstance(event, WatchEntry):
+                messages = list(entry_messages(event.session_id, event.line))
+                for index, message in enumerate(messages):
+                    position = event.position if index == len(messages) - 1 else ""
+                    if isinstance(message, pb.Entry):
+                        yield pb.WatchSessionResponse(entry=message, position=position)
+                    else:
+                        yield pb.WatchSessionResponse(entry_json_chunk=message, position=position)
+            elif isinstance(event, WatchAccepted):
+                yield pb.WatchSessionResponse(
+                    accepted=_accepted(event.record), position=event.position
+                )
+            else:
+                yield pb.WatchSessionResponse(
+                    heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
+                    position=event.position,
+                )

@@ -17,7 +17,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import parse_json_object
-from scrollback.server.auth import current_principal
+from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 TITLE_CHARS = 200
@@ -99,9 +99,9 @@ class SessionLister:
         self._lock = threading.Lock()
 
     async def page(
-        self, page_size: int, page_token: str, project_dir: str
+        self, principal: Principal | None, page_size: int, page_token: str, project_dir: str
     ) -> tuple[list[SessionInfo], str]:
-        """One page of sessions and the next token (empty at the end)."""
+        """One page of the sessions `principal` may see, and the next token (empty at the end)."""
         if page_size < 0:
             raise InvalidArgumentError("page_size must not be negative")
         size = DEFAULT_LIST_SIZE if page_size == 0 else min(page_size, MAX_LIST_SIZE)
@@ -109,13 +109,17 @@ class SessionLister:
         if page_token:
             modified_ns, project, session = self._codec.parse_list_token(page_token)
             after = (-modified_ns, project, session)
-        return await asyncio.to_thread(self._list, size, after, project_dir)
+        return await asyncio.to_thread(self._list, principal, size, after, project_dir)
 
     def _list(
-        self, size: int, after: tuple[int, str, str] | None, project_dir: str
+        self,
+        principal: Principal | None,
+        size: int,
+        after: tuple[int, str, str] | None,
+        project_dir: str,
     ) -> tuple[list[SessionInfo], str]:
         infos: list[tuple[SessionInfo, TranscriptFile]] = []
-        for transcript in self._root.list(current_principal()):
+        for transcript in self._root.list(principal):
             if project_dir and transcript.project_dir != project_dir:
                 continue
             try:

@@ -31,7 +31,7 @@ from history_service.lines import (
     serve_line,
     tail_start,
 )
-from history_service.store import AcceptedMessageStore
+from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
 from history_service.windows import open_transcript
 from scrollback.principals import Principal, namespace

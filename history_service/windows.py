@@ -41,7 +41,7 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
-from scrollback.server.auth import current_principal
+from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 MAX_PAGE_SIZE = 200
@@ -186,9 +186,9 @@ class WindowReader:
         self._max_window_bytes = max_window_bytes
         self.flights: SingleFlight[Window] = SingleFlight()
 
-    async def read(self, params: WindowParams) -> Window:
-        """Read one window (raises the domain errors of the contract)."""
-        opened = await asyncio.to_thread(self._open, params)
+    async def read(self, principal: Principal | None, params: WindowParams) -> Window:
+        """Read one window as `principal` may see it (raises the domain errors of the contract)."""
+        opened = await asyncio.to_thread(self._open, principal, params)
         token = opened.token
         direction = token.direction if token else params.direction
         boundary = token.boundary if token else -1
@@ -212,13 +212,13 @@ class WindowReader:
             os.close(opened.fd)
         return window
 
-    def _open(self, params: WindowParams) -> _Opened:
+    def _open(self, principal: Principal | None, params: WindowParams) -> _Opened:
         token = (
             self._codec.parse_page_token(params.session_id, params.page_token)
             if params.page_token
             else None
         )
-        transcript = self._root.resolve(params.session_id, current_principal())
+        transcript = self._root.resolve(params.session_id, principal)
         fd = open_transcript(self._root, transcript)
         try:
             if token is not None:

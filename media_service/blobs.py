@@ -1,4 +1,4 @@
-"""The content-addressed blob store (CONTRACT section 8): bytes on disk, metadata in a store.
+"""The content-addressed blob store (docs/contract.md §8): bytes on disk, metadata in a store.
 
 Uploads are hashed while written into a temp file on the same filesystem,
 size-limited, fsynced, renamed into `<state>/blobs/ab/cd/<sha256>` (and the
@@ -42,8 +42,8 @@ from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.store.base import BlobMetadataStore, BlobRow
 from media_service.thumbnails import image_dimensions
 from scrollback.contract.refs import BLOB_REF_PREFIX, validate_sha256
+from scrollback.principals import Principal
 from scrollback.server import metrics
-from scrollback.server.auth import principal_name
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,14 @@ def _storage_error(error: OSError) -> Exception:
 class BlobUpload:
     """One upload in progress: feed it chunks, then `finish()` or `abort()`."""
 
-    def __init__(self, store: BlobStore, sha256: str, size_bytes: int, media_type: str) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        principal: Principal | None,
+        sha256: str,
+        size_bytes: int,
+        media_type: str,
+    ) -> None:
         try:
             validate_sha256(sha256)
         except ValueError:
@@ -120,7 +127,8 @@ class BlobUpload:
         self.media_type = media_type
         self._hash = hashlib.sha256()
         self._written = 0
-        self._owner = principal_name()
+        # The uploader owns the blob (docs/contract.md §8); no owner without auth.
+        self._owner = None if principal is None else principal.name
         self._temp = store.paths.new_temp()
         self._file: BinaryIO | None = None
         try:
@@ -233,13 +241,19 @@ class BlobStore:
                 os.close(fd)
         return removed
 
-    def begin_upload(self, sha256: str, size_bytes: int, media_type: str) -> BlobUpload:
-        """Start an upload from its header."""
-        return BlobUpload(self, sha256, size_bytes, media_type)
+    def begin_upload(
+        self, principal: Principal | None, sha256: str, size_bytes: int, media_type: str
+    ) -> BlobUpload:
+        """Start an upload from its header; `principal` (None without auth) will own the blob."""
+        return BlobUpload(self, principal, sha256, size_bytes, media_type)
 
-    def write_bytes(self, data: bytes, media_type: str = "") -> WrittenBlob:
-        """Store bytes in one call (tests, tools)."""
-        upload = self.begin_upload(hashlib.sha256(data).hexdigest(), len(data), media_type)
+    def write_bytes(
+        self, principal: Principal | None, data: bytes, media_type: str = ""
+    ) -> WrittenBlob:
+        """Store bytes in one call (tests, tools), owned by `principal`."""
+        upload = self.begin_upload(
+            principal, hashlib.sha256(data).hexdigest(), len(data), media_type
+        )
         upload.write(data)
         return upload.finish()
 

@@ -1,52 +1,61 @@
-"""The media service's configuration: defaults, environment, validation.
+"""The media service's configuration: a frozen dataclass read from the environment.
 
-`MediaConfig.from_env()` reads SCROLLBACK_TRANSCRIPTS, SCROLLBACK_STATE (the
-same defaults as history: scrollback.server.service_config), SCROLLBACK_MEDIA_ADDR and
-the SCROLLBACK_MEDIA_* tuning variables; `validate()` raises ConfigError for
-values out of bounds or a transcripts root that is not a directory, at start-up.
+The idiom and the naming scheme are scrollback.server.service_config's: shared
+settings are `SCROLLBACK_<FIELD>`, this service's own `SCROLLBACK_MEDIA_<FIELD>`,
+and the flags of `python -m media_service` / `scrollback up` override them.
 
-Security (`security`, shared with the history service, see scrollback.server.auth):
-`SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
-`SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
-`SCROLLBACK_MEDIA_METRICS_ADDR` (Prometheus endpoint, off when unset).
-`SCROLLBACK_DATABASE_URL` (`postgresql://...`) keeps blob metadata in
-PostgreSQL, shared by several replicas whose state dirs (the blob bytes) are
-one shared volume; unset, the embedded SQLite database in the state dir. The
-URL may hold a password: it is kept out of the repr and every error text.
-`SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS` (default 30): a WriteBlob client
-silent that long is cut off with DEADLINE_EXCEEDED and its upload discarded.
-`SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS` (default 600, flag
-`--write-deadline-seconds`): the longest a whole WriteBlob may take, however
-steadily it drips; past it the upload is cut off the same way.
-`SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS` (default 60, flag `--stall-timeout`): a
-stream whose client grants no flow-control window that long is ended with
-DEADLINE_EXCEEDED.
-`SCROLLBACK_MEDIA_THUMBNAIL_THREADS` (default 2): the threads that encode
-thumbnails, apart from those that serve reads; more requests wait their turn.
+Shared: `SCROLLBACK_TRANSCRIPTS`, `SCROLLBACK_STATE` (the same defaults as
+history), `SCROLLBACK_DATABASE_URL` (`postgresql://...`: blob metadata in
+PostgreSQL, shared by several replicas whose state dirs, the blob bytes, are one
+shared volume; unset, SQLite in the state dir; the URL is kept out of the repr
+and every error text), `SCROLLBACK_MAX_LINE_SIZE` (default 16 MiB) and the
+security settings (scrollback.server.auth).
+
+This service's (`SCROLLBACK_MEDIA_<FIELD>`, each field below): `ADDR` (default
+`127.0.0.1:50052`), `METRICS_ADDR` (Prometheus endpoint, off when unset),
+`CHUNK_SIZE` (default 64 KiB), `MAX_BLOB_SIZE` (default 64 MiB),
+`GC_GRACE_SECONDS` / `GC_INTERVAL_SECONDS` (defaults 3600 / 600),
+`LINE_CACHE_ENTRIES` (4096), `WRITE_IDLE_TIMEOUT_SECONDS` (default 30: a
+WriteBlob client silent that long is cut off with DEADLINE_EXCEEDED and its
+upload discarded), `WRITE_DEADLINE_SECONDS` (default 600, flag
+`--write-deadline-seconds`: the longest a whole WriteBlob may take, however
+steadily it drips), `STALL_TIMEOUT_SECONDS` (default 60, flag
+`--stall-timeout-seconds`: a stream whose client grants no flow-control window
+that long is ended with DEADLINE_EXCEEDED), `THUMBNAIL_THREADS` (default 2: the
+threads that encode thumbnails, apart from those that serve reads). The older names
+`SCROLLBACK_MAX_BLOB_SIZE`, `SCROLLBACK_GC_GRACE_SECONDS` and
+`SCROLLBACK_GC_INTERVAL_SECONDS` still work, deprecated.
+
+`from_env` checks the values (`scrollback gc` needs no transcripts root);
+`validate()` also the locations and files, at start-up (ConfigError).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from media_service.errors import ConfigError
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import (
     DEFAULT_TRANSCRIPTS,
+    ConfigError,
+    check_database_url,
     check_locations,
+    check_security,
     default_state_dir,
+    read_fields,
     security_from_env,
     state_dir_from_env,
     transcripts_from_env,
-    validate_shared,
+    with_overrides,
 )
-from scrollback.state.urls import DATABASE_URL_ENV
 
+SERVICE = "media"
 KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_ADDR = "127.0.0.1:50052"
@@ -59,26 +68,15 @@ DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
 DEFAULT_WRITE_DEADLINE_SECONDS = 600.0
 DEFAULT_THUMBNAIL_THREADS = 2
 MAX_THUMBNAIL_THREADS = 64
+# Read as SCROLLBACK_<FIELD>: every server reads them alike.
+SHARED_FIELDS = frozenset({"database_url", "max_line_size"})
+DEPRECATED_NAMES = {
+    "SCROLLBACK_MEDIA_MAX_BLOB_SIZE": "SCROLLBACK_MAX_BLOB_SIZE",
+    "SCROLLBACK_MEDIA_GC_GRACE_SECONDS": "SCROLLBACK_GC_GRACE_SECONDS",
+    "SCROLLBACK_MEDIA_GC_INTERVAL_SECONDS": "SCROLLBACK_GC_INTERVAL_SECONDS",
+}
 
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer") from None
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    text = env.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number") from None
+__all__ = ["DEFAULT_ADDR", "ConfigError", "MediaConfig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ class MediaConfig:
     """Everything the media server needs to start."""
 
     transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
-    state: Path = field(default_factory=default_state_dir)
+    state_dir: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False
     auth_configured: bool = False
@@ -104,58 +102,41 @@ class MediaConfig:
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> MediaConfig:
-        """Read the configuration from the environment (values checked, not locations)."""
-        env = os.environ if env is None else env
-        security = security_from_env(
-            env, metrics_var="SCROLLBACK_MEDIA_METRICS_ADDR", config_error=ConfigError
-        )
-        config = cls(
-            transcripts=transcripts_from_env(env),
-            state=state_dir_from_env(env),
-            addr=env.get("SCROLLBACK_MEDIA_ADDR") or DEFAULT_ADDR,
-            chunk_size=_int(env, "SCROLLBACK_MEDIA_CHUNK_SIZE", DEFAULT_CHUNK_SIZE),
-            max_line_size=_int(env, "SCROLLBACK_MAX_LINE_SIZE", DEFAULT_MAX_LINE_SIZE),
-            max_blob_size=_int(env, "SCROLLBACK_MAX_BLOB_SIZE", DEFAULT_MAX_BLOB_SIZE),
-            gc_grace_seconds=_float(env, "SCROLLBACK_GC_GRACE_SECONDS", DEFAULT_GC_GRACE_SECONDS),
-            gc_interval_seconds=_float(
-                env, "SCROLLBACK_GC_INTERVAL_SECONDS", DEFAULT_GC_INTERVAL_SECONDS
-            ),
-            write_idle_timeout_seconds=_float(
-                env,
-                "SCROLLBACK_MEDIA_WRITE_IDLE_TIMEOUT_SECONDS",
-                DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS,
-            ),
-            write_deadline_seconds=_float(
-                env, "SCROLLBACK_MEDIA_WRITE_DEADLINE_SECONDS", DEFAULT_WRITE_DEADLINE_SECONDS
-            ),
-            stall_timeout_seconds=_float(
-                env, "SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS", DEFAULT_STALL_TIMEOUT_SECONDS
-            ),
-            thumbnail_threads=_int(
-                env, "SCROLLBACK_MEDIA_THUMBNAIL_THREADS", DEFAULT_THUMBNAIL_THREADS
-            ),
-            database_url=env.get(DATABASE_URL_ENV) or "",
-            security=security,
-        )
-        return config.check_values()
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        auth_tokens: Path | None = None,
+        **overrides: Any,
+    ) -> MediaConfig:
+        """The environment's settings (os.environ by default), the set overrides winning.
 
-    def with_overrides(self, **changes: object) -> MediaConfig:
-        """A copy with some fields replaced (flags over env), values checked."""
-        return replace(self, **changes).check_values()  # type: ignore[arg-type]
+        `auth_tokens` is the `--auth-tokens` flag (into `security`). The values
+        are checked; the locations are left to `validate`.
+        """
+        source = os.environ if env is None else env
+        values = read_fields(
+            cls,
+            source,
+            service=SERVICE,
+            shared=SHARED_FIELDS,
+            aliases=DEPRECATED_NAMES,
+            skip=frozenset({"transcripts", "state_dir"}),
+        )
+        values["transcripts"] = transcripts_from_env(source)
+        values["state_dir"] = state_dir_from_env(source)
+        values["security"] = security_from_env(source, service=SERVICE, auth_tokens=auth_tokens)
+        return cls(**with_overrides(values, overrides)).check_values()
 
     def validate(self) -> MediaConfig:
-        """Return self if the server can start on it (values and locations), else ConfigError."""
+        """Return self if the server can start on it (values, locations, files), else ConfigError."""
         self.check_values()
-        check_locations(self.transcripts_root, self.state_dir, config_error=ConfigError)
+        check_locations(self.transcripts, self.state_dir)
+        check_security(self.security)
         return self
 
     def check_values(self) -> MediaConfig:
-        """Return self if every value is within bounds; raise ConfigError otherwise.
-
-        The locations are left to `validate` (at server start): `scrollback gc`
-        reads this configuration and needs no transcripts root.
-        """
+        """Return self if every value is within bounds; raise ConfigError otherwise."""
         if not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
             raise ConfigError(f"chunk size must be from 1 to {MAX_CHUNK_SIZE} bytes")
         if self.max_line_size < 1024:
@@ -178,15 +159,5 @@ class MediaConfig:
             raise ConfigError("the stall timeout must be positive")
         if not 1 <= self.thumbnail_threads <= MAX_THUMBNAIL_THREADS:
             raise ConfigError(f"thumbnail threads must be from 1 to {MAX_THUMBNAIL_THREADS}")
-        validate_shared(self.database_url, self.security, config_error=ConfigError)
+        check_database_url(self.database_url)
         return self
-
-    @property
-    def transcripts_root(self) -> Path:
-        """The transcripts root with ~ expanded."""
-        return self.transcripts.expanduser()
-
-    @property
-    def state_dir(self) -> Path:
-        """The state dir with ~ expanded."""
-        return self.state.expanduser()

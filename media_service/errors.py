@@ -64,10 +64,6 @@ class CorruptMediaError(Exception):
         super().__init__(message)
 
 
-class ConfigError(ValueError):
-    """A configuration value out of its bounds."""
-
-
 class SearchCancelledError(Exception):
     """A search stopped because its caller left or its deadline passed."""
 

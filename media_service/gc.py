@@ -1,4 +1,4 @@
-"""Garbage collection of unreferenced blobs (CONTRACT section 8).
+"""Garbage collection of unreferenced blobs (docs/contract.md §8).
 
 A blob is collected only when no blob_ref row names it and it was created
 (or last re-uploaded) before `now - grace`. Each deletion re-checks both in

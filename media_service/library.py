@@ -20,6 +20,7 @@ original, and the caller runs it (CPU-bound: on its own bounded executor).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -46,7 +47,6 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
 from scrollback.principals import Principal
-from scrollback.server.auth import current_principal
 from scrollback.state.blob_access import readable_blobs
 from scrollback.transcripts import TranscriptRoot
 
@@ -200,11 +200,11 @@ class MediaLibrary:
         self.thumbnails = ThumbnailCache(blobs.paths)
         self.max_thumbnail_pixels = max_thumbnail_pixels
 
-    def _session_visible(self, session_id: str) -> bool:
+    def _session_visible(self, principal: Principal | None, session_id: str) -> bool:
         if self._root is None:
             return False
         try:
-            self._root.resolve(session_id, current_principal())
+            self._root.resolve(session_id, principal)
         except LookupError:
             return False
         except ValueError:
@@ -214,11 +214,14 @@ class MediaLibrary:
     def blob_visible(self, principal: Principal | None, sha256: str) -> bool:
         """True if `principal` may read this blob (always, without auth)."""
         return sha256 in readable_blobs(
-            self.blobs.metadata, principal, [sha256], self._session_visible
+            self.blobs.metadata,
+            principal,
+            [sha256],
+            functools.partial(self._session_visible, principal),
         )
 
-    def _check_blob(self, sha256: str) -> None:
-        if not self.blob_visible(current_principal(), sha256):
+    def _check_blob(self, principal: Principal | None, sha256: str) -> None:
+        if not self.blob_visible(principal, sha256):
             raise MediaNotFoundError()
 
     def find_missing(self, principal: Principal | None, digests: list[str]) -> list[str]:
@@ -228,18 +231,28 @@ class MediaLibrary:
             return missing
         absent = set(missing)
         present = [d for d in digests if d not in absent]
-        readable = readable_blobs(self.blobs.metadata, principal, present, self._session_visible)
+        readable = readable_blobs(
+            self.blobs.metadata,
+            principal,
+            present,
+            functools.partial(self._session_visible, principal),
+        )
         return [d for d in digests if d in absent or d not in readable]
 
-    def stat(self, selector: Selector) -> MediaInfo:
+    def stat(self, principal: Principal | None, selector: Selector) -> MediaInfo:
         """Metadata only (a transcript image is still found and pin-checked)."""
         if isinstance(selector, TranscriptSelector):
-            return self.transcripts.stat(selector.ref, selector.pin, selector.line_offset_hint)
-        self._check_blob(selector.sha256)
+            return self.transcripts.stat(
+                principal, selector.ref, selector.pin, selector.line_offset_hint
+            )
+        self._check_blob(principal, selector.sha256)
         return self.blobs.stat(selector.sha256)
 
     def stat_many(
-        self, selectors: Sequence[Selector], should_stop: Callable[[], bool]
+        self,
+        principal: Principal | None,
+        selectors: Sequence[Selector],
+        should_stop: Callable[[], bool],
     ) -> list[MediaInfo | Exception]:
         """`stat` of each selector in order, each failure its own error.
 
@@ -253,10 +266,11 @@ class MediaLibrary:
                 images.append(number)
                 continue
             try:
-                results[number] = self.stat(selector)
+                results[number] = self.stat(principal, selector)
             except Exception as error:
                 results[number] = error
         found = self.transcripts.stat_many(
+            principal,
             [
                 (chosen.ref, chosen.pin, chosen.line_offset_hint)
                 for chosen in (selectors[number] for number in images)
@@ -268,18 +282,20 @@ class MediaLibrary:
             results[number] = result
         return [r if r is not None else MediaNotFoundError() for r in results]
 
-    def open(self, selector: Selector) -> OpenMedia:
-        """Metadata and verified bytes, ready to stream."""
+    def open(self, principal: Principal | None, selector: Selector) -> OpenMedia:
+        """Metadata and verified bytes, ready to stream, as `principal` may read them."""
         if isinstance(selector, TranscriptSelector):
             info, reader, handle = self.transcripts.open(
-                selector.ref, selector.pin, selector.line_offset_hint
+                principal, selector.ref, selector.pin, selector.line_offset_hint
             )
             return OpenMedia(info, _verified_reads(info, reader), handle.close)
-        self._check_blob(selector.sha256)
+        self._check_blob(principal, selector.sha256)
         info, handle = self.blobs.open_verified(selector.sha256)
         return OpenMedia.of_file(info, handle)
 
-    def thumbnail(self, selector: Selector, size: int) -> OpenMedia | ThumbnailJob:
+    def thumbnail(
+        self, principal: Principal | None, selector: Selector, size: int
+    ) -> OpenMedia | ThumbnailJob:
         """The cached thumbnail of a medium at `size`, or the job that makes it.
 
         The original passes every check of `open` first (visibility, pin, the
@@ -291,10 +307,10 @@ class MediaLibrary:
             raise ValueError("not a thumbnail size")
         source: OpenMedia | None = None
         if isinstance(selector, TranscriptSelector):
-            source = self.open(selector)
+            source = self.open(principal, selector)
             info = source.info
         else:
-            self._check_blob(selector.sha256)
+            self._check_blob(principal, selector.sha256)
             info = self.blobs.stat(selector.sha256)
         try:
             if not info.safe_inline:
@@ -306,7 +322,7 @@ class MediaLibrary:
                 )
                 return OpenMedia.of_bytes(made, cached.data)
             if source is None:
-                source = self.open(selector)  # hashed whole before it is decoded
+                source = self.open(principal, selector)  # hashed whole before it is decoded
         except BaseException:
             if source is not None:
                 source.close()

@@ -18,7 +18,6 @@ import grpc
 from media_service.blob_paths import BlobPaths
 from media_service.blobs import BlobStore, Clock
 from media_service.config import MediaConfig
-from media_service.errors import ConfigError
 from media_service.gc import GcReport, collect_garbage
 from media_service.library import MediaLibrary
 from media_service.servicer import MediaServicer
@@ -32,7 +31,7 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
-from scrollback.server.service_config import auth_errors_as, open_database_pool
+from scrollback.server.service_config import auth_errors_as_config_errors, open_database_pool
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -79,9 +78,7 @@ def open_metadata_store(config: MediaConfig) -> BlobMetadataStore:
         return SqliteBlobMetadataStore(config.state_dir)
     from media_service.store.postgres import PostgresBlobMetadataStore
 
-    return PostgresBlobMetadataStore(
-        open_database_pool(config.database_url, name="media", config_error=ConfigError)
-    )
+    return PostgresBlobMetadataStore(open_database_pool(config.database_url, name="media"))
 
 
 def open_blob_store(
@@ -119,7 +116,7 @@ def build_library(
 ) -> tuple[MediaLibrary, BlobMetadataStore]:
     """The domain objects of a media server (also usable without gRPC)."""
     blobs, metadata = open_blob_store(config, clock=clock)
-    root = TranscriptRoot(config.transcripts_root)
+    root = TranscriptRoot(config.transcripts)
     transcripts = TranscriptMedia(
         root, max_line_size=config.max_line_size, cache_entries=config.line_cache_entries
     )
@@ -131,7 +128,7 @@ async def start_media_server(
 ) -> RunningMediaServer:
     """Validate, clean stale uploads, bind and start; GC runs every gc_interval."""
     config.validate()
-    with auth_errors_as(ConfigError):
+    with auth_errors_as_config_errors():
         security = prepare_security(
             "media",
             config.security,

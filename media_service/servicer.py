@@ -1,14 +1,14 @@
 """`scrollback.media.v1.MediaService`: proto <-> domain translation only.
 
-Every domain error reaches the client through ERRORS, the one table mapping
-exceptions to status codes (CONTRACT section 9), via
-`scrollback.server.grpc_support.abort_for`. Blocking work runs in threads.
+Every domain error reaches the client through ERROR_TABLE, the one table mapping
+exceptions to status codes (docs/contract.md §9), applied to every RPC, in its
+streaming phase too, by `scrollback.server.grpc_support.maps_errors`. Blocking
+work runs in threads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -42,8 +42,8 @@ from media_service.library import (
 from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
-from scrollback.server.auth import current_principal
-from scrollback.server.grpc_support import ErrorTable, abort_for, status_for
+from scrollback.server.caller import current_principal
+from scrollback.server.grpc_support import ErrorTable, maps_errors, status_for
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 
@@ -77,7 +77,7 @@ class UploadDeadlineError(Exception):
     """A WriteBlob upload took longer than the overall upload deadline."""
 
 
-ERRORS: ErrorTable = {
+ERROR_TABLE: ErrorTable = {
     RefError: grpc.StatusCode.INVALID_ARGUMENT,
     InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
     BlobMismatchError: grpc.StatusCode.INVALID_ARGUMENT,
@@ -146,12 +146,13 @@ def thumbnail_pixels(size: media_pb2.ThumbnailSize.ValueType) -> int | None:
 
 def error_to_proto(error: Exception) -> media_pb2.MediaError:
     """A per-item error, through the same table; unknown errors say nothing more."""
-    code = status_for(error, ERRORS)
+    code = status_for(error, ERROR_TABLE)
     if code is None:
         return media_pb2.MediaError(code="INTERNAL", message="internal error")
     return media_pb2.MediaError(code=code.name, message=str(error) or code.name.lower())
 
 
+@maps_errors(ERROR_TABLE)
 class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     """The MediaService RPCs over a MediaLibrary."""
 
@@ -166,14 +167,14 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS,
     ) -> None:
         self._library = library
+        # StatMedia's transcript searches run here, apart from the default pool
+        # that serves ReadMedia, so a flood of searches cannot starve reads.
+        self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
         # Thumbnail encodes (CPU-bound) run here, bounded, apart from the default
         # pool that serves reads: a flood of thumbnails cannot starve ReadMedia.
         self._thumbnail_pool = ThreadPoolExecutor(
             thumbnail_threads, thread_name_prefix="media-thumbnail"
         )
-        # StatMedia's transcript searches run here, apart from the default pool
-        # that serves ReadMedia, so a flood of searches cannot starve reads.
-        self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
         self._chunk_size = chunk_size
         self._idle_timeout = write_idle_timeout
         self._write_deadline = write_deadline
@@ -205,26 +206,18 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         self, request: media_pb2.ReadMediaRequest, context: Context
     ) -> AsyncIterator[media_pb2.ReadMediaResponse]:
         """Metadata first, then the bytes of [read_offset, read_offset + read_limit)."""
+        if not request.HasField("media"):
+            raise InvalidRequestError("media is required")
+        selector = selector_from_proto(request.media)
+        if request.read_offset < 0 or request.read_limit < 0:
+            byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
+        pixels = thumbnail_pixels(request.size)
+        if pixels is None:
+            media = await asyncio.to_thread(self._library.open, current_principal(), selector)
+        else:
+            media = await self._thumbnail(selector, pixels)
         try:
-            if not request.HasField("media"):
-                raise InvalidRequestError("media is required")
-            selector = selector_from_proto(request.media)
-            if request.read_offset < 0 or request.read_limit < 0:
-                byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
-            pixels = thumbnail_pixels(request.size)
-            if pixels is None:
-                media = await asyncio.to_thread(self._library.open, selector)
-            else:
-                media = await self._thumbnail(selector, pixels)
-        except Exception as error:
-            await abort_for(context, error, ERRORS)
-        try:
-            try:
-                start, end = byte_range(
-                    media.info.size_bytes, request.read_offset, request.read_limit
-                )
-            except ReadRangeError as error:
-                await abort_for(context, error, ERRORS)
+            start, end = byte_range(media.info.size_bytes, request.read_offset, request.read_limit)
             yield media_pb2.ReadMediaResponse(metadata=metadata_to_proto(media.info))
             chunk = self._chunk_size
             if media.data is not None:
@@ -235,14 +228,11 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 return
             position = start
             while position < end:
-                try:
-                    block = await asyncio.to_thread(
-                        media.read, position, min(READ_BLOCK, end - position)
-                    )
-                    if not block:
-                        raise CorruptMediaError()
-                except Exception as error:
-                    await abort_for(context, error, ERRORS)
+                block = await asyncio.to_thread(
+                    media.read, position, min(READ_BLOCK, end - position)
+                )
+                if not block:
+                    raise CorruptMediaError()
                 for at in range(0, len(block), chunk):
                     yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
                 position += len(block)
@@ -252,11 +242,12 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
 
     async def _thumbnail(self, selector: Selector, pixels: int) -> OpenMedia:
         """The thumbnail: checks and the cache on a read thread, an encode on the pool."""
-        found = await asyncio.to_thread(self._library.thumbnail, selector, pixels)
+        found = await asyncio.to_thread(
+            self._library.thumbnail, current_principal(), selector, pixels
+        )
         if not isinstance(found, ThumbnailJob):
             return found
-        # The caller's context (its principal) goes with the work, as with to_thread.
-        future = self._thumbnail_pool.submit(contextvars.copy_context().run, found.run)
+        future = self._thumbnail_pool.submit(found.run)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -269,11 +260,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     ) -> media_pb2.StatMediaResponse:
         """Metadata of each selector, or its own error, in the order asked."""
         if len(request.media) > MAX_STAT_SELECTORS:
-            await abort_for(
-                context,
-                InvalidRequestError(f"at most {MAX_STAT_SELECTORS} selectors per call"),
-                ERRORS,
-            )
+            raise InvalidRequestError(f"at most {MAX_STAT_SELECTORS} selectors per call")
         results: list[MediaInfo | Exception | None] = [None] * len(request.media)
         parsed: list[Selector] = []
         numbers: list[int] = []
@@ -294,19 +281,13 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
 
         loop = asyncio.get_running_loop()
         try:
-            # The caller's context (its principal) goes with the work, as with to_thread.
             found = await loop.run_in_executor(
                 self._search_pool,
-                contextvars.copy_context().run,
                 self._library.stat_many,
+                current_principal(),
                 parsed,
                 should_stop,
             )
-        except asyncio.CancelledError:
-            stop.set()
-            raise
-        except Exception as error:
-            await abort_for(context, error, ERRORS)
         finally:
             stop.set()
         for number, result in zip(numbers, found, strict=True):
@@ -329,16 +310,17 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         blobs = self._library.blobs
         iterator = aiter(request_iterator)
         deadline = time.monotonic() + self._write_deadline
-        try:
-            first = await self._next(iterator, deadline)
-            if first is None or first.WhichOneof("item") != "header":
-                raise InvalidRequestError("the first message must be the header")
-            header = first.header
-            upload = await asyncio.to_thread(
-                blobs.begin_upload, header.sha256, header.size_bytes, header.media_type
-            )
-        except Exception as error:
-            await abort_for(context, error, ERRORS)
+        first = await self._next(iterator, deadline)
+        if first is None or first.WhichOneof("item") != "header":
+            raise InvalidRequestError("the first message must be the header")
+        header = first.header
+        upload = await asyncio.to_thread(
+            blobs.begin_upload,
+            current_principal(),
+            header.sha256,
+            header.size_bytes,
+            header.media_type,
+        )
         try:
             while (message := await self._next(iterator, deadline)) is not None:
                 if message.WhichOneof("item") == "header":
@@ -346,10 +328,8 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 if message.data:
                     await asyncio.to_thread(upload.write, message.data)
             written = await asyncio.to_thread(upload.finish)
-        except Exception as error:
-            upload.abort()
-            await abort_for(context, error, ERRORS)
         except BaseException:
+            # Failed, cut off or cancelled: the partial upload is discarded.
             upload.abort()
             raise
         return media_pb2.WriteBlobResponse(
@@ -360,10 +340,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         self, request: media_pb2.FindMissingBlobsRequest, context: Context
     ) -> media_pb2.FindMissingBlobsResponse:
         """The digests the store lacks or the caller may not read, in the order asked."""
-        try:
-            missing = await asyncio.to_thread(
-                self._library.find_missing, current_principal(), list(request.sha256)
-            )
-        except Exception as error:
-            await abort_for(context, error, ERRORS)
+        missing = await asyncio.to_thread(
+            self._library.find_missing, current_principal(), list(request.sha256)
+        )
         return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)

@@ -1,4 +1,4 @@
-"""The content type of media, from its magic numbers only (CONTRACT section 10).
+"""The content type of media, from its magic numbers only (docs/contract.md §10).
 
 PNG, JPEG, GIF, WebP, AVIF and HEIC/HEIF are images, safe to show inline;
 everything else (SVG and HTML included) is application/octet-stream, not

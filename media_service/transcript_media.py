@@ -1,4 +1,4 @@
-"""Resolving a transcript image ref to its exact bytes (CONTRACT sections 2 and 4).
+"""Resolving a transcript image ref to its exact bytes (docs/contract.md §2 and §4).
 
 The entry's line is found, in this order:
 
@@ -75,8 +75,8 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
+from scrollback.principals import Principal
 from scrollback.server import metrics
-from scrollback.server.auth import current_principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
@@ -92,7 +92,7 @@ _KEY_WINDOW = 48
 # A `"uuid"` key ending exactly where the quoted value starts (used with endpos = the hit).
 _KEY_BEFORE = re.compile(rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}\Z' % (_MAX_SPACE, _MAX_SPACE))
 _WHITESPACE = b" \t\r\n"
-# A top-level-looking `"uuid"` key and its id value (ids per CONTRACT section 4).
+# A top-level-looking `"uuid"` key and its id value (ids per docs/contract.md §4).
 _KEY_AND_ID = re.compile(
     rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}"([A-Za-z0-9_-]{1,64})"' % (_MAX_SPACE, _MAX_SPACE)
 )
@@ -535,18 +535,25 @@ class TranscriptMedia:
             raise LineTooLargeError()
         raise MediaNotFoundError()
 
-    def _open(self, ref: TranscriptImageRef, pin: str) -> BinaryIO:
+    def _open(self, principal: Principal | None, ref: TranscriptImageRef, pin: str) -> BinaryIO:
         validate_pin(pin)
         try:
-            transcript = self._root.resolve(ref.session_id, current_principal())
+            transcript = self._root.resolve(ref.session_id, principal)
             return self._root.open(transcript)
         except SessionNotFoundError:
             raise MediaNotFoundError() from None
 
     def open(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
     ) -> tuple[MediaInfo, PayloadReader, BinaryIO]:
         """The image's metadata, a reader of its decoded bytes, and the file it reads.
+
+        `principal` is the caller (None without auth): a session it may not
+        see is MediaNotFoundError.
 
         The caller closes the file. Nothing of the image is held: each read
         decodes just the bytes asked for from the file (which stays the one
@@ -556,7 +563,7 @@ class TranscriptMedia:
         failed upload), PinMismatchError, LineTooLargeError (a line too large
         even stripped), CorruptMediaError, AmbiguousSessionError, RefError.
         """
-        handle = self._open(ref, pin)
+        handle = self._open(principal, ref, pin)
         try:
             fd = handle.fileno()
             found, file_id = self._locate(fd, ref, pin, line_offset_hint)
@@ -574,10 +581,14 @@ class TranscriptMedia:
         return info, reader, handle
 
     def read(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
     ) -> tuple[MediaInfo, bytes]:
         """The image's metadata and all its decoded bytes (for callers that want them whole)."""
-        info, reader, handle = self.open(ref, pin, line_offset_hint)
+        info, reader, handle = self.open(principal, ref, pin, line_offset_hint)
         with handle:
             try:
                 data = reader.read(0, info.size_bytes)
@@ -588,14 +599,18 @@ class TranscriptMedia:
         return info, data
 
     def stat(
-        self, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None = None
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
     ) -> MediaInfo:
         """The image's metadata, as `open` gives it.
 
         The line is still found, parsed and pin-checked; the payload is only
         decoded (streaming) if its metadata is not cached.
         """
-        with self._open(ref, pin) as handle:
+        with self._open(principal, ref, pin) as handle:
             fd = handle.fileno()
             found, file_id = self._locate(fd, ref, pin, line_offset_hint)
             return self._info(fd, found, file_id, ref)
@@ -636,6 +651,7 @@ class TranscriptMedia:
 
     def stat_many(
         self,
+        principal: Principal | None,
         selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> list[MediaInfo | Exception]:
@@ -658,7 +674,7 @@ class TranscriptMedia:
             if should_stop():
                 raise SearchCancelledError()
             try:
-                handle = self._root.open(self._root.resolve(session_id, current_principal()))
+                handle = self._root.open(self._root.resolve(session_id, principal))
             except SessionNotFoundError:
                 for number in numbers:
                     results[number] = MediaNotFoundError()

@@ -1,13 +1,13 @@
 """Finding transcripts under the root: the one place that turns a session id into a path.
 
-Layout (CONTRACT section 1): `<root>/<project-dir>/<sessionId>.jsonl`; sub-agents
+Layout (docs/contract.md §1): `<root>/<project-dir>/<sessionId>.jsonl`; sub-agents
 at `<root>/<project-dir>/<sessionId>/subagents/agent-<id>.jsonl` or (legacy)
 `<root>/<project-dir>/agent-<id>.jsonl`. `*.meta.json` sidecars are not
 transcripts. The session id is the file name without `.jsonl`; file names that
 are not valid ids are ignored.
 
-Every path handed out is jailed to its own project directory (CONTRACT
-section 11): a project dir is a real directory directly under the root (a
+Every path handed out is jailed to its own project directory (docs/contract.md
+§11): a project dir is a real directory directly under the root (a
 symlinked project dir is not one), and a transcript's real path (symlinks
 resolved) lies under its project dir's real path, or the transcript does not
 exist: it is not listed, not found, and never counted when deciding whether a

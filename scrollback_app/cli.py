@@ -25,7 +25,7 @@ SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
 127.0.0.1:50052) and `--tls`, `--tls-ca`, `--tls-cert`, `--tls-key`,
 `--tls-server-name` (SCROLLBACK_TLS, SCROLLBACK_TLS_CA, ...: client.tls),
 print tables by default and JSON with `--json`. Flags override the
-environment (CONTRACT section 6).
+environment (docs/contract.md §6).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
@@ -41,111 +41,97 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCRIPTS
+from scrollback.server.service_config import DEFAULT_STATE_TEXT
+
+if TYPE_CHECKING:
+    from history_service.config import HistoryConfig
+    from media_service.config import MediaConfig
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 
-_ENV_FLAGS = {
-    "transcripts": "SCROLLBACK_TRANSCRIPTS",
-    "state": "SCROLLBACK_STATE",
-    "history_addr": "SCROLLBACK_HISTORY_ADDR",
-    "media_addr": "SCROLLBACK_MEDIA_ADDR",
-    "auth_tokens": "SCROLLBACK_AUTH_TOKENS",
-    "database_url": "SCROLLBACK_DATABASE_URL",
-}
 
-
-def _apply_flags_to_env(args: argparse.Namespace) -> None:
-    """Flags of the same names override the environment the configs read."""
-    for attribute, variable in _ENV_FLAGS.items():
-        value = getattr(args, attribute, None)
-        if value:
-            os.environ[variable] = str(value)
-
-
-class UpConfigError(ValueError):
-    """A configuration `scrollback up` cannot start on (exit code 2)."""
-
-
-def _transcripts_or_samples() -> None:
-    """With no transcripts root set and none at the default, serve the bundled samples."""
+def _transcripts_override(args: argparse.Namespace) -> Path | None:
+    """`--transcripts`; with none set and none at the default, the bundled sample sessions."""
     from scrollback.samples import SAMPLES_ROOT
     from scrollback.server.service_config import TRANSCRIPTS_ENV, transcripts_from_env
 
+    if args.transcripts is not None:
+        return Path(args.transcripts).expanduser()
     if os.environ.get(TRANSCRIPTS_ENV):
-        return  # chosen explicitly: checked as given
+        return None  # chosen explicitly: checked as given
     looked_for = transcripts_from_env()
     if looked_for.is_dir():
-        return
+        return None
     print(
         f"scrollback up: no transcripts at {looked_for} (set {TRANSCRIPTS_ENV} or --transcripts); "
         "serving the bundled sample sessions",
         flush=True,
     )
-    os.environ[TRANSCRIPTS_ENV] = str(SAMPLES_ROOT)
+    return Path(SAMPLES_ROOT)
 
 
-async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
-    from history_service.config import ConfigError as HistoryConfigError
+def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
+    """The services' configurations of `scrollback up`: the environment, the flags winning.
+
+    The same path from flags to a configuration as `python -m <service>`
+    (`shared_overrides`, then `from_env`); the environment is only read.
+    """
     from history_service.config import HistoryConfig
-    from history_service.server import start_history_server
     from media_service.config import MediaConfig
-    from media_service.errors import ConfigError as MediaConfigError
-    from media_service.server import start_media_server
-    from scrollback.server.grpc_support import (
-        BindRefusedError,
-        ListenError,
-        wait_for_shutdown_signal,
+    from scrollback.server.service_cli import shared_overrides
+
+    shared = {**shared_overrides(args), "transcripts": _transcripts_override(args)}
+    return (
+        HistoryConfig.from_env(addr=args.history_addr, **shared),
+        MediaConfig.from_env(addr=args.media_addr, **shared),
     )
 
-    config_errors = (HistoryConfigError, MediaConfigError, BindRefusedError)
-    try:
-        history_config = HistoryConfig.from_env()
-        media_config = MediaConfig.from_env()
-    except config_errors as error:
-        raise UpConfigError(str(error)) from None
-    if insecure:
-        history_config = dataclasses.replace(history_config, insecure=True)
-        media_config = dataclasses.replace(media_config, insecure=True)
+
+async def _run_up(args: argparse.Namespace) -> int:
+    """Both services (and the gateway with --gateway), configured as `python -m <service>` is."""
+    from history_service.server import start_history_server
+    from media_service.server import start_media_server
+    from scrollback.server.grpc_support import ListenError, wait_for_shutdown_signal
+    from scrollback.server.service_config import ConfigError
+
+    history_config, media_config = up_configs(args)
     try:
         history = await start_history_server(history_config)
     except ListenError as error:
-        raise UpConfigError(
+        raise ConfigError(
             f"{error}; choose another with --history-addr or SCROLLBACK_HISTORY_ADDR"
         ) from None
-    except config_errors as error:
-        raise UpConfigError(str(error)) from None
     try:
         media = await start_media_server(media_config)
     except BaseException as error:
         await history.stop()
         if isinstance(error, ListenError):
-            raise UpConfigError(
+            raise ConfigError(
                 f"{error}; choose another with --media-addr or SCROLLBACK_MEDIA_ADDR"
             ) from None
-        if isinstance(error, config_errors):
-            raise UpConfigError(str(error)) from None
         raise
     gateway = None
-    if with_gateway:
+    if args.gateway:
         from gateway.config import GatewayConfig
         from gateway.server import start_gateway
 
         try:
-            gateway_config = GatewayConfig.from_env().with_overrides(
+            gateway_config = GatewayConfig.from_env(
+                addr=args.gateway_addr,
                 history_addr=f"127.0.0.1:{history.port}",
                 media_addr=f"127.0.0.1:{media.port}",
-                insecure=insecure,
+                auth_tokens=history_config.security.auth_tokens,
+                insecure=args.insecure or None,
             )
             gateway = await start_gateway(gateway_config)
         except BaseException:
@@ -171,23 +157,20 @@ async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    _apply_flags_to_env(args)
-    _transcripts_or_samples()
-    if args.gateway_addr:
-        os.environ["SCROLLBACK_GATEWAY_ADDR"] = args.gateway_addr
-    from gateway.config import ConfigError as GatewayConfigError
+    from scrollback.server.grpc_support import BindRefusedError
+    from scrollback.server.service_config import ConfigError
 
     try:
-        return asyncio.run(_run_up(args.insecure, args.gateway))
-    except (UpConfigError, GatewayConfigError) as error:
+        return asyncio.run(_run_up(args))
+    except (ConfigError, BindRefusedError) as error:
         print(f"scrollback up: {error}", file=sys.stderr)
         return EXIT_USAGE
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
     from gateway.__main__ import config_from_args
-    from gateway.config import ConfigError
     from gateway.server import serve
+    from scrollback.server.service_config import ConfigError
 
     try:
         config = config_from_args(args)
@@ -214,7 +197,10 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `scrollback` command."""
-    from scrollback.server.service_cli import add_version, plain
+    from gateway.config import DEFAULT_ADDR as DEFAULT_GATEWAY_ADDR
+    from history_service.config import DEFAULT_ADDR as DEFAULT_HISTORY_ADDR
+    from media_service.config import DEFAULT_ADDR as DEFAULT_MEDIA_ADDR
+    from scrollback.server.service_cli import add_shared_flags, add_version, plain
 
     parser = argparse.ArgumentParser(prog="scrollback", description=plain(__doc__.splitlines()[0]))
     add_version(parser, "scrollback")
@@ -222,38 +208,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="run both services in the foreground")
-    up.add_argument(
-        "--transcripts",
-        help=f"transcripts root (SCROLLBACK_TRANSCRIPTS, default {DEFAULT_TRANSCRIPTS}; "
-        "the bundled samples when that does not exist)",
-    )
-    up.add_argument(
-        "--state", help=f"state directory (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
+    add_shared_flags(
+        up,
+        services="SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS / SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS",
+        transcripts_help="the transcripts root (the bundled samples when none is set and the "
+        "default does not exist)",
     )
     up.add_argument(
         "--history-addr",
-        help="history service address (SCROLLBACK_HISTORY_ADDR, default 127.0.0.1:50051)",
+        help=f"history service address (SCROLLBACK_HISTORY_ADDR, default {DEFAULT_HISTORY_ADDR})",
     )
     up.add_argument(
         "--media-addr",
-        help="media service address (SCROLLBACK_MEDIA_ADDR, default 127.0.0.1:50052)",
-    )
-    up.add_argument(
-        "--auth-tokens",
-        help="bearer token file, YAML or JSON (SCROLLBACK_AUTH_TOKENS, default: no auth)",
-    )
-    up.add_argument(
-        "--insecure", action="store_true", help="allow a non-loopback address without auth"
-    )
-    up.add_argument(
-        "--database-url",
-        help="postgresql:// state database (SCROLLBACK_DATABASE_URL, default: SQLite in the "
-        "state dir)",
+        help=f"media service address (SCROLLBACK_MEDIA_ADDR, default {DEFAULT_MEDIA_ADDR})",
     )
     up.add_argument(
         "--gateway", action="store_true", help="also serve the HTTP gateway and the viewer"
     )
-    up.add_argument("--gateway-addr", help="gateway address (SCROLLBACK_GATEWAY_ADDR)")
+    up.add_argument(
+        "--gateway-addr",
+        help=f"gateway address (SCROLLBACK_GATEWAY_ADDR, default {DEFAULT_GATEWAY_ADDR})",
+    )
     up.set_defaults(handler=_cmd_up)
 
     gateway = commands.add_parser(

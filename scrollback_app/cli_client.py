@@ -541,9 +541,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
     if args.grace < 0:
         raise UsageError("--grace must not be negative")
-    config = MediaConfig.from_env()
-    if args.state:
-        config = config.with_overrides(state=Path(args.state))
+    config = MediaConfig.from_env(state_dir=Path(args.state).expanduser() if args.state else None)
     if not config.state_dir.is_dir():
         raise UsageError("the state dir (SCROLLBACK_STATE) is not a directory")
     report = collect_garbage_now(config, grace_seconds=args.grace)

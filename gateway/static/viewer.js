@@ -67,7 +67,7 @@ function observePhotos(root) {
   }
 }
 
-// The image enumeration rule (CONTRACT section 2): depth-first over message.content,
+// The image enumeration rule (docs/contract.md §2): depth-first over message.content,
 // descending into the "content" array of any block; the i-th image has index i.
 function renderBlocks(blocks, entry, counter, into) {
   for (const block of blocks) {

@@ -1,8 +1,8 @@
 """The contract code both services import: one copy, no grpc.
 
-- `refs`: the codec and validation of both reference forms (CONTRACT section 4).
-- `enumeration`: the image-enumeration rule (CONTRACT section 2).
-- `stripping`: the textual line stripper (CONTRACT section 3).
+- `refs`: the codec and validation of both reference forms (docs/contract.md §4).
+- `enumeration`: the image-enumeration rule (docs/contract.md §2).
+- `stripping`: the textual line stripper (docs/contract.md §3).
 - `extraction`: one image's exact bytes and pin from one line, through the
   same enumeration and stripping code.
 - `marker`: the stripped-media marker, read from the proto option.

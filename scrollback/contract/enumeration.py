@@ -1,4 +1,4 @@
-"""The image-enumeration rule both services share (CONTRACT section 2).
+"""The image-enumeration rule both services share (docs/contract.md §2).
 
 The image with index i of an entry is the i-th object whose "type" is "image"
 met in a depth-first walk of `message.content` in document order, descending

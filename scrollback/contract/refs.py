@@ -1,4 +1,4 @@
-"""The codec for both reference forms (CONTRACT section 4), with validation.
+"""The codec for both reference forms (docs/contract.md §4), with validation.
 
 - A transcript image: `<sessionId>/<entryUuid>/<index>`, ids matching
   `[A-Za-z0-9_-]{1,64}`, index a decimal 0-9999 with no sign or leading zeros,

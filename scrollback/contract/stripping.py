@@ -1,4 +1,4 @@
-"""The textual line stripper (CONTRACT section 3).
+"""The textual line stripper (docs/contract.md §3).
 
 `strip_line` cuts every base64 payload string value whose raw text is at least
 the inline limit out of one transcript line, by byte offsets, while scanning

@@ -1,6 +1,6 @@
 """Top-level string members of a JSON object line found textually, in bounded windows.
 
-An oversize line (CONTRACT section 3) is never parsed whole, yet its stub keeps
+An oversize line (docs/contract.md §3) is never parsed whole, yet its stub keeps
 the line's top-level `uuid`, `type` and `timestamp`. They are found here by a
 small tokenizer that tracks strings and nesting depth, run forwards over a
 bounded prefix of the line and backwards over a bounded suffix (Claude Code

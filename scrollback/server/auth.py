@@ -2,10 +2,10 @@
 
 No grpc here: the interceptor (`scrollback.server.interceptors`) reads the
 `authorization: Bearer <token>` metadata, looks the token up in a `TokenTable`
-and sets the caller's `Principal` in a context variable for the rest of the
-call. Domain code asks `current_principal()` / `project_visible()`; with no
-auth configured there is no principal and everything is visible (the embedded
-loopback default).
+and sets the caller's `Principal` for the rest of the call
+(`scrollback.server.caller`); the servicers pass it to the domain code as an
+argument. With no auth configured there is no principal and everything is
+visible (the embedded loopback default).
 
 Token file (YAML or JSON, `SCROLLBACK_AUTH_TOKENS` / `--auth-tokens`)::
 
@@ -22,8 +22,6 @@ Tokens are compared by their sha256 in constant time, against every entry.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import hmac
 import os
@@ -43,39 +41,6 @@ DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
 
 class AuthConfigError(ValueError):
     """A token file or security setting that cannot be used (never echoes a token)."""
-
-
-_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
-    "scrollback_principal", default=None
-)
-
-
-def current_principal() -> Principal | None:
-    """The caller of the current RPC, or None when auth is not configured."""
-    return _principal.get()
-
-
-def set_principal(principal: Principal | None) -> contextvars.Token[Principal | None]:
-    """Set the caller for the current context (the interceptor does this)."""
-    return _principal.set(principal)
-
-
-def reset_principal(token: contextvars.Token[Principal | None]) -> None:
-    """Undo `set_principal` (ignored if the context changed meanwhile)."""
-    with contextlib.suppress(ValueError):
-        _principal.reset(token)
-
-
-def project_visible(project_dir: str) -> bool:
-    """True if the current caller may read that project dir (always, without auth)."""
-    principal = _principal.get()
-    return principal is None or principal.sees_project(project_dir)
-
-
-def principal_name() -> str | None:
-    """The current caller's name, or None without auth."""
-    principal = _principal.get()
-    return None if principal is None else principal.name
 
 
 def token_digest(token: str) -> bytes:

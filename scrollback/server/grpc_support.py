@@ -3,20 +3,27 @@
 Each service's `server.py` builds its grpc.aio server through `build_server`,
 so both expose `grpc.health.v1.Health` and server reflection (grpcurl `list`
 works) and refuse to bind a non-loopback address without auth unless told
-`--insecure` (CONTRACT section 6).
+`--insecure` (docs/contract.md §6).
+
+Each servicer class is decorated with `maps_errors(ERROR_TABLE)`: every RPC
+method, unary or streaming, then turns a domain exception into its status
+through `abort_for`, wherever it is raised (also after a stream's first
+message), so no RPC carries its own `try` block for it (docs/contract.md §9).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import functools
+import inspect
 import ipaddress
 import logging
 import signal
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -225,3 +232,54 @@ async def abort_for(
         await context.abort(grpc.StatusCode.INTERNAL, "internal error")
     await context.abort(code, str(error) or code.name.lower().replace("_", " "))
     raise AssertionError("unreachable")  # context.abort always raises
+
+
+ServicerT = TypeVar("ServicerT", bound=type)
+
+
+def _mapped_unary(method: Callable[..., Any], table: ErrorTable) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def unary(self: Any, request: Any, context: Any) -> Any:
+        try:
+            return await method(self, request, context)
+        except Exception as error:
+            await abort_for(context, error, table)
+
+    return unary
+
+
+def _mapped_stream(method: Callable[..., Any], table: ErrorTable) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def stream(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+        responses = method(self, request, context)
+        try:
+            async for response in responses:
+                yield response
+        except Exception as error:
+            await abort_for(context, error, table)
+        finally:
+            # Runs the method's own cleanup now, not when the generator is collected.
+            await responses.aclose()
+
+    return stream
+
+
+def maps_errors(table: ErrorTable) -> Callable[[ServicerT], ServicerT]:
+    """A class decorator: every RPC method of the servicer maps its errors through `table`.
+
+    The RPC methods are the servicer's own methods named in CamelCase, as
+    generated servicer bases name them; coroutines (unary responses) and async
+    generators (streamed responses) alike.
+    """
+
+    def decorate(cls: ServicerT) -> ServicerT:
+        for name, method in list(vars(cls).items()):
+            if not name[:1].isupper():
+                continue
+            if inspect.isasyncgenfunction(method):
+                setattr(cls, name, _mapped_stream(method, table))
+            elif inspect.iscoroutinefunction(method):
+                setattr(cls, name, _mapped_unary(method, table))
+        return cls
+
+    return decorate

@@ -34,12 +34,8 @@ import grpc
 
 from scrollback.principals import Principal
 from scrollback.server import metrics
-from scrollback.server.auth import (
-    SecuritySettings,
-    TokenTable,
-    reset_principal,
-    set_principal,
-)
+from scrollback.server.auth import SecuritySettings, TokenTable
+from scrollback.server.caller import reset_principal, set_principal
 from scrollback.server.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
 
 log = logging.getLogger(__name__)

@@ -1,19 +1,23 @@
-"""The command line both services share: `python -m history_service` / `python -m media_service`.
+"""The command line every server shares: `python -m history_service` / `media_service`, `scrollback up`.
 
-`service_parser` declares the flags (`--transcripts`, `--state`, `--addr`,
-`--insecure`, `--auth-tokens`, `--stall-timeout`, `--database-url`, `--version`), each
-help text naming its environment variable and default; each service turns the
-parsed flags into its configuration. `run_service` sets up logging, builds the
-configuration and serves until SIGINT/SIGTERM: an unusable configuration, a
-refused bind or an address it cannot listen on prints `<name>: <error>` to
-stderr and returns exit status 2.
+`add_shared_flags` declares the flags of the settings every server reads
+alike (`--transcripts`, `--state`, `--insecure`, `--auth-tokens`,
+`--database-url`, `--stall-timeout-seconds`); `service_parser` adds `--addr` and
+`--version`. Each help text names the flag's environment variable and its
+default: flags and variables are named alike (`--<field>` and
+`SCROLLBACK_[<SERVICE>_]<FIELD>`, scrollback.server.service_config).
+`shared_overrides` turns the parsed flags into the keyword overrides of the
+configs' `from_env`, the one path from flags to a configuration for
+`python -m <service>` and `scrollback up` alike. `run_service` sets up logging,
+builds the configuration and serves until SIGINT/SIGTERM: an unusable
+configuration, a refused bind or an address it cannot listen on prints
+`<name>: <error>` to stderr and returns exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -21,9 +25,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scrollback.server.auth import SecuritySettings
 from scrollback.server.grpc_support import BindRefusedError, ListenError
-from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCRIPTS
+from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
+from scrollback.server.service_config import (
+    DEFAULT_STATE_TEXT,
+    DEFAULT_TRANSCRIPTS,
+    ConfigError,
+    env_name,
+)
 
 ConfigT = TypeVar("ConfigT")
 
@@ -49,22 +58,14 @@ def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
     parser.add_argument("--version", action="version", version=f"{prog} {version()}")
 
 
-def service_parser(
-    prog: str,
-    description: str | None,
+def add_shared_flags(
+    parser: argparse.ArgumentParser,
     *,
-    transcripts_help: str,
-    state_help: str,
-    addr_env: str,
-    default_addr: str,
-) -> argparse.ArgumentParser:
-    """The flags of a service; flags override the environment."""
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=plain(description),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_version(parser, prog)
+    services: str,
+    transcripts_help: str = "the transcripts root",
+    state_help: str = "the state dir",
+) -> None:
+    """The flags of the settings every server reads alike; `services` names whose stall timeout."""
     parser.add_argument(
         "--transcripts",
         type=Path,
@@ -72,9 +73,6 @@ def service_parser(
     )
     parser.add_argument(
         "--state", type=Path, help=f"{state_help} (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
-    )
-    parser.add_argument(
-        "--addr", help=f"HOST:PORT to listen on ({addr_env}, default {default_addr})"
     )
     parser.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback address without auth"
@@ -85,29 +83,66 @@ def service_parser(
         help="bearer token file, YAML or JSON (SCROLLBACK_AUTH_TOKENS, default: no auth)",
     )
     parser.add_argument(
-        "--stall-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="end a stream whose client grants no flow-control window this long (default 60)",
-    )
-    parser.add_argument(
         "--database-url",
         help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL, default: SQLite "
         "in the state dir)",
     )
+    parser.add_argument(
+        "--stall-timeout-seconds",
+        "--stall-timeout",
+        dest="stall_timeout_seconds",
+        type=float,
+        metavar="SECONDS",
+        help="end a stream whose client grants no flow-control window this long "
+        f"({services}, default {DEFAULT_STALL_TIMEOUT_SECONDS:g})",
+    )
+
+
+def shared_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config overrides of the shared flags; None where a flag was not given."""
+    return {
+        "transcripts": args.transcripts.expanduser() if args.transcripts else None,
+        "state_dir": args.state.expanduser() if args.state else None,
+        "insecure": args.insecure or None,
+        "auth_tokens": args.auth_tokens,
+        "database_url": args.database_url or None,
+        "stall_timeout_seconds": args.stall_timeout_seconds,
+    }
+
+
+def service_parser(
+    prog: str,
+    description: str | None,
+    *,
+    service: str,
+    default_addr: str,
+    transcripts_help: str = "the transcripts root",
+    state_help: str = "the state dir",
+) -> argparse.ArgumentParser:
+    """The flags of a service; flags override the environment."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=plain(description),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_version(parser, prog)
+    add_shared_flags(
+        parser,
+        services=env_name("stall_timeout_seconds", service),
+        transcripts_help=transcripts_help,
+        state_help=state_help,
+    )
+    parser.add_argument(
+        "--addr",
+        help=f"HOST:PORT to listen on ({env_name('addr', service)}, default {default_addr})",
+    )
     return parser
-
-
-def with_auth_tokens(security: SecuritySettings, auth_tokens: Path) -> SecuritySettings:
-    """The security settings with the token file of `--auth-tokens` (~ expanded)."""
-    return dataclasses.replace(security, auth_tokens=auth_tokens.expanduser())
 
 
 def run_service(
     name: str,
     build_config: Callable[[], ConfigT],
     serve: Callable[[ConfigT], Coroutine[Any, Any, None]],
-    config_error: type[Exception],
     *,
     addr_env: str,
 ) -> int:
@@ -119,7 +154,7 @@ def run_service(
     except ListenError as error:
         print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)
         return EXIT_CONFIG
-    except (config_error, BindRefusedError) as error:
+    except (ConfigError, BindRefusedError) as error:
         print(f"{name}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

@@ -1,4 +1,17 @@
-"""Configuration rules both services share: locations, security settings and the database URL.
+"""Configuration rules every server shares: one idiom, one naming scheme, one `ConfigError`.
+
+The idiom (`HistoryConfig`, `MediaConfig`, `GatewayConfig`): a frozen
+dataclass; `from_env(env=None, **overrides)` reads the environment (os.environ
+by default) with `read_fields`, lets keyword overrides (the command-line flags)
+win, and checks every value's bounds; `validate()` also checks the locations
+and files, at start-up. Every unusable setting raises the one `ConfigError`.
+
+The naming scheme: a setting every server reads alike is `SCROLLBACK_<FIELD>`
+(`SCROLLBACK_TRANSCRIPTS`, `SCROLLBACK_STATE`, `SCROLLBACK_DATABASE_URL`,
+`SCROLLBACK_MAX_LINE_SIZE`, the security settings of scrollback.server.auth);
+one server's own is `SCROLLBACK_<SERVICE>_<FIELD>` (`SCROLLBACK_MEDIA_CHUNK_SIZE`,
+`SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS`), the flag `--<field>` with dashes.
+A few older names still work as deprecated aliases (a warning is logged).
 
 `default_state_dir` is the state dir when SCROLLBACK_STATE is unset:
 `$XDG_STATE_HOME/scrollback`, else `~/.local/state/scrollback`. It does not
@@ -7,20 +20,20 @@ services started from anywhere share one state. `transcripts_from_env` is the
 transcripts root (SCROLLBACK_TRANSCRIPTS, default `~/.claude/projects`).
 
 `open_database_pool` opens the PostgreSQL pool a `database_url` selects
-(psycopg is imported only then).
-
-Each service raises its own `ConfigError`; these helpers take that class and
-turn `AuthConfigError` (and an unusable `SCROLLBACK_DATABASE_URL`) into it,
-with the same texts for both services. Errors never show the URL.
+(psycopg is imported only then). `AuthConfigError` (and an unusable
+`SCROLLBACK_DATABASE_URL`) become `ConfigError`, with the same texts for every
+server. Errors never show the URL.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrollback.server.auth import AuthConfigError, SecuritySettings
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
@@ -28,10 +41,87 @@ from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 if TYPE_CHECKING:
     from scrollback.state.postgres import Pool
 
+log = logging.getLogger(__name__)
+
 TRANSCRIPTS_ENV = "SCROLLBACK_TRANSCRIPTS"
 STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
+ENV_PREFIX = "SCROLLBACK_"
+
+
+class ConfigError(ValueError):
+    """A setting a server cannot start on (every server raises this one class)."""
+
+
+def env_name(field: str, service: str = "") -> str:
+    """`SCROLLBACK_<FIELD>` for a shared setting, `SCROLLBACK_<SERVICE>_<FIELD>` for one server's."""
+    return ENV_PREFIX + (f"{service.upper()}_" if service else "") + field.upper()
+
+
+def flag_name(field: str) -> str:
+    """The flag of a field: `--<field>` with dashes."""
+    return "--" + field.replace("_", "-")
+
+
+def _parse(kind: str, name: str, text: str) -> Any:
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer") from None
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number") from None
+    if kind in ("Path", "Path | None"):
+        return Path(text).expanduser()
+    return text
+
+
+_READABLE = frozenset({"int", "float", "str", "Path", "Path | None"})
+
+
+def read_fields(
+    cls: type[Any],
+    env: Mapping[str, str],
+    *,
+    service: str,
+    shared: frozenset[str] = frozenset(),
+    names: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str] | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """The fields of the dataclass `cls` that `env` sets, parsed by their annotated type.
+
+    A field's variable is `names[field]` if given, else `env_name(field)` when
+    it is in `shared`, else `env_name(field, service)`. Fields of other types
+    (bool, nested settings) and those in `skip` are left to the caller. An
+    empty variable counts as unset. `aliases` maps a variable to its deprecated
+    older name, read (with a warning) when the new one is unset.
+    """
+    names = names or {}
+    aliases = aliases or {}
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        kind = str(field.type)
+        if field.name in skip or kind not in _READABLE:
+            continue
+        name = names.get(field.name, env_name(field.name, "" if field.name in shared else service))
+        text = env.get(name, "")
+        old = aliases.get(name)
+        if not text and old and env.get(old, ""):
+            log.warning("%s is deprecated; use %s", old, name)
+            name, text = old, env[old]
+        if text:
+            values[field.name] = _parse(kind, name, text)
+    return values
+
+
+def with_overrides(values: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with the overrides that are set (None: the flag was not given)."""
+    return {**values, **{k: v for k, v in overrides.items() if v is not None}}
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -58,45 +148,53 @@ def transcripts_from_env(env: Mapping[str, str] | None = None) -> Path:
 
 
 @contextmanager
-def auth_errors_as(config_error: type[Exception]) -> Iterator[None]:
-    """Re-raise an AuthConfigError of the block as `config_error` (same text)."""
+def auth_errors_as_config_errors() -> Iterator[None]:
+    """Re-raise an AuthConfigError of the block as ConfigError (same text)."""
     try:
         yield
     except AuthConfigError as error:
-        raise config_error(str(error)) from None
+        raise ConfigError(str(error)) from None
 
 
 def security_from_env(
-    env: Mapping[str, str], *, metrics_var: str, config_error: type[Exception]
+    env: Mapping[str, str], *, service: str, auth_tokens: Path | None = None
 ) -> SecuritySettings:
-    """The security settings of the environment; `config_error` when unusable."""
-    with auth_errors_as(config_error):
-        return SecuritySettings.from_env(env, metrics_var=metrics_var)
+    """The security settings of the environment (metrics: `SCROLLBACK_<SERVICE>_METRICS_ADDR`).
+
+    `auth_tokens` (the `--auth-tokens` flag) wins over SCROLLBACK_AUTH_TOKENS.
+    """
+    with auth_errors_as_config_errors():
+        security = SecuritySettings.from_env(env, metrics_var=env_name("metrics_addr", service))
+    if auth_tokens is not None:
+        security = dataclasses.replace(security, auth_tokens=auth_tokens.expanduser())
+    return security
 
 
-def validate_shared(
-    database_url: str, security: SecuritySettings, *, config_error: type[Exception]
-) -> None:
-    """Check the database URL (empty, or postgresql://) and the security settings."""
+def check_database_url(database_url: str) -> None:
+    """The database URL must be empty (SQLite) or postgresql://; never shown."""
     if database_url and not is_postgres_url(database_url):
-        raise config_error(f"{DATABASE_URL_ENV} must be a postgresql:// URL")
-    with auth_errors_as(config_error):
+        raise ConfigError(f"{DATABASE_URL_ENV} must be a postgresql:// URL")
+
+
+def check_security(security: SecuritySettings) -> None:
+    """The security settings must be usable (their files are checked now)."""
+    with auth_errors_as_config_errors():
         security.validate()
 
 
-def open_database_pool(url: str, *, name: str, config_error: type[Exception]) -> Pool:
-    """A pool on the migrated database (blocking); `config_error` if unreachable."""
+def open_database_pool(url: str, *, name: str) -> Pool:
+    """A pool on the migrated database (blocking); ConfigError if unreachable."""
     from scrollback.state.postgres import DatabaseUnavailableError, open_pool
 
     try:
         return open_pool(url, name=name)
     except DatabaseUnavailableError as error:
-        raise config_error(str(error)) from None
+        raise ConfigError(str(error)) from None
 
 
-def check_locations(transcripts: Path, state_dir: Path, *, config_error: type[Exception]) -> None:
+def check_locations(transcripts: Path, state_dir: Path) -> None:
     """The transcripts root must be a directory; the state dir one or not yet there."""
     if not transcripts.is_dir():
-        raise config_error(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
+        raise ConfigError(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
     if state_dir.exists() and not state_dir.is_dir():
-        raise config_error(f"the state dir ({STATE_ENV}) is not a directory")
+        raise ConfigError(f"the state dir ({STATE_ENV}) is not a directory")

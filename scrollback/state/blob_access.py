@@ -1,4 +1,4 @@
-"""Who may read a blob: the one rule both services apply (CONTRACT section 8).
+"""Who may read a blob: the one rule both services apply (docs/contract.md §8).
 
 A principal may read a `media:<sha256>` blob only if it uploaded it
 (`blob_owner`) or can see an accepted message that references it (it accepted

@@ -1,7 +1,7 @@
 """Opening the state database and applying its versioned migrations.
 
 Connections use WAL with `synchronous=FULL`, so a committed transaction is on
-disk before the caller answers (CONTRACT section 7: recording it IS
+disk before the caller answers (docs/contract.md §7: recording it IS
 acceptance). Each migration runs once, in its own transaction, and is recorded
 in `schema_migrations`; migrations add tables, columns and indexes, and
 rewrite existing rows only where a new rule needs them in a new shape.

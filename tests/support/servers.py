@@ -157,7 +157,7 @@ class ServerPair:
         port = self.media_port if port is None else port
         config = MediaConfig(
             transcripts=self.root,
-            state=self.state,
+            state_dir=self.state,
             addr=f"127.0.0.1:{port}",
             gc_interval_seconds=3600,
         )

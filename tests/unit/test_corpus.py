@@ -76,7 +76,7 @@ def split_lines(data: bytes) -> Iterator[bytes]:
 
 
 def _image_blocks(entry: Any) -> list[Any]:
-    """CONTRACT section 2, written again here: pre-order over message.content."""
+    """docs/contract.md §2, written again here: pre-order over message.content."""
     found: list[Any] = []
 
     def visit(blocks: list[Any]) -> None:

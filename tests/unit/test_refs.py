@@ -1,4 +1,4 @@
-"""The reference codec (CONTRACT section 4): round trips and a rejection table."""
+"""The reference codec (docs/contract.md §4): round trips and a rejection table."""
 
 from __future__ import annotations
 

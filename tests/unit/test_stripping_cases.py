@@ -1,4 +1,4 @@
-"""Explicit cases for the stripper and the extractor (CONTRACT sections 2-3)."""
+"""Explicit cases for the stripper and the extractor (docs/contract.md §2-3)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The reference shares no code with the stripper. It parses the whole original
 line with a small recursive-descent JSON parser written here, which records
 the raw byte span (escapes as written) of every string; then it applies
-CONTRACT sections 2-4 literally:
+docs/contract.md §2-4 literally:
 
 - a payload is a string VALUE (never a key) whose raw text is at least the
   inline limit in bytes and whose characters, once unescaped, are all in
@@ -268,7 +268,7 @@ def _replace_cut(value: Any, cut: set[tuple[int, int]]) -> Any:
 
 
 def _walk_images(entry: Any) -> list[dict[str, Any]]:
-    """CONTRACT section 2, recursively: pre-order over message.content."""
+    """docs/contract.md §2, recursively: pre-order over message.content."""
     found: list[dict[str, Any]] = []
 
     def visit(blocks: list[Any]) -> None:

@@ -4,14 +4,14 @@ isort:skip_file
 References to media: how the history service names a photo it cut out of a
 transcript line, and how the media service is asked for it again.
 
-String forms (CONTRACT section 4):
+String forms (docs/contract.md §4):
 - a transcript image is "<sessionId>/<entryUuid>/<index>", where both ids
   match [A-Za-z0-9_-]{1,64} and the index is a decimal from 0 to 9999 with
   no sign and no leading zeros;
 - a content-addressed blob is "media:<sha256>", 64 lowercase hex digits.
 Anything else is INVALID_ARGUMENT.
 
-Image enumeration (CONTRACT section 2): the image with index i of an entry
+Image enumeration (docs/contract.md §2): the image with index i of an entry
 is the i-th JSON object whose "type" is "image" met in a depth-first walk of
 the entry's message.content in document order, descending into the
 "content" array of any block that has one. Indexes start at 0. Both

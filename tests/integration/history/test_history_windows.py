@@ -177,7 +177,7 @@ async def test_large_entries_are_chunked_and_inline_sends_them_whole(
         assert orjson.loads(big.json)["text"] == prose
         assert not pic.payloads_deferred
         if mode == pb.MEDIA_MODE_INLINE:
-            # CONTRACT section 3: INLINE returns lines whole up to the max line size.
+            # docs/contract.md §3: INLINE returns lines whole up to the max line size.
             assert pic.line_size_bytes > 8_000_000 and len(pic.json) == pic.line_size_bytes
             assert png in pic.json and not pic.media_refs
         else:
@@ -201,7 +201,7 @@ async def test_oversize_lines_get_a_stub(history_server: HarnessFactory) -> None
 async def test_oversize_stub_keeps_uuid_type_timestamp_and_non_objects_are_skipped(
     history_server: HarnessFactory,
 ) -> None:
-    # CONTRACT section 3: the stub keeps the top-level uuid, type and timestamp
+    # docs/contract.md §3: the stub keeps the top-level uuid, type and timestamp
     # (Claude Code writes uuid and timestamp after the huge message), and an
     # oversize line that is not a JSON object is skipped and counted.
     prose = "word " * 40_000
@@ -229,7 +229,7 @@ async def test_oversize_stub_keeps_uuid_type_timestamp_and_non_objects_are_skipp
 async def test_line_over_the_max_size_is_served_stripped_when_stripping_fits_it(
     history_server: HarnessFactory,
 ) -> None:
-    # CONTRACT section 3: only a line still over the max line size AFTER
+    # docs/contract.md §3: only a line still over the max line size AFTER
     # stripping is a stub. This one is 4x the max size, all of it one photo.
     payload = base64.b64encode(os.urandom(192 * 1024))
     image = {
@@ -437,7 +437,7 @@ async def test_list_sessions(history: HistoryHarness) -> None:
 async def test_page_token_refused_after_a_same_size_rewrite_at_its_offset(
     history: HistoryHarness,
 ) -> None:
-    # CONTRACT section 11: a page token is tied to the bytes at its own offset,
+    # docs/contract.md §11: a page token is tied to the bytes at its own offset,
     # so a rewrite keeping the size and the first 4 KiB is still seen.
     path = history.transcript("same")
 

@@ -26,7 +26,7 @@ async def start_media(tmp_path: Path) -> AsyncIterator[StartMedia]:
         state = tmp_path / "state"
         root.mkdir(exist_ok=True)
         config = MediaConfig(
-            transcripts=root, state=state, addr="127.0.0.1:0", gc_interval_seconds=3600
+            transcripts=root, state_dir=state, addr="127.0.0.1:0", gc_interval_seconds=3600
         )
         config = dataclasses.replace(config, **overrides).validate()  # type: ignore[arg-type]
         server = await start_media_server(config)

@@ -1,4 +1,4 @@
-"""StatMedia under floods (issue 11 item 7, CONTRACT section 11): many selectors into
+"""StatMedia under floods (issue 11 item 7, docs/contract.md §11): many selectors into
 one transcript resolve in one pass, searches never hold the threads that serve
 reads, and a search stops once its caller's deadline passes."""
 

@@ -50,7 +50,7 @@ def secured_pair_factory(tmp_path: Path) -> PairFactory:
         )
         media_config = dataclasses.replace(
             MediaConfig(
-                transcripts=root, state=state, addr="127.0.0.1:0", gc_interval_seconds=3600
+                transcripts=root, state_dir=state, addr="127.0.0.1:0", gc_interval_seconds=3600
             ),
             security=settings,
             **(media_overrides or {}),

@@ -1,4 +1,4 @@
-"""Symlinks and unknown ids against real servers (CONTRACT section 11).
+"""Symlinks and unknown ids against real servers (docs/contract.md §11).
 
 A transcript is the file under its own project dir: a link whose target
 leaves that dir does not exist for either service (not listed, NOT_FOUND) and

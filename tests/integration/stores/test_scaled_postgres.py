@@ -91,8 +91,8 @@ def cluster(make_database: Callable[[], str], tmp_path: Path) -> Iterator[Cluste
     (root / "proj").mkdir(parents=True)
     state.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")} | {
-        "SCROLLBACK_GC_GRACE_SECONDS": str(GRACE),
-        "SCROLLBACK_GC_INTERVAL_SECONDS": "0.3",
+        "SCROLLBACK_MEDIA_GC_GRACE_SECONDS": str(GRACE),
+        "SCROLLBACK_MEDIA_GC_INTERVAL_SECONDS": "0.3",
         "SCROLLBACK_HISTORY_WATCH_POLL_SECONDS": "0.05",
         "SCROLLBACK_HISTORY_HEARTBEAT_SECONDS": "1",
         # Wake-ups must come from NOTIFY: the listener's safety resync is out of reach.

@@ -22,7 +22,7 @@ def test_startup_cleanup_spares_another_replicas_upload_in_progress(tmp_path: Pa
     ]
     writer, starting = stores
     data = b"x" * 5000
-    upload = writer.begin_upload(hashlib.sha256(data).hexdigest(), len(data), "image/png")
+    upload = writer.begin_upload(None, hashlib.sha256(data).hexdigest(), len(data), "image/png")
     upload.write(data[:1000])
     dead = writer.paths.temp_dir / "dead.part"
     dead.write_bytes(b"left by a crash")

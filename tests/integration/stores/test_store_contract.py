@@ -27,7 +27,7 @@ import pytest
 
 from history_service.accept import AcceptedRecord, AcceptRequest, AttachmentSpec
 from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
-from history_service.store import AcceptedMessageStore
+from history_service.store.base import AcceptedMessageStore
 from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from media_service.store.base import BlobMetadataStore, BlobRow

@@ -94,7 +94,7 @@ def test_gc_never_deletes_referenced_and_always_collects_expired(
             for op, arg in operations:
                 k = int(arg)
                 if op == "upload":
-                    store.write_bytes(CONTENTS[k])
+                    store.write_bytes(None, CONTENTS[k])
                     created[k] = clock[0]
                 elif op == "accept":
                     if accept(history, SHAS[k], clock[0]):
@@ -150,7 +150,7 @@ def test_gc_races_a_concurrent_accept() -> None:
                 data = f"race {round_number}".encode()
                 sha = hashlib.sha256(data).hexdigest()
                 clock[0] = 0.0
-                store.write_bytes(data)
+                store.write_bytes(None, data)
                 accepted: list[bool] = []
                 barrier = threading.Barrier(2)
 

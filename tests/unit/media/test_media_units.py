@@ -18,12 +18,13 @@ from media_service import transcript_media
 from media_service.blob_paths import BlobPaths
 from media_service.blobs import BlobStore
 from media_service.config import MediaConfig
-from media_service.errors import ConfigError, ReadRangeError, StorageFullError
+from media_service.errors import ReadRangeError, StorageFullError
 from media_service.hydrate import hydrate_attachment
 from media_service.ranges import byte_range
 from media_service.sniff import sniff
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import iter_candidate_lines
+from scrollback.server.service_config import ConfigError
 
 
 def ftyp(major: bytes, *compatible: bytes) -> bytes:
@@ -92,7 +93,7 @@ def test_config_from_env_and_validation() -> None:
             "SCROLLBACK_MEDIA_CHUNK_SIZE": "1000",
         }
     )
-    assert config.transcripts == Path("/t") and config.state == Path("/s")
+    assert config.transcripts == Path("/t") and config.state_dir == Path("/s")
     assert config.addr == "127.0.0.1:1" and config.chunk_size == 1000
     defaults = MediaConfig.from_env({})
     assert defaults.addr == "127.0.0.1:50052" and defaults.chunk_size == 64 * 1024
@@ -194,7 +195,7 @@ def make_store(state: Path, **kwargs: object) -> BlobStore:
 def test_hydrate_attachment(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     data = b"\x89PNG\r\n\x1a\n attachment"
-    written = store.write_bytes(data, "image/png")
+    written = store.write_bytes(None, data, "image/png")
     assert hydrate_attachment(store, written.ref, "a.png", "image/png") == data
     missing = "media:" + hashlib.sha256(b"gone").hexdigest()
     assert (
@@ -216,7 +217,7 @@ def test_enospc_is_storage_full_and_leaves_nothing(
 ) -> None:
     store = make_store(tmp_path)
     data = b"bytes" * 100
-    upload = store.begin_upload(hashlib.sha256(data).hexdigest(), len(data), "")
+    upload = store.begin_upload(None, hashlib.sha256(data).hexdigest(), len(data), "")
     upload.write(data)
 
     def full(fd: int) -> None:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from media_service import transcript_media
+from media_service.errors import MediaNotFoundError
 from media_service.transcript_media import (
     TranscriptMedia,
     iter_candidate_lines,
@@ -22,6 +23,7 @@ from media_service.transcript_media import (
 )
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import strip_line
+from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptRoot
 
 
@@ -173,9 +175,33 @@ def test_metadata_is_cached_but_bytes_are_decoded_each_read(
         return real_decoded(*args, **kwargs)
 
     monkeypatch.setattr(transcript_media, "iter_decoded", iter_decoded)
-    first, data = media.read(ref, pin)
+    first, data = media.read(None, ref, pin)
     assert data == payload and first.sha256 == real.sha256(payload).hexdigest()
-    second, again = media.read(ref, pin, 15)
+    second, again = media.read(None, ref, pin, 15)
     assert again == payload and second == first
-    assert media.stat(ref, pin) == first
+    assert media.stat(None, ref, pin) == first
     assert passes == [1]  # one metadata pass; reads decode slices, the stat nothing
+
+
+def test_the_caller_is_an_argument(tmp_path: Path) -> None:
+    # Called directly (no RPC, no interceptor), the domain code answers for the
+    # principal it is given: the project's reader finds the image, another
+    # principal gets NOT_FOUND, and no auth (None) sees everything.
+    payload = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 100
+    line = _image_line("u-1", payload)
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "s.jsonl").write_bytes(line + b"\n")
+    stripped = strip_line(line)
+    assert stripped is not None
+    pin = stripped.images[0].pin
+    media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
+    ref = TranscriptImageRef("s", "u-1", 0)
+    reader = Principal("alice", frozenset({"proj"}))
+    stranger = Principal("bob", frozenset({"other"}))
+    assert media.read(reader, ref, pin)[1] == payload
+    assert media.read(None, ref, pin)[1] == payload
+    with pytest.raises(MediaNotFoundError):
+        media.stat(stranger, ref, pin)
+    (only,) = media.stat_many(stranger, [(ref, pin, None)])
+    assert isinstance(only, MediaNotFoundError)

@@ -1,0 +1,65 @@
+"""Errors raised after ReadMedia's first message reach the client as their mapped status.
+
+The error table applies to the streaming phase too (docs/contract.md §9): a
+transcript rewritten or truncated while its image is being sent ends the stream
+with DATA_LOSS, never UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import grpc
+import pytest
+
+from scrollback.media.v1 import media_pb2
+from tests.support.media import (
+    MediaEnv,
+    dumps,
+    entry,
+    image_block,
+    mint,
+    png_bytes,
+    write_transcript,
+)
+
+IMAGE_SIZE = 4 * 1024 * 1024  # many read blocks: the stream is far from done after its metadata
+
+
+def _rewrite(path: Path, payload: bytes, how: str) -> None:
+    """Change the transcript under the open stream: the payload replaced in place, or cut."""
+    content = path.read_bytes()
+    encoded = base64.b64encode(payload)
+    at = content.index(encoded)
+    if how == "replaced":
+        other = base64.b64encode(png_bytes(len(payload), seed=9))
+        assert len(other) == len(encoded) and other != encoded
+        with path.open("r+b") as handle:
+            os.pwrite(handle.fileno(), other, at)
+    else:
+        os.truncate(path, at + len(encoded) // 4)
+
+
+@pytest.mark.parametrize("how", ["replaced", "truncated"])
+async def test_transcript_changed_mid_stream_is_data_loss(media: MediaEnv, how: str) -> None:
+    payload = png_bytes(IMAGE_SIZE, seed=3)
+    line = dumps(entry("u-mid", [image_block(payload)]))
+    path = write_transcript(media.root, "mid", [line])
+    (ref,) = mint("mid", line)
+    call = media.stub.ReadMedia(
+        media_pb2.ReadMediaRequest(media=media_pb2.MediaSelector(media_ref=ref))
+    )
+    stream = aiter(call)
+    first = await anext(stream)
+    assert first.WhichOneof("item") == "metadata"
+    assert first.metadata.size_bytes == IMAGE_SIZE
+    _rewrite(path, payload, how)
+    received = 0
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for message in stream:
+            received += len(message.data)
+    assert received < IMAGE_SIZE
+    assert caught.value.code() == grpc.StatusCode.DATA_LOSS
+    assert str(media.root) not in (caught.value.details() or "")
