@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from scrollback.ref.v1 import ref_pb2 as scrollback_dot_ref_dot_v1_dot_ref__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#scrollback/history/v1/history.proto\x12\x15scrollback.history.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bscrollback/ref/v1/ref.proto\"Q\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x13\n\x0bproject_dir\x18\x03 \x01(\t\"\xb8\x01\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bproject_dir\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x31\n\rmodified_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05title\x18\x05 \x01(\t\x12\x13\n\x0bis_subagent\x18\x06 \x01(\x08\x12\x19\n\x11parent_session_id\x18\x07 \x01(\t\"a\n\x14ListSessionsResponse\x12\x30\n\x08sessions\x18\x01 \x03(\x0b\x32\x1e.scrollback.history.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xd9\x01\n\x11ReadWindowRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x37\n\tdirection\x18\x04 \x01(\x0e\x32$.scrollback.history.v1.ReadDirection\x12\x34\n\nmedia_mode\x18\x05 \x01(\x0e\x32 .scrollback.history.v1.MediaMode\x12\x1a\n\x12inline_limit_bytes\x18\x06 \x01(\r\"\x87\x02\n\x05\x45ntry\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\ttimestamp\x18\x03 \x01(\t\x12\x13\n\x0b\x62yte_offset\x18\x04 \x01(\x04\x12\x0c\n\x04json\x18\x05 \x01(\t\x12/\n\nmedia_refs\x18\x06 \x03(\x0b\x32\x1b.scrollback.ref.v1.MediaRef\x12\x1c\n\x14\x66\x61iled_image_indexes\x18\x07 \x03(\r\x12\x17\n\x0fjson_size_bytes\x18\x08 \x01(\x04\x12\x17\n\x0fline_size_bytes\x18\t \x01(\x04\x12\x10\n\x08oversize\x18\n \x01(\x08\x12\x19\n\x11payloads_deferred\x18\x0b \x01(\x08\"8\n\x0e\x45ntryJsonChunk\x12\x13\n\x0b\x62yte_offset\x18\x01 \x01(\x04\x12\x11\n\tjson_part\x18\x02 \x01(\t\"T\n\tWindowEnd\x12\x17\n\x0fnext_page_token\x18\x01 \x01(\t\x12\x15\n\rskipped_lines\x18\x02 \x01(\r\x12\x17\n\x0f\x66ile_size_bytes\x18\x03 \x01(\x04\"\xbf\x01\n\x12ReadWindowResponse\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1c.scrollback.history.v1.EntryH\x00\x12\x41\n\x10\x65ntry_json_chunk\x18\x02 \x01(\x0b\x32%.scrollback.history.v1.EntryJsonChunkH\x00\x12/\n\x03\x65nd\x18\x03 \x01(\x0b\x32 .scrollback.history.v1.WindowEndH\x00\x42\x06\n\x04item\";\n\nAttachment\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nmedia_type\x18\x03 \x01(\t\"\xa7\x01\n\x14\x41\x63\x63\x65ptMessageRequest\x12\x15\n\rclient_txn_id\x18\x01 \x01(\t\x12\x14\n\nsession_id\x18\x02 \x01(\tH\x00\x12\x12\n\x08\x63hat_key\x18\x03 \x01(\tH\x00\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x36\n\x0b\x61ttachments\x18\x05 \x03(\x0b\x32!.scrollback.history.v1.AttachmentB\x08\n\x06target\"\xd4\x01\n\x0f\x41\x63\x63\x65ptedMessage\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x15\n\rclient_txn_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x10\n\x08\x63hat_key\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x36\n\x0b\x61ttachments\x18\x06 \x03(\x0b\x32!.scrollback.history.v1.Attachment\x12\x31\n\raccepted_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"b\n\x15\x41\x63\x63\x65ptMessageResponse\x12\x37\n\x07message\x18\x01 \x01(\x0b\x32&.scrollback.history.v1.AcceptedMessage\x12\x10\n\x08replayed\x18\x02 \x01(\x08\":\n\x12\x42indChatKeyRequest\x12\x10\n\x08\x63hat_key\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"-\n\x13\x42indChatKeyResponse\x12\x16\n\x0e\x62ound_messages\x18\x01 \x01(\r\"\x9d\x01\n\x10\x42ootstrapRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63hat_key\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x34\n\nmedia_mode\x18\x04 \x01(\x0e\x32 .scrollback.history.v1.MediaMode\x12\x1a\n\x12inline_limit_bytes\x18\x05 \x01(\r\"v\n\x0f\x42ootstrapHeader\x12\x37\n\x07pending\x18\x01 \x03(\x0b\x32&.scrollback.history.v1.AcceptedMessage\x12\x16\n\x0ewatch_position\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\xf8\x01\n\x11\x42ootstrapResponse\x12\x38\n\x06header\x18\x01 \x01(\x0b\x32&.scrollback.history.v1.BootstrapHeaderH\x00\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1c.scrollback.history.v1.EntryH\x00\x12\x41\n\x10\x65ntry_json_chunk\x18\x03 \x01(\x0b\x32%.scrollback.history.v1.EntryJsonChunkH\x00\x12/\n\x03\x65nd\x18\x04 \x01(\x0b\x32 .scrollback.history.v1.WindowEndH\x00\x42\x06\n\x04item\"\x9f\x01\n\x13WatchSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63hat_key\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\t\x12\x34\n\nmedia_mode\x18\x04 \x01(\x0e\x32 .scrollback.history.v1.MediaMode\x12\x1a\n\x12inline_limit_bytes\x18\x05 \x01(\r\"\x96\x02\n\x14WatchSessionResponse\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1c.scrollback.history.v1.EntryH\x00\x12\x41\n\x10\x65ntry_json_chunk\x18\x02 \x01(\x0b\x32%.scrollback.history.v1.EntryJsonChunkH\x00\x12:\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x0b\x32&.scrollback.history.v1.AcceptedMessageH\x00\x12\x35\n\theartbeat\x18\x05 \x01(\x0b\x32 .scrollback.history.v1.HeartbeatH\x00\x12\x10\n\x08position\x18\x04 \x01(\tB\x07\n\x05\x65vent\":\n\tHeartbeat\x12-\n\tsent_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*q\n\rReadDirection\x12\x1e\n\x1aREAD_DIRECTION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bREAD_DIRECTION_LATEST_FIRST\x10\x01\x12\x1f\n\x1bREAD_DIRECTION_OLDEST_FIRST\x10\x02*W\n\tMediaMode\x12\x1a\n\x16MEDIA_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13MEDIA_MODE_DEFERRED\x10\x01\x12\x15\n\x11MEDIA_MODE_INLINE\x10\x02\x32\xfd\x04\n\x0eHistoryService\x12g\n\x0cListSessions\x12*.scrollback.history.v1.ListSessionsRequest\x1a+.scrollback.history.v1.ListSessionsResponse\x12\x63\n\nReadWindow\x12(.scrollback.history.v1.ReadWindowRequest\x1a).scrollback.history.v1.ReadWindowResponse0\x01\x12`\n\tBootstrap\x12\'.scrollback.history.v1.BootstrapRequest\x1a(.scrollback.history.v1.BootstrapResponse0\x01\x12j\n\rAcceptMessage\x12+.scrollback.history.v1.AcceptMessageRequest\x1a,.scrollback.history.v1.AcceptMessageResponse\x12\x64\n\x0b\x42indChatKey\x12).scrollback.history.v1.BindChatKeyRequest\x1a*.scrollback.history.v1.BindChatKeyResponse\x12i\n\x0cWatchSession\x12*.scrollback.history.v1.WatchSessionRequest\x1a+.scrollback.history.v1.WatchSessionResponse0\x01\x42\x93\x01\x42\x0cHistoryProtoP\x01Z1scrollback/gen/go/scrollback/history/v1;historyv1\xa2\x02\x03SHX\xaa\x02\x15Scrollback.History.V1\xca\x02\x15Scrollback\\History\\V1\xea\x02\x17Scrollback::History::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#scrollback/history/v1/history.proto\x12\x15scrollback.history.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bscrollback/ref/v1/ref.proto\"Q\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x13\n\x0bproject_dir\x18\x03 \x01(\t\"\xb8\x01\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bproject_dir\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x31\n\rmodified_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05title\x18\x05 \x01(\t\x12\x13\n\x0bis_subagent\x18\x06 \x01(\x08\x12\x19\n\x11parent_session_id\x18\x07 \x01(\t\"a\n\x14ListSessionsResponse\x12\x30\n\x08sessions\x18\x01 \x03(\x0b\x32\x1e.scrollback.history.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf2\x01\n\x11ReadWindowRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x37\n\tdirection\x18\x04 \x01(\x0e\x32$.scrollback.history.v1.ReadDirection\x12\x34\n\nmedia_mode\x18\x05 \x01(\x0e\x32 .scrollback.history.v1.MediaMode\x12\x1a\n\x12inline_limit_bytes\x18\x06 \x01(\r\x12\x17\n\x0fmax_batch_bytes\x18\x07 \x01(\r\"\x87\x02\n\x05\x45ntry\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\ttimestamp\x18\x03 \x01(\t\x12\x13\n\x0b\x62yte_offset\x18\x04 \x01(\x04\x12\x0c\n\x04json\x18\x05 \x01(\t\x12/\n\nmedia_refs\x18\x06 \x03(\x0b\x32\x1b.scrollback.ref.v1.MediaRef\x12\x1c\n\x14\x66\x61iled_image_indexes\x18\x07 \x03(\r\x12\x17\n\x0fjson_size_bytes\x18\x08 \x01(\x04\x12\x17\n\x0fline_size_bytes\x18\t \x01(\x04\x12\x10\n\x08oversize\x18\n \x01(\x08\x12\x19\n\x11payloads_deferred\x18\x0b \x01(\x08\"8\n\x0e\x45ntryJsonChunk\x12\x13\n\x0b\x62yte_offset\x18\x01 \x01(\x04\x12\x11\n\tjson_part\x18\x02 \x01(\t\";\n\nEntryBatch\x12-\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1c.scrollback.history.v1.Entry\"T\n\tWindowEnd\x12\x17\n\x0fnext_page_token\x18\x01 \x01(\t\x12\x15\n\rskipped_lines\x18\x02 \x01(\r\x12\x17\n\x0f\x66ile_size_bytes\x18\x03 \x01(\x04\"\xf5\x01\n\x12ReadWindowResponse\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1c.scrollback.history.v1.EntryH\x00\x12\x41\n\x10\x65ntry_json_chunk\x18\x02 \x01(\x0b\x32%.scrollback.history.v1.EntryJsonChunkH\x00\x12/\n\x03\x65nd\x18\x03 \x01(\x0b\x32 .scrollback.history.v1.WindowEndH\x00\x12\x34\n\x07\x65ntries\x18\x04 \x01(\x0b\x32!.scrollback.history.v1.EntryBatchH\x00\x42\x06\n\x04item\";\n\nAttachment\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nmedia_type\x18\x03 \x01(\t\"\xa7\x01\n\x14\x41\x63\x63\x65ptMessageRequest\x12\x15\n\rclient_txn_id\x18\x01 \x01(\t\x12\x14\n\nsession_id\x18\x02 \x01(\tH\x00\x12\x12\n\x08\x63hat_key\x18\x03 \x01(\tH\x00\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x36\n\x0b\x61ttachments\x18\x05 \x03(\x0b\x32!.scrollback.history.v1.AttachmentB\x08\n\x06target\"\xd4\x01\n\x0f\x41\x63\x63\x65ptedMessage\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x15\n\rclient_txn_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x10\n\x08\x63hat_key\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x36\n\x0b\x61ttachments\x18\x06 \x03(\x0b\x32!.scrollback.history.v1.Attachment\x12\x31\n\raccepted_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"b\n\x15\x41\x63\x63\x65ptMessageResponse\x12\x37\n\x07message\x18\x01 \x01(\x0b\x32&.scrollback.history.v1.AcceptedMessage\x12\x10\n\x08replayed\x18\x02 \x01(\x08\":\n\x12\x42indChatKeyRequest\x12\x10\n\x08\x63hat_key\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"-\n\x13\x42indChatKeyResponse\x12\x16\n\x0e\x62ound_messages\x18\x01 \x01(\r\"\xb6\x01\n\x10\x42ootstrapRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63hat_key\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x34\n\nmedia_mode\x18\x04 \x01(\x0e\x32 .scrollback.history.v1.MediaMode\x12\x1a\n\x12inline_limit_bytes\x18\x05 \x01(\r\x12\x17\n\x0fmax_batch_bytes\x18\x06 \x01(\r\"v\n\x0f\x42ootstrapHeader\x12\x37\n\x07pending\x18\x01 \x03(\x0b\x32&.scrollback.history.v1.AcceptedMessage\x12\x16\n\x0ewatch_position\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\xae\x02\n\x11\x42ootstrapResponse\x12\x38\n\x06header\x18\x01 \x01(\x0b\x32&.scrollback.history.v1.BootstrapHeaderH\x00\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1c.scrollback.history.v1.EntryH\x00\x12\x41\n\x10\x65ntry_json_chunk\x18\x03 \x01(\x0b\x32%.scrollback.history.v1.EntryJsonChunkH\x00\x12/\n\x03\x65nd\x18\x04 \x01(\x0b\x32 .scrollback.history.v1.WindowEndH\x00\x12\x34\n\x07\x65ntries\x18\x05 \x01(\x0b\x32!.scrollback.history.v1.EntryBatchH\x00\x42\x06\n\x04item\"\x9f\x01\n\x13WatchSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63hat_key\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\t\x12\x34\n\nmedia_mode\x18\x04 \x01(\x0e\x32 .scrollback.history.v1.MediaMode\x12\x1a\n\x12inline_limit_bytes\x18\x05 \x01(\r\"\x96\x02\n\x14WatchSessionResponse\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1c.scrollback.history.v1.EntryH\x00\x12\x41\n\x10\x65ntry_json_chunk\x18\x02 \x01(\x0b\x32%.scrollback.history.v1.EntryJsonChunkH\x00\x12:\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x0b\x32&.scrollback.history.v1.AcceptedMessageH\x00\x12\x35\n\theartbeat\x18\x05 \x01(\x0b\x32 .scrollback.history.v1.HeartbeatH\x00\x12\x10\n\x08position\x18\x04 \x01(\tB\x07\n\x05\x65vent\":\n\tHeartbeat\x12-\n\tsent_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*q\n\rReadDirection\x12\x1e\n\x1aREAD_DIRECTION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bREAD_DIRECTION_LATEST_FIRST\x10\x01\x12\x1f\n\x1bREAD_DIRECTION_OLDEST_FIRST\x10\x02*W\n\tMediaMode\x12\x1a\n\x16MEDIA_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13MEDIA_MODE_DEFERRED\x10\x01\x12\x15\n\x11MEDIA_MODE_INLINE\x10\x02\x32\xfd\x04\n\x0eHistoryService\x12g\n\x0cListSessions\x12*.scrollback.history.v1.ListSessionsRequest\x1a+.scrollback.history.v1.ListSessionsResponse\x12\x63\n\nReadWindow\x12(.scrollback.history.v1.ReadWindowRequest\x1a).scrollback.history.v1.ReadWindowResponse0\x01\x12`\n\tBootstrap\x12\'.scrollback.history.v1.BootstrapRequest\x1a(.scrollback.history.v1.BootstrapResponse0\x01\x12j\n\rAcceptMessage\x12+.scrollback.history.v1.AcceptMessageRequest\x1a,.scrollback.history.v1.AcceptMessageResponse\x12\x64\n\x0b\x42indChatKey\x12).scrollback.history.v1.BindChatKeyRequest\x1a*.scrollback.history.v1.BindChatKeyResponse\x12i\n\x0cWatchSession\x12*.scrollback.history.v1.WatchSessionRequest\x1a+.scrollback.history.v1.WatchSessionResponse0\x01\x42\x93\x01\x42\x0cHistoryProtoP\x01Z1scrollback/gen/go/scrollback/history/v1;historyv1\xa2\x02\x03SHX\xaa\x02\x15Scrollback.History.V1\xca\x02\x15Scrollback\\History\\V1\xea\x02\x17Scrollback::History::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scrollback.history.v1.histo
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'B\014HistoryProtoP\001Z1scrollback/gen/go/scrollback/history/v1;historyv1\242\002\003SHX\252\002\025Scrollback.History.V1\312\002\025Scrollback\\History\\V1\352\002\027Scrollback::History::V1'
-  _globals['_READDIRECTION']._serialized_start=3004
-  _globals['_READDIRECTION']._serialized_end=3117
-  _globals['_MEDIAMODE']._serialized_start=3119
-  _globals['_MEDIAMODE']._serialized_end=3206
+  _globals['_READDIRECTION']._serialized_start=3223
+  _globals['_READDIRECTION']._serialized_end=3336
+  _globals['_MEDIAMODE']._serialized_start=3338
+  _globals['_MEDIAMODE']._serialized_end=3425
   _globals['_LISTSESSIONSREQUEST']._serialized_start=124
   _globals['_LISTSESSIONSREQUEST']._serialized_end=205
   _globals['_SESSION']._serialized_start=208
@@ -45,39 +45,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTSESSIONSRESPONSE']._serialized_start=394
   _globals['_LISTSESSIONSRESPONSE']._serialized_end=491
   _globals['_READWINDOWREQUEST']._serialized_start=494
-  _globals['_READWINDOWREQUEST']._serialized_end=711
-  _globals['_ENTRY']._serialized_start=714
-  _globals['_ENTRY']._serialized_end=977
-  _globals['_ENTRYJSONCHUNK']._serialized_start=979
-  _globals['_ENTRYJSONCHUNK']._serialized_end=1035
-  _globals['_WINDOWEND']._serialized_start=1037
-  _globals['_WINDOWEND']._serialized_end=1121
-  _globals['_READWINDOWRESPONSE']._serialized_start=1124
-  _globals['_READWINDOWRESPONSE']._serialized_end=1315
-  _globals['_ATTACHMENT']._serialized_start=1317
-  _globals['_ATTACHMENT']._serialized_end=1376
-  _globals['_ACCEPTMESSAGEREQUEST']._serialized_start=1379
-  _globals['_ACCEPTMESSAGEREQUEST']._serialized_end=1546
-  _globals['_ACCEPTEDMESSAGE']._serialized_start=1549
-  _globals['_ACCEPTEDMESSAGE']._serialized_end=1761
-  _globals['_ACCEPTMESSAGERESPONSE']._serialized_start=1763
-  _globals['_ACCEPTMESSAGERESPONSE']._serialized_end=1861
-  _globals['_BINDCHATKEYREQUEST']._serialized_start=1863
-  _globals['_BINDCHATKEYREQUEST']._serialized_end=1921
-  _globals['_BINDCHATKEYRESPONSE']._serialized_start=1923
-  _globals['_BINDCHATKEYRESPONSE']._serialized_end=1968
-  _globals['_BOOTSTRAPREQUEST']._serialized_start=1971
-  _globals['_BOOTSTRAPREQUEST']._serialized_end=2128
-  _globals['_BOOTSTRAPHEADER']._serialized_start=2130
-  _globals['_BOOTSTRAPHEADER']._serialized_end=2248
-  _globals['_BOOTSTRAPRESPONSE']._serialized_start=2251
-  _globals['_BOOTSTRAPRESPONSE']._serialized_end=2499
-  _globals['_WATCHSESSIONREQUEST']._serialized_start=2502
-  _globals['_WATCHSESSIONREQUEST']._serialized_end=2661
-  _globals['_WATCHSESSIONRESPONSE']._serialized_start=2664
-  _globals['_WATCHSESSIONRESPONSE']._serialized_end=2942
-  _globals['_HEARTBEAT']._serialized_start=2944
-  _globals['_HEARTBEAT']._serialized_end=3002
-  _globals['_HISTORYSERVICE']._serialized_start=3209
-  _globals['_HISTORYSERVICE']._serialized_end=3846
+  _globals['_READWINDOWREQUEST']._serialized_end=736
+  _globals['_ENTRY']._serialized_start=739
+  _globals['_ENTRY']._serialized_end=1002
+  _globals['_ENTRYJSONCHUNK']._serialized_start=1004
+  _globals['_ENTRYJSONCHUNK']._serialized_end=1060
+  _globals['_ENTRYBATCH']._serialized_start=1062
+  _globals['_ENTRYBATCH']._serialized_end=1121
+  _globals['_WINDOWEND']._serialized_start=1123
+  _globals['_WINDOWEND']._serialized_end=1207
+  _globals['_READWINDOWRESPONSE']._serialized_start=1210
+  _globals['_READWINDOWRESPONSE']._serialized_end=1455
+  _globals['_ATTACHMENT']._serialized_start=1457
+  _globals['_ATTACHMENT']._serialized_end=1516
+  _globals['_ACCEPTMESSAGEREQUEST']._serialized_start=1519
+  _globals['_ACCEPTMESSAGEREQUEST']._serialized_end=1686
+  _globals['_ACCEPTEDMESSAGE']._serialized_start=1689
+  _globals['_ACCEPTEDMESSAGE']._serialized_end=1901
+  _globals['_ACCEPTMESSAGERESPONSE']._serialized_start=1903
+  _globals['_ACCEPTMESSAGERESPONSE']._serialized_end=2001
+  _globals['_BINDCHATKEYREQUEST']._serialized_start=2003
+  _globals['_BINDCHATKEYREQUEST']._serialized_end=2061
+  _globals['_BINDCHATKEYRESPONSE']._serialized_start=2063
+  _globals['_BINDCHATKEYRESPONSE']._serialized_end=2108
+  _globals['_BOOTSTRAPREQUEST']._serialized_start=2111
+  _globals['_BOOTSTRAPREQUEST']._serialized_end=2293
+  _globals['_BOOTSTRAPHEADER']._serialized_start=2295
+  _globals['_BOOTSTRAPHEADER']._serialized_end=2413
+  _globals['_BOOTSTRAPRESPONSE']._serialized_start=2416
+  _globals['_BOOTSTRAPRESPONSE']._serialized_end=2718
+  _globals['_WATCHSESSIONREQUEST']._serialized_start=2721
+  _globals['_WATCHSESSIONREQUEST']._serialized_end=2880
+  _globals['_WATCHSESSIONRESPONSE']._serialized_start=2883
+  _globals['_WATCHSESSIONRESPONSE']._serialized_end=3161
+  _globals['_HEARTBEAT']._serialized_start=3163
+  _globals['_HEARTBEAT']._serialized_end=3221
+  _globals['_HISTORYSERVICE']._serialized_start=3428
+  _globals['_HISTORYSERVICE']._serialized_end=4065
 # @@protoc_insertion_point(module_scope)
