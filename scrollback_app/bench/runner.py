@@ -202,7 +202,7 @@ class _Run:
                 unit=result.unit,
                 baseline_label="newline scan",
                 ratio=result.ratio,
-                target=Target(">=", 0.25),
+                target=Target(">=", 0.4),
             )
         )
 
@@ -283,7 +283,7 @@ class _Run:
                 unit="ms",
                 baseline_label="naive",
                 ratio=medians["naive_large"] / medians["large_200"],
-                target=Target(">=", 20),
+                target=Target(">=", 25),
                 note="ratio = naive time / ReadWindow time",
             )
         )
