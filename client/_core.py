@@ -40,6 +40,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", 4 * 1024 * 1024),
 )
 UPLOAD_CHUNK = 1024 * 1024
+# The max_batch_bytes the client asks windows in: runs of small entries come
+# in EntryBatch messages of up to 1 MiB (the server's cap), far fewer messages.
+WINDOW_BATCH_BYTES = 1024 * 1024
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
@@ -153,7 +156,7 @@ class Window:
 
 
 class WindowAssembler:
-    """Feeds ReadWindow or Bootstrap messages; reassembles EntryJsonChunk continuations."""
+    """Feeds ReadWindow or Bootstrap messages; unpacks EntryBatches, joins EntryJsonChunks."""
 
     def __init__(self) -> None:
         self.header: hpb.BootstrapHeader | None = None
@@ -168,6 +171,8 @@ class WindowAssembler:
             self.header = message.header
         elif item == "entry":
             self.entries.append(message.entry)
+        elif item == "entries":
+            self.entries.extend(message.entries.entries)
         elif item == "entry_json_chunk":
             chunk = message.entry_json_chunk
             if not self.entries or self.entries[-1].byte_offset != chunk.byte_offset:

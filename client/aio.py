@@ -24,6 +24,7 @@ from client._base import AsyncChannelClient, AsyncClosing
 from client._core import (
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
+    WINDOW_BATCH_BYTES,
     Deadlines,
     Media,
     MediaCache,
@@ -178,7 +179,10 @@ class AsyncHistoryClient(AsyncChannelClient):
     ) -> Window:
         """Pending messages and the watch position (`.header`), then the latest window."""
         request = hpb.BootstrapRequest(
-            session_id=session_id, chat_key=chat_key, page_size=page_size
+            session_id=session_id,
+            chat_key=chat_key,
+            page_size=page_size,
+            max_batch_bytes=WINDOW_BATCH_BYTES,
         )
 
         async def attempt() -> Window:

@@ -24,6 +24,7 @@ from client._base import SyncChannelClient
 from client._core import (
     DEFAULT_DEADLINES,
     DEFAULT_RETRY,
+    WINDOW_BATCH_BYTES,
     Deadlines,
     RetryPolicy,
     WatchAssembler,
@@ -67,6 +68,7 @@ def window_request(
         direction=direction_of(oldest_first),
         media_mode=media_mode,
         inline_limit_bytes=inline_limit_bytes,
+        max_batch_bytes=WINDOW_BATCH_BYTES,
     )
 
 
@@ -192,7 +194,10 @@ class HistoryClient(SyncChannelClient):
     def bootstrap(self, session_id: str = "", *, chat_key: str = "", page_size: int = 0) -> Window:
         """Pending messages and the watch position (`.header`), then the latest window."""
         request = hpb.BootstrapRequest(
-            session_id=session_id, chat_key=chat_key, page_size=page_size
+            session_id=session_id,
+            chat_key=chat_key,
+            page_size=page_size,
+            max_batch_bytes=WINDOW_BATCH_BYTES,
         )
 
         def attempt() -> Window:

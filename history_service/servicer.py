@@ -204,19 +204,52 @@ def _window_end(window: Window) -> pb.WindowEnd:
 
 WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapResponse)
 
+# The largest EntryBatch message sent, whatever a client asks for: well below
+# the 4 MiB message bound, and small enough that a stream holds little more
+# than its window's small entries (which the window holds anyway).
+MAX_BATCH_BYTES = 1024 * 1024
+# The bytes an Entry adds to its batch beyond its own size: the field tag and
+# the length prefix (at most 1 + 4 bytes under MAX_BATCH_BYTES).
+_BATCH_ITEM_OVERHEAD = 5
+
 
 async def _window_responses(
     response: type[WindowResponse],
     session_id: str,
     window: Window,
     links: Mapping[str, str] | None = None,
+    max_batch_bytes: int = 0,
 ) -> AsyncIterator[WindowResponse]:
-    """A window as `response` messages: each Entry (then its json chunks), then the end.
+    """A window as `response` messages: entries (alone or batched), then the end.
 
-    Only the entry being sent is held: a held-back entry is served again from
-    the window's file (in a thread) just before it is sent, and dropped after.
+    With `max_batch_bytes` 0 each Entry is its own message (then its json
+    chunks). Otherwise runs of small entries (those the window holds anyway,
+    each under the budget) are packed into EntryBatch messages of at most
+    min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone as before.
+    Only the entry being sent (or one batch) is held beyond the window: a
+    held-back entry is served again from the window's file (in a thread) just
+    before it is sent, and dropped after; it is never batched.
     """
+    budget = min(max_batch_bytes, MAX_BATCH_BYTES)
+    batch = pb.EntryBatch()
+    batch_bytes = 0
     for entry in window.entries:
+        if budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
+            whole = next(entry_messages(session_id, entry, links))
+            assert isinstance(whole, pb.Entry)
+            size = whole.ByteSize() + _BATCH_ITEM_OVERHEAD
+            if size <= budget:
+                if batch_bytes + size > budget:
+                    yield response(entries=batch)
+                    batch = pb.EntryBatch()
+                    batch_bytes = 0
+                batch.entries.append(whole)
+                batch_bytes += size
+                continue
+        if batch_bytes:
+            yield response(entries=batch)
+            batch = pb.EntryBatch()
+            batch_bytes = 0
         served = (
             entry
             if isinstance(entry, ServedLine)
@@ -237,6 +270,8 @@ async def _window_responses(
             del message
             yield wrapped
             del wrapped
+    if batch_bytes:
+        yield response(entries=batch)
     yield response(end=_window_end(window))
 
 
@@ -279,7 +314,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         window = await self._core.read_window(principal, params)
         links = await self._core.subagent_links(principal, params.session_id)
         async for response in _window_responses(
-            pb.ReadWindowResponse, params.session_id, window, links
+            pb.ReadWindowResponse, params.session_id, window, links, request.max_batch_bytes
         ):
             yield response
 
@@ -305,7 +340,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if window is None:
             yield pb.BootstrapResponse(end=pb.WindowEnd())
             return
-        async for response in _window_responses(pb.BootstrapResponse, result.session_id, window):
+        async for response in _window_responses(
+            pb.BootstrapResponse, result.session_id, window, None, request.max_batch_bytes
+        ):
             yield response
 
     async def AcceptMessage(

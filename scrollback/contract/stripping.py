@@ -120,35 +120,29 @@ def is_payload(line: Buffer, start: int, end: int) -> bool:
     return _ESCAPED_ALPHABET_RUN.fullmatch(line, start, end) is not None
 
 
-def _validated_run_end(line: Buffer, view: memoryview, start: int) -> int:
-    """Where a pure-base64 string starting at `start` closes, or -1.
+def _validated_run(line: Buffer, view: memoryview, start: int) -> tuple[int, str]:
+    """Where a pure-base64 string starting at `start` closes, and its pin; or (-1, "").
 
-    Validates forward in slices; the first slice that fails must hold the
-    closing quote, with base64 characters only before it. So a payload's end
-    is found by the same pass that validates it, not by a separate scan. Any
-    other shape (escapes, odd padding, no quote) answers -1 and the caller
-    takes the exact path.
+    A quote is not a base64 character, so a pure-base64 string closes at the
+    first quote after its start: found with one memchr-speed `find`, which also
+    brings the payload into the CPU cache. The text before it is then validated
+    in slices, each hashed into the pin while it is still cached; nothing is
+    decoded twice. Any other shape (escapes, odd padding, no quote) answers -1
+    and the caller takes the exact path.
     """
-    size = len(line)
-    position = start
-    while position < size:
-        end = min(position + _VALIDATE_SLICE, size)
-        try:
-            pybase64.b64decode(view[position:end], validate=True)
-            position = end
-            continue
-        except (binascii.Error, ValueError):
-            pass
-        quote = line.find(b'"', position, end)
-        if quote < 0:
-            return -1
-        if quote > position:
-            try:
-                pybase64.b64decode(view[position:quote], validate=True)
-            except (binascii.Error, ValueError):
-                return -1
-        return quote
-    return -1
+    quote = line.find(b'"', start)
+    if quote < 0:
+        return -1, ""
+    digest = xxhash.xxh3_128()
+    decode = pybase64.b64decode
+    try:
+        for position in range(start, quote, _VALIDATE_SLICE):
+            piece = view[position : min(position + _VALIDATE_SLICE, quote)]
+            decode(piece, validate=True)
+            digest.update(piece)
+    except (binascii.Error, ValueError):
+        return -1, ""
+    return quote, digest.hexdigest()
 
 
 def _is_key(line: Buffer, closing: int) -> bool:
@@ -172,6 +166,13 @@ def find_payload_spans(
     such string value is returned unchecked: the extractor checks only the one
     payload it decodes (see `is_payload`).
     """
+    return _payload_spans(line, inline_limit, validate, {})
+
+
+def _payload_spans(
+    line: Buffer, inline_limit: int, validate: bool, pins: dict[tuple[int, int], str]
+) -> list[tuple[int, int]]:
+    """`find_payload_spans`; the pins the fast path computed on the way go into `pins`."""
     spans: list[tuple[int, int]] = []
     if len(line) < inline_limit + 2:
         return spans
@@ -190,9 +191,10 @@ def find_payload_spans(
             ):
                 # Long enough to be a payload: the fast path validates it and
                 # finds its closing quote in one pass.
-                closing = _validated_run_end(line, view, opening + 1)
+                closing, pin = _validated_run(line, view, opening + 1)
                 if closing >= 0 and not _is_key(line, closing):
                     spans.append((opening + 1, closing))
+                    pins[(opening + 1, closing)] = pin
                     position = closing + 1
                     continue
             closing = find(b'"', opening + 1)
@@ -297,16 +299,17 @@ def strip_line(
     cut unchecked, so the line's `json` is only fit for locating images.
     Never raises for any input bytes.
     """
-    spans = find_payload_spans(line, inline_limit, validate=validate_payloads)
+    pins: dict[tuple[int, int], str] = {}
+    spans = _payload_spans(line, inline_limit, validate_payloads, pins)
     view = memoryview(line)
+
+    def pin(start: int, end: int) -> str:
+        # Computed while validating on the fast path; hashed here otherwise.
+        known = pins.get((start, end))
+        return known if known is not None else pin_of(view[start:end])
+
     try:
-        return _assemble(
-            len(line),
-            spans,
-            lambda start, end: line[start:end],
-            lambda start, end: pin_of(view[start:end]),
-            max_line_size,
-        )
+        return _assemble(len(line), spans, lambda start, end: line[start:end], pin, max_line_size)
     finally:
         view.release()
 

@@ -27,6 +27,8 @@ from scrollback.ref.v1 import ref_pb2
 
 LATEST = history_pb2.READ_DIRECTION_LATEST_FIRST
 OLDEST = history_pb2.READ_DIRECTION_OLDEST_FIRST
+# The max_batch_bytes windows are read with, as the client library asks them.
+BATCH_BYTES = 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.use_local_subchannel_pool", 1),  # one connection per channel
@@ -70,14 +72,16 @@ async def read_window(
     page_token: str = "",
     direction: int = LATEST,
     keep_messages: bool = False,
+    max_batch_bytes: int = BATCH_BYTES,
 ) -> WindowResult:
-    """Read one window to its end."""
+    """Read one window to its end (batched as the client library asks, unless told)."""
     result = WindowResult()
     request = history_pb2.ReadWindowRequest(
         session_id=session_id,
         page_size=page_size,
         page_token=page_token,
         direction=direction,  # type: ignore[arg-type]
+        max_batch_bytes=max_batch_bytes,
     )
     async for message in stub.ReadWindow(request):
         if keep_messages:
@@ -86,6 +90,10 @@ async def read_window(
         if item == "entry":
             result.entries += 1
             result.refs.extend(message.entry.media_refs)
+        elif item == "entries":
+            result.entries += len(message.entries.entries)
+            for entry in message.entries.entries:
+                result.refs.extend(entry.media_refs)
         elif item == "end":
             result.next_token = message.end.next_page_token
     return result

@@ -86,7 +86,7 @@ def measure(
         figure=strip_rate,
         baseline=scan_rate,
         unit="MB/s",
-        target=">= 0.25",
+        target=">= 0.4",
         ratio=strip_rate / scan_rate,
     )
 

@@ -57,6 +57,8 @@ async def collect(stream: AsyncIterator[Any]) -> tuple[list[Any], Page]:
     headers: list[Any] = []
     entries: list[pb.Entry] = []
     end: pb.WindowEnd | None = None
+    # Chunks continue only an entry sent alone, never the last one of a batch.
+    alone = False
     async for message in stream:
         item = message.WhichOneof("item")
         assert end is None, "nothing may follow the WindowEnd"
@@ -64,11 +66,17 @@ async def collect(stream: AsyncIterator[Any]) -> tuple[list[Any], Page]:
             headers.append(message.header)
         elif item == "entry":
             entries.append(message.entry)
+            alone = True
+        elif item == "entries":
+            assert message.entries.entries, "a batch holds at least one entry"
+            entries.extend(message.entries.entries)
+            alone = False
         elif item == "entry_json_chunk":
             chunk = message.entry_json_chunk
-            assert entries and entries[-1].byte_offset == chunk.byte_offset
+            assert alone and entries and entries[-1].byte_offset == chunk.byte_offset
             entries[-1].json += chunk.json_part
         else:
+            assert item == "end", item
             end = message.end
         assert message.ByteSize() < 4 * 1024 * 1024
     assert end is not None, "a window ends with a WindowEnd"

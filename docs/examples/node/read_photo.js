@@ -35,10 +35,13 @@ const media = new api.scrollback.media.v1.MediaService(
 function readWindow(sessionId) {
   return new Promise((resolve, reject) => {
     const entries = [];
-    const call = history.ReadWindow({ session_id: sessionId, page_size: 50 });
+    // max_batch_bytes: small entries come several to a message (EntryBatch).
+    const call = history.ReadWindow({ session_id: sessionId, page_size: 50, max_batch_bytes: 1048576 });
     call.on("data", (message) => {
-      // A window streams entries, continuations of long json texts, then its end.
+      // A window streams entries (alone or in batches), continuations of long
+      // json texts (only after an entry sent alone), then its end.
       if (message.entry) entries.push(message.entry);
+      else if (message.entries) entries.push(...message.entries.entries);
       else if (message.entry_json_chunk) entries[entries.length - 1].json += message.entry_json_chunk.json_part;
     });
     call.on("error", reject);

@@ -487,6 +487,7 @@ class ReadWindowRequest(_message.Message):
     DIRECTION_FIELD_NUMBER: _builtins.int
     MEDIA_MODE_FIELD_NUMBER: _builtins.int
     INLINE_LIMIT_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BATCH_BYTES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id. Malformed is INVALID_ARGUMENT; unknown is NOT_FOUND;
     shared by two transcripts is FAILED_PRECONDITION.
@@ -511,6 +512,14 @@ class ReadWindowRequest(_message.Message):
     at least this long are cut. 0 means the server default (32 KiB). Outside
     the server's bounds (1 KiB to the max line size) is INVALID_ARGUMENT.
     """
+    max_batch_bytes: _builtins.int
+    """When not 0, consecutive whole entries are packed into EntryBatch
+    messages of at most about this many bytes each (values over 1 MiB are cut
+    to 1 MiB); an entry too large for a batch (json over 256 KiB, or larger
+    than the budget) is still sent alone as an Entry, possibly followed by
+    its EntryJsonChunks. 0 (the default) sends every entry alone, as clients
+    that do not know EntryBatch expect. It never causes an error.
+    """
     def __init__(
         self,
         *,
@@ -520,10 +529,11 @@ class ReadWindowRequest(_message.Message):
         direction: Global___ReadDirection.ValueType = ...,
         media_mode: Global___MediaMode.ValueType = ...,
         inline_limit_bytes: _builtins.int = ...,
+        max_batch_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "inline_limit_bytes", b"inline_limit_bytes", "media_mode", b"media_mode", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "inline_limit_bytes", b"inline_limit_bytes", "max_batch_bytes", b"max_batch_bytes", "media_mode", b"media_mode", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -653,6 +663,34 @@ class EntryJsonChunk(_message.Message):
 Global___EntryJsonChunk: _TypeAlias = EntryJsonChunk  # noqa: Y015
 
 @_typing.final
+class EntryBatch(_message.Message):
+    """Several consecutive entries of a window in one message, in file order.
+    Sent only to clients that set max_batch_bytes. Every entry in a batch is
+    whole (its json is json_size_bytes long): no EntryJsonChunk ever follows a
+    batch.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___Entry]:
+        """The entries, in file order, at least one."""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___Entry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EntryBatch: _TypeAlias = EntryBatch  # noqa: Y015
+
+@_typing.final
 class WindowEnd(_message.Message):
     """The last message of a window."""
 
@@ -693,6 +731,7 @@ class ReadWindowResponse(_message.Message):
     ENTRY_FIELD_NUMBER: _builtins.int
     ENTRY_JSON_CHUNK_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def entry(self) -> Global___Entry:
         """One entry of the window."""
@@ -705,18 +744,23 @@ class ReadWindowResponse(_message.Message):
     def end(self) -> Global___WindowEnd:
         """The end of the window: always the last message."""
 
+    @_builtins.property
+    def entries(self) -> Global___EntryBatch:
+        """Several whole entries of the window; only when max_batch_bytes is set."""
+
     def __init__(
         self,
         *,
         entry: Global___Entry | None = ...,
         entry_json_chunk: Global___EntryJsonChunk | None = ...,
         end: Global___WindowEnd | None = ...,
+        entries: Global___EntryBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "item", b"item"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entries", b"entries", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "item", b"item"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "item", b"item"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entries", b"entries", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "item", b"item"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["entry", "entry_json_chunk", "end"]  # noqa: Y015
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["entry", "entry_json_chunk", "end", "entries"]  # noqa: Y015
     _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
 
@@ -951,6 +995,7 @@ class BootstrapRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     MEDIA_MODE_FIELD_NUMBER: _builtins.int
     INLINE_LIMIT_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BATCH_BYTES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id; or, for a chat with no session id yet, empty with
     chat_key set. Malformed is INVALID_ARGUMENT.
@@ -963,6 +1008,8 @@ class BootstrapRequest(_message.Message):
     """As ReadWindowRequest.media_mode."""
     inline_limit_bytes: _builtins.int
     """As ReadWindowRequest.inline_limit_bytes."""
+    max_batch_bytes: _builtins.int
+    """As ReadWindowRequest.max_batch_bytes."""
     def __init__(
         self,
         *,
@@ -971,10 +1018,11 @@ class BootstrapRequest(_message.Message):
         page_size: _builtins.int = ...,
         media_mode: Global___MediaMode.ValueType = ...,
         inline_limit_bytes: _builtins.int = ...,
+        max_batch_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_key", b"chat_key", "inline_limit_bytes", b"inline_limit_bytes", "media_mode", b"media_mode", "page_size", b"page_size", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat_key", b"chat_key", "inline_limit_bytes", b"inline_limit_bytes", "max_batch_bytes", b"max_batch_bytes", "media_mode", b"media_mode", "page_size", b"page_size", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1027,6 +1075,7 @@ class BootstrapResponse(_message.Message):
     ENTRY_FIELD_NUMBER: _builtins.int
     ENTRY_JSON_CHUNK_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def header(self) -> Global___BootstrapHeader:
         """Pending messages and the watch position: always the first message."""
@@ -1043,6 +1092,12 @@ class BootstrapResponse(_message.Message):
     def end(self) -> Global___WindowEnd:
         """The end of the window: always the last message."""
 
+    @_builtins.property
+    def entries(self) -> Global___EntryBatch:
+        """Several whole entries of the latest window; only when max_batch_bytes
+        is set.
+        """
+
     def __init__(
         self,
         *,
@@ -1050,12 +1105,13 @@ class BootstrapResponse(_message.Message):
         entry: Global___Entry | None = ...,
         entry_json_chunk: Global___EntryJsonChunk | None = ...,
         end: Global___WindowEnd | None = ...,
+        entries: Global___EntryBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "header", b"header", "item", b"item"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entries", b"entries", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "header", b"header", "item", b"item"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "header", b"header", "item", b"item"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "entries", b"entries", "entry", b"entry", "entry_json_chunk", b"entry_json_chunk", "header", b"header", "item", b"item"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["header", "entry", "entry_json_chunk", "end"]  # noqa: Y015
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["header", "entry", "entry_json_chunk", "end", "entries"]  # noqa: Y015
     _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
 

@@ -90,7 +90,10 @@ class HistoryServiceServicer:
 
     def ReadWindow(self, request, context):
         """Streams one window (page) of a session: entries in file order, then one
-        WindowEnd. Every streamed message stays below 4 MiB. Errors:
+        WindowEnd. Every streamed message stays below 4 MiB. By default each
+        entry is its own message; a client that sets max_batch_bytes gets runs of
+        small entries packed into EntryBatch messages (fewer, larger messages).
+        Errors:
         INVALID_ARGUMENT for a malformed session id, a negative page_size, a
         garbage page_token or an inline limit outside the server's bounds;
         NOT_FOUND for an unknown session; FAILED_PRECONDITION for a session id

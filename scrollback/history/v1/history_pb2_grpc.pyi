@@ -45,7 +45,10 @@ class HistoryServiceStub:
     """
     ReadWindow: _grpc.UnaryStreamMultiCallable[_history_pb2.ReadWindowRequest, _history_pb2.ReadWindowResponse]
     """Streams one window (page) of a session: entries in file order, then one
-    WindowEnd. Every streamed message stays below 4 MiB. Errors:
+    WindowEnd. Every streamed message stays below 4 MiB. By default each
+    entry is its own message; a client that sets max_batch_bytes gets runs of
+    small entries packed into EntryBatch messages (fewer, larger messages).
+    Errors:
     INVALID_ARGUMENT for a malformed session id, a negative page_size, a
     garbage page_token or an inline limit outside the server's bounds;
     NOT_FOUND for an unknown session; FAILED_PRECONDITION for a session id
@@ -102,7 +105,10 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     """
     ReadWindow: _aio.UnaryStreamMultiCallable[_history_pb2.ReadWindowRequest, _history_pb2.ReadWindowResponse]  # type: ignore[assignment]
     """Streams one window (page) of a session: entries in file order, then one
-    WindowEnd. Every streamed message stays below 4 MiB. Errors:
+    WindowEnd. Every streamed message stays below 4 MiB. By default each
+    entry is its own message; a client that sets max_batch_bytes gets runs of
+    small entries packed into EntryBatch messages (fewer, larger messages).
+    Errors:
     INVALID_ARGUMENT for a malformed session id, a negative page_size, a
     garbage page_token or an inline limit outside the server's bounds;
     NOT_FOUND for an unknown session; FAILED_PRECONDITION for a session id
@@ -168,7 +174,10 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_history_pb2.ReadWindowResponse], _abc.AsyncIterator[_history_pb2.ReadWindowResponse]]:
         """Streams one window (page) of a session: entries in file order, then one
-        WindowEnd. Every streamed message stays below 4 MiB. Errors:
+        WindowEnd. Every streamed message stays below 4 MiB. By default each
+        entry is its own message; a client that sets max_batch_bytes gets runs of
+        small entries packed into EntryBatch messages (fewer, larger messages).
+        Errors:
         INVALID_ARGUMENT for a malformed session id, a negative page_size, a
         garbage page_token or an inline limit outside the server's bounds;
         NOT_FOUND for an unknown session; FAILED_PRECONDITION for a session id
