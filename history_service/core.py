@@ -40,6 +40,7 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id
+from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
 from scrollback.state.blob_access import readable_blobs
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
@@ -65,8 +66,10 @@ class HistoryCore:
         codec: TokenCodec,
         store: AcceptedMessageStore,
         bus: AcceptedBus,
+        line_index: LineIndex | None = None,
     ) -> None:
         self.config = config
+        self.line_index = line_index
         self.root = root
         self.codec = codec
         self.store = store
@@ -76,6 +79,7 @@ class HistoryCore:
             codec,
             max_line_size=config.max_line_size,
             max_window_bytes=config.max_window_bytes,
+            line_index=line_index,
         )
         self.lister = SessionLister(root, codec)
         self.watcher = SessionWatcher(
@@ -249,6 +253,8 @@ class HistoryCore:
             self.root.resolve(session_id, principal)
 
     def close(self) -> None:
-        """Release the bus, then the store."""
+        """Release the bus, then the stores."""
         self.bus.close()
         self.store.close()
+        if self.line_index is not None:
+            self.line_index.close()

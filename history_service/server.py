@@ -29,7 +29,11 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
-from scrollback.server.service_config import auth_errors_as, open_database_pool
+from scrollback.server.service_config import (
+    auth_errors_as,
+    open_database_pool,
+    open_line_index,
+)
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -103,16 +107,26 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         )
     store, bus = await open_store_and_bus(config)
     try:
+        line_index = await asyncio.to_thread(
+            open_line_index, config.state_dir, config.database_url, config_error=ConfigError
+        )
+    except BaseException:
+        bus.close()
+        store.close()
+        raise
+    try:
         core = HistoryCore(
             config,
             TranscriptRoot(config.transcripts, rescan_interval=config.rescan_interval_seconds),
             TokenCodec(load_or_create_key(config.state_dir)),
             store,
             bus,
+            line_index,
         )
     except BaseException:
         bus.close()
         store.close()
+        line_index.close()
         raise
 
     def register(server: grpc.aio.Server) -> None:

@@ -7,7 +7,8 @@ services started from anywhere share one state. `transcripts_from_env` is the
 transcripts root (SCROLLBACK_TRANSCRIPTS, default `~/.claude/projects`).
 
 `open_database_pool` opens the PostgreSQL pool a `database_url` selects
-(psycopg is imported only then).
+(psycopg is imported only then); `open_line_index` the persisted line index
+(scrollback.lineindex) on the same store.
 
 Each service raises its own `ConfigError`; these helpers take that class and
 turn `AuthConfigError` (and an unusable `SCROLLBACK_DATABASE_URL`) into it,
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scrollback.lineindex import LineIndex
 from scrollback.server.auth import AuthConfigError, SecuritySettings
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
@@ -100,3 +102,17 @@ def check_locations(transcripts: Path, state_dir: Path, *, config_error: type[Ex
         raise config_error(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
     if state_dir.exists() and not state_dir.is_dir():
         raise config_error(f"the state dir ({STATE_ENV}) is not a directory")
+
+
+def open_line_index(
+    state_dir: Path, database_url: str, *, config_error: type[Exception]
+) -> LineIndex:
+    """The persisted line index on the configured state store (blocking; closed by the caller)."""
+    if not database_url:
+        from scrollback.state.line_index_sqlite import SqliteLineIndexStore
+
+        return LineIndex(SqliteLineIndexStore(state_dir))
+    from scrollback.state.line_index_postgres import PostgresLineIndexStore
+
+    pool = open_database_pool(database_url, name="lineindex", config_error=config_error)
+    return LineIndex(PostgresLineIndexStore(pool))

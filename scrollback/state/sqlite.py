@@ -18,6 +18,11 @@ Existing rows migrate: a message's NULL `accepted_by` becomes `''`; a binding
 its key, or to the anonymous principal when none or several did (those
 principals bind again; nothing of one can land in another's namespace).
 
+Migration 4 (line index, scrollback.state.line_index): `line_index_file`
+(one row per indexed transcript: version and reach) and `line_index_line`
+(offset, length, top-level uuid, image candidates of each complete line).
+Self-contained: it creates only its own tables.
+
 Every wait on the database is bounded: the busy timeout
 (`SCROLLBACK_STATE_BUSY_TIMEOUT_MS`, default 5000) ends a wait on another
 writer's lock with `StoreBusyError`, which the services answer as UNAVAILABLE.
@@ -157,6 +162,35 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         DROP TABLE chat_binding;
         ALTER TABLE chat_binding_v3 RENAME TO chat_binding;
         UPDATE accepted_message SET accepted_by = '' WHERE accepted_by IS NULL
+        """,
+    ),
+    (
+        4,
+        # Line index (scrollback.state.line_index); touches no other table.
+        """
+        CREATE TABLE line_index_file (
+            file_id     INTEGER PRIMARY KEY,
+            file_key    TEXT NOT NULL UNIQUE,
+            generation  INTEGER NOT NULL,
+            dev         INTEGER NOT NULL,
+            ino         INTEGER NOT NULL,
+            head_len    INTEGER NOT NULL,
+            head_hash   TEXT NOT NULL,
+            covered     INTEGER NOT NULL,
+            scanned     INTEGER NOT NULL,
+            mark_len    INTEGER NOT NULL,
+            mark_hash   TEXT NOT NULL,
+            updated_at  REAL NOT NULL
+        );
+        CREATE TABLE line_index_line (
+            file_id      INTEGER NOT NULL REFERENCES line_index_file (file_id) ON DELETE CASCADE,
+            line_offset  INTEGER NOT NULL,
+            length       INTEGER NOT NULL,
+            uuid         TEXT,
+            images       INTEGER NOT NULL,
+            PRIMARY KEY (file_id, line_offset)
+        ) WITHOUT ROWID;
+        CREATE INDEX line_index_line_uuid ON line_index_line (file_id, uuid)
         """,
     ),
 )
