@@ -41,9 +41,8 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
-from scrollback.lineindex import LineIndex
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.server.auth import current_principal
-from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 MAX_PAGE_SIZE = 200
@@ -258,7 +257,7 @@ class WindowReader:
         def locate() -> int:
             try:
                 return index.last_line_start(opened.index_key, opened.fd, size)
-            except StoreBusyError:
+            except INDEX_UNAVAILABLE:
                 # The state store cannot answer: scan back to the newline instead.
                 return tail_start(opened.fd, size, size)
 

@@ -77,11 +77,10 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
-from scrollback.lineindex import LineIndex
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.server import metrics
 from scrollback.server.auth import current_principal
 from scrollback.state.line_index import IndexedLine
-from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
@@ -459,7 +458,7 @@ class TranscriptMedia:
             return found
         try:
             lines = self.line_index.lookup(key, fd, uuids)
-        except StoreBusyError:
+        except INDEX_UNAVAILABLE:
             return found  # the state store is busy: a search still finds the line
         for line in lines:
             if line.uuid is not None:

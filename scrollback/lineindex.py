@@ -35,6 +35,7 @@ import xxhash
 
 from scrollback.contract.top_level import top_level_strings
 from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine, LineIndexStore
+from scrollback.state.sqlite import StoreBusyError
 
 CHUNK_BYTES = 8 * 1024 * 1024
 HEAD_BYTES = 4096
@@ -46,6 +47,21 @@ _IMAGE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb'"image"')
 # A match of either pattern is at most this long: kept over between chunks of a long line.
 _REACH = 6 + 16 + 1 + 16 + 66
 _UUID_KEYS = frozenset({"uuid"})
+
+
+# Builders racing on a file that keeps being rewritten give up after this many resets.
+MAX_RESETS = 4
+
+
+class FileChangingError(Exception):
+    """The file was rewritten again each time it was indexed (callers read it directly)."""
+
+    def __init__(self) -> None:
+        super().__init__("the transcript kept changing while it was indexed")
+
+
+# What a caller catches to read the file without the index instead.
+INDEX_UNAVAILABLE: tuple[type[Exception], ...] = (StoreBusyError, FileChangingError)
 
 
 def _hash(data: bytes | memoryview) -> str:
@@ -112,15 +128,20 @@ class LineIndex:
         the store's compare-and-set and carry on from each other's progress.
         """
         with self._lock(key):
-            for _attempt in range(8):
+            resets = 0
+            while True:
                 state = self.store.state(key)
                 if state is None or not _continues(fd, state):
+                    if resets == MAX_RESETS:
+                        raise FileChangingError()
                     state = self.store.reset(key, file_version(fd))
+                    resets += 1
                     self.builds += 1
+                # None: another builder moved the state first (it made progress,
+                # which is bounded by the file); carry on from where it is.
                 reached = self._extend(key, fd, state)
                 if reached is not None:
                     return Snapshot(key, reached)
-            raise RuntimeError("line index kept changing under the builder")
 
     def close(self) -> None:
         """Close the store."""
@@ -154,7 +175,8 @@ class LineIndex:
                 if state.scanned >= size:
                     return state
                 count = 0
-                if state.scanned == state.covered:
+                # A tail already known to be longer than a chunk is not read again.
+                if state.scanned - state.covered < self._chunk:
                     count = os.preadv(
                         fd, [view[: min(self._chunk, size - state.covered)]], state.covered
                     )
@@ -169,7 +191,7 @@ class LineIndex:
                     reached = self._reached(fd, state, state.covered, state.covered + count)
                 else:
                     # A line longer than a chunk (or a tail already known to be long).
-                    from_ = state.covered + count if count else state.scanned
+                    from_ = max(state.covered + count, state.scanned)
                     end, scanned = self._long_line(fd, buffer, view, from_, size)
                     if end is not None:
                         lines = [_long_line_entry(fd, len(buffer), state.covered, end)]

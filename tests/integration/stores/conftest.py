@@ -19,7 +19,15 @@ import pytest
 ADMIN_URL = os.environ.get(
     "SCROLLBACK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
-TABLES = ("blob_ref", "blob_owner", "chat_binding", "accepted_message", "blob")
+TABLES = (
+    "blob_ref",
+    "blob_owner",
+    "chat_binding",
+    "accepted_message",
+    "blob",
+    "line_index_line",
+    "line_index_file",
+)
 
 
 def _with_database(url: str, name: str) -> str:
