@@ -38,14 +38,16 @@ from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine, L
 from scrollback.state.sqlite import StoreBusyError
 
 CHUNK_BYTES = 8 * 1024 * 1024
+# After a quote, this many bytes are searched for markers before the next quote is looked for.
+SPAN_BYTES = 4096
 HEAD_BYTES = 4096
 MARK_BYTES = 64
 _SPACE = rb"[ \t\r\n]{0,16}"
 # A `"uuid"` key with an id value (ids per CONTRACT section 4).
 _KEY_AND_ID = re.compile(rb'"uuid"' + _SPACE + b":" + _SPACE + rb'"([A-Za-z0-9_-]{1,64})"')
-_IMAGE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb'"image"')
-# A match of either pattern is at most this long: kept over between chunks of a long line.
-_REACH = 6 + 16 + 1 + 16 + 66
+# A `"type"` key ending where an `"image"` value starts (searched with endpos = the value).
+_TYPE_BEFORE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb"\Z")
+_TYPE_REACH = 6 + 16 + 1 + 16
 _UUID_KEYS = frozenset({"uuid"})
 
 
@@ -234,10 +236,65 @@ class LineIndex:
         return None, position
 
 
+def _quoted_spans(data: bytes | bytearray, start: int, end: int) -> list[tuple[int, int]]:
+    """Spans of data[start:end] that cover every `"` (each span starts at one).
+
+    Every marker the index looks for starts with a quote, and payloads hold
+    none: a quote-free run (base64) is jumped with one memchr-speed `find`
+    instead of being searched for each marker.
+    """
+    spans: list[tuple[int, int]] = []
+    find = data.find
+    position = start
+    while position < end:
+        quote = find(b'"', position, end)
+        if quote < 0:
+            break
+        stop = min(quote + SPAN_BYTES, end)
+        if spans and spans[-1][1] == quote:
+            spans[-1] = (spans[-1][0], stop)
+        else:
+            spans.append((quote, stop))
+        position = stop
+    return spans
+
+
+def _uuid_keys(
+    buffer: bytearray, spans: list[tuple[int, int]], end: int
+) -> list[tuple[int, bytes]]:
+    """(offset, id) of each `"uuid"` key with an id value starting in the spans."""
+    found: list[tuple[int, bytes]] = []
+    find, match = buffer.find, _KEY_AND_ID.match
+    for span_start, span_end in spans:
+        hit = find(b'"uuid"', span_start, min(span_end + 5, end))
+        while hit >= 0:
+            matched = match(buffer, hit, end)
+            if matched is not None:
+                found.append((hit, matched.group(1)))
+            hit = find(b'"uuid"', hit + 6, min(span_end + 5, end))
+    return found
+
+
+def _image_markers(
+    data: bytes | bytearray, spans: list[tuple[int, int]], start: int, end: int
+) -> list[int]:
+    """Offsets of each `"type":"image"` member (any spacing) whose `"image"` starts in the spans."""
+    found: list[int] = []
+    find, before = data.find, _TYPE_BEFORE.search
+    for span_start, span_end in spans:
+        hit = find(b'"image"', span_start, min(span_end + 6, end))
+        while hit >= 0:
+            if before(data, max(start, hit - _TYPE_REACH), hit) is not None:
+                found.append(hit)
+            hit = find(b'"image"', hit + 7, min(span_end + 6, end))
+    return found
+
+
 def _chunk_lines(buffer: bytearray, end: int, base: int) -> list[IndexedLine]:
     """The lines of buffer[:end] (which ends with a newline), at file offset `base`."""
-    keys = [(m.start(), m.group(1)) for m in _KEY_AND_ID.finditer(buffer, 0, end)]
-    images = [m.start() for m in _IMAGE.finditer(buffer, 0, end)]
+    spans = _quoted_spans(buffer, 0, end)
+    keys = _uuid_keys(buffer, spans, end)
+    images = _image_markers(buffer, spans, 0, end)
     lines: list[IndexedLine] = []
     find = buffer.find
     k = i = 0
@@ -283,8 +340,12 @@ def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
     count = 0
     position = start
     while position < end:
-        data = os.pread(fd, min(chunk, end - position + _REACH), position)
-        limit = min(len(data), end - position)
-        count += sum(1 for m in _IMAGE.finditer(data) if m.start() < limit)
-        position += limit
+        # Each piece starts a little early, so a `"type":` cut by the previous
+        # piece is seen; a marker is counted in the piece where `"image"` starts.
+        back = min(_TYPE_REACH, position - start)
+        data = os.pread(fd, back + min(chunk, end - position) + 6, position - back)
+        limit = back + min(chunk, end - position)
+        spans = _quoted_spans(data, 0, len(data))
+        count += sum(1 for hit in _image_markers(data, spans, 0, len(data)) if back <= hit < limit)
+        position += limit - back
     return IndexedLine(start, end - start, uuid, count)

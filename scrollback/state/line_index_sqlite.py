@@ -45,6 +45,10 @@ class SqliteLineIndexStore:
 
     def __init__(self, state_dir: Path) -> None:
         self._connection = connect(state_dir)
+        # The index is derived data, checked before each use: a commit lost to a
+        # power cut is rebuilt, so its commits need not wait for the disk (WAL
+        # stays consistent with NORMAL).
+        self._connection.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
 
     def state(self, key: str) -> IndexedFile | None:
