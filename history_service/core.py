@@ -47,6 +47,7 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id
+from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.sqlite import StoreBusyError
@@ -74,8 +75,10 @@ class HistoryCore:
         store: AcceptedMessageStore,
         bus: AcceptedBus,
         insight_store: InsightStore,
+        line_index: LineIndex | None = None,
     ) -> None:
         self.config = config
+        self.line_index = line_index
         self.root = root
         self.codec = codec
         self.store = store
@@ -85,6 +88,7 @@ class HistoryCore:
             codec,
             max_line_size=config.max_line_size,
             max_window_bytes=config.max_window_bytes,
+            line_index=line_index,
         )
         self.lister = SessionLister(root, codec)
         self.insight_store = insight_store
@@ -353,3 +357,5 @@ class HistoryCore:
         self.bus.close()
         self.insight_store.close()
         self.store.close()
+        if self.line_index is not None:
+            self.line_index.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -241,12 +241,23 @@ def _line_bytes(
     return data
 
 
-def tail_start(fd: int, size: int) -> int:
-    """The start of the file's unterminated last line, or `size` if it ends with a newline."""
+def tail_start(
+    fd: int, size: int, max_line: int, long_tail: Callable[[], int] | None = None
+) -> int:
+    """The start of the file's unterminated last line, or `size` if it ends with a newline.
+
+    At most `max_line + 1` bytes are read back: a tail longer than the max line
+    size is never served, only its start matters. Past that bound `long_tail`
+    answers (the persisted line index, scrollback.lineindex, built forward once);
+    without it the scan goes on back to the previous newline.
+    """
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return size
+    floor = max(0, size - max_line - 1)
     position = size
     while position > 0:
+        if position <= floor and long_tail is not None:
+            return long_tail()
         read_from = max(0, position - BLOCK_BYTES)
         chunk = os.pread(fd, position - read_from, read_from)
         found = chunk.rfind(b"\n")

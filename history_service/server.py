@@ -36,6 +36,7 @@ from scrollback.server.service_config import (
     ConfigError,
     auth_errors_as_config_errors,
     open_database_pool,
+    open_line_index,
 )
 from scrollback.transcripts import TranscriptRoot
 
@@ -107,6 +108,12 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         )
     store, bus = await open_store_and_bus(config)
     try:
+        line_index = await asyncio.to_thread(open_line_index, config.state_dir, config.database_url)
+    except BaseException:
+        bus.close()
+        store.close()
+        raise
+    try:
         insight_store: InsightStore = (
             PostgresInsightStore(store.pool)
             if isinstance(store, PostgresAcceptedMessageStore)
@@ -119,10 +126,12 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
             store,
             bus,
             insight_store,
+            line_index,
         )
     except BaseException:
         bus.close()
         store.close()
+        line_index.close()
         raise
 
     def register(server: grpc.aio.Server) -> None:

@@ -76,7 +76,7 @@ def position_scope(session_id: str, chat_key: str) -> str:
 
 def complete_end(fd: int, size: int, max_line_size: int) -> int:
     """Where the complete lines end now: after the tail if it is a complete object."""
-    start = tail_start(fd, size)
+    start = tail_start(fd, size, size)
     if start < size and size - start <= max_line_size:
         data = os.pread(fd, size - start, start)
         if serve_line(

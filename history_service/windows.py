@@ -41,6 +41,7 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
@@ -167,6 +168,8 @@ class _Opened:
     fd: int
     identity: FileIdentity
     token: PageToken | None
+    # The transcript's name in the line index (its path under the root).
+    index_key: str = ""
 
 
 class WindowReader:
@@ -179,8 +182,10 @@ class WindowReader:
         *,
         max_line_size: int,
         max_window_bytes: int,
+        line_index: LineIndex | None = None,
     ) -> None:
         self._root = root
+        self._line_index = line_index
         self._codec = codec
         self._max_line_size = max_line_size
         self._max_window_bytes = max_window_bytes
@@ -229,7 +234,7 @@ class WindowReader:
         except BaseException:
             os.close(fd)
             raise
-        return _Opened(fd, identity, token)
+        return _Opened(fd, identity, token, os.path.relpath(transcript.path, self._root.root))
 
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
         serve = _server(params, self._max_line_size)
@@ -242,6 +247,21 @@ class WindowReader:
         return dataclasses.replace(
             window, serve=serve, file=_SharedFile(opened.fd), max_line_size=self._max_line_size
         )
+
+    def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
+        """Where a tail longer than the max line size starts, from the line index."""
+        index = self._line_index
+        if index is None:
+            return None
+
+        def locate() -> int:
+            try:
+                return index.last_line_start(opened.index_key, opened.fd, size)
+            except INDEX_UNAVAILABLE:
+                # The state store cannot answer: scan back to the newline instead.
+                return tail_start(opened.fd, size, size)
+
+        return locate
 
     def _scan_backward(
         self,
@@ -256,7 +276,7 @@ class WindowReader:
         skipped = 0
         scanned = 0
         if boundary < 0:
-            start = tail_start(fd, size)
+            start = tail_start(fd, size, self._max_line_size, self._long_tail(opened, size))
             newest_end = start
             if start < size and size - start <= self._max_line_size:
                 data = os.pread(fd, size - start, start)

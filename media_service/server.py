@@ -31,7 +31,11 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
-from scrollback.server.service_config import auth_errors_as_config_errors, open_database_pool
+from scrollback.server.service_config import (
+    auth_errors_as_config_errors,
+    open_database_pool,
+    open_line_index,
+)
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -47,7 +51,7 @@ class RunningMediaServer(RunningServer):
 
     library: MediaLibrary | None = None
     gc_task: asyncio.Task[None] | None = None
-    closers: list[BlobMetadataStore] = field(default_factory=list)
+    closers: list[BlobMetadataStore | TranscriptMedia] = field(default_factory=list)
     metrics_port: int | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -117,8 +121,16 @@ def build_library(
     """The domain objects of a media server (also usable without gRPC)."""
     blobs, metadata = open_blob_store(config, clock=clock)
     root = TranscriptRoot(config.transcripts)
+    try:
+        line_index = open_line_index(config.state_dir, config.database_url)
+    except BaseException:
+        metadata.close()
+        raise
     transcripts = TranscriptMedia(
-        root, max_line_size=config.max_line_size, cache_entries=config.line_cache_entries
+        root,
+        max_line_size=config.max_line_size,
+        cache_entries=config.line_cache_entries,
+        line_index=line_index,
     )
     return MediaLibrary(transcripts, blobs, root), metadata
 
@@ -164,6 +176,7 @@ async def start_media_server(
         )
     except BaseException:
         metadata.close()
+        library.transcripts.close()
         raise
     gc_task = asyncio.create_task(_gc_loop(library.blobs, config, clock or time.time))
     return RunningMediaServer(
@@ -173,7 +186,7 @@ async def start_media_server(
         running.service_names,
         library=library,
         gc_task=gc_task,
-        closers=[metadata],
+        closers=[metadata, library.transcripts],
         metrics_port=security.metrics_port,
     )
 

@@ -8,7 +8,10 @@ The entry's line is found, in this order:
    must parse with the top-level uuid asked for and the pin asked for;
 2. at the offset remembered in an LRU cache keyed by (file identity, entry
    uuid), re-verified the same way;
-3. by a bounded-chunk byte search for the quoted value `"<id>"` (`bytes.find`),
+3. at the offsets the persisted line index (scrollback.lineindex) gives for
+   the uuid, re-verified the same way (built on first touch of the file,
+   extended as it grows, rebuilt when it is rewritten; it survives a restart);
+4. by a bounded-chunk byte search for the quoted value `"<id>"` (`bytes.find`),
    each hit confirmed as a top-level `"uuid"` key by a small anchored regex
    over the bytes just before it (`"uuid"`, whitespace allowed around the
    colon), the byte before the key's quote being `{` or `,` (after
@@ -17,7 +20,7 @@ The entry's line is found, in this order:
    nested object or text never matches).
 
 Many selectors into one transcript (StatMedia) are resolved together: the
-hinted and cached ones first, then one pass over the file for all the rest
+hinted, cached and indexed ones first, then one pass over the file for all the rest
 (`iter_candidate_lines_many`: every `"uuid"` key is found with `bytes.find`
 and its value looked up in the set of wanted ids), checking between slices
 whether the caller left or its deadline passed. `search_passes` and
@@ -75,9 +78,11 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.server import metrics
-from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
+from scrollback.state.line_index import IndexedLine
+from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
 
 SCAN_CHUNK = 1024 * 1024
 # A candidate line up to this size is read whole to be stripped (fastest);
@@ -381,9 +386,15 @@ class TranscriptMedia:
     """Transcript image refs -> metadata and exact bytes."""
 
     def __init__(
-        self, root: TranscriptRoot, *, max_line_size: int, cache_entries: int = 4096
+        self,
+        root: TranscriptRoot,
+        *,
+        max_line_size: int,
+        cache_entries: int = 4096,
+        line_index: LineIndex | None = None,
     ) -> None:
         self._root = root
+        self.line_index = line_index
         self._max_line_size = max_line_size
         self.cache = LineOffsetCache(cache_entries)
         self.infos = MediaInfoCache(cache_entries)
@@ -391,6 +402,50 @@ class TranscriptMedia:
         self.search_passes = 0
         self.search_slices = 0
         self._counts = threading.Lock()
+
+    def close(self) -> None:
+        """Close the line index's store."""
+        if self.line_index is not None:
+            self.line_index.close()
+
+    def _index_key(self, transcript: TranscriptFile) -> str:
+        """The transcript's name in the line index: its path under the root."""
+        return os.path.relpath(transcript.path, self._root.root)
+
+    def _indexed_lines(
+        self, fd: int, key: str, uuids: Sequence[str]
+    ) -> dict[str, list[IndexedLine]]:
+        """Lines the index gives per uuid; empty when there is none or it cannot answer."""
+        found: dict[str, list[IndexedLine]] = {}
+        if self.line_index is None or not uuids:
+            return found
+        try:
+            lines = self.line_index.lookup(key, fd, uuids)
+        except INDEX_UNAVAILABLE:
+            return found  # the state store is busy: a search still finds the line
+        for line in lines:
+            if line.uuid is not None:
+                found.setdefault(line.uuid, []).append(line)
+        return found
+
+    def _try_indexed(
+        self, fd: int, indexed: IndexedLine, ref: TranscriptImageRef, pin: str, hold: int
+    ) -> _Found | None:
+        """The image if the indexed line is the entry (verified as a searched line is).
+
+        The line must still start at its offset and end after its length; a
+        long one is stripped streaming from the file, never held.
+        """
+        if indexed.length <= hold:
+            line = _line_at(fd, indexed.offset, indexed.length)
+            if line is None:
+                return None
+            return self._try_line(line, indexed.offset, ref, pin, _Outcome(), fd)
+        if not _starts_line(fd, indexed.offset):
+            return None
+        if _line_length(fd, indexed.offset) != indexed.length:
+            return None
+        return self._try_line(None, indexed.offset, ref, pin, _Outcome(), fd)
 
     def _try_line(
         self,
@@ -490,7 +545,12 @@ class TranscriptMedia:
         return info
 
     def _locate(
-        self, fd: int, ref: TranscriptImageRef, pin: str, line_offset_hint: int | None
+        self,
+        fd: int,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None,
+        index_key: str = "",
     ) -> tuple[_Found, tuple[int, int]]:
         """Find the entry's line in the open transcript and the image in it."""
         stat = os.fstat(fd)
@@ -521,6 +581,15 @@ class TranscriptMedia:
                 if found is not None:
                     return found, file_id
             self.cache.discard(key)
+        if index_key:
+            for indexed in self._indexed_lines(fd, index_key, [ref.entry_uuid]).get(
+                ref.entry_uuid, []
+            ):
+                found = self._try_indexed(fd, indexed, ref, pin, hold)
+                if found is not None:
+                    if indexed.length <= hold:
+                        self.cache.put(key, (indexed.offset, indexed.length))
+                    return found, file_id
         outcome = _Outcome()
         for candidate in iter_candidate_lines(fd, ref.entry_uuid, hold):
             found = self._try_line(candidate.line, candidate.start, ref, pin, outcome, fd)
@@ -535,11 +604,13 @@ class TranscriptMedia:
             raise LineTooLargeError()
         raise MediaNotFoundError()
 
-    def _open(self, principal: Principal | None, ref: TranscriptImageRef, pin: str) -> BinaryIO:
+    def _open(
+        self, principal: Principal | None, ref: TranscriptImageRef, pin: str
+    ) -> tuple[BinaryIO, str]:
         validate_pin(pin)
         try:
             transcript = self._root.resolve(ref.session_id, principal)
-            return self._root.open(transcript)
+            return self._root.open(transcript), self._index_key(transcript)
         except SessionNotFoundError:
             raise MediaNotFoundError() from None
 
@@ -563,10 +634,10 @@ class TranscriptMedia:
         failed upload), PinMismatchError, LineTooLargeError (a line too large
         even stripped), CorruptMediaError, AmbiguousSessionError, RefError.
         """
-        handle = self._open(principal, ref, pin)
+        handle, index_key = self._open(principal, ref, pin)
         try:
             fd = handle.fileno()
-            found, file_id = self._locate(fd, ref, pin, line_offset_hint)
+            found, file_id = self._locate(fd, ref, pin, line_offset_hint, index_key)
             info = self._info(fd, found, file_id, ref)
             reader = PayloadReader(
                 _file_reader(fd),
@@ -610,9 +681,10 @@ class TranscriptMedia:
         The line is still found, parsed and pin-checked; the payload is only
         decoded (streaming) if its metadata is not cached.
         """
-        with self._open(principal, ref, pin) as handle:
+        handle, index_key = self._open(principal, ref, pin)
+        with handle:
             fd = handle.fileno()
-            found, file_id = self._locate(fd, ref, pin, line_offset_hint)
+            found, file_id = self._locate(fd, ref, pin, line_offset_hint, index_key)
             return self._info(fd, found, file_id, ref)
 
     def _known(
@@ -674,7 +746,8 @@ class TranscriptMedia:
             if should_stop():
                 raise SearchCancelledError()
             try:
-                handle = self._root.open(self._root.resolve(session_id, principal))
+                transcript = self._root.resolve(session_id, principal)
+                handle = self._root.open(transcript)
             except SessionNotFoundError:
                 for number in numbers:
                     results[number] = MediaNotFoundError()
@@ -700,8 +773,49 @@ class TranscriptMedia:
                     else:
                         results[number] = info
                 if pending:
+                    pending = self._from_index(
+                        fd, self._index_key(transcript), file_id, selectors, pending, results
+                    )
+                if pending:
                     self._search_many(fd, file_id, selectors, pending, results, should_stop)
         return [r if r is not None else MediaNotFoundError() for r in results]
+
+    def _from_index(
+        self,
+        fd: int,
+        index_key: str,
+        file_id: tuple[int, int],
+        selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
+        pending: list[int],
+        results: list[MediaInfo | Exception | None],
+    ) -> list[int]:
+        """Resolve what the line index can (one lookup for all); return what is left."""
+        starts = self._indexed_lines(
+            fd, index_key, [selectors[number][0].entry_uuid for number in pending]
+        )
+        hold = min(self._max_line_size, HOLD_LINE_BYTES)
+        left: list[int] = []
+        for number in pending:
+            ref, pin, _ = selectors[number]
+            info: MediaInfo | None = None
+            try:
+                for indexed in starts.get(ref.entry_uuid, []):
+                    found = self._try_indexed(fd, indexed, ref, pin, hold)
+                    if found is not None:
+                        if indexed.length <= hold:
+                            self.cache.put(
+                                (*file_id, ref.entry_uuid), (indexed.offset, indexed.length)
+                            )
+                        info = self._info(fd, found, file_id, ref)
+                        break
+            except Exception as error:
+                results[number] = error
+                continue
+            if info is None:
+                left.append(number)
+            else:
+                results[number] = info
+        return left
 
     def _search_many(
         self,

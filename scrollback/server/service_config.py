@@ -22,7 +22,8 @@ transcripts root (SCROLLBACK_TRANSCRIPTS, default `~/.claude/projects`).
 `open_database_pool` opens the PostgreSQL pool a `database_url` selects
 (psycopg is imported only then). `AuthConfigError` (and an unusable
 `SCROLLBACK_DATABASE_URL`) become `ConfigError`, with the same texts for every
-server. Errors never show the URL.
+server. Errors never show the URL. `open_line_index` opens the
+persisted line index (scrollback.lineindex) on the same store.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scrollback.lineindex import LineIndex
 from scrollback.server.auth import AuthConfigError, SecuritySettings
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
@@ -198,3 +200,18 @@ def check_locations(transcripts: Path, state_dir: Path) -> None:
         raise ConfigError(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
     if state_dir.exists() and not state_dir.is_dir():
         raise ConfigError(f"the state dir ({STATE_ENV}) is not a directory")
+
+
+def open_line_index(
+    state_dir: Path,
+    database_url: str,
+) -> LineIndex:
+    """The persisted line index on the configured state store (blocking; closed by the caller)."""
+    if not database_url:
+        from scrollback.state.line_index_sqlite import SqliteLineIndexStore
+
+        return LineIndex(SqliteLineIndexStore(state_dir))
+    from scrollback.state.line_index_postgres import PostgresLineIndexStore
+
+    pool = open_database_pool(database_url, name="lineindex")
+    return LineIndex(PostgresLineIndexStore(pool))

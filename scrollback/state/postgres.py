@@ -2,7 +2,7 @@
 
 Selected by `SCROLLBACK_DATABASE_URL` (or `--database-url`); without it the
 services use the embedded SQLite database (scrollback.state.sqlite). The
-migrations mirror SQLite's versions 1 to 3 in PostgreSQL's dialect and are
+migrations mirror SQLite's versions 1 to 4 in PostgreSQL's dialect and are
 recorded in the same `schema_migrations` table. Several replicas may start at
 once: the migrator takes a transaction-scoped advisory lock first, so exactly
 one applies each version and the others wait, then find it applied.
@@ -145,6 +145,35 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             PRIMARY KEY (project_dir, session_id, tool_use_id)
         );
         CREATE INDEX insight_subagent_link_agent ON insight_subagent_link (project_dir, agent_session_id)
+        """,
+    ),
+    (
+        5,
+        # Line index (scrollback.state.line_index); touches no other table.
+        """
+        CREATE TABLE line_index_file (
+            file_id     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            file_key    TEXT NOT NULL UNIQUE,
+            generation  BIGINT NOT NULL,
+            dev         BIGINT NOT NULL,
+            ino         BIGINT NOT NULL,
+            head_len    INTEGER NOT NULL,
+            head_hash   TEXT NOT NULL,
+            covered     BIGINT NOT NULL,
+            scanned     BIGINT NOT NULL,
+            mark_len    INTEGER NOT NULL,
+            mark_hash   TEXT NOT NULL,
+            updated_at  DOUBLE PRECISION NOT NULL
+        );
+        CREATE TABLE line_index_line (
+            file_id      BIGINT NOT NULL REFERENCES line_index_file (file_id) ON DELETE CASCADE,
+            line_offset  BIGINT NOT NULL,
+            length       BIGINT NOT NULL,
+            uuid         TEXT,
+            images       INTEGER NOT NULL,
+            PRIMARY KEY (file_id, line_offset)
+        );
+        CREATE INDEX line_index_line_uuid ON line_index_line (file_id, uuid)
         """,
     ),
 )

@@ -22,6 +22,10 @@ Migration 4 (insight, issue 17): the session insight index, `insight_file`
 (one row per transcript: its identity, how far it was read, photos, time
 span), `insight_entry_type`, `insight_message` (one row per assistant
 message.id, so repeated usage lines count once) and `insight_subagent_link`.
+Migration 5 (line index, scrollback.state.line_index): `line_index_file`
+(one row per indexed transcript: version and reach) and `line_index_line`
+(offset, length, top-level uuid, image candidates of each complete line).
+Self-contained: it creates only its own tables.
 
 Every wait on the database is bounded: the busy timeout
 (`SCROLLBACK_STATE_BUSY_TIMEOUT_MS`, default 5000) ends a wait on another
@@ -209,6 +213,35 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             PRIMARY KEY (project_dir, session_id, tool_use_id)
         );
         CREATE INDEX insight_subagent_link_agent ON insight_subagent_link (project_dir, agent_session_id)
+        """,
+    ),
+    (
+        5,
+        # Line index (scrollback.state.line_index); touches no other table.
+        """
+        CREATE TABLE line_index_file (
+            file_id     INTEGER PRIMARY KEY,
+            file_key    TEXT NOT NULL UNIQUE,
+            generation  INTEGER NOT NULL,
+            dev         INTEGER NOT NULL,
+            ino         INTEGER NOT NULL,
+            head_len    INTEGER NOT NULL,
+            head_hash   TEXT NOT NULL,
+            covered     INTEGER NOT NULL,
+            scanned     INTEGER NOT NULL,
+            mark_len    INTEGER NOT NULL,
+            mark_hash   TEXT NOT NULL,
+            updated_at  REAL NOT NULL
+        );
+        CREATE TABLE line_index_line (
+            file_id      INTEGER NOT NULL REFERENCES line_index_file (file_id) ON DELETE CASCADE,
+            line_offset  INTEGER NOT NULL,
+            length       INTEGER NOT NULL,
+            uuid         TEXT,
+            images       INTEGER NOT NULL,
+            PRIMARY KEY (file_id, line_offset)
+        ) WITHOUT ROWID;
+        CREATE INDEX line_index_line_uuid ON line_index_line (file_id, uuid)
         """,
     ),
 )

@@ -40,7 +40,7 @@ from client.aio import AsyncClient
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import lookup, procs, services
+from scrollback_app.bench import line_index, lookup, procs, services
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.floor import write_messages
 from scrollback_app.bench.stripper import measure as measure_stripper
@@ -75,6 +75,7 @@ class BenchConfig:
     lookup_transcripts: int = 5000
     lookup_samples: int = 101
     lookup_flood_clients: int = 4
+    index_bytes: int = 1000 * MB
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -101,6 +102,7 @@ class BenchConfig:
             throughput_seconds=1.5,
             throughput_rounds=2,
             lookup_samples=21,
+            index_bytes=24 * MB,
             label="quick",
         )
 
@@ -664,6 +666,16 @@ class _Run:
             self.config.lookup_samples,
             self.config.lookup_flood_clients,
             self.log,
+        ):
+            self.add(figure)
+        for figure in await line_index.measure(
+            self.work,
+            big_bytes=self.config.index_bytes,
+            small_bytes=self.config.small_bytes,
+            image_bytes=self.config.image_bytes,
+            repeats=self.config.repeats,
+            batch=self.config.media_batch,
+            log=self.log,
         ):
             self.add(figure)
         return self.figures

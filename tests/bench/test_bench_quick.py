@@ -40,6 +40,9 @@ EXPECTED = {
     "gateway_photo_vs_readmedia",
     "gateway_photo_concurrent",
     "gateway_rss_big_vs_small_photos",
+    "index_build",
+    "index_hintless_after_restart",
+    "index_hintless_repeated",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 25x target cannot show, so only "not much slower than the
@@ -68,6 +71,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             "--large-mb=10",
             "--big-images-mb=12",
             "--stripper-mb=2",
+            "--index-mb=12",
             "--repeats=3",
             "--throughput-seconds=0.4",
             f"--workdir={tmp_path / 'work'}",

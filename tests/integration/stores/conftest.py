@@ -29,6 +29,8 @@ TABLES = (
     "insight_entry_type",
     "insight_message",
     "insight_subagent_link",
+    "line_index_line",
+    "line_index_file",
 )
 
 

@@ -54,7 +54,7 @@ def test_line_scans_agree_with_split(tmp_path: Path, seed: int) -> None:
     try:
         forward = list(iter_lines_forward(fd, 0, len(data), max_line))
         assert [(r.start, r.end, r.terminated) for r in forward] == expected
-        end = tail_start(fd, len(data))
+        end = tail_start(fd, len(data), len(data))
         backward = list(iter_lines_backward(fd, end, max_line))
         assert [(r.start, r.end) for r in backward] == [
             (a, b) for a, b, done in reversed(expected) if done and b < end

@@ -1,0 +1,351 @@
+"""A persisted line index per transcript: build once, extend as it grows, rebuild on rewrite.
+
+For each complete line of a transcript the index keeps its byte offset, its
+length, its top-level `uuid` (found textually) and how many image blocks it may
+hold (`"type":"image"` occurrences: a candidate count, exact enumeration stays
+with the extraction code). The rows live in the state store
+(scrollback.state.line_index), so a restart, another worker or another replica
+finds them.
+
+- **Build**: one forward pass in CHUNK_BYTES reads into one reused buffer
+  (memory: a chunk and its rows). The newline search, the `"uuid"` keys and the
+  image markers are found by C-level scans of the whole chunk; only a line with
+  several `"uuid"` keys runs the top-level tokenizer (scrollback.contract.top_level).
+  A line longer than a chunk is never held: its newline is searched chunk by
+  chunk, its uuid read from both ends within bounded windows.
+- **Extend**: the file grows append-only while the agent writes; the pass
+  resumes where the index stopped (`covered`, or `scanned` within an
+  unterminated tail, so a long tail is read once).
+- **Rebuild**: before every use the file's version is checked (device, inode,
+  the hash of its first bytes, a size not below what was scanned, and the hash
+  of the bytes just before `covered`); any difference discards the rows.
+  Callers still verify the line at an indexed offset (its uuid, its pin): a
+  wrong row costs them a search, never wrong bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from scrollback.contract.top_level import top_level_strings
+from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine, LineIndexStore
+from scrollback.state.sqlite import StoreBusyError
+
+CHUNK_BYTES = 8 * 1024 * 1024
+# After a quote, this many bytes are searched for markers before the next quote is looked for.
+SPAN_BYTES = 4096
+HEAD_BYTES = 4096
+MARK_BYTES = 64
+_SPACE = rb"[ \t\r\n]{0,16}"
+# A `"uuid"` key with an id value (ids per CONTRACT section 4).
+_KEY_AND_ID = re.compile(rb'"uuid"' + _SPACE + b":" + _SPACE + rb'"([A-Za-z0-9_-]{1,64})"')
+# A `"type"` key ending where an `"image"` value starts (searched with endpos = the value).
+_TYPE_BEFORE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb"\Z")
+_TYPE_REACH = 6 + 16 + 1 + 16
+_UUID_KEYS = frozenset({"uuid"})
+
+
+# Builders racing on a file that keeps being rewritten give up after this many resets.
+MAX_RESETS = 4
+
+
+class FileChangingError(Exception):
+    """The file was rewritten again each time it was indexed (callers read it directly)."""
+
+    def __init__(self) -> None:
+        super().__init__("the transcript kept changing while it was indexed")
+
+
+# What a caller catches to read the file without the index instead.
+INDEX_UNAVAILABLE: tuple[type[Exception], ...] = (StoreBusyError, FileChangingError)
+
+
+def _hash(data: bytes | memoryview) -> str:
+    return xxhash.xxh3_64_hexdigest(data)
+
+
+def file_version(fd: int) -> FileVersion:
+    """The version of an open file (its first bytes grow while it is short)."""
+    stat = os.fstat(fd)
+    head = os.pread(fd, min(HEAD_BYTES, stat.st_size), 0)
+    return FileVersion(stat.st_dev, stat.st_ino, len(head), _hash(head))
+
+
+def _continues(fd: int, state: IndexedFile) -> bool:
+    """True if the open file is the version the index describes, grown or not."""
+    stat = os.fstat(fd)
+    version = state.version
+    if (stat.st_dev, stat.st_ino) != (version.dev, version.ino) or stat.st_size < state.scanned:
+        return False
+    head = os.pread(fd, version.head_len, 0)
+    if len(head) != version.head_len or _hash(head) != version.head_hash:
+        return False
+    if state.mark_len:
+        mark = os.pread(fd, state.mark_len, state.covered - state.mark_len)
+        if _hash(mark) != state.mark_hash or mark[-1:] != b"\n":
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An index checked against an open file: valid for that file now."""
+
+    key: str
+    state: IndexedFile
+
+
+class LineIndex:
+    """Builds, extends and validates line indexes in a LineIndexStore (blocking; thread-safe)."""
+
+    def __init__(self, store: LineIndexStore, *, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.store = store
+        self._chunk = chunk_bytes
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        # Bytes the builder read and full builds it started (for tests and benchmarks).
+        self.bytes_read = 0
+        self.builds = 0
+
+    def _lock(self, key: str) -> threading.Lock:
+        with self._locks_lock:
+            lock = self._locks.get(key)
+            if lock is None:
+                if len(self._locks) > 4096:
+                    self._locks.clear()  # unheld locks are cheap to recreate
+                lock = self._locks[key] = threading.Lock()
+            return lock
+
+    def ensure(self, key: str, fd: int) -> Snapshot:
+        """The index of the open file, built or extended to its current size.
+
+        `key` names the file in the store (its path under the transcripts root).
+        Threads of one process build a file once; other processes race through
+        the store's compare-and-set and carry on from each other's progress.
+        """
+        with self._lock(key):
+            resets = 0
+            while True:
+                state = self.store.state(key)
+                if state is None or not _continues(fd, state):
+                    if resets == MAX_RESETS:
+                        raise FileChangingError()
+                    state = self.store.reset(key, file_version(fd))
+                    resets += 1
+                    self.builds += 1
+                # None: another builder moved the state first (it made progress,
+                # which is bounded by the file); carry on from where it is.
+                reached = self._extend(key, fd, state)
+                if reached is not None:
+                    return Snapshot(key, reached)
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+    def lookup(self, key: str, fd: int, uuids: Sequence[str]) -> list[IndexedLine]:
+        """The indexed lines of these uuids (callers verify each line before trusting it)."""
+        snapshot = self.ensure(key, fd)
+        return self.store.lines_for(key, snapshot.state.generation, uuids)
+
+    def last_line_start(self, key: str, fd: int, size: int) -> int:
+        """Where the last line of the file's first `size` bytes starts (`size` if none is open).
+
+        The file may have grown past `size` since the caller looked: then the
+        answer is the last indexed line start at or before `size`.
+        """
+        state = self.ensure(key, fd).state
+        if state.covered <= size:
+            # The index reached past `size`: no newline in [covered, size).
+            return state.covered
+        start = self.store.line_start_before(key, state.generation, size - 1)
+        return 0 if start is None else start
+
+    def _extend(self, key: str, fd: int, state: IndexedFile) -> IndexedFile | None:
+        """Index from where `state` stopped to EOF; None if another builder moved it first."""
+        buffer = bytearray(self._chunk)
+        view = memoryview(buffer)
+        try:
+            while True:
+                size = os.fstat(fd).st_size
+                if state.scanned >= size:
+                    return state
+                count = 0
+                # A tail already known to be longer than a chunk is not read again.
+                if state.scanned - state.covered < self._chunk:
+                    count = os.preadv(
+                        fd, [view[: min(self._chunk, size - state.covered)]], state.covered
+                    )
+                    self.bytes_read += count
+                last = buffer.rfind(b"\n", 0, count) if count else -1
+                lines: list[IndexedLine] = []
+                if last >= 0:
+                    lines = _chunk_lines(buffer, last + 1, state.covered)
+                    reached = self._reached(fd, state, state.covered + last + 1, None)
+                elif 0 < count < self._chunk:
+                    # An unterminated tail shorter than a chunk: remember it was scanned.
+                    reached = self._reached(fd, state, state.covered, state.covered + count)
+                else:
+                    # A line longer than a chunk (or a tail already known to be long).
+                    from_ = max(state.covered + count, state.scanned)
+                    end, scanned = self._long_line(fd, buffer, view, from_, size)
+                    if end is not None:
+                        lines = [_long_line_entry(fd, len(buffer), state.covered, end)]
+                    covered = state.covered if end is None else end + 1
+                    reached = self._reached(fd, state, covered, scanned)
+                if not self.store.append(key, state, lines, reached):
+                    return None
+                state = reached
+        finally:
+            view.release()
+
+    def _reached(
+        self, fd: int, state: IndexedFile, covered: int, scanned: int | None
+    ) -> IndexedFile:
+        mark_len = min(MARK_BYTES, covered)
+        mark = os.pread(fd, mark_len, covered - mark_len) if mark_len else b""
+        return IndexedFile(
+            state.generation,
+            state.version,
+            covered,
+            covered if scanned is None else scanned,
+            mark_len,
+            _hash(mark) if mark_len else "",
+        )
+
+    def _long_line(
+        self, fd: int, buffer: bytearray, view: memoryview, position: int, size: int
+    ) -> tuple[int | None, int]:
+        """Find the newline ending a long line from `position`: (its offset or None, scanned)."""
+        limit = min(size, position + 64 * self._chunk)  # commit progress now and then
+        while position < limit:
+            count = os.preadv(fd, [view[: min(self._chunk, limit - position)]], position)
+            if count <= 0:
+                break
+            self.bytes_read += count
+            found = buffer.find(b"\n", 0, count)
+            if found >= 0:
+                return position + found, position + found + 1
+            position += count
+        return None, position
+
+
+def _quoted_spans(data: bytes | bytearray, start: int, end: int) -> list[tuple[int, int]]:
+    """Spans of data[start:end] that cover every `"` (each span starts at one).
+
+    Every marker the index looks for starts with a quote, and payloads hold
+    none: a quote-free run (base64) is jumped with one memchr-speed `find`
+    instead of being searched for each marker.
+    """
+    spans: list[tuple[int, int]] = []
+    find = data.find
+    position = start
+    while position < end:
+        quote = find(b'"', position, end)
+        if quote < 0:
+            break
+        stop = min(quote + SPAN_BYTES, end)
+        if spans and spans[-1][1] == quote:
+            spans[-1] = (spans[-1][0], stop)
+        else:
+            spans.append((quote, stop))
+        position = stop
+    return spans
+
+
+def _uuid_keys(
+    buffer: bytearray, spans: list[tuple[int, int]], end: int
+) -> list[tuple[int, bytes]]:
+    """(offset, id) of each `"uuid"` key with an id value starting in the spans."""
+    found: list[tuple[int, bytes]] = []
+    find, match = buffer.find, _KEY_AND_ID.match
+    for span_start, span_end in spans:
+        hit = find(b'"uuid"', span_start, min(span_end + 5, end))
+        while hit >= 0:
+            matched = match(buffer, hit, end)
+            if matched is not None:
+                found.append((hit, matched.group(1)))
+            hit = find(b'"uuid"', hit + 6, min(span_end + 5, end))
+    return found
+
+
+def _image_markers(
+    data: bytes | bytearray, spans: list[tuple[int, int]], start: int, end: int
+) -> list[int]:
+    """Offsets of each `"type":"image"` member (any spacing) whose `"image"` starts in the spans."""
+    found: list[int] = []
+    find, before = data.find, _TYPE_BEFORE.search
+    for span_start, span_end in spans:
+        hit = find(b'"image"', span_start, min(span_end + 6, end))
+        while hit >= 0:
+            if before(data, max(start, hit - _TYPE_REACH), hit) is not None:
+                found.append(hit)
+            hit = find(b'"image"', hit + 7, min(span_end + 6, end))
+    return found
+
+
+def _chunk_lines(buffer: bytearray, end: int, base: int) -> list[IndexedLine]:
+    """The lines of buffer[:end] (which ends with a newline), at file offset `base`."""
+    spans = _quoted_spans(buffer, 0, end)
+    keys = _uuid_keys(buffer, spans, end)
+    images = _image_markers(buffer, spans, 0, end)
+    lines: list[IndexedLine] = []
+    find = buffer.find
+    k = i = 0
+    nk, ni = len(keys), len(images)
+    start = 0
+    while start < end:
+        newline = find(b"\n", start, end)
+        uuid: str | None = None
+        first = k
+        while k < nk and keys[k][0] < newline:
+            k += 1
+        if k - first == 1:
+            uuid = keys[first][1].decode("ascii")
+        elif k - first > 1:
+            uuid = _top_level_uuid(buffer, start, newline)
+        count = 0
+        while i < ni and images[i] < newline:
+            i += 1
+            count += 1
+        if newline > start:
+            lines.append(IndexedLine(base + start, newline - start, uuid, count))
+        start = newline + 1
+    return lines
+
+
+def _top_level_uuid(buffer: bytearray, start: int, end: int) -> str | None:
+    """The line's top-level uuid, read textually from both ends (bounded windows)."""
+    view = memoryview(buffer)
+
+    def read(offset: int, length: int) -> bytes:
+        return bytes(view[start + offset : start + offset + length])
+
+    return top_level_strings(read, end - start, _UUID_KEYS).get("uuid")
+
+
+def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
+    """A line longer than a chunk: uuid from its ends, image markers counted chunk by chunk."""
+
+    def read(offset: int, length: int) -> bytes:
+        return os.pread(fd, length, start + offset)
+
+    uuid = top_level_strings(read, end - start, _UUID_KEYS).get("uuid")
+    count = 0
+    position = start
+    while position < end:
+        # Each piece starts a little early, so a `"type":` cut by the previous
+        # piece is seen; a marker is counted in the piece where `"image"` starts.
+        back = min(_TYPE_REACH, position - start)
+        data = os.pread(fd, back + min(chunk, end - position) + 6, position - back)
+        limit = back + min(chunk, end - position)
+        spans = _quoted_spans(data, 0, len(data))
+        count += sum(1 for hit in _image_markers(data, spans, 0, len(data)) if back <= hit < limit)
+        position += limit - back
+    return IndexedLine(start, end - start, uuid, count)
