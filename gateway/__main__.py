@@ -32,14 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     """The environment's configuration with the flags applied."""
-    config = GatewayConfig.from_env()
     overrides: dict[str, object] = {"insecure": args.insecure}
     for name in ("addr", "history_addr", "media_addr"):
         if getattr(args, name, None):
             overrides[name] = getattr(args, name)
     if args.auth_tokens is not None:
         overrides["auth_tokens"] = args.auth_tokens.expanduser()
-    return config.with_overrides(**overrides)
+    return GatewayConfig.from_env(**overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from scrollback.server.auth import AuthConfigError, TokenTable
@@ -75,8 +76,12 @@ class GatewayConfig:
     generated_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewayConfig:
-        """Read the configuration from the environment (validated)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> GatewayConfig:
+        """Read the configuration from the environment, apply `overrides` (flags), validate.
+
+        Validated only after the flags: `--insecure` must count for an address
+        that came from SCROLLBACK_GATEWAY_ADDR (compose sets both).
+        """
         env = os.environ if env is None else env
         ttl_text = env.get("SCROLLBACK_GATEWAY_URL_TTL_SECONDS") or ""
         try:
@@ -92,7 +97,7 @@ class GatewayConfig:
             signing_key_file=_optional_path(env, "SCROLLBACK_GATEWAY_SIGNING_KEY_FILE"),
             url_ttl_seconds=ttl,
         )
-        return config.validate()
+        return replace(config, **overrides).validate()
 
     def with_overrides(self, **changes: object) -> GatewayConfig:
         """A copy with some fields replaced (flags over env), validated."""

@@ -141,7 +141,7 @@ async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
         from gateway.server import start_gateway
 
         try:
-            gateway_config = GatewayConfig.from_env().with_overrides(
+            gateway_config = GatewayConfig.from_env(
                 history_addr=f"127.0.0.1:{history.port}",
                 media_addr=f"127.0.0.1:{media.port}",
                 insecure=insecure,
