@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig
 from gateway.server import serve
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     """The environment's configuration with the flags applied."""
-    overrides: dict[str, object] = {"insecure": args.insecure}
+    overrides: dict[str, Any] = {"insecure": args.insecure}
     for name in ("addr", "history_addr", "media_addr"):
         if getattr(args, name, None):
             overrides[name] = getattr(args, name)
