@@ -44,7 +44,10 @@ class RunningGateway:
 def _bind(addr: str) -> socket.socket:
     host, port = split_addr(addr)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose
+    # proto says TCP, and they inherit the listener's. With Nagle on, a response's
+    # last partial segment waited for the client's delayed ACK (~40 ms per photo).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

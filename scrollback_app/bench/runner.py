@@ -19,7 +19,9 @@ baseline in the same run, interleaved, median of repeats:
 - throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor;
 - session lookup on a root of 5,000 transcripts (`scrollback_app.bench.lookup`):
   NOT_FOUND for a nonexistent vs a hidden id, and another caller's latency
-  during a flood of unknown ids.
+  during a flood of unknown ids;
+- RSS of fresh media and history servers under clients that never grant
+  flow-control window, and after they leave (`scrollback_app.bench.stalls`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from client.aio import AsyncClient
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import line_index, lookup, procs, services
+from scrollback_app.bench import line_index, lookup, procs, services, stalls
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.floor import write_messages
 from scrollback_app.bench.stripper import measure as measure_stripper
@@ -76,6 +78,7 @@ class BenchConfig:
     lookup_samples: int = 101
     lookup_flood_clients: int = 4
     index_bytes: int = 1000 * MB
+    stalls: stalls.StallSizes = field(default_factory=stalls.StallSizes)
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -103,6 +106,15 @@ class BenchConfig:
             throughput_rounds=2,
             lookup_samples=21,
             index_bytes=24 * MB,
+            stalls=stalls.StallSizes(
+                photo_bytes=2 * MB,
+                media_streams=20,
+                windows=8,
+                window_lines=10,
+                line_bytes=1 * MB,
+                hold_seconds=1.5,
+                settle_seconds=2.0,
+            ),
             label="quick",
         )
 
@@ -677,6 +689,8 @@ class _Run:
             batch=self.config.media_batch,
             log=self.log,
         ):
+            self.add(figure)
+        for figure in await stalls.measure(self.work, self.config.stalls, self.log):
             self.add(figure)
         return self.figures
 

@@ -43,15 +43,15 @@ EXPECTED = {
     "index_build",
     "index_hintless_after_restart",
     "index_hintless_repeated",
+    "stall_media_stalled",
+    "stall_media_after",
+    "stall_history_stalled",
+    "stall_history_after",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 25x target cannot show, so only "not much slower than the
 # naive reader" is checked for it.
 SIZE_BOUND = {"window_vs_naive_large": 0.3}
-# Known open problem: a photo through the gateway costs a fixed ~10-40 ms more than
-# straight ReadMedia (the 1.3x target is MISSED and reported in the table); until it
-# is found, only "not an order of magnitude off" is checked for these two.
-UPPER_BOUND = {"gateway_photo_vs_readmedia": 15.0, "gateway_photo_concurrent": 15.0}
 
 
 def _figure(item: dict[str, Any]) -> Figure:
@@ -87,8 +87,6 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             assert math.isfinite(value) and value > 0, key
         if key in SIZE_BOUND:
             assert figure.ratio >= SIZE_BOUND[key], figure
-        elif key in UPPER_BOUND:
-            assert figure.ratio <= UPPER_BOUND[key], figure
         else:
             assert not figure.far_outside(SLACK), figure
     assert not (tmp_path / "work").exists(), "the scratch files are removed"
