@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             insecure=args.insecure or None,
             database_url=args.database_url or None,
             stall_timeout_seconds=args.stall_timeout,
+            workers=args.workers,
         )
         if args.auth_tokens is not None:
             config = dataclasses.replace(
@@ -44,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         return config
 
     return run_service(
-        "history_service", build_config, serve, ConfigError, addr_env="SCROLLBACK_HISTORY_ADDR"
+        "history_service",
+        build_config,
+        serve,
+        ConfigError,
+        addr_env="SCROLLBACK_HISTORY_ADDR",
+        argv=sys.argv[1:] if argv is None else argv,
     )
 
 

@@ -6,7 +6,9 @@ or `~/.local/state/scrollback`, see scrollback.server.service_config),
 `SCROLLBACK_HISTORY_ADDR` (default `127.0.0.1:50051`) and optional limits
 (`SCROLLBACK_HISTORY_*`, e.g. `SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS`, default
 60, flag `--stall-timeout`: a stream whose client grants no flow-control
-window that long is ended with DEADLINE_EXCEEDED). `validate()` raises `ConfigError` with a clear text.
+window that long is ended with DEADLINE_EXCEEDED), `SCROLLBACK_HISTORY_WORKERS`
+(flag `--workers`, default: the cores this process may use; worker processes
+serving one port, see scrollback.server.workers). `validate()` raises `ConfigError` with a clear text.
 
 Security (`security`, shared with the media service, see scrollback.server.auth):
 `SCROLLBACK_AUTH_TOKENS`, `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`,
@@ -43,6 +45,7 @@ from scrollback.server.service_config import (
     transcripts_from_env,
     validate_shared,
 )
+from scrollback.server.workers import default_workers
 from scrollback.state.urls import DATABASE_URL_ENV
 
 DEFAULT_ADDR = "127.0.0.1:50051"
@@ -75,6 +78,8 @@ class HistoryConfig:
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
+    # Worker processes serving the one port (scrollback.server.workers).
+    workers: int = field(default_factory=default_workers)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> HistoryConfig:
@@ -100,6 +105,7 @@ class HistoryConfig:
             "rescan_interval_seconds": float,
             "bus_resync_seconds": float,
             "stall_timeout_seconds": float,
+            "workers": int,
         }
         for name, kind in numeric.items():
             key = "SCROLLBACK_HISTORY_" + name.upper()
@@ -133,6 +139,8 @@ class HistoryConfig:
             raise ConfigError("the bus resync interval must be positive")
         if self.stall_timeout_seconds <= 0:
             raise ConfigError("the stall timeout must be positive")
+        if self.workers < 1:
+            raise ConfigError("the number of workers must be at least 1")
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
         check_locations(self.transcripts, self.state_dir, config_error=ConfigError)

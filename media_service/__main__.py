@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the media service in the foreground."""
     args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
 
     def build_config() -> MediaConfig:
         config = MediaConfig.from_env()
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides["write_deadline_seconds"] = args.write_deadline_seconds
         if args.stall_timeout is not None:
             overrides["stall_timeout_seconds"] = args.stall_timeout
+        if args.workers is not None:
+            overrides["workers"] = args.workers
         if args.database_url:
             overrides["database_url"] = args.database_url
         if args.auth_tokens is not None:
@@ -60,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         return config.with_overrides(**overrides)
 
     return run_service(
-        "media_service", build_config, serve, ConfigError, addr_env="SCROLLBACK_MEDIA_ADDR"
+        "media_service",
+        build_config,
+        serve,
+        ConfigError,
+        addr_env="SCROLLBACK_MEDIA_ADDR",
+        argv=argv,
     )
 
 

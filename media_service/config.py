@@ -21,6 +21,8 @@ steadily it drips; past it the upload is cut off the same way.
 `SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS` (default 60, flag `--stall-timeout`): a
 stream whose client grants no flow-control window that long is ended with
 DEADLINE_EXCEEDED.
+`SCROLLBACK_MEDIA_WORKERS` (flag `--workers`, default: the cores this process
+may use): worker processes serving one port, see scrollback.server.workers.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from scrollback.server.service_config import (
     transcripts_from_env,
     validate_shared,
 )
+from scrollback.server.workers import default_workers
 from scrollback.state.urls import DATABASE_URL_ENV
 
 KIB = 1024
@@ -97,6 +100,8 @@ class MediaConfig:
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
+    # Worker processes serving the one port (scrollback.server.workers).
+    workers: int = field(default_factory=default_workers)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> MediaConfig:
@@ -129,6 +134,7 @@ class MediaConfig:
             ),
             database_url=env.get(DATABASE_URL_ENV) or "",
             security=security,
+            workers=_int(env, "SCROLLBACK_MEDIA_WORKERS", default_workers()),
         )
         return config.check_values()
 
@@ -168,6 +174,8 @@ class MediaConfig:
             raise ConfigError("the write deadline must be positive")
         if self.stall_timeout_seconds <= 0:
             raise ConfigError("the stall timeout must be positive")
+        if self.workers < 1:
+            raise ConfigError("the number of workers must be at least 1")
         validate_shared(self.database_url, self.security, config_error=ConfigError)
         return self
 

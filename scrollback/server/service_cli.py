@@ -1,12 +1,15 @@
 """The command line both services share: `python -m history_service` / `python -m media_service`.
 
 `service_parser` declares the flags (`--transcripts`, `--state`, `--addr`,
-`--insecure`, `--auth-tokens`, `--stall-timeout`, `--database-url`, `--version`), each
+`--insecure`, `--auth-tokens`, `--stall-timeout`, `--database-url`, `--workers`,
+`--version`), each
 help text naming its environment variable and default; each service turns the
 parsed flags into its configuration. `run_service` sets up logging, builds the
 configuration and serves until SIGINT/SIGTERM: an unusable configuration, a
 refused bind or an address it cannot listen on prints `<name>: <error>` to
-stderr and returns exit status 2.
+stderr and returns exit status 2. With more than one worker, `run_service`
+becomes the parent of that many worker processes on one port
+(scrollback.server.workers).
 """
 
 from __future__ import annotations
@@ -16,16 +19,41 @@ import asyncio
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.grpc_support import BindRefusedError, ListenError
 from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCRIPTS
+from scrollback.server.workers import can_share_port, current_role, supervise
 
-ConfigT = TypeVar("ConfigT")
+
+class ServedConfig(Protocol):
+    """What `run_service` reads of a service's configuration."""
+
+    @property
+    def addr(self) -> str:
+        """HOST:PORT to listen on."""
+        ...
+
+    @property
+    def workers(self) -> int:
+        """Worker processes serving the port."""
+        ...
+
+    @property
+    def security(self) -> SecuritySettings:
+        """Auth, TLS, limits, metrics."""
+        ...
+
+    def validate(self) -> Any:
+        """Raise the service's ConfigError when it cannot start."""
+        ...
+
+
+ConfigT = TypeVar("ConfigT", bound=ServedConfig)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 EXIT_CONFIG = 2
@@ -95,6 +123,13 @@ def service_parser(
         help="postgresql:// URL of a shared database (SCROLLBACK_DATABASE_URL, default: SQLite "
         "in the state dir)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help=f"worker processes serving the one port ({addr_env.removesuffix('_ADDR')}_WORKERS, "
+        "default: the number of cores)",
+    )
     return parser
 
 
@@ -110,11 +145,26 @@ def run_service(
     config_error: type[Exception],
     *,
     addr_env: str,
+    argv: Sequence[str] | None = None,
 ) -> int:
-    """Log to stderr, build the configuration and serve it; the process's exit status."""
+    """Log to stderr, build the configuration and serve it; the process's exit status.
+
+    A configuration of several workers (and this process not one of them)
+    starts them instead, on the flags of `argv`, and waits for them.
+    """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = build_config()
+        if config.workers > 1 and current_role() is None and can_share_port(config.addr):
+            config.validate()  # fail once here, not in N workers
+            return supervise(
+                name,
+                sys.argv[1:] if argv is None else argv,
+                address=config.addr,
+                count=config.workers,
+                metrics_addr=config.security.metrics_addr,
+                metrics_env=addr_env.removesuffix("_ADDR") + "_METRICS_ADDR",
+            )
         asyncio.run(serve(config))
     except ListenError as error:
         print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)

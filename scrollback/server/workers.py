@@ -1,0 +1,287 @@
+"""Serving one service from several worker processes on one port (SO_REUSEPORT).
+
+As grpc's own multiprocessing example does, a parent process reserves the
+port with a socket bound with `SO_REUSEPORT` (port 0 becomes a real port
+here, before any worker starts), then starts N workers, each a plain
+`python -m <service>` whose grpc server binds the same port with the
+`grpc.so_reuseport` option; the kernel spreads incoming connections over
+them. The parent starts no grpc machinery of its own (grpc does not survive
+a fork, so workers are fresh interpreters), waits until every worker
+reports ready on a pipe, logs `listening on port N`, forwards SIGINT/SIGTERM
+and exits when the workers have exited (with the first failure's status; a
+worker that dies takes the others down, for the supervisor above to restart
+the whole service on a clean slate).
+
+What the workers share lives in the state store (SQLite WAL or PostgreSQL)
+or in the parent's run directory (`WorkerRole.run_dir`, removed on exit):
+
+- `streams.sqlite3`: the calls in flight per principal, so
+  `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` holds for the whole service, not per
+  worker (scrollback.server.stream_limits);
+- `metrics/`: prometheus_client's multiprocess directory; the parent serves
+  the metrics endpoint, summing every worker's counters.
+
+`--workers N` / `SCROLLBACK_<SERVICE>_WORKERS` (default: the cores this
+process may run on) chooses N; 1 serves in the one process, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+RUN_DIR_ENV = "SCROLLBACK_WORKER_RUN_DIR"
+READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
+COUNT_ENV = "SCROLLBACK_WORKER_COUNT"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+STREAMS_DB = "streams.sqlite3"
+READY_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 20.0
+PARENT_CHECK_SECONDS = 0.5
+
+
+def default_workers() -> int:
+    """The number of cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRole:
+    """This process is one of `count` workers started by a parent (`run_dir` is shared)."""
+
+    run_dir: Path
+    count: int
+    ready_fd: int
+
+    @property
+    def streams_db(self) -> Path:
+        """The shared count of calls in flight per principal."""
+        return self.run_dir / STREAMS_DB
+
+    def announce_ready(self) -> None:
+        """Tell the parent this worker serves (its pid on the ready pipe); follow it out.
+
+        A parent killed outright (SIGKILL) cannot forward anything, so each
+        worker also watches for being orphaned and then stops as on SIGTERM.
+        """
+        parent = os.getppid()
+
+        def follow_parent() -> None:
+            while os.getppid() == parent:
+                time.sleep(PARENT_CHECK_SECONDS)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=follow_parent, name="scrollback-parent", daemon=True).start()
+        if self.ready_fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self.ready_fd, f"{os.getpid()}\n".encode())
+            os.close(self.ready_fd)
+
+
+@cache
+def current_role() -> WorkerRole | None:
+    """The role the parent gave this process, or None when it serves alone."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return None
+    return WorkerRole(
+        Path(run_dir),
+        int(os.environ.get(COUNT_ENV, "1")),
+        int(os.environ.get(READY_FD_ENV, "-1")),
+    )
+
+
+def can_share_port(address: str) -> bool:
+    """TCP addresses can be shared by workers; unix sockets cannot."""
+    return not address.startswith("unix:") and ":" in address
+
+
+def reserve_port(address: str) -> tuple[socket.socket, int]:
+    """Bind HOST:PORT with SO_REUSEPORT (port 0 picks one); the socket and its port.
+
+    The socket stays bound (never listening, so it takes no connections)
+    while the workers run, so the port stays ours. Raises OSError.
+    """
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    infos = socket.getaddrinfo(host, int(port_text), type=socket.SOCK_STREAM)
+    family, kind, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(sockaddr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, int(sock.getsockname()[1])
+
+
+def with_port(address: str, port: int) -> str:
+    """`address` with its port replaced."""
+    host, _, _ = address.rpartition(":")
+    return f"{host}:{port}"
+
+
+def _serve_metrics(metrics_addr: str, directory: Path) -> int:
+    """The parent's metrics endpoint: every worker's metrics, summed; the bound port."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    host, _, port_text = metrics_addr.rpartition(":")
+    server, _thread = start_http_server(
+        int(port_text), addr=host.strip("[]") or "127.0.0.1", registry=registry
+    )
+    return int(server.server_port)
+
+
+@dataclass
+class _Workers:
+    processes: list[subprocess.Popen[bytes]]
+
+    def signal_all(self, sig: int) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(sig)
+
+    def wait_all(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def status(self) -> int:
+        """The first non-zero exit status (a signal death counts as 1), else 0."""
+        for process in self.processes:
+            code = process.returncode
+            if code:
+                return code if code > 0 else 1
+        return 0
+
+
+def supervise(
+    name: str,
+    argv: Sequence[str],
+    *,
+    address: str,
+    count: int,
+    metrics_addr: str,
+    metrics_env: str,
+) -> int:
+    """Start `count` workers of `python -m <name> argv` on one port; their exit status.
+
+    `metrics_env` is the service's metrics variable: workers get it empty (the
+    parent serves the summed metrics on `metrics_addr` instead).
+    """
+    try:
+        reserved, port = reserve_port(address)
+    except OSError as error:
+        print(f"{name}: cannot listen on {address}: {error.strerror}", file=sys.stderr)
+        return 2
+    run_dir = Path(tempfile.mkdtemp(prefix=f"scrollback-{name}-"))
+    metrics_dir = run_dir / "metrics"
+    metrics_dir.mkdir()
+    stop_requested: list[int] = []
+
+    def on_signal(sig: int, _frame: object) -> None:
+        stop_requested.append(sig)
+        workers.signal_all(sig)
+
+    workers = _Workers([])
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    read_end, write_end = os.pipe()
+    try:
+        env = dict(os.environ)
+        env.update(
+            {
+                RUN_DIR_ENV: str(run_dir),
+                COUNT_ENV: str(count),
+                READY_FD_ENV: str(write_end),
+                MULTIPROC_ENV: str(metrics_dir),
+                metrics_env: "",
+            }
+        )
+        worker_argv = [
+            sys.executable, "-m", name, *argv,
+            "--addr", with_port(address, port), "--workers", "1",
+        ]  # fmt: skip
+        for _ in range(count):
+            workers.processes.append(subprocess.Popen(worker_argv, env=env, pass_fds=(write_end,)))
+        os.close(write_end)
+        write_end = -1
+        if not _wait_ready(read_end, workers, count) or stop_requested:
+            workers.signal_all(signal.SIGTERM)
+            workers.wait_all(STOP_TIMEOUT_SECONDS)
+            return workers.status() or (0 if stop_requested else 2)
+        if metrics_addr:
+            metrics_port = _serve_metrics(metrics_addr, metrics_dir)
+            log.info("%s: metrics on port %d", name, metrics_port)
+        log.info("%s: %d workers listening on port %d", name, count, port)
+        _wait_any_exit(workers)
+        # One worker ended (a signal we forwarded, or a failure): end the others.
+        workers.signal_all(signal.SIGTERM)
+        workers.wait_all(STOP_TIMEOUT_SECONDS)
+        return workers.status()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if write_end >= 0:
+            os.close(write_end)
+        os.close(read_end)
+        reserved.close()
+        workers.signal_all(signal.SIGKILL)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _wait_ready(read_end: int, workers: _Workers, count: int) -> bool:
+    """True when every worker announced itself; False when one exited first or time ran out."""
+    ready = 0
+    buffer = b""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while ready < count and time.monotonic() < deadline:
+        if any(p.poll() is not None for p in workers.processes):
+            return False
+        try:
+            readable, _, _ = select.select([read_end], [], [], 0.1)
+        except InterruptedError:  # a signal: the loop checks the workers again
+            continue
+        if readable:
+            chunk = os.read(read_end, 4096)
+            if not chunk:
+                return False
+            buffer += chunk
+            ready = buffer.count(b"\n")
+    return ready >= count
+
+
+def _wait_any_exit(workers: _Workers) -> None:
+    """Return when any worker has exited."""
+    while all(p.poll() is None for p in workers.processes):
+        with contextlib.suppress(ChildProcessError, InterruptedError):
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
