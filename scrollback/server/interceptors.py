@@ -136,11 +136,13 @@ class ServerPolicy(_InterceptorBase):
         byte_counted_methods: frozenset[str] = frozenset(),
         stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS,
         shared: SharedStreamCounter | None = None,
+        worker_pid: int | None = None,
     ) -> None:
         self._service = service
         # Across worker processes: the service-wide count (None: this process only).
         self._shared = shared
-        self._worker_pid = ((WORKER_PID_KEY, str(os.getpid())),) if shared else None
+        # One of several workers: each call names the worker that served it.
+        self._worker_pid = ((WORKER_PID_KEY, str(worker_pid)),) if worker_pid else None
         self._tokens = tokens
         self._max_streams = max_streams
         self._stall_timeout = stall_timeout
@@ -447,6 +449,7 @@ def prepare_security(
         byte_counted_methods=byte_counted_methods,
         stall_timeout=stall_timeout,
         shared=SharedStreamCounter(role.streams_db) if role is not None else None,
+        worker_pid=os.getpid() if role is not None else None,
     )
     metrics_port = None
     if settings.metrics_addr:

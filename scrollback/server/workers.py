@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -160,9 +160,16 @@ def _serve_metrics(metrics_addr: str, directory: Path) -> int:
 @dataclass
 class _Workers:
     processes: list[subprocess.Popen[bytes]]
+    # Pids already told to stop: a second SIGTERM would find a worker whose
+    # graceful stop has put the default handler back, and kill it.
+    signalled: set[int] = field(default_factory=set)
 
     def signal_all(self, sig: int) -> None:
         for process in self.processes:
+            if sig != signal.SIGKILL:
+                if process.pid in self.signalled:
+                    continue
+                self.signalled.add(process.pid)
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(sig)
@@ -238,7 +245,7 @@ def supervise(
         if not _wait_ready(read_end, workers, count) or stop_requested:
             workers.signal_all(signal.SIGTERM)
             workers.wait_all(STOP_TIMEOUT_SECONDS)
-            return workers.status() or (0 if stop_requested else 2)
+            return 0 if stop_requested else (workers.status() or 2)
         if metrics_addr:
             metrics_port = _serve_metrics(metrics_addr, metrics_dir)
             log.info("%s: metrics on port %d", name, metrics_port)
