@@ -5,6 +5,8 @@
   transcripts root configured and none at ~/.claude/projects, it says so and
   serves the bundled sample sessions (scrollback.samples).
 - `scrollback up --gateway`: the same, plus the HTTP gateway and viewer (SCROLLBACK_GATEWAY_ADDR).
+- `scrollback up --workers N`: each service from N worker processes on its port
+  (SCROLLBACK_HISTORY_WORKERS / SCROLLBACK_MEDIA_WORKERS; default the number of cores).
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
 - `scrollback loadtest [--seconds S] [--clients N]`: a bounded load test on loopback.
@@ -72,6 +74,50 @@ def _apply_flags_to_env(args: argparse.Namespace) -> None:
             os.environ[variable] = str(value)
 
 
+class _WorkerTree:
+    """A service `up` runs as worker processes (scrollback.server.workers)."""
+
+    def __init__(self, supervisor: Any) -> None:
+        self.supervisor = supervisor
+
+    @property
+    def port(self) -> int:
+        """The port its workers share."""
+        return int(self.supervisor.port)
+
+    async def stop(self) -> None:
+        """Stop every worker."""
+        await asyncio.to_thread(self.supervisor.stop)
+
+
+async def _start_workers(name: str, config: Any, insecure: bool) -> _WorkerTree:
+    """Start `config.workers` workers of `python -m <name>` on the configuration's address.
+
+    The workers read the same environment `up` read (flags were applied to
+    it); raises UpConfigError or ListenError.
+    """
+    from scrollback.server.grpc_support import ListenError
+    from scrollback.server.workers import Supervisor
+
+    config.validate()
+    prefix = "SCROLLBACK_HISTORY" if name == "history_service" else "SCROLLBACK_MEDIA"
+    supervisor = Supervisor(
+        name,
+        ["--insecure"] if insecure else [],
+        address=config.addr,
+        count=config.workers,
+        metrics_addr=config.security.metrics_addr,
+        metrics_env=f"{prefix}_METRICS_ADDR",
+    )
+    try:
+        started = await asyncio.to_thread(supervisor.start)
+    except OSError as error:
+        raise ListenError(config.addr, error.strerror or "bind failed") from None
+    if not started:
+        raise UpConfigError(f"the {name.replace('_', ' ')} did not start (see above)")
+    return _WorkerTree(supervisor)
+
+
 class UpConfigError(ValueError):
     """A configuration `scrollback up` cannot start on (exit code 2)."""
 
@@ -116,8 +162,13 @@ async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
     if insecure:
         history_config = dataclasses.replace(history_config, insecure=True)
         media_config = dataclasses.replace(media_config, insecure=True)
+    history: Any
+    media: Any
     try:
-        history = await start_history_server(history_config)
+        if history_config.workers > 1:
+            history = await _start_workers("history_service", history_config, insecure)
+        else:
+            history = await start_history_server(history_config)
     except ListenError as error:
         raise UpConfigError(
             f"{error}; choose another with --history-addr or SCROLLBACK_HISTORY_ADDR"
@@ -125,7 +176,10 @@ async def _run_up(insecure: bool, with_gateway: bool = False) -> int:
     except config_errors as error:
         raise UpConfigError(str(error)) from None
     try:
-        media = await start_media_server(media_config)
+        if media_config.workers > 1:
+            media = await _start_workers("media_service", media_config, insecure)
+        else:
+            media = await start_media_server(media_config)
     except BaseException as error:
         await history.stop()
         if isinstance(error, ListenError):
@@ -174,6 +228,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     _transcripts_or_samples()
     if args.gateway_addr:
         os.environ["SCROLLBACK_GATEWAY_ADDR"] = args.gateway_addr
+    if args.workers is not None:
+        os.environ["SCROLLBACK_HISTORY_WORKERS"] = str(args.workers)
+        os.environ["SCROLLBACK_MEDIA_WORKERS"] = str(args.workers)
     from gateway.config import ConfigError as GatewayConfigError
 
     try:
@@ -253,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--gateway", action="store_true", help="also serve the HTTP gateway and the viewer"
     )
     up.add_argument("--gateway-addr", help="gateway address (SCROLLBACK_GATEWAY_ADDR)")
+    up.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes per service (SCROLLBACK_HISTORY_WORKERS / "
+        "SCROLLBACK_MEDIA_WORKERS, default: the number of cores)",
+    )
     up.set_defaults(handler=_cmd_up)
 
     gateway = commands.add_parser(

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.grpc_support import BindRefusedError, ListenError
@@ -30,8 +30,9 @@ from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCR
 from scrollback.server.workers import can_share_port, current_role, supervise
 
 
+@runtime_checkable
 class ServedConfig(Protocol):
-    """What `run_service` reads of a service's configuration."""
+    """What `run_service` reads of a configuration that may have several workers."""
 
     @property
     def addr(self) -> str:
@@ -53,7 +54,7 @@ class ServedConfig(Protocol):
         ...
 
 
-ConfigT = TypeVar("ConfigT", bound=ServedConfig)
+ConfigT = TypeVar("ConfigT")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 EXIT_CONFIG = 2
@@ -155,7 +156,12 @@ def run_service(
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = build_config()
-        if config.workers > 1 and current_role() is None and can_share_port(config.addr):
+        if (
+            isinstance(config, ServedConfig)
+            and config.workers > 1
+            and current_role() is None
+            and can_share_port(config.addr)
+        ):
             config.validate()  # fail once here, not in N workers
             return supervise(
                 name,

@@ -192,6 +192,98 @@ class _Workers:
         return 0
 
 
+class Supervisor:
+    """`count` workers of `python -m <name> argv` on one port, started and stopped as one.
+
+    `metrics_env` is the service's metrics variable: workers get it empty (the
+    parent serves the summed metrics on `metrics_addr` instead).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        address: str,
+        count: int,
+        metrics_addr: str = "",
+        metrics_env: str = "",
+    ) -> None:
+        self.name = name
+        self._argv = list(argv)
+        self._address = address
+        self.count = count
+        self._metrics_addr = metrics_addr
+        self._metrics_env = metrics_env
+        self.port = 0
+        self.metrics_port: int | None = None
+        self.workers = _Workers([])
+        self._reserved: socket.socket | None = None
+        self._run_dir: Path | None = None
+
+    def start(self) -> bool:
+        """Reserve the port and start the workers; True once all serve.
+
+        False when one exited first (its own message is on stderr) or none
+        came up in time; the others are stopped then. Raises OSError when
+        the port cannot be reserved.
+        """
+        self._reserved, self.port = reserve_port(self._address)
+        self._run_dir = Path(tempfile.mkdtemp(prefix=f"scrollback-{self.name}-"))
+        metrics_dir = self._run_dir / "metrics"
+        metrics_dir.mkdir()
+        env = dict(os.environ)
+        env.update({RUN_DIR_ENV: str(self._run_dir), COUNT_ENV: str(self.count)})
+        env[MULTIPROC_ENV] = str(metrics_dir)
+        if self._metrics_env:
+            env[self._metrics_env] = ""
+        worker_argv = [
+            sys.executable, "-m", self.name, *self._argv,
+            "--addr", with_port(self._address, self.port), "--workers", "1",
+        ]  # fmt: skip
+        read_end, write_end = os.pipe()
+        try:
+            env[READY_FD_ENV] = str(write_end)
+            for _ in range(self.count):
+                # Their own process group: a terminal's Ctrl-C reaches the
+                # parent only, which forwards it once.
+                self.workers.processes.append(
+                    subprocess.Popen(worker_argv, env=env, pass_fds=(write_end,), process_group=0)
+                )
+            os.close(write_end)
+            write_end = -1
+            ready = _wait_ready(read_end, self.workers, self.count)
+        finally:
+            if write_end >= 0:
+                os.close(write_end)
+            os.close(read_end)
+        if not ready:
+            self.stop()
+            return False
+        if self._metrics_addr:
+            self.metrics_port = _serve_metrics(self._metrics_addr, metrics_dir)
+            log.info("%s: metrics on port %d", self.name, self.metrics_port)
+        log.info("%s: %d workers listening on port %d", self.name, self.count, self.port)
+        return True
+
+    def signal(self, sig: int) -> None:
+        """Forward a signal to every worker (once each)."""
+        self.workers.signal_all(sig)
+
+    def stop(self) -> int:
+        """Stop every worker (SIGTERM, then SIGKILL after a grace), release all; the status."""
+        self.workers.signal_all(signal.SIGTERM)
+        self.workers.wait_all(STOP_TIMEOUT_SECONDS)
+        self.workers.signal_all(signal.SIGKILL)
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+        return self.workers.status()
+
+
 def supervise(
     name: str,
     argv: Sequence[str],
@@ -201,69 +293,41 @@ def supervise(
     metrics_addr: str,
     metrics_env: str,
 ) -> int:
-    """Start `count` workers of `python -m <name> argv` on one port; their exit status.
+    """Run a `Supervisor` in the foreground: forward SIGINT/SIGTERM; its exit status.
 
-    `metrics_env` is the service's metrics variable: workers get it empty (the
-    parent serves the summed metrics on `metrics_addr` instead).
+    Returns when the workers have exited: 0 after a signal they obeyed; a
+    worker that ended on its own stops the others and gives the status.
     """
-    try:
-        reserved, port = reserve_port(address)
-    except OSError as error:
-        print(f"{name}: cannot listen on {address}: {error.strerror}", file=sys.stderr)
-        return 2
-    run_dir = Path(tempfile.mkdtemp(prefix=f"scrollback-{name}-"))
-    metrics_dir = run_dir / "metrics"
-    metrics_dir.mkdir()
+    supervisor = Supervisor(
+        name,
+        argv,
+        address=address,
+        count=count,
+        metrics_addr=metrics_addr,
+        metrics_env=metrics_env,
+    )
     stop_requested: list[int] = []
 
     def on_signal(sig: int, _frame: object) -> None:
         stop_requested.append(sig)
-        workers.signal_all(sig)
+        supervisor.signal(sig)
 
-    workers = _Workers([])
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    read_end, write_end = os.pipe()
     try:
-        env = dict(os.environ)
-        env.update(
-            {
-                RUN_DIR_ENV: str(run_dir),
-                COUNT_ENV: str(count),
-                READY_FD_ENV: str(write_end),
-                MULTIPROC_ENV: str(metrics_dir),
-                metrics_env: "",
-            }
-        )
-        worker_argv = [
-            sys.executable, "-m", name, *argv,
-            "--addr", with_port(address, port), "--workers", "1",
-        ]  # fmt: skip
-        for _ in range(count):
-            workers.processes.append(subprocess.Popen(worker_argv, env=env, pass_fds=(write_end,)))
-        os.close(write_end)
-        write_end = -1
-        if not _wait_ready(read_end, workers, count) or stop_requested:
-            workers.signal_all(signal.SIGTERM)
-            workers.wait_all(STOP_TIMEOUT_SECONDS)
-            return 0 if stop_requested else (workers.status() or 2)
-        if metrics_addr:
-            metrics_port = _serve_metrics(metrics_addr, metrics_dir)
-            log.info("%s: metrics on port %d", name, metrics_port)
-        log.info("%s: %d workers listening on port %d", name, count, port)
-        _wait_any_exit(workers)
+        try:
+            started = supervisor.start()
+        except OSError as error:
+            print(f"{name}: cannot listen on {address}: {error.strerror}", file=sys.stderr)
+            return 2
+        if not started:
+            return 0 if stop_requested else (supervisor.workers.status() or 2)
+        _wait_any_exit(supervisor.workers)
         # One worker ended (a signal we forwarded, or a failure): end the others.
-        workers.signal_all(signal.SIGTERM)
-        workers.wait_all(STOP_TIMEOUT_SECONDS)
-        return workers.status()
+        return supervisor.stop()
     finally:
+        supervisor.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if write_end >= 0:
-            os.close(write_end)
-        os.close(read_end)
-        reserved.close()
-        workers.signal_all(signal.SIGKILL)
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _wait_ready(read_end: int, workers: _Workers, count: int) -> bool:

@@ -10,8 +10,12 @@ sum every worker, and SIGTERM ends the whole tree with status 0.
 
 from __future__ import annotations
 
+import os
 import queue
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -84,7 +88,7 @@ def test_watch_on_one_worker_hears_an_accept_made_on_the_other(history: WorkerSe
     )
     assert watch_pid != accept_pid
     stub = history_pb2_grpc.HistoryServiceStub(watching)
-    stream = stub.WatchSession(history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60)
+    stream: Any = stub.WatchSession(history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60)
     events: queue.Queue[Any] = queue.Queue()
 
     def read() -> None:
@@ -135,9 +139,9 @@ def test_a_retried_accept_is_one_record_whichever_worker_takes_it(
 @pytest.mark.parametrize("history", [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2"}], indirect=True)
 def test_the_per_principal_stream_limit_holds_across_workers(history: WorkerService) -> None:
     (one, one_pid), (other, other_pid) = channels_on_distinct_workers(history.addr, _history_pid)
-    streams = []
+    streams: list[Any] = []
     for _ in range(2):  # the whole budget, on the first worker
-        stream = history_pb2_grpc.HistoryServiceStub(one).WatchSession(
+        stream: Any = history_pb2_grpc.HistoryServiceStub(one).WatchSession(
             history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
         )
         streams.append(stream)
@@ -214,3 +218,31 @@ def test_a_killed_parent_takes_its_workers_down(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() and not _is_zombie(pid) for pid in workers):
         assert time.monotonic() < deadline, "orphaned workers kept running"
         time.sleep(0.1)
+
+
+def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrollback_app.cli", "up", "--workers", "2",
+         "--transcripts", str(root), "--state", str(state),
+         "--history-addr", "127.0.0.1:0", "--media-addr", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        found = re.search(r"history on port (\d+), media on port (\d+)", line)
+        assert found, line
+        history_addr, media_addr = (f"127.0.0.1:{port}" for port in found.groups())
+        history_pids = {p for _, p in channels_on_distinct_workers(history_addr, _history_pid)}
+        media_pids = {p for _, p in channels_on_distinct_workers(media_addr, _media_pid)}
+        assert len(history_pids | media_pids) == 4
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        for pid in history_pids | media_pids:
+            assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
