@@ -96,7 +96,7 @@ async def _start_workers(name: str, config: Any, insecure: bool) -> _WorkerTree:
     The workers read the same environment `up` read (flags were applied to
     it); raises UpConfigError or ListenError.
     """
-    from scrollback.server.grpc_support import ListenError
+    from scrollback.server.grpc_support import ListenError, listen_reason
     from scrollback.server.workers import Supervisor
 
     config.validate()
@@ -112,7 +112,7 @@ async def _start_workers(name: str, config: Any, insecure: bool) -> _WorkerTree:
     try:
         started = await asyncio.to_thread(supervisor.start)
     except OSError as error:
-        raise ListenError(config.addr, error.strerror or "bind failed") from None
+        raise ListenError(config.addr, listen_reason(error)) from None
     if not started:
         raise UpConfigError(f"the {name.replace('_', ' ')} did not start (see above)")
     return _WorkerTree(supervisor)

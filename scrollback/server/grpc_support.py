@@ -65,6 +65,11 @@ _LISTEN_REASONS = {
 }
 
 
+def listen_reason(error: OSError) -> str:
+    """Why a bind failed, in the words ListenError uses."""
+    return _LISTEN_REASONS.get(error.errno or 0, error.strerror or "bind failed")
+
+
 def _probe_listen(address: str, *, reuse_port: bool = False) -> None:
     """Try the bind with a plain socket first, for a precise reason (grpc only says "failed")."""
     host, _, port_text = address.rpartition(":")
@@ -84,8 +89,7 @@ def _probe_listen(address: str, *, reuse_port: bool = False) -> None:
         try:
             probe.bind((host, int(port_text)))
         except OSError as error:
-            reason = _LISTEN_REASONS.get(error.errno or 0, error.strerror or "bind failed")
-            raise ListenError(address, reason) from None
+            raise ListenError(address, listen_reason(error)) from None
 
 
 def host_of(address: str) -> str:

@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from scrollback.server.auth import SecuritySettings
-from scrollback.server.grpc_support import BindRefusedError, ListenError
+from scrollback.server.grpc_support import (
+    BindRefusedError,
+    ListenError,
+    check_bind_allowed,
+    listen_reason,
+)
 from scrollback.server.service_config import DEFAULT_STATE_TEXT, DEFAULT_TRANSCRIPTS
 from scrollback.server.workers import can_share_port, current_role, supervise
 
@@ -37,6 +42,16 @@ class ServedConfig(Protocol):
     @property
     def addr(self) -> str:
         """HOST:PORT to listen on."""
+        ...
+
+    @property
+    def insecure(self) -> bool:
+        """Allow a non-loopback address without auth."""
+        ...
+
+    @property
+    def auth_configured(self) -> bool:
+        """Auth is configured by other means than the security settings."""
         ...
 
     @property
@@ -162,15 +177,24 @@ def run_service(
             and current_role() is None
             and can_share_port(config.addr)
         ):
-            config.validate()  # fail once here, not in N workers
-            return supervise(
-                name,
-                sys.argv[1:] if argv is None else argv,
-                address=config.addr,
-                count=config.workers,
-                metrics_addr=config.security.metrics_addr,
-                metrics_env=addr_env.removesuffix("_ADDR") + "_METRICS_ADDR",
+            # Refuse once here, not once per worker.
+            config.validate()
+            check_bind_allowed(
+                config.addr,
+                auth_configured=config.auth_configured or config.security.auth_configured,
+                insecure=config.insecure,
             )
+            try:
+                return supervise(
+                    name,
+                    sys.argv[1:] if argv is None else argv,
+                    address=config.addr,
+                    count=config.workers,
+                    metrics_addr=config.security.metrics_addr,
+                    metrics_env=addr_env.removesuffix("_ADDR") + "_METRICS_ADDR",
+                )
+            except OSError as error:
+                raise ListenError(config.addr, listen_reason(error)) from None
         asyncio.run(serve(config))
     except ListenError as error:
         print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)

@@ -297,6 +297,7 @@ def supervise(
 
     Returns when the workers have exited: 0 after a signal they obeyed; a
     worker that ended on its own stops the others and gives the status.
+    Raises OSError when the port cannot be reserved.
     """
     supervisor = Supervisor(
         name,
@@ -314,12 +315,7 @@ def supervise(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        try:
-            started = supervisor.start()
-        except OSError as error:
-            print(f"{name}: cannot listen on {address}: {error.strerror}", file=sys.stderr)
-            return 2
-        if not started:
+        if not supervisor.start():
             return 0 if stop_requested else (supervisor.workers.status() or 2)
         _wait_any_exit(supervisor.workers)
         # One worker ended (a signal we forwarded, or a failure): end the others.
