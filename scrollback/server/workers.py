@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 RUN_DIR_ENV = "SCROLLBACK_WORKER_RUN_DIR"
 READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
 COUNT_ENV = "SCROLLBACK_WORKER_COUNT"
+PARENT_ENV = "SCROLLBACK_WORKER_PARENT"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STREAMS_DB = "streams.sqlite3"
 READY_TIMEOUT_SECONDS = 60.0
@@ -71,6 +72,7 @@ class WorkerRole:
     run_dir: Path
     count: int
     ready_fd: int
+    parent: int = 0
 
     @property
     def streams_db(self) -> Path:
@@ -83,7 +85,9 @@ class WorkerRole:
         A parent killed outright (SIGKILL) cannot forward anything, so each
         worker also watches for being orphaned and then stops as on SIGTERM.
         """
-        parent = os.getppid()
+        # The pid the parent gave, not getppid() now: a parent killed while
+        # this worker was starting has already left it to init.
+        parent = self.parent or os.getppid()
 
         def follow_parent() -> None:
             while os.getppid() == parent:
@@ -108,6 +112,7 @@ def current_role() -> WorkerRole | None:
         Path(run_dir),
         int(os.environ.get(COUNT_ENV, "1")),
         int(os.environ.get(READY_FD_ENV, "-1")),
+        int(os.environ.get(PARENT_ENV, "0")),
     )
 
 
@@ -233,7 +238,13 @@ class Supervisor:
         metrics_dir = self._run_dir / "metrics"
         metrics_dir.mkdir()
         env = dict(os.environ)
-        env.update({RUN_DIR_ENV: str(self._run_dir), COUNT_ENV: str(self.count)})
+        env.update(
+            {
+                RUN_DIR_ENV: str(self._run_dir),
+                COUNT_ENV: str(self.count),
+                PARENT_ENV: str(os.getpid()),
+            }
+        )
         env[MULTIPROC_ENV] = str(metrics_dir)
         if self._metrics_env:
             env[self._metrics_env] = ""

@@ -246,3 +246,25 @@ def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_parent_killed_while_its_workers_start_takes_them_down(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "history_service", "--transcripts", str(root),
+         "--state", str(state), "--addr", "127.0.0.1:0", "--workers", "2"],
+        env=env, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    deadline = time.monotonic() + 30
+    workers: set[int] = set()
+    while len(workers) < 2:  # both spawned, before they serve
+        assert time.monotonic() < deadline, "the workers never started"
+        workers = {int(p) for p in children.read_text().split()}
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and not _is_zombie(pid) for pid in workers):
+        assert time.monotonic() < deadline, "orphaned workers kept running"
+        time.sleep(0.1)
