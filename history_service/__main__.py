@@ -20,7 +20,7 @@ from scrollback.server.service_config import env_name
 
 def config_from_args(args: argparse.Namespace) -> HistoryConfig:
     """The environment's configuration with the flags applied."""
-    return HistoryConfig.from_env(addr=args.addr, **shared_overrides(args))
+    return HistoryConfig.from_env(addr=args.addr, workers=args.workers, **shared_overrides(args))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: config_from_args(args),
         serve,
         addr_env=env_name("addr", SERVICE),
+        argv=sys.argv[1:] if argv is None else argv,
     )
 
 

@@ -5,11 +5,16 @@ falls behind is told so (`BusOverflowError`) and catches up from the store by
 seq, which is why events need no buffer of their own: the store is the log.
 The PostgreSQL backend (history_service.bus_postgres, LISTEN/NOTIFY across
 replicas) implements the same Protocol and delivers through an InProcessBus.
+Worker processes sharing one SQLite database use `PollingBus`: the local
+events, plus a look at the highest committed seq every poll interval, which
+wakes the watchers when another worker accepted something.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Protocol
 
 from history_service.accept import AcceptedRecord
@@ -103,3 +108,51 @@ class InProcessBus:
 
     def close(self) -> None:
         """Nothing to release in process."""
+
+
+class PollingBus:
+    """An AcceptedBus for worker processes sharing one SQLite database.
+
+    Accepts made in this process are delivered at once (InProcessBus). Every
+    `poll_seconds`, while anyone subscribes, it reads the highest committed
+    seq (one indexed read); one it has not heard of, accepted by another
+    worker, wakes every subscriber, which catches up from the store by seq.
+    """
+
+    def __init__(self, last_seq: Callable[[], int], *, poll_seconds: float) -> None:
+        self._last_seq = last_seq
+        self._poll = poll_seconds
+        self._local = InProcessBus()
+        self._heard = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start polling (on the running loop) from the seq committed now."""
+        self._heard = await asyncio.to_thread(self._last_seq)
+        self._task = asyncio.create_task(self._run())
+
+    async def publish(self, record: AcceptedRecord) -> None:
+        """Deliver a local accept; the next seq in order needs no wake-up by poll."""
+        if record.seq == self._heard + 1:
+            self._heard = record.seq
+        self._local.publish_nowait(record)
+
+    def subscribe(self) -> Subscription:
+        """Subscribe from now on."""
+        return self._local.subscribe()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll)
+            if not self._local._subscribers:
+                continue
+            committed = await asyncio.to_thread(self._last_seq)
+            if committed > self._heard:
+                self._heard = committed
+                self._local.lose_events()
+
+    def close(self) -> None:
+        """Stop polling."""
+        if self._task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self._task.cancel()

@@ -52,6 +52,7 @@ from scrollback.server.service_config import (
     transcripts_from_env,
     with_overrides,
 )
+from scrollback.server.workers import MAX_WORKERS, default_workers
 
 SERVICE = "history"
 DEFAULT_ADDR = "127.0.0.1:50051"
@@ -83,6 +84,8 @@ class HistoryConfig:
     bus_resync_seconds: float = 1.0
     # A stream whose client grants no flow-control window this long is ended.
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
+    # Worker processes serving one port (scrollback.server.workers); 1: this process.
+    workers: int = field(default_factory=default_workers)
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -142,6 +145,8 @@ class HistoryConfig:
             raise ConfigError("the bus resync interval must be positive")
         if self.stall_timeout_seconds <= 0:
             raise ConfigError("the stall timeout must be positive")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers must be from 1 to {MAX_WORKERS}")
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
         check_database_url(self.database_url)

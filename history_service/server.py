@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from history_service.bus import AcceptedBus, InProcessBus
+from history_service.bus import AcceptedBus, InProcessBus, PollingBus
 from history_service.config import HistoryConfig
 from history_service.core import HistoryCore
 from history_service.insight import InsightStore
@@ -38,6 +38,7 @@ from scrollback.server.service_config import (
     open_database_pool,
     open_line_index,
 )
+from scrollback.server.workers import current_role
 from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,15 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
             keep=config.pending_keep,
             ttl_seconds=config.pending_ttl_seconds,
         )
-        return store, InProcessBus()
+        if current_role() is None:
+            return store, InProcessBus()
+        # Worker processes on one SQLite file: other workers' accepts wake watches by poll.
+        bus = PollingBus(
+            store.last_seq,
+            poll_seconds=min(config.watch_poll_seconds, config.bus_resync_seconds),
+        )
+        await bus.start()
+        return store, bus
     from history_service.bus_postgres import PostgresBus
     from scrollback.state.postgres import DatabaseUnavailableError
 

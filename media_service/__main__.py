@@ -48,6 +48,7 @@ def config_from_args(args: argparse.Namespace) -> MediaConfig:
     """The environment's configuration with the flags applied."""
     return MediaConfig.from_env(
         addr=args.addr,
+        workers=args.workers,
         write_deadline_seconds=args.write_deadline_seconds,
         **shared_overrides(args),
     )
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: config_from_args(args),
         serve,
         addr_env=env_name("addr", SERVICE),
+        argv=sys.argv[1:] if argv is None else argv,
     )
 
 

@@ -22,7 +22,9 @@ upload discarded), `WRITE_DEADLINE_SECONDS` (default 600, flag
 steadily it drips), `STALL_TIMEOUT_SECONDS` (default 60, flag
 `--stall-timeout-seconds`: a stream whose client grants no flow-control window
 that long is ended with DEADLINE_EXCEEDED), `THUMBNAIL_THREADS` (default 2: the
-threads that encode thumbnails, apart from those that serve reads). The older names
+threads that encode thumbnails, apart from those that serve reads), `WORKERS`
+(default: the cores this process may use, flag `--workers`: worker processes
+serving one port, scrollback.server.workers). The older names
 `SCROLLBACK_MAX_BLOB_SIZE`, `SCROLLBACK_GC_GRACE_SECONDS` and
 `SCROLLBACK_GC_INTERVAL_SECONDS` still work, deprecated.
 
@@ -54,6 +56,7 @@ from scrollback.server.service_config import (
     transcripts_from_env,
     with_overrides,
 )
+from scrollback.server.workers import MAX_WORKERS, default_workers
 
 SERVICE = "media"
 KIB = 1024
@@ -98,6 +101,8 @@ class MediaConfig:
     write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS
+    # Worker processes serving one port (scrollback.server.workers); 1: this process.
+    workers: int = field(default_factory=default_workers)
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
 
@@ -157,6 +162,8 @@ class MediaConfig:
             raise ConfigError("the write deadline must be positive")
         if self.stall_timeout_seconds <= 0:
             raise ConfigError("the stall timeout must be positive")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers must be from 1 to {MAX_WORKERS}")
         if not 1 <= self.thumbnail_threads <= MAX_THUMBNAIL_THREADS:
             raise ConfigError(f"thumbnail threads must be from 1 to {MAX_THUMBNAIL_THREADS}")
         check_database_url(self.database_url)

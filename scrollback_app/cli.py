@@ -5,6 +5,8 @@
   transcripts root configured and none at ~/.claude/projects, it says so and
   serves the bundled sample sessions (scrollback.samples).
 - `scrollback up --gateway`: the same, plus the HTTP gateway and viewer (SCROLLBACK_GATEWAY_ADDR).
+- `scrollback up --workers N`: each service from N worker processes on its port
+  (SCROLLBACK_HISTORY_WORKERS / SCROLLBACK_MEDIA_WORKERS; default the number of cores).
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
 - `scrollback loadtest [--seconds S] [--clients N]`: a bounded load test on loopback.
@@ -60,6 +62,68 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 
 
+class _WorkerTree:
+    """A service `up` runs as worker processes (scrollback.server.workers)."""
+
+    def __init__(self, supervisor: Any) -> None:
+        self.supervisor = supervisor
+
+    @property
+    def port(self) -> int:
+        """The port its workers share."""
+        return int(self.supervisor.port)
+
+    async def stop(self) -> None:
+        """Stop every worker."""
+        await asyncio.to_thread(self.supervisor.stop)
+
+
+def _worker_argv(config: Any) -> list[str]:
+    """The flags that give a worker `config` (the rest it reads from the same environment)."""
+    argv = [
+        "--transcripts",
+        str(config.transcripts),
+        "--state",
+        str(config.state_dir),
+        "--stall-timeout-seconds",
+        str(config.stall_timeout_seconds),
+    ]
+    if config.insecure:
+        argv.append("--insecure")
+    if config.security.auth_tokens is not None:
+        argv += ["--auth-tokens", str(config.security.auth_tokens)]
+    return argv
+
+
+async def _start_workers(name: str, config: Any) -> _WorkerTree:
+    """Start `config.workers` workers of `python -m <name>` on the configuration's address.
+
+    Each worker is configured by the flags `_worker_argv` gives and the
+    environment `up` read; raises ConfigError or ListenError.
+    """
+    from scrollback.server.grpc_support import ListenError, listen_reason
+    from scrollback.server.service_config import ConfigError
+    from scrollback.server.workers import Supervisor
+
+    config.validate()
+    prefix = "SCROLLBACK_HISTORY" if name == "history_service" else "SCROLLBACK_MEDIA"
+    supervisor = Supervisor(
+        name,
+        _worker_argv(config),
+        address=config.addr,
+        count=config.workers,
+        metrics_addr=config.security.metrics_addr,
+        metrics_env=f"{prefix}_METRICS_ADDR",
+    )
+    try:
+        started = await asyncio.to_thread(supervisor.start)
+    except OSError as error:
+        raise ListenError(config.addr, listen_reason(error)) from None
+    if not started:
+        raise ConfigError(f"the {name.replace('_', ' ')} did not start (see above)")
+    return _WorkerTree(supervisor)
+
+
 def _transcripts_override(args: argparse.Namespace) -> Path | None:
     """`--transcripts`; with none set and none at the default, the bundled sample sessions."""
     from scrollback.samples import SAMPLES_ROOT
@@ -92,8 +156,8 @@ def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
 
     shared = {**shared_overrides(args), "transcripts": _transcripts_override(args)}
     return (
-        HistoryConfig.from_env(addr=args.history_addr, **shared),
-        MediaConfig.from_env(addr=args.media_addr, **shared),
+        HistoryConfig.from_env(addr=args.history_addr, workers=args.workers, **shared),
+        MediaConfig.from_env(addr=args.media_addr, workers=args.workers, **shared),
     )
 
 
@@ -105,14 +169,22 @@ async def _run_up(args: argparse.Namespace) -> int:
     from scrollback.server.service_config import ConfigError
 
     history_config, media_config = up_configs(args)
+    history: Any
+    media: Any
     try:
-        history = await start_history_server(history_config)
+        if history_config.workers > 1:
+            history = await _start_workers("history_service", history_config)
+        else:
+            history = await start_history_server(history_config)
     except ListenError as error:
         raise ConfigError(
             f"{error}; choose another with --history-addr or SCROLLBACK_HISTORY_ADDR"
         ) from None
     try:
-        media = await start_media_server(media_config)
+        if media_config.workers > 1:
+            media = await _start_workers("media_service", media_config)
+        else:
+            media = await start_media_server(media_config)
     except BaseException as error:
         await history.stop()
         if isinstance(error, ListenError):
@@ -228,6 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--gateway-addr",
         help=f"gateway address (SCROLLBACK_GATEWAY_ADDR, default {DEFAULT_GATEWAY_ADDR})",
+    )
+    up.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes per service (SCROLLBACK_HISTORY_WORKERS / "
+        "SCROLLBACK_MEDIA_WORKERS, default: the number of cores)",
     )
     up.set_defaults(handler=_cmd_up)
 

@@ -30,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scrollback.server.memory import pin_mmap_threshold
+from scrollback.server.workers import current_role
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,12 @@ _LISTEN_REASONS = {
 }
 
 
-def _probe_listen(address: str) -> None:
+def listen_reason(error: OSError) -> str:
+    """Why a bind failed, in the words ListenError uses."""
+    return _LISTEN_REASONS.get(error.errno or 0, error.strerror or "bind failed")
+
+
+def _probe_listen(address: str, *, reuse_port: bool = False) -> None:
     """Try the bind with a plain socket first, for a precise reason (grpc only says "failed")."""
     host, _, port_text = address.rpartition(":")
     host = host.strip("[]")
@@ -85,11 +91,12 @@ def _probe_listen(address: str) -> None:
         # As grpc binds: connections of a previous server in TIME_WAIT do not count,
         # a socket listening on the port does.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # a worker: its parent and siblings hold the port with SO_REUSEPORT
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             probe.bind((host, int(port_text)))
         except OSError as error:
-            reason = _LISTEN_REASONS.get(error.errno or 0, error.strerror or "bind failed")
-            raise ListenError(address, reason) from None
+            raise ListenError(address, listen_reason(error)) from None
 
 
 def host_of(address: str) -> str:
@@ -159,12 +166,15 @@ async def build_server(
 ) -> RunningServer:
     """Build, bind and start a grpc.aio server with health and reflection (TLS with credentials)."""
     pin_mmap_threshold()
+    # One of several workers (scrollback.server.workers): share the port its
+    # parent reserved, and the kernel spreads the connections.
+    role = current_role()
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if role is not None else 0),
         ],
     )
     register(server)
@@ -173,7 +183,7 @@ async def build_server(
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    _probe_listen(address)
+    _probe_listen(address, reuse_port=role is not None)
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
@@ -186,6 +196,8 @@ async def build_server(
     await server.start()
     running = RunningServer(server, port, health_servicer, tuple(service_names))
     await running.set_serving(True)
+    if role is not None:
+        role.announce_ready()
     return running
 
 

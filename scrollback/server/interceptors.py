@@ -12,6 +12,10 @@
   grants no flow-control window for `stall_timeout` seconds has its stream
   ended (DEADLINE_EXCEEDED, one warning log line), its producer closed at once.
 - `Health.Watch`, open to all, shares one global budget of `max_streams`.
+- served by several worker processes (scrollback.server.workers), the count
+  is the whole service's (scrollback.server.stream_limits), and every call
+  carries the serving worker's pid in its trailing metadata
+  (`scrollback-worker-pid`), so operators and tests can see where it ran.
 - one structured log line per RPC (`scrollback.rpc`: service, method, code,
   duration, principal; never payloads or tokens) and Prometheus metrics.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -37,6 +42,8 @@ from scrollback.server import metrics
 from scrollback.server.auth import SecuritySettings, TokenTable
 from scrollback.server.caller import reset_principal, set_principal
 from scrollback.server.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
+from scrollback.server.stream_limits import SharedStreamCounter
+from scrollback.server.workers import current_role
 
 log = logging.getLogger(__name__)
 rpc_log = logging.getLogger("scrollback.rpc")
@@ -55,6 +62,7 @@ MALFORMED_MESSAGE = "malformed request message"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 # The budget all Health.Watch streams share (no principal can have this name).
 HEALTH_WATCH_KEY = "\0health-watch"
+WORKER_PID_KEY = "scrollback-worker-pid"
 DEFAULT_STALL_TIMEOUT_SECONDS = 60.0
 
 
@@ -123,8 +131,14 @@ class ServerPolicy(_InterceptorBase):
         max_streams: int,
         byte_counted_methods: frozenset[str] = frozenset(),
         stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS,
+        shared: SharedStreamCounter | None = None,
+        worker_pid: int | None = None,
     ) -> None:
         self._service = service
+        # Across worker processes: the service-wide count (None: this process only).
+        self._shared = shared
+        # One of several workers: each call names the worker that served it.
+        self._worker_pid = ((WORKER_PID_KEY, str(worker_pid)),) if worker_pid else None
         self._tokens = tokens
         self._max_streams = max_streams
         self._stall_timeout = stall_timeout
@@ -133,6 +147,8 @@ class ServerPolicy(_InterceptorBase):
 
     def active_calls(self, principal: str = "") -> int:
         """Calls in flight for a principal ("" = anonymous)."""
+        if self._shared is not None:
+            return self._shared.total(principal)
         return self._active[principal]
 
     def _authenticate(self, metadata: Sequence[Any] | None) -> tuple[Principal | None, str]:
@@ -177,7 +193,13 @@ class ServerPolicy(_InterceptorBase):
         if request is _MALFORMED:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE)
         key = call.key
-        if self._active[key] >= self._max_streams:
+        if self._worker_pid is not None:
+            context.set_trailing_metadata(self._worker_pid)
+        if self._shared is not None:
+            admitted = self._shared.acquire(key, self._max_streams)
+        else:
+            admitted = self._active[key] < self._max_streams
+        if not admitted:
             metrics.LIMIT_REFUSALS.labels("max_streams_per_principal").inc()
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -191,6 +213,8 @@ class ServerPolicy(_InterceptorBase):
     def _finish(self, call: _Call, context: Context) -> None:
         if call.admitted:
             key = call.key
+            if self._shared is not None:
+                self._shared.release(key)
             self._active[key] -= 1
             if self._active[key] <= 0:
                 del self._active[key]
@@ -413,12 +437,15 @@ def prepare_security(
     else:
         log.info("%s service: bearer-token auth on, %d principals", service, len(tokens.principals))
     credentials = server_credentials(settings)
+    role = current_role()
     policy = ServerPolicy(
         service,
         tokens,
         max_streams=settings.max_streams_per_principal,
         byte_counted_methods=byte_counted_methods,
         stall_timeout=stall_timeout,
+        shared=SharedStreamCounter(role.streams_db) if role is not None else None,
+        worker_pid=os.getpid() if role is not None else None,
     )
     metrics_port = None
     if settings.metrics_addr:

@@ -2,8 +2,8 @@
 
 `add_shared_flags` declares the flags of the settings every server reads
 alike (`--transcripts`, `--state`, `--insecure`, `--auth-tokens`,
-`--database-url`, `--stall-timeout-seconds`); `service_parser` adds `--addr` and
-`--version`. Each help text names the flag's environment variable and its
+`--database-url`, `--stall-timeout-seconds`); `service_parser` adds `--addr`,
+`--workers` and `--version`. Each help text names the flag's environment variable and its
 default: flags and variables are named alike (`--<field>` and
 `SCROLLBACK_[<SERVICE>_]<FIELD>`, scrollback.server.service_config).
 `shared_overrides` turns the parsed flags into the keyword overrides of the
@@ -12,6 +12,8 @@ configs' `from_env`, the one path from flags to a configuration for
 builds the configuration and serves until SIGINT/SIGTERM: an unusable
 configuration, a refused bind or an address it cannot listen on prints
 `<name>: <error>` to stderr and returns exit status 2.
+With more than one worker, `run_service` becomes the parent of that many
+worker processes on one port (scrollback.server.workers).
 """
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from scrollback.server.grpc_support import BindRefusedError, ListenError
+from scrollback.server.auth import SecuritySettings
+from scrollback.server.grpc_support import (
+    BindRefusedError,
+    ListenError,
+    check_bind_allowed,
+    listen_reason,
+)
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import (
     DEFAULT_STATE_TEXT,
@@ -33,6 +41,42 @@ from scrollback.server.service_config import (
     ConfigError,
     env_name,
 )
+from scrollback.server.workers import can_share_port, current_role, supervise
+
+
+@runtime_checkable
+class ServedConfig(Protocol):
+    """What `run_service` reads of a configuration that may have several workers."""
+
+    @property
+    def addr(self) -> str:
+        """HOST:PORT to listen on."""
+        ...
+
+    @property
+    def insecure(self) -> bool:
+        """Allow a non-loopback address without auth."""
+        ...
+
+    @property
+    def auth_configured(self) -> bool:
+        """Auth is configured by other means than the security settings."""
+        ...
+
+    @property
+    def workers(self) -> int:
+        """Worker processes serving the port."""
+        ...
+
+    @property
+    def security(self) -> SecuritySettings:
+        """Auth, TLS, limits, metrics."""
+        ...
+
+    def validate(self) -> Any:
+        """Raise the service's ConfigError when it cannot start."""
+        ...
+
 
 ConfigT = TypeVar("ConfigT")
 
@@ -136,6 +180,13 @@ def service_parser(
         "--addr",
         help=f"HOST:PORT to listen on ({env_name('addr', service)}, default {default_addr})",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help=f"worker processes serving the one port ({env_name('workers', service)}, "
+        "default: the number of cores)",
+    )
     return parser
 
 
@@ -145,11 +196,40 @@ def run_service(
     serve: Callable[[ConfigT], Coroutine[Any, Any, None]],
     *,
     addr_env: str,
+    argv: Sequence[str] | None = None,
 ) -> int:
-    """Log to stderr, build the configuration and serve it; the process's exit status."""
+    """Log to stderr, build the configuration and serve it; the process's exit status.
+
+    A configuration of several workers (and this process not one of them)
+    starts them instead, on the flags of `argv`, and waits for them.
+    """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = build_config()
+        if (
+            isinstance(config, ServedConfig)
+            and config.workers > 1
+            and current_role() is None
+            and can_share_port(config.addr)
+        ):
+            # Refuse once here, not once per worker.
+            config.validate()
+            check_bind_allowed(
+                config.addr,
+                auth_configured=config.auth_configured or config.security.auth_configured,
+                insecure=config.insecure,
+            )
+            try:
+                return supervise(
+                    name,
+                    sys.argv[1:] if argv is None else argv,
+                    address=config.addr,
+                    count=config.workers,
+                    metrics_addr=config.security.metrics_addr,
+                    metrics_env=addr_env.removesuffix("_ADDR") + "_METRICS_ADDR",
+                )
+            except OSError as error:
+                raise ListenError(config.addr, listen_reason(error)) from None
         asyncio.run(serve(config))
     except ListenError as error:
         print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)

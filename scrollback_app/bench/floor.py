@@ -12,6 +12,8 @@ servers (same options, health, reflection), so the difference between the two
 is the work the real servers do. Run as
 `python -m scrollback_app.bench.floor --addr HOST:PORT --image FILE [--window FILE]`
 where the window file holds length-prefixed serialized `ReadWindowResponse`s.
+`--workers N` serves it from N processes on one port, as the real services do
+(scrollback.server.workers), so the two compare at the same process count.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from media_service.config import DEFAULT_CHUNK_SIZE
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.server.grpc_support import build_server, wait_for_shutdown_signal
+from scrollback.server.workers import current_role, supervise
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _LENGTH = struct.Struct("<I")
@@ -127,7 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image", type=Path, required=True, help="the bytes ReadMedia streams")
     parser.add_argument("--window", type=Path, help="the captured ReadWindow messages")
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    parser.add_argument("--workers", type=int, default=1, help="processes serving the port")
     args = parser.parse_args(argv)
+    if args.workers > 1 and current_role() is None:
+        return supervise(
+            "scrollback_app.bench.floor",
+            sys.argv[1:] if argv is None else argv,
+            address=args.addr,
+            count=args.workers,
+            metrics_addr="",
+            metrics_env="",
+        )
     window = read_messages(args.window) if args.window else []
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.addr, args.image.read_bytes(), window, args.chunk_size))

@@ -2,7 +2,10 @@
 
 `ServerProcess` starts `python -m <module> --addr 127.0.0.1:<port> ...` on a
 free loopback port, waits for its gRPC health check to say SERVING, and reads
-its resident memory from `/proc/<pid>/status` (VmRSS now, VmHWM the peak).
+its resident memory from `/proc/<pid>/status` (VmRSS now, VmHWM the peak),
+summed over the process and its children: a service with several workers
+(scrollback.server.workers) is a parent and N worker processes, and its
+memory is all of theirs.
 """
 
 from __future__ import annotations
@@ -42,6 +45,27 @@ def proc_status_kib(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (from /proc/<pid>/task/<pid>/children)."""
+    found = [pid]
+    for each in found:
+        with (
+            contextlib.suppress(OSError),
+            open(f"/proc/{each}/task/{each}/children", encoding="ascii") as handle,
+        ):
+            found.extend(int(child) for child in handle.read().split())
+    return found
+
+
+def tree_status_kib(pid: int, field: str) -> int:
+    """A `kB` field summed over the process tree (processes gone meanwhile count 0)."""
+    total = 0
+    for each in process_tree(pid):
+        with contextlib.suppress(OSError, KeyError):
+            total += proc_status_kib(each, field)
+    return total
+
+
 class ServerProcess:
     """One server subprocess: `async with ServerProcess(module, args) as server`."""
 
@@ -61,12 +85,17 @@ class ServerProcess:
         return self._process.pid
 
     def rss_bytes(self) -> int:
-        """Resident memory now."""
-        return proc_status_kib(self.pid, "VmRSS") * 1024
+        """Resident memory now, of the whole service (parent and workers)."""
+        return tree_status_kib(self.pid, "VmRSS") * 1024
 
     def peak_rss_bytes(self) -> int:
-        """The most resident memory the process ever had (VmHWM)."""
-        return proc_status_kib(self.pid, "VmHWM") * 1024
+        """The sum of every process's peak resident memory (VmHWM): an upper bound of
+        the whole service's peak, since the processes need not peak at once."""
+        return tree_status_kib(self.pid, "VmHWM") * 1024
+
+    def worker_count(self) -> int:
+        """The processes serving: the workers under a parent, or the process alone."""
+        return max(1, len(process_tree(self.pid)) - 1)
 
     def _log_tail(self) -> str:
         self._log.seek(0)
@@ -152,9 +181,9 @@ def media_server(transcripts: Path, state: Path) -> ServerProcess:
     )
 
 
-def floor_server(image: Path, window: Path | None) -> ServerProcess:
-    """The bare grpc.aio floor server (`scrollback_app.bench.floor`)."""
-    args = ["--image", str(image)]
+def floor_server(image: Path, window: Path | None, workers: int = 1) -> ServerProcess:
+    """The bare grpc.aio floor server (`scrollback_app.bench.floor`), `workers` processes."""
+    args = ["--image", str(image), "--workers", str(workers)]
     if window is not None:
         args += ["--window", str(window)]
     return ServerProcess("scrollback_app.bench.floor", args, name="floor server")

@@ -195,10 +195,14 @@ class ServerProcess:
         *,
         env: dict[str, str] | None = None,
         preexec: str = "",
+        workers: int = 1,
     ) -> None:
+        # One process by default: these tests kill, signal and measure the process
+        # that serves (worker trees have their own tests, tests/integration/workers).
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
         args = ["--transcripts", str(root), "--state", str(state), "--addr", "127.0.0.1:0"]
+        args += ["--workers", str(workers)]
         if preexec:
             code = f"{preexec}\nimport runpy, sys\nsys.argv=['{module}', *{args!r}]\nrunpy.run_module('{module}', run_name='__main__')"
             command = [sys.executable, "-c", code]

@@ -1,0 +1,270 @@
+"""Both services served by two worker processes on one port: real process trees, real SQLite.
+
+Each call names the worker that served it (`scrollback-worker-pid` trailing
+metadata); channels with their own connection are opened until both workers
+are reached, then the cross-worker rules are checked: a watch hears an
+accept made on the other worker, a retried accept is one record whichever
+worker takes it, the per-principal stream limit is the service's, metrics
+sum every worker, and SIGTERM ends the whole tree with status 0.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from scrollback.history.v1 import history_pb2, history_pb2_grpc
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from tests.support.servers import user_line
+from tests.support.workers import WorkerService, channels_on_distinct_workers, worker_of
+
+SESSION = "0b7e1c2a-5d4f-4b8e-9a61-3f2d1c0b9a87"
+pytestmark = pytest.mark.timeout(120)
+
+
+def _history_pid(channel: grpc.Channel) -> int:
+    stub = history_pb2_grpc.HistoryServiceStub(channel)
+    _, call = stub.ListSessions.with_call(history_pb2.ListSessionsRequest(), timeout=10)
+    return worker_of(call)
+
+
+def _media_pid(channel: grpc.Channel) -> int:
+    stub = media_pb2_grpc.MediaServiceStub(channel)
+    _, call = stub.FindMissingBlobs.with_call(media_pb2.FindMissingBlobsRequest(), timeout=10)
+    return worker_of(call)
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Path]:
+    root, state = tmp_path / "root", tmp_path / "state"
+    (root / "proj").mkdir(parents=True)
+    state.mkdir()
+    (root / "proj" / f"{SESSION}.jsonl").write_bytes(user_line("u-1", "hello"))
+    return root, state
+
+
+@pytest.fixture
+def history(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WorkerService]:
+    root, state = _tree(tmp_path)
+    env: dict[str, str] = getattr(request, "param", {})
+    service = WorkerService("history_service", root, state, env=env)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def _accept(channel: grpc.Channel, txn: str, text: str) -> tuple[Any, int]:
+    stub = history_pb2_grpc.HistoryServiceStub(channel)
+    response, call = stub.AcceptMessage.with_call(
+        history_pb2.AcceptMessageRequest(client_txn_id=txn, session_id=SESSION, text=text),
+        timeout=10,
+    )
+    return response, worker_of(call)
+
+
+def test_calls_land_on_both_workers_of_one_port(history: WorkerService) -> None:
+    workers = history.worker_pids()
+    assert len(workers) == 2
+    pairs = channels_on_distinct_workers(history.addr, _history_pid)
+    assert {pid for _, pid in pairs} == workers
+
+
+def test_watch_on_one_worker_hears_an_accept_made_on_the_other(history: WorkerService) -> None:
+    (watching, watch_pid), (accepting, accept_pid) = channels_on_distinct_workers(
+        history.addr, _history_pid
+    )
+    assert watch_pid != accept_pid
+    stub = history_pb2_grpc.HistoryServiceStub(watching)
+    stream: Any = stub.WatchSession(history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60)
+    events: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for event in stream:
+                events.put(event)
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
+    time.sleep(0.5)  # the watch is open (its start position is before the accept)
+    response, pid = _accept(accepting, "txn-cross", "from the other worker")
+    assert pid == accept_pid
+    sent = time.monotonic()
+    heard = None
+    while heard is None and time.monotonic() < sent + 10:
+        try:
+            event = events.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if event.WhichOneof("event") == "accepted":
+            heard = event.accepted
+    waited = time.monotonic() - sent
+    assert heard is not None, "the watch never heard the accept"
+    assert heard.seq == response.message.seq
+    assert heard.text == "from the other worker"
+    assert waited < 5, f"the wake-up took {waited:.1f} s"
+    stream.cancel()
+
+
+def test_a_retried_accept_is_one_record_whichever_worker_takes_it(
+    history: WorkerService,
+) -> None:
+    (first, first_pid), (second, second_pid) = channels_on_distinct_workers(
+        history.addr, _history_pid
+    )
+    original, pid_a = _accept(first, "txn-retry", "once")
+    replay, pid_b = _accept(second, "txn-retry", "once")
+    assert (pid_a, pid_b) == (first_pid, second_pid)
+    assert not original.replayed
+    assert replay.replayed
+    assert replay.message.seq == original.message.seq
+    with pytest.raises(grpc.RpcError) as conflict:
+        _accept(second, "txn-retry", "different text")
+    assert conflict.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+@pytest.mark.parametrize("history", [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2"}], indirect=True)
+def test_the_per_principal_stream_limit_holds_across_workers(history: WorkerService) -> None:
+    (one, one_pid), (other, other_pid) = channels_on_distinct_workers(history.addr, _history_pid)
+    streams: list[Any] = []
+    for _ in range(2):  # the whole budget, on the first worker
+        stream: Any = history_pb2_grpc.HistoryServiceStub(one).WatchSession(
+            history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
+        )
+        streams.append(stream)
+    time.sleep(1.0)  # both streams admitted
+    with pytest.raises(grpc.RpcError) as refused:
+        _history_pid(other)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert worker_of(refused.value) == other_pid != one_pid
+    for stream in streams:
+        stream.cancel()
+    deadline = time.monotonic() + 10
+    while True:  # the budget comes back once the streams end
+        try:
+            _history_pid(other)
+            break
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert time.monotonic() < deadline, "the budget never came back"
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "history", [{"SCROLLBACK_HISTORY_METRICS_ADDR": "127.0.0.1:0"}], indirect=True
+)
+def test_metrics_sum_every_worker(history: WorkerService) -> None:
+    pairs = channels_on_distinct_workers(history.addr, _history_pid)
+    calls = 0
+    for channel, _ in pairs:
+        for _ in range(5):
+            _history_pid(channel)
+            calls += 1
+    assert history.metrics_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{history.metrics_port}/metrics") as reply:
+        text = reply.read().decode()
+    counted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("scrollback_rpc_requests_total{")
+        and 'method="ListSessions"' in line
+        and 'code="OK"' in line
+    )
+    # The probes that found the two workers are ListSessions calls too.
+    assert counted >= calls + len(pairs)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_stops_every_worker_with_status_0(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    root, state = _tree(tmp_path)
+    service = WorkerService("media_service", root, state)
+    workers = service.worker_pids()
+    assert len(workers) == 2
+    assert {pid for _, pid in channels_on_distinct_workers(service.addr, _media_pid)} == workers
+    assert service.stop(sig) == 0
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_parent_takes_its_workers_down(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    service = WorkerService("history_service", root, state)
+    workers = service.worker_pids()
+    service.process.kill()
+    service.process.wait()
+    deadline = time.monotonic() + 15
+    while any(Path(f"/proc/{pid}").exists() and not _is_zombie(pid) for pid in workers):
+        assert time.monotonic() < deadline, "orphaned workers kept running"
+        time.sleep(0.1)
+
+
+def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrollback_app.cli", "up", "--workers", "2",
+         "--transcripts", str(root), "--state", str(state),
+         "--history-addr", "127.0.0.1:0", "--media-addr", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        found = re.search(r"history on port (\d+), media on port (\d+)", line)
+        assert found, line
+        history_addr, media_addr = (f"127.0.0.1:{port}" for port in found.groups())
+        history_pids = {p for _, p in channels_on_distinct_workers(history_addr, _history_pid)}
+        media_pids = {p for _, p in channels_on_distinct_workers(media_addr, _media_pid)}
+        assert len(history_pids | media_pids) == 4
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        for pid in history_pids | media_pids:
+            assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_parent_killed_while_its_workers_start_takes_them_down(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "history_service", "--transcripts", str(root),
+         "--state", str(state), "--addr", "127.0.0.1:0", "--workers", "2"],
+        env=env, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    deadline = time.monotonic() + 30
+    workers: set[int] = set()
+    while len(workers) < 2:  # both spawned, before they serve
+        assert time.monotonic() < deadline, "the workers never started"
+        workers = {int(p) for p in children.read_text().split()}
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and not _is_zombie(pid) for pid in workers):
+        assert time.monotonic() < deadline, "orphaned workers kept running"
+        time.sleep(0.1)
