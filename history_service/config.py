@@ -13,8 +13,11 @@ Security (`security`, shared with the media service, see scrollback.server.auth)
 `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` (default 64) and
 `SCROLLBACK_HISTORY_METRICS_ADDR` (Prometheus endpoint, off when unset).
 
-`SCROLLBACK_DATABASE_URL` (`postgresql://...`) puts the accepted messages and
-the bus on PostgreSQL, shared by several replicas; unset, the embedded SQLite
+`SCROLLBACK_HISTORY_SEARCH_INTERVAL_SECONDS` (default 2): how often the search
+indexer catches up with the transcripts.
+
+`SCROLLBACK_DATABASE_URL` (`postgresql://...`) puts the accepted messages,
+the search index and the bus on PostgreSQL, shared by several replicas; unset, the embedded SQLite
 database in the state dir. The URL may hold a password: it is kept out of
 the dataclass repr and out of every error text.
 """
@@ -71,6 +74,8 @@ class HistoryConfig:
     watch_poll_seconds: float = 0.2
     rescan_interval_seconds: float = 2.0
     bus_resync_seconds: float = 1.0
+    # How often the search indexer looks for grown, new, rewritten or gone transcripts.
+    search_interval_seconds: float = 2.0
     # A stream whose client grants no flow-control window this long is ended.
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
@@ -99,6 +104,7 @@ class HistoryConfig:
             "watch_poll_seconds": float,
             "rescan_interval_seconds": float,
             "bus_resync_seconds": float,
+            "search_interval_seconds": float,
             "stall_timeout_seconds": float,
         }
         for name, kind in numeric.items():
@@ -129,6 +135,8 @@ class HistoryConfig:
             )
         if self.heartbeat_seconds <= 0 or self.watch_poll_seconds <= 0:
             raise ConfigError("heartbeat and poll intervals must be positive")
+        if self.search_interval_seconds <= 0:
+            raise ConfigError("the search indexing interval must be positive")
         if self.bus_resync_seconds <= 0:
             raise ConfigError("the bus resync interval must be positive")
         if self.stall_timeout_seconds <= 0:

@@ -1,0 +1,1 @@
+"""Full-text search over the transcripts (CONTRACT section 13): text, query, index, indexer."""
