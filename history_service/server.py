@@ -165,7 +165,12 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     except BaseException:
         core.close()
         raise
-    search = SearchParts(index, SearchIndexer(core.root, index, max_line_size=config.max_line_size))
+    # The indexer walks its own view of the root (refreshed at each pass), so its
+    # passes never age the snapshot that ListSessions and ReadWindow answer from.
+    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0)
+    search = SearchParts(
+        index, SearchIndexer(indexer_root, index, max_line_size=config.max_line_size)
+    )
     searcher = Searcher(core.root, index, core.codec)
 
     def register(server: grpc.aio.Server) -> None:
