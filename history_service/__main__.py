@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
         addr_env="SCROLLBACK_HISTORY_ADDR",
         default_addr=DEFAULT_ADDR,
     )
+    parser.add_argument(
+        "--no-search-indexing",
+        action="store_true",
+        help="answer searches without writing the search index (SCROLLBACK_HISTORY_SEARCH_INDEXING=off)",
+    )
     args = parser.parse_args(argv)
 
     def build_config() -> HistoryConfig:
@@ -36,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             insecure=args.insecure or None,
             database_url=args.database_url or None,
             stall_timeout_seconds=args.stall_timeout,
+            search_indexing=False if args.no_search_indexing else None,
         )
         if args.auth_tokens is not None:
             config = dataclasses.replace(

@@ -14,7 +14,8 @@ Security (`security`, shared with the media service, see scrollback.server.auth)
 `SCROLLBACK_HISTORY_METRICS_ADDR` (Prometheus endpoint, off when unset).
 
 `SCROLLBACK_HISTORY_SEARCH_INTERVAL_SECONDS` (default 2): how often the search
-indexer catches up with the transcripts.
+indexer catches up with the transcripts; `SCROLLBACK_HISTORY_SEARCH_INDEXING=off`
+(flag `--no-search-indexing`): serve searches without writing the index.
 
 `SCROLLBACK_DATABASE_URL` (`postgresql://...`) puts the accepted messages,
 the search index and the bus on PostgreSQL, shared by several replicas; unset, the embedded SQLite
@@ -76,6 +77,9 @@ class HistoryConfig:
     bus_resync_seconds: float = 1.0
     # How often the search indexer looks for grown, new, rewritten or gone transcripts.
     search_interval_seconds: float = 2.0
+    # Off: this server answers searches from the index but does not write it
+    # (another replica does, or a benchmark wants no background work).
+    search_indexing: bool = True
     # A stream whose client grants no flow-control window this long is ended.
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     database_url: str = field(default="", repr=False)
@@ -114,6 +118,11 @@ class HistoryConfig:
                     values[name] = kind(source[key])
                 except ValueError:
                     raise ConfigError(f"{key} must be a number") from None
+        indexing = source.get("SCROLLBACK_HISTORY_SEARCH_INDEXING", "").strip().lower()
+        if indexing:
+            if indexing not in ("0", "1", "false", "true", "off", "on"):
+                raise ConfigError("SCROLLBACK_HISTORY_SEARCH_INDEXING must be on or off")
+            values["search_indexing"] = indexing in ("1", "true", "on")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values)
 

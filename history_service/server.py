@@ -189,7 +189,8 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         await search.stop()
         core.close()
         raise
-    search.task = asyncio.create_task(search.indexer.run(config.search_interval_seconds))
+    if config.search_indexing:
+        search.task = asyncio.create_task(search.indexer.run(config.search_interval_seconds))
     return RunningHistoryServer(running, core, security.metrics_port, search)
 
 

@@ -134,15 +134,18 @@ class PostgresSearchIndex:
                         values,
                         returning=True,
                     )
-                    inserted: set[int] = set()
+                    # One result set per row, in order: empty where the key clashed.
+                    taken: list[bool] = []
                     while True:
-                        row_back = cursor.fetchone()
-                        if row_back is not None:
-                            inserted.add(int(row_back[0]))
+                        taken.append(cursor.fetchone() is not None)
                         if not cursor.nextset():
                             break
                 # Two entries hashed to one key: the losers take the next key.
-                pending = [(key + 1, row) for key, row in pending if key not in inserted]
+                pending = [
+                    (key + 1, row)
+                    for (key, row), done in zip(pending, taken, strict=True)
+                    if not done
+                ]
             connection.execute(
                 "UPDATE search_file SET indexed_to = %s WHERE file_id = %s", (indexed_to, file_id)
             )

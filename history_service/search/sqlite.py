@@ -130,33 +130,22 @@ class SqliteSearchIndex:
             if progress != start:
                 connection.execute("ROLLBACK")
                 return False
-            for row in rows:
-                key = entry_key(path_key, row.offset, row.ts_ms)
-                while True:
-                    try:
-                        connection.execute(
-                            "INSERT INTO search_entry VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                            (
-                                key,
-                                file_id,
-                                row.offset,
-                                row.line_end,
-                                project_dir,
-                                session_id,
-                                row.uuid,
-                                row.type,
-                                row.role,
-                                row.timestamp,
-                                row.ts_ms,
-                                int(row.has_photos),
-                            ),
-                        )
-                        break
-                    except sqlite3.IntegrityError:
-                        key += 1  # two entries hashed to one key: take the next
-                connection.execute(
-                    "INSERT INTO search_text (rowid, body) VALUES (?, ?)", (key, row.text)
-                )
+            keyed = [(entry_key(path_key, row.offset, row.ts_ms), row) for row in rows]
+            connection.execute("SAVEPOINT batch")
+            try:
+                # The common case: no two keys clash, one statement per table.
+                self._insert(connection, file_id, project_dir, session_id, keyed)
+                connection.execute("RELEASE batch")
+            except sqlite3.IntegrityError:
+                connection.execute("ROLLBACK TO batch")
+                connection.execute("RELEASE batch")
+                for key, row in keyed:
+                    while True:
+                        try:
+                            self._insert(connection, file_id, project_dir, session_id, [(key, row)])
+                            break
+                        except sqlite3.IntegrityError:
+                            key += 1  # two entries hashed to one key: take the next
             connection.execute(
                 "UPDATE search_file SET indexed_to = ? WHERE file_id = ?", (indexed_to, file_id)
             )
@@ -165,6 +154,39 @@ class SqliteSearchIndex:
             connection.execute("ROLLBACK")
             raise
         return True
+
+    @staticmethod
+    def _insert(
+        connection: sqlite3.Connection,
+        file_id: int,
+        project_dir: str,
+        session_id: str,
+        keyed: Sequence[tuple[int, EntryRow]],
+    ) -> None:
+        connection.executemany(
+            "INSERT INTO search_entry VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    key,
+                    file_id,
+                    row.offset,
+                    row.line_end,
+                    project_dir,
+                    session_id,
+                    row.uuid,
+                    row.type,
+                    row.role,
+                    row.timestamp,
+                    row.ts_ms,
+                    int(row.has_photos),
+                )
+                for key, row in keyed
+            ],
+        )
+        connection.executemany(
+            "INSERT INTO search_text (rowid, body) VALUES (?, ?)",
+            [(key, row.text) for key, row in keyed],
+        )
 
     def drop_file(self, path_key: str) -> None:
         connection = self._connection()

@@ -19,7 +19,10 @@ baseline in the same run, interleaved, median of repeats:
 - throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor;
 - session lookup on a root of 5,000 transcripts (`scrollback_app.bench.lookup`):
   NOT_FOUND for a nonexistent vs a hidden id, and another caller's latency
-  during a flood of unknown ids.
+  during a flood of unknown ids;
+- search (`scrollback_app.bench.search`): index build throughput vs a newline
+  scan, and Search latency p50/p99 on an index of >= 1 GB of transcripts
+  (quick: 20 MB).
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ class BenchConfig:
     lookup_transcripts: int = 5000
     lookup_samples: int = 101
     lookup_flood_clients: int = 4
+    search_bytes: int = 1000 * MB
+    search_files: int = 200
+    search_samples: int = 300
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -101,6 +107,9 @@ class BenchConfig:
             throughput_seconds=1.5,
             throughput_rounds=2,
             lookup_samples=21,
+            search_bytes=20 * MB,
+            search_files=20,
+            search_samples=60,
             label="quick",
         )
 
@@ -643,6 +652,16 @@ class _Run:
             self.config.lookup_transcripts,
             self.config.lookup_samples,
             self.config.lookup_flood_clients,
+            self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import search
+
+        for figure in await search.measure(
+            self.work,
+            self.config.search_bytes,
+            self.config.search_files,
+            self.config.search_samples,
             self.log,
         ):
             self.add(figure)

@@ -39,6 +39,9 @@ EXPECTED = {
     "gateway_photo_vs_readmedia",
     "gateway_photo_concurrent",
     "gateway_rss_big_vs_small_photos",
+    "search_index_build",
+    "search_query_p50",
+    "search_query_p99",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 20x target cannot show, so only "not much slower than the
@@ -67,6 +70,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             "--large-mb=10",
             "--big-images-mb=12",
             "--stripper-mb=2",
+            "--search-mb=4",
             "--repeats=3",
             "--throughput-seconds=0.4",
             f"--workdir={tmp_path / 'work'}",

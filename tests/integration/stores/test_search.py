@@ -13,7 +13,7 @@ import asyncio
 import base64
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +25,17 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from history_service.config import HistoryConfig
+from history_service.search.postgres import PostgresSearchIndex
+from history_service.search.query import Filters, parse_query
+from history_service.search.sqlite import SqliteSearchIndex
+from history_service.search.store import EntryRow, SearchIndex
 from history_service.server import RunningHistoryServer, start_history_server
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.search.v1 import search_pb2 as spb
 from scrollback.search.v1 import search_pb2_grpc
 from scrollback.server.auth import SecuritySettings
+from scrollback.state.postgres import open_pool
 from tests.support.history import line
 from tests.support.security import auth, write_token_file
 from tests.support.servers import png
@@ -367,3 +372,55 @@ async def test_health_lists_the_search_service(search_server: Factory) -> None:
             health_pb2.HealthCheckRequest(service="scrollback.search.v1.SearchService")
         )
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def search_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
+    """A fresh SearchIndex on each backend."""
+    index: SearchIndex
+    if request.param == "postgres":
+        url = request.getfixturevalue("make_database")()
+        index = PostgresSearchIndex(open_pool(url, name="search-test"))
+    else:
+        index = SqliteSearchIndex(tmp_path / "state")
+    try:
+        yield index
+    finally:
+        index.close()
+
+
+def _row(offset: int, text: str, ts_ms: int | None = 1000) -> EntryRow:
+    return EntryRow(offset, offset + 10, f"u{offset}", "user", "user", "t", ts_ms, False, text)
+
+
+def test_index_contract(search_index: SearchIndex) -> None:
+    index = search_index
+    file_id = index.reset_file("p/s.jsonl", "p", "s", "1:2:3:4")
+    # Two rows with one place and time hash to one key: both are kept.
+    assert index.add_entries(file_id, [_row(0, "fig one"), _row(0, "fig two")], 0, 20)
+    state = index.files()["p/s.jsonl"]
+    assert (state.file_id, state.indexed_to, state.identity) == (file_id, 20, "1:2:3:4")
+    # A batch that does not start at the file's progress is another indexer's: not written.
+    assert not index.add_entries(file_id, [_row(5, "fig late")], 0, 30)
+    assert index.files()["p/s.jsonl"].indexed_to == 20
+    with pytest.raises(LookupError):
+        index.add_entries(file_id + 999, [_row(0, "x")], 0, 5)
+    other = index.reset_file("q/t.jsonl", "q", "t", "5:6:7:8")
+    assert index.add_entries(other, [_row(0, "fig three", 2000)], 0, 10)
+    hits = index.search(parse_query("fig"), Filters(), None, None, 10)
+    assert hits[0].text == "fig three" and len(hits) == 3
+    assert len({h.key for h in hits}) == 3
+    assert [
+        h.text for h in index.search(parse_query("fig"), Filters(), frozenset({"q"}), None, 10)
+    ] == ["fig three"]
+    assert index.search(parse_query("fig"), Filters(), frozenset(), None, 10) == []
+    below = index.search(parse_query("fig"), Filters(), None, hits[0].key, 10)
+    assert [h.key for h in below] == [h.key for h in hits[1:]]
+    # Resetting a file drops its entries; dropping forgets it.
+    index.reset_file("p/s.jsonl", "p", "s", "9:9:9:9")
+    assert [h.text for h in index.search(parse_query("fig"), Filters(), None, None, 10)] == [
+        "fig three"
+    ]
+    index.drop_file("q/t.jsonl")
+    assert index.search(parse_query("fig"), Filters(), None, None, 10) == []
+    assert set(index.files()) == {"p/s.jsonl"}
