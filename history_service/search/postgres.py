@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS search_entry (
         (to_tsvector('simple', regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))) STORED
 );
 CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
+CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
 CREATE INDEX IF NOT EXISTS search_entry_tsv ON search_entry USING GIN (tsv);
 """
 Connection = psycopg.Connection[tuple[Any, ...]]

@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS search_entry (
     has_photos INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
+CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
 CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING fts5 (
     body, tokenize = 'unicode61 remove_diacritics 0'
 );
@@ -209,18 +210,32 @@ class SqliteSearchIndex:
         where = ["search_text MATCH ?"]
         args: list[Any] = [query.fts5()]
         if before_key is not None:
-            where.append("search_text.rowid < ?")
+            where.append("e.key < ?")
             args.append(before_key)
         if projects is not None:
             where.append(f"e.project_dir IN ({','.join('?' * len(projects))})")
             args.extend(sorted(projects))
         sql_filters(filters, where, args)
-        sql = (
+        columns = (
             "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
             " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, search_text.body"
-            " FROM search_text CROSS JOIN search_entry e ON e.key = search_text.rowid"
-            " CROSS JOIN search_file f ON f.file_id = e.file_id"
-            f" WHERE {' AND '.join(where)} ORDER BY search_text.rowid DESC LIMIT ?"
+        )
+        if filters.session_id:
+            # One session: walk its entries newest first and test each against the
+            # query (a rowid lookup in FTS5), instead of walking every session's hits.
+            source = (
+                " FROM search_entry e INDEXED BY search_entry_session"
+                " CROSS JOIN search_text ON search_text.rowid = e.key"
+            )
+            order = "e.key"
+        else:
+            source = " FROM search_text CROSS JOIN search_entry e ON e.key = search_text.rowid"
+            order = "search_text.rowid"
+        sql = (
+            columns
+            + source
+            + " CROSS JOIN search_file f ON f.file_id = e.file_id"
+            + f" WHERE {' AND '.join(where)} ORDER BY {order} DESC LIMIT ?"
         )
         args.append(limit)
         rows = self._connection().execute(sql, args).fetchall()
