@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -47,13 +48,22 @@ from client._core import (
 )
 from client._retry import retry_async
 from client.errors import DataLoss, from_rpc_error
-from client.history import WATCH_RESUME_CODES, WATCH_RETRY, window_request
+from client.history import (
+    WATCH_RESUME_CODES,
+    WATCH_RETRY,
+    SearchPage,
+    search_page,
+    search_request,
+    window_request,
+)
 from client.media import ImageSource, MediaTarget, stat_error
 from client.tls import TlsOptions
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
+from scrollback.search.v1 import search_pb2 as spb
+from scrollback.search.v1 import search_pb2_grpc
 
 
 class AsyncHistoryClient(AsyncChannelClient):
@@ -75,6 +85,7 @@ class AsyncHistoryClient(AsyncChannelClient):
     ) -> None:
         super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = history_pb2_grpc.HistoryServiceStub(self._channel)
+        self.search_stub = search_pb2_grpc.SearchServiceStub(self._channel)
         self.deadlines = deadlines
         self.retry = retry
         self.watch_retry = watch_retry
@@ -116,6 +127,53 @@ class AsyncHistoryClient(AsyncChannelClient):
             )
             for session in page.sessions:
                 yield session
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def search(
+        self,
+        query: str,
+        *,
+        project_dir: str = "",
+        session_id: str = "",
+        entry_types: Sequence[str] = (),
+        roles: Sequence[str] = (),
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        photos: bool | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> SearchPage:
+        """One page of search hits, newest first (served by the history server)."""
+        request = search_request(
+            query,
+            project_dir=project_dir,
+            session_id=session_id,
+            entry_types=entry_types,
+            roles=roles,
+            start_time=start_time,
+            end_time=end_time,
+            photos=photos,
+            page_size=page_size,
+            page_token=page_token,
+        )
+
+        async def attempt() -> SearchPage:
+            call = self.search_stub.Search(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            )
+            return search_page([message async for message in call])
+
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
+
+    async def iter_search(self, query: str, **filters: Any) -> AsyncIterator[spb.SearchHit]:
+        """Every hit of a query, newest first, page by page (filters as `search`)."""
+        token = ""
+        while True:
+            page = await self.search(query, page_token=token, **filters)
+            for hit in page.hits:
+                yield hit
             token = page.next_page_token
             if not token:
                 return

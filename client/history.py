@@ -16,6 +16,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -41,6 +43,8 @@ from client.errors import from_rpc_error
 from client.tls import TlsOptions
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
+from scrollback.search.v1 import search_pb2 as spb
+from scrollback.search.v1 import search_pb2_grpc
 
 WATCH_RETRY = RetryPolicy(max_attempts=8, initial_backoff=0.05, max_backoff=2.0)
 # A watch's stream may end with these when the server goes away.
@@ -72,6 +76,63 @@ def window_request(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """One page of search hits, newest first, and the token of the next page ("" at the end)."""
+
+    hits: list[spb.SearchHit]
+    next_page_token: str
+
+
+def search_request(
+    query: str,
+    *,
+    project_dir: str = "",
+    session_id: str = "",
+    entry_types: Sequence[str] = (),
+    roles: Sequence[str] = (),
+    start_time: datetime | None = None,
+    end_time: datetime | None = None,
+    photos: bool | None = None,
+    page_size: int = 0,
+    page_token: str = "",
+) -> spb.SearchRequest:
+    """The SearchRequest of `search` (sync and asyncio); naive datetimes are UTC."""
+    request = spb.SearchRequest(
+        query=query,
+        project_dir=project_dir,
+        session_id=session_id,
+        entry_types=list(entry_types),
+        roles=list(roles),
+        photos=(
+            spb.PHOTO_FILTER_UNSPECIFIED
+            if photos is None
+            else spb.PHOTO_FILTER_WITH_PHOTOS
+            if photos
+            else spb.PHOTO_FILTER_WITHOUT_PHOTOS
+        ),
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if start_time is not None:
+        request.start_time.FromDatetime(start_time)
+    if end_time is not None:
+        request.end_time.FromDatetime(end_time)
+    return request
+
+
+def search_page(messages: Iterable[spb.SearchResponse]) -> SearchPage:
+    """A page from the messages of one Search stream."""
+    hits: list[spb.SearchHit] = []
+    token = ""
+    for message in messages:
+        if message.HasField("hit"):
+            hits.append(message.hit)
+        elif message.HasField("end"):
+            token = message.end.next_page_token
+    return SearchPage(hits, token)
+
+
 class HistoryClient(SyncChannelClient):
     """A typed, retrying client of scrollback.history.v1.HistoryService."""
 
@@ -91,6 +152,7 @@ class HistoryClient(SyncChannelClient):
     ) -> None:
         super().__init__(history_addr(addr), channel, interceptors, metadata, token, rng, tls)
         self.stub = history_pb2_grpc.HistoryServiceStub(self._intercepted)
+        self.search_stub = search_pb2_grpc.SearchServiceStub(self._intercepted)
         self.deadlines = deadlines
         self.retry = retry
         self.watch_retry = watch_retry
@@ -131,6 +193,54 @@ class HistoryClient(SyncChannelClient):
                 page_size=page_size, page_token=token, project_dir=project_dir
             )
             yield from page.sessions
+            token = page.next_page_token
+            if not token:
+                return
+
+    def search(
+        self,
+        query: str,
+        *,
+        project_dir: str = "",
+        session_id: str = "",
+        entry_types: Sequence[str] = (),
+        roles: Sequence[str] = (),
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        photos: bool | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> SearchPage:
+        """One page of search hits, newest first (served by the history server)."""
+        request = search_request(
+            query,
+            project_dir=project_dir,
+            session_id=session_id,
+            entry_types=entry_types,
+            roles=roles,
+            start_time=start_time,
+            end_time=end_time,
+            photos=photos,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return retry_sync(
+            lambda: search_page(
+                self.search_stub.Search(
+                    request, timeout=self.deadlines.stream, metadata=self.metadata
+                )
+            ),
+            self.retry,
+            self._rng,
+            self.addr,
+        )
+
+    def iter_search(self, query: str, **filters: Any) -> Iterator[spb.SearchHit]:
+        """Every hit of a query, newest first, page by page (filters as `search`)."""
+        token = ""
+        while True:
+            page = self.search(query, page_token=token, **filters)
+            yield from page.hits
             token = page.next_page_token
             if not token:
                 return

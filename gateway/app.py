@@ -9,6 +9,9 @@ Routes (the fixed names of docs/contract.md §12 first):
 - `GET /api/v1/sessions/{id}/events?position=`: WatchSession as Server-Sent Events, each `id:`
   the position after it, so `Last-Event-ID` resumes with no gap and no duplicate;
 - `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=`: one photo, streamed (see gateway.media);
+- `GET /api/v1/search?q=&project=&session=&type=&role=&since=&until=&photos=with|without&page_size=&page_token=`:
+  `{"hits": [...], "next_page_token"}`, each hit with its snippet, highlights and the
+  `window_page_token` that opens the session's window at it;
 - `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its script and style.
 
 Every gRPC call goes through `client.aio` on two channels opened at start-up; the
@@ -21,6 +24,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -278,6 +282,60 @@ async def read_window(request: Request) -> Response:
     )
 
 
+def _moment(params: Mapping[str, str], name: str) -> datetime | None:
+    """An ISO 8601 query parameter (naive: UTC), None when absent."""
+    text = params.get(name, "")
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise HttpError(400, "INVALID_ARGUMENT") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _photos(params: Mapping[str, str]) -> bool | None:
+    value = params.get("photos", "")
+    if value not in ("", "with", "without"):
+        raise HttpError(400, "INVALID_ARGUMENT")
+    return None if not value else value == "with"
+
+
+async def search(request: Request) -> Response:
+    """`GET /api/v1/search?q=`: SearchService/Search, one page of hits."""
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    params = request.query_params
+    page = await gateway.history(caller.token).search(
+        params.get("q", ""),
+        project_dir=params.get("project", ""),
+        session_id=params.get("session", ""),
+        entry_types=params.getlist("type"),
+        roles=params.getlist("role"),
+        start_time=_moment(params, "since"),
+        end_time=_moment(params, "until"),
+        photos=_photos(params),
+        page_size=_int_param(params, "page_size"),
+        page_token=params.get("page_token", ""),
+    )
+    hits = [
+        {
+            "session_id": h.session_id,
+            "project_dir": h.project_dir,
+            "entry_uuid": h.entry_uuid,
+            "type": h.type,
+            "role": h.role,
+            "timestamp": h.timestamp,
+            "has_photos": h.has_photos,
+            "snippet": h.snippet.text,
+            "highlights": [[m.start, m.end] for m in h.snippet.highlights],
+            "window_page_token": h.window_page_token,
+        }
+        for h in page.hits
+    ]
+    return _json({"hits": hits, "next_page_token": page.next_page_token})
+
+
 async def bootstrap(request: Request) -> Response:
     gateway = _gateway(request)
     caller = gateway.caller(request)
@@ -398,6 +456,7 @@ def create_app(config: GatewayConfig) -> Starlette:
 
     routes = [
         Route("/api/v1/sessions", _errors(list_sessions)),
+        Route("/api/v1/search", _errors(search)),
         Route("/api/v1/sessions/{session_id}/window", _errors(read_window)),
         Route("/api/v1/sessions/{session_id}/bootstrap", _errors(bootstrap)),
         Route("/api/v1/sessions/{session_id}/messages", _errors(accept_message), methods=["POST"]),

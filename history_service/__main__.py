@@ -20,13 +20,23 @@ from scrollback.server.service_config import env_name
 
 def config_from_args(args: argparse.Namespace) -> HistoryConfig:
     """The environment's configuration with the flags applied."""
-    return HistoryConfig.from_env(addr=args.addr, workers=args.workers, **shared_overrides(args))
+    return HistoryConfig.from_env(
+        addr=args.addr,
+        workers=args.workers,
+        search_indexing=False if getattr(args, "no_search_indexing", False) else None,
+        **shared_overrides(args),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, then serve until SIGINT/SIGTERM."""
     parser = service_parser(
         "python -m history_service", __doc__, service=SERVICE, default_addr=DEFAULT_ADDR
+    )
+    parser.add_argument(
+        "--no-search-indexing",
+        action="store_true",
+        help="answer searches without writing the search index (SCROLLBACK_HISTORY_SEARCH_INDEXING=off)",
     )
     args = parser.parse_args(argv)
     return run_service(

@@ -20,7 +20,9 @@ This service's (`SCROLLBACK_HISTORY_<FIELD>`, each field below): `ADDR` (default
 whose client grants no flow-control window that long is ended with
 DEADLINE_EXCEEDED), and the limits `DEFAULT_INLINE_LIMIT`, `MAX_WINDOW_BYTES`,
 `PENDING_KEEP`, `PENDING_TTL_SECONDS`, `HEARTBEAT_SECONDS`, `WATCH_POLL_SECONDS`,
-`RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`. `from_env` checks the values;
+`RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`, `SEARCH_INTERVAL_SECONDS` (default 2: how
+often the search indexer catches up with the transcripts), `SEARCH_INDEXING`
+(`off`, flag `--no-search-indexing`: serve searches without writing the index). `from_env` checks the values;
 `validate()` also the locations and files, at start-up (ConfigError).
 """
 
@@ -82,6 +84,11 @@ class HistoryConfig:
     watch_poll_seconds: float = 0.2
     rescan_interval_seconds: float = 2.0
     bus_resync_seconds: float = 1.0
+    # How often the search indexer looks for grown, new, rewritten or gone transcripts.
+    search_interval_seconds: float = 2.0
+    # Off: this server answers searches from the index but does not write it
+    # (another replica does, or a benchmark wants no background work).
+    search_indexing: bool = True
     # A stream whose client grants no flow-control window this long is ended.
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     # Worker processes serving one port (scrollback.server.workers); 1: this process.
@@ -114,6 +121,11 @@ class HistoryConfig:
         values["transcripts"] = transcripts_from_env(source)
         values["state_dir"] = state_dir_from_env(source)
         values["security"] = security_from_env(source, service=SERVICE, auth_tokens=auth_tokens)
+        indexing = source.get("SCROLLBACK_HISTORY_SEARCH_INDEXING", "").strip().lower()
+        if indexing:
+            if indexing not in ("0", "1", "false", "true", "off", "on"):
+                raise ConfigError("SCROLLBACK_HISTORY_SEARCH_INDEXING must be on or off")
+            values["search_indexing"] = indexing in ("1", "true", "on")
         return cls(**with_overrides(values, overrides)).check_values()
 
     def validate(self) -> HistoryConfig:
@@ -141,6 +153,8 @@ class HistoryConfig:
             )
         if self.heartbeat_seconds <= 0 or self.watch_poll_seconds <= 0:
             raise ConfigError("heartbeat and poll intervals must be positive")
+        if self.search_interval_seconds <= 0:
+            raise ConfigError("the search indexing interval must be positive")
         if self.bus_resync_seconds <= 0:
             raise ConfigError("the bus resync interval must be positive")
         if self.stall_timeout_seconds <= 0:

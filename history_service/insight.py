@@ -1,4 +1,4 @@
-"""Session insight (issue 17, CONTRACT section 13): what a transcript holds, kept in an index.
+"""Session insight (issue 17, docs/contract.md §13): what a transcript holds, kept in an index.
 
 Per transcript the index keeps entry counts by type, the photo count, the
 time span, one row per assistant `message.id` (model and usage) and the links
@@ -22,7 +22,7 @@ written in batches, so memory stays bounded on multi-GB sessions.
 Sub-agent links come from the parent's tool result: a `user` entry whose
 `toolUseResult` names an `agentId` and whose content holds the `tool_result`
 of the Task call (`tool_use_id`). The sub-agent transcript is
-`agent-<agentId>.jsonl` (CONTRACT section 1 layout).
+`agent-<agentId>.jsonl` (docs/contract.md §1 layout).
 
 Cost is an estimate from list prices (PRICES below); a model whose family is
 not in the table counts its tokens but no cost.
@@ -416,7 +416,7 @@ class InsightIndex:
         current = base
         for raw in iter_lines_forward(fd, offset, identity.size, self._max_line_size):
             if not raw.terminated:
-                # The last line counts once it is a complete object (CONTRACT section 1:
+                # The last line counts once it is a complete object (docs/contract.md §1:
                 # no prefix of a line is one); a half-written line waits.
                 if is_blank(raw) or not self._add_line(delta, raw):
                     break

@@ -3,13 +3,16 @@
 `start_history_server(config)` validates the config, opens the state store and
 the bus (`open_store_and_bus`: SQLite and the in-process bus by default;
 PostgreSQL and its LISTEN/NOTIFY bus when `database_url` is set) and starts a grpc.aio server (health + reflection, via scrollback.server.grpc_support)
-on the configured address; `serve(config)` runs it until SIGINT or SIGTERM,
+on the configured address, with the search service beside it (its index in
+`<state>/search.sqlite`, or PostgreSQL, kept up to date by a background
+task); `serve(config)` runs it until SIGINT or SIGTERM,
 then stops gracefully.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -19,6 +22,11 @@ from history_service.bus import AcceptedBus, InProcessBus, PollingBus
 from history_service.config import HistoryConfig
 from history_service.core import HistoryCore
 from history_service.insight import InsightStore
+from history_service.search.indexer import SearchIndexer
+from history_service.search.searcher import Searcher
+from history_service.search.sqlite import SqliteSearchIndex
+from history_service.search.store import SearchIndex
+from history_service.search_servicer import SEARCH_SERVICE_NAME, SearchServicer
 from history_service.servicer import SERVICE_NAME, HistoryServicer
 from history_service.store.base import AcceptedMessageStore
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
@@ -26,6 +34,7 @@ from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
 from scrollback.history.v1 import history_pb2_grpc
+from scrollback.search.v1 import search_pb2_grpc
 from scrollback.server.grpc_support import (
     RunningServer,
     build_server,
@@ -51,6 +60,7 @@ class RunningHistoryServer:
     running: RunningServer
     core: HistoryCore
     metrics_port: int | None = None
+    search: SearchParts | None = None
 
     @property
     def port(self) -> int:
@@ -60,7 +70,45 @@ class RunningHistoryServer:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop serving (in-flight calls get `grace` seconds) and close the store."""
         await self.running.stop(grace)
+        if self.search is not None:
+            await self.search.stop()
         self.core.close()
+
+
+@dataclass
+class SearchParts:
+    """The search index, its indexer and the indexer's background task."""
+
+    index: SearchIndex
+    indexer: SearchIndexer
+    task: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        """Stop indexing, wait for a pass in flight, then close the index.
+
+        Closing the index under a pass still running in its thread would close
+        SQLite connections in use (a crash, not an error).
+        """
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self.indexer.stop()
+        await asyncio.to_thread(self.index.close)
+
+
+async def open_search_index(config: HistoryConfig) -> SearchIndex:
+    """The search index the configuration selects: SQLite FTS5, or PostgreSQL."""
+    if not config.database_url:
+        return await asyncio.to_thread(SqliteSearchIndex, config.state_dir)
+    from history_service.search.postgres import PostgresSearchIndex
+
+    pool = await asyncio.to_thread(open_database_pool, config.database_url, name="history-search")
+    try:
+        return await asyncio.to_thread(PostgresSearchIndex, pool)
+    except BaseException:
+        pool.close()
+        raise
 
 
 async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStore, AcceptedBus]:
@@ -143,21 +191,38 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         line_index.close()
         raise
 
+    try:
+        index = await open_search_index(config)
+    except BaseException:
+        core.close()
+        raise
+    # The indexer walks its own view of the root (refreshed at each pass), so its
+    # passes never age the snapshot that ListSessions and ReadWindow answer from.
+    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0)
+    search = SearchParts(
+        index, SearchIndexer(indexer_root, index, max_line_size=config.max_line_size)
+    )
+    searcher = Searcher(core.root, index, core.codec)
+
     def register(server: grpc.aio.Server) -> None:
         history_pb2_grpc.add_HistoryServiceServicer_to_server(HistoryServicer(core), server)
+        search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(searcher), server)
 
     try:
         running = await build_server(
             config.addr,
             register,
-            [SERVICE_NAME],
+            [SERVICE_NAME, SEARCH_SERVICE_NAME],
             interceptors=[security.policy],
             credentials=security.credentials,
         )
     except BaseException:
+        await search.stop()
         core.close()
         raise
-    return RunningHistoryServer(running, core, security.metrics_port)
+    if config.search_indexing:
+        search.task = asyncio.create_task(search.indexer.run(config.search_interval_seconds))
+    return RunningHistoryServer(running, core, security.metrics_port, search)
 
 
 async def serve(config: HistoryConfig) -> None:

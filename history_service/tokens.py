@@ -52,6 +52,8 @@ DIRECTION_OLDEST_FIRST: int = history_pb2.READ_DIRECTION_OLDEST_FIRST
 _KIND_PAGE = b"P"
 _KIND_POSITION = b"W"
 _KIND_LIST = b"L"
+_KIND_SEARCH = b"S"
+_SEARCH = struct.Struct(">BQ")  # version, the last key served
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,3 +277,14 @@ class TokenCodec:
         except (struct.error, UnicodeDecodeError, ValueError):
             raise InvalidArgumentError("malformed page token") from None
         return mtime_ns, project, session
+
+    def search_token(self, scope: str, key: int) -> str:
+        """Mint a Search page token: the ordering key of the last hit looked at."""
+        return self._seal(_KIND_SEARCH, scope, _SEARCH.pack(_VERSION, key))
+
+    def parse_search_token(self, scope: str, token: str) -> int:
+        """Verify and decode a Search page token (scope: the caller's namespace)."""
+        body = self._open(_KIND_SEARCH, scope, token, "page token")
+        if len(body) != _SEARCH.size or body[0] != _VERSION:
+            raise InvalidArgumentError("malformed page token")
+        return int(_SEARCH.unpack(body)[1])

@@ -1,4 +1,4 @@
-"""Image dimensions and thumbnails (CONTRACT section 13), with Pillow; no gRPC here.
+"""Image dimensions and thumbnails (docs/contract.md §13), with Pillow; no gRPC here.
 
 Thumbnails come in a fixed set of sizes (`THUMBNAIL_SIZES`, the longest side
 in pixels): a fixed set keeps the cache to one file per medium and size. They

@@ -43,7 +43,7 @@ SPAN_BYTES = 4096
 HEAD_BYTES = 4096
 MARK_BYTES = 64
 _SPACE = rb"[ \t\r\n]{0,16}"
-# A `"uuid"` key with an id value (ids per CONTRACT section 4).
+# A `"uuid"` key with an id value (ids per docs/contract.md §4).
 _KEY_AND_ID = re.compile(rb'"uuid"' + _SPACE + b":" + _SPACE + rb'"([A-Za-z0-9_-]{1,64})"')
 # A `"type"` key ending where an `"image"` value starts (searched with endpos = the value).
 _TYPE_BEFORE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb"\Z")

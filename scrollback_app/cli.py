@@ -409,6 +409,27 @@ def _add_client_commands(commands: Any) -> None:
     window.add_argument("--page-size", type=int, help="entries per page (default and at most 200)")
     window.set_defaults(handler=cc.cmd_window)
 
+    search = commands.add_parser(
+        "search",
+        parents=[common],
+        help='search every session: words, "phrases", prefix*',
+    )
+    search.add_argument("query", help='words (all must match), "a phrase", or a prefix*')
+    search.add_argument("--project", help="only this project directory")
+    search.add_argument("--session", help="only this session")
+    search.add_argument(
+        "--type", action="append", help="only entries of this type (repeatable: user, ...)"
+    )
+    search.add_argument("--role", action="append", help="only this message role (repeatable)")
+    search.add_argument("--since", metavar="ISO", help="only entries at or after this time")
+    search.add_argument("--until", metavar="ISO", help="only entries before this time")
+    search.add_argument(
+        "--photos", choices=["with", "without"], help="only entries with (or without) photos"
+    )
+    search.add_argument("--limit", type=int, default=20, help="hits per page (at most 100)")
+    search.add_argument("--page-token", metavar="TOKEN", help="the next page: the token printed")
+    search.set_defaults(handler=cc.cmd_search)
+
     media = commands.add_parser("media", parents=[common], help="fetch one photo")
     media.add_argument("ref", help="<session>/<uuid>/<index> (with --pin) or media:<sha256>")
     media.add_argument("--pin", help="the pin of a transcript image reference")

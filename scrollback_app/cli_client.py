@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from client.errors import InvalidArgument
 from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.history.v1 import history_pb2 as hpb
+from scrollback.search.v1 import search_pb2 as spb
 
 
 class UsageError(ValueError):
@@ -422,6 +424,94 @@ def cmd_window(args: argparse.Namespace) -> int:
         )
     if window.skipped_lines:
         console.print(f"{window.skipped_lines} line(s) skipped (not JSON objects)")
+    return 0
+
+
+def _moment(value: str | None, flag: str) -> datetime | None:
+    """An ISO 8601 date or time from the command line (naive: UTC)."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"{flag} must be an ISO 8601 date or time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _marked(snippet: spb.Snippet) -> Text:
+    """A snippet with its highlighted words in bold."""
+    text = Text(snippet.text)
+    for highlight in snippet.highlights:
+        text.stylize("bold reverse", highlight.start, highlight.end)
+    return text
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """Search every session the caller can read, newest first."""
+    if args.limit < 0:
+        raise UsageError("--limit must not be negative")
+    photos = None if args.photos is None else args.photos == "with"
+    with _client(args) as sb:
+        page = sb.history.search(
+            args.query,
+            project_dir=args.project or "",
+            session_id=args.session or "",
+            entry_types=args.type or (),
+            roles=args.role or (),
+            start_time=_moment(args.since, "--since"),
+            end_time=_moment(args.until, "--until"),
+            photos=photos,
+            page_size=args.limit,
+            page_token=args.page_token or "",
+        )
+    if args.json:
+        _print_json(
+            {
+                "hits": [
+                    {
+                        "session_id": h.session_id,
+                        "project_dir": h.project_dir,
+                        "entry_uuid": h.entry_uuid,
+                        "type": h.type,
+                        "role": h.role,
+                        "timestamp": h.timestamp,
+                        "byte_offset": h.byte_offset,
+                        "has_photos": h.has_photos,
+                        "snippet": h.snippet.text,
+                        "highlights": [[m.start, m.end] for m in h.snippet.highlights],
+                        "window_page_token": h.window_page_token,
+                    }
+                    for h in page.hits
+                ],
+                "next_page_token": page.next_page_token,
+            }
+        )
+        return 0
+    table = Table()
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("time", no_wrap=True)
+    table.add_column("session", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("text", overflow="fold")
+    for number, hit in enumerate(page.hits, 1):
+        table.add_row(
+            str(number),
+            hit.timestamp[:19].replace("T", " "),
+            Text(hit.session_id),
+            Text(hit.type),
+            _marked(hit.snippet),
+        )
+    console = _console()
+    console.print(table)
+    if not page.hits:
+        console.print("no hits")
+    else:
+        # plain print: a wrapped token could not be copied back.
+        first = page.hits[0]
+        print(f"open #1: scrollback window {first.session_id} --older {first.window_page_token}")
+        console.print("every hit's window token: --json")
+    if page.next_page_token:
+        print(f"next page: add --page-token {page.next_page_token}")
     return 0
 
 

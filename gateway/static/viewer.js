@@ -2,6 +2,8 @@
 // "/" lists sessions; "/sessions/<id>" opens a session at its latest window, loads older
 // windows as the reader scrolls up (keeping the scroll position), fetches a photo only when
 // its reserved box enters the viewport (each once), and appends live events (SSE).
+// "/?q=..." lists search hits (newest first, matched words marked); a hit opens
+// "/sessions/<id>?at=<window token>": the window that ends with the hit, older ones on scroll.
 "use strict";
 
 const PAGE_SIZE = 50;
@@ -155,6 +157,43 @@ async function showSessions() {
   main.replaceChildren(list);
 }
 
+// A snippet as text nodes with <mark> around each highlight (never innerHTML).
+function marked(text, highlights) {
+  const node = el("div", "text");
+  const chars = Array.from(text); // highlights count code points
+  let at = 0;
+  for (const [start, end] of highlights) {
+    node.append(chars.slice(at, start).join(""), el("mark", "", chars.slice(start, end).join("")));
+    at = end;
+  }
+  node.append(chars.slice(at).join(""));
+  return node;
+}
+
+async function showSearch(q, pageToken) {
+  document.getElementById("search-q").value = q;
+  const query = new URLSearchParams({ q, page_size: "50" });
+  if (pageToken) query.set("page_token", pageToken);
+  const page = await api("/api/v1/search?" + query);
+  const list = el("div", "hits");
+  for (const hit of page.hits) {
+    const link = el("a", "hit-link");
+    link.href = `/sessions/${encodeURIComponent(hit.session_id)}?` +
+      new URLSearchParams({ at: hit.window_page_token });
+    link.append(el("small", "", `${hit.project_dir} · ${hit.session_id} · ${hit.type} · ${hit.timestamp}`),
+      marked(hit.snippet, hit.highlights));
+    list.append(link);
+  }
+  if (!page.hits.length) list.append(el("p", "", "No hits."));
+  if (page.next_page_token) {
+    const more = el("a", "more", "more hits");
+    more.href = "/?" + new URLSearchParams({ q, page_token: page.next_page_token });
+    list.append(more);
+  }
+  main.replaceChildren(list);
+  document.body.dataset.ready = "1";
+}
+
 const view = { sessionId: "", older: "", loading: false, list: null, more: null };
 
 function nearBottom() {
@@ -206,6 +245,27 @@ async function showSession(sessionId) {
   maybeLoadOlder();
   watch(sessionId, boot.watch_position);
   setUpSend(sessionId);
+  document.body.dataset.ready = "1";
+}
+
+// Jump to a search hit: the window that ends with it (no live tail: this is the past).
+async function showSessionAt(sessionId, at) {
+  view.sessionId = sessionId;
+  document.getElementById("title").textContent = sessionId;
+  const query = new URLSearchParams({ page_token: at, page_size: String(PAGE_SIZE) });
+  const window_ = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/window?${query}`);
+  view.more = el("div", "more", window_.next_page_token ? "loading older…" : "start of session");
+  view.list = el("div", "entries");
+  for (const entry of window_.entries) view.list.append(renderEntry(entry));
+  const hit = view.list.lastElementChild;
+  if (hit) hit.classList.add("hit");
+  const latest = el("a", "more", "go to the latest messages");
+  latest.href = "/sessions/" + encodeURIComponent(sessionId);
+  view.older = window_.next_page_token;
+  main.replaceChildren(view.more, view.list, latest);
+  if (hit) hit.scrollIntoView({ block: "center" });
+  observePhotos(view.list);
+  window.addEventListener("scroll", maybeLoadOlder, { passive: true });
   document.body.dataset.ready = "1";
 }
 
@@ -281,6 +341,12 @@ function setUpSend(sessionId) {
 }
 
 const match = location.pathname.match(/^\/sessions\/([^/]+)$/);
-(match ? showSession(decodeURIComponent(match[1])) : showSessions()).catch((error) => {
+const params = new URLSearchParams(location.search);
+let page;
+if (match && params.get("at")) page = showSessionAt(decodeURIComponent(match[1]), params.get("at"));
+else if (match) page = showSession(decodeURIComponent(match[1]));
+else if (params.get("q")) page = showSearch(params.get("q"), params.get("page_token") || "");
+else page = showSessions();
+page.catch((error) => {
   main.replaceChildren(el("p", "failed", "Error: " + error.message));
 });

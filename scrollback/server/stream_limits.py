@@ -24,6 +24,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from scrollback.state.sqlite import use_wal
+
 BUSY_TIMEOUT_SECONDS = 5.0
 
 
@@ -36,7 +38,7 @@ class SharedStreamCounter:
         self._connection = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_SECONDS
         )
-        self._connection.execute("PRAGMA journal_mode=WAL")
+        use_wal(self._connection, BUSY_TIMEOUT_SECONDS)
         self._connection.execute("PRAGMA synchronous=OFF")
         self._connection.execute(
             "CREATE TABLE IF NOT EXISTS streams ("

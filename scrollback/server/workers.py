@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from scrollback.server.stream_limits import SharedStreamCounter
+
 log = logging.getLogger(__name__)
 
 RUN_DIR_ENV = "SCROLLBACK_WORKER_RUN_DIR"
@@ -190,12 +192,13 @@ class _Workers:
                 process.wait()
 
     def status(self) -> int:
-        """The first non-zero exit status (a signal death counts as 1), else 0."""
-        for process in self.processes:
-            code = process.returncode
-            if code:
-                return code if code > 0 else 1
-        return 0
+        """The first exit status a worker gave itself (e.g. 2, a config error), else 1 for one
+        ended by a signal (the supervisor stops the others that way), else 0."""
+        codes = [process.returncode for process in self.processes]
+        for code in codes:
+            if code is not None and code > 0:
+                return code
+        return 1 if any(code for code in codes) else 0
 
 
 class Supervisor:
@@ -238,6 +241,10 @@ class Supervisor:
         self._run_dir = Path(tempfile.mkdtemp(prefix=f"scrollback-{self.name}-"))
         metrics_dir = self._run_dir / "metrics"
         metrics_dir.mkdir()
+        # The shared stream counter's database is made here, once: workers that
+        # all switched a new file to WAL at the same moment would find it locked.
+
+        SharedStreamCounter(self._run_dir / STREAMS_DB).close()
         env = dict(os.environ)
         env.update(
             {

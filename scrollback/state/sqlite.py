@@ -294,6 +294,27 @@ def database_path(state_dir: Path) -> Path:
     return state_dir / DATABASE_FILE_NAME
 
 
+def use_wal(connection: sqlite3.Connection, timeout_seconds: float) -> None:
+    """Put the database in WAL mode, waiting out others doing the same.
+
+    Switching a new file to WAL takes an exclusive lock for which SQLite's busy
+    handler does not wait, so processes opening one new database at the same
+    moment (worker processes starting together) would see "database is
+    locked"; this retries until `timeout_seconds`.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 def connect(state_dir: Path) -> sqlite3.Connection:
     """Open (creating if needed) the state database, migrated to the latest version.
 
@@ -308,7 +329,7 @@ def connect(state_dir: Path) -> sqlite3.Connection:
         check_same_thread=False,
         timeout=timeout_ms / 1000,
     )
-    connection.execute("PRAGMA journal_mode=WAL")
+    use_wal(connection, timeout_ms / 1000)
     connection.execute("PRAGMA synchronous=FULL")
     connection.execute("PRAGMA foreign_keys=ON")
     connection.execute(f"PRAGMA busy_timeout={timeout_ms}")

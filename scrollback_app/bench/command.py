@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--index-mb", type=float, help="the line index transcript, MB (1000; quick 24)"
     )
     parser.add_argument("--stripper-mb", type=float, help="bytes the stripper bench strips, MiB")
+    parser.add_argument(
+        "--search-mb", type=float, help="transcripts the search bench indexes, MB (1000; quick 20)"
+    )
     parser.add_argument("--repeats", type=int, help="interleaved repeats per figure (15; quick 7)")
     parser.add_argument(
         "--throughput-seconds", type=float, help="seconds per throughput sample (5; quick 1.5)"
@@ -70,6 +73,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         big_transcript_bytes=_mb(args.big_images_mb),
         stripper_bytes=_mib(args.stripper_mb),
         index_bytes=_mb(args.index_mb),
+        search_bytes=_mb(args.search_mb),
         image_bytes=None if args.image_kb is None else int(args.image_kb * 1000),
         repeats=args.repeats,
         throughput_seconds=args.throughput_seconds,

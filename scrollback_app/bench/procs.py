@@ -159,14 +159,23 @@ class ServerProcess:
 
 
 def history_server(
-    transcripts: Path, state: Path, auth_tokens: Path | None = None
+    transcripts: Path,
+    state: Path,
+    auth_tokens: Path | None = None,
+    *,
+    search_indexing: bool = False,
 ) -> ServerProcess:
-    """`python -m history_service` over a transcripts root (with a token file if given)."""
+    """`python -m history_service` over a transcripts root (with a token file if given).
+
+    Search indexing is off unless asked for: a background catch-up over the
+    benchmark's transcripts would share the CPU with what the others measure.
+    """
     state.mkdir(parents=True, exist_ok=True)
     auth = ["--auth-tokens", str(auth_tokens)] if auth_tokens is not None else []
+    indexing = [] if search_indexing else ["--no-search-indexing"]
     return ServerProcess(
         "history_service",
-        ["--transcripts", str(transcripts), "--state", str(state), *auth],
+        ["--transcripts", str(transcripts), "--state", str(state), *auth, *indexing],
         name="history server",
     )
 

@@ -24,6 +24,9 @@ baseline in the same run, interleaved, median of repeats:
   during a flood of unknown ids;
 - RSS of fresh media and history servers under clients that never grant
   flow-control window, and after they leave (`scrollback_app.bench.stalls`).
+- search (`scrollback_app.bench.search`): index build throughput vs a newline
+  scan, and Search latency p50/p99 on an index of >= 1 GB of transcripts
+  (quick: 20 MB).
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class BenchConfig:
     lookup_flood_clients: int = 4
     index_bytes: int = 1000 * MB
     stalls: stalls.StallSizes = field(default_factory=stalls.StallSizes)
+    search_bytes: int = 1000 * MB
+    search_files: int = 200
+    search_samples: int = 300
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -117,6 +123,9 @@ class BenchConfig:
                 hold_seconds=1.5,
                 settle_seconds=2.0,
             ),
+            search_bytes=20 * MB,
+            search_files=20,
+            search_samples=60,
             label="quick",
         )
 
@@ -708,6 +717,16 @@ class _Run:
         ):
             self.add(figure)
         for figure in await stalls.measure(self.work, self.config.stalls, self.log):
+            self.add(figure)
+        from scrollback_app.bench import search
+
+        for figure in await search.measure(
+            self.work,
+            self.config.search_bytes,
+            self.config.search_files,
+            self.config.search_samples,
+            self.log,
+        ):
             self.add(figure)
         return self.figures
 

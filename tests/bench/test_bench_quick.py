@@ -47,6 +47,9 @@ EXPECTED = {
     "stall_media_after",
     "stall_history_stalled",
     "stall_history_after",
+    "search_index_build",
+    "search_query_p50",
+    "search_query_p99",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 25x target cannot show, so only "not much slower than the
@@ -72,6 +75,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             "--big-images-mb=12",
             "--stripper-mb=2",
             "--index-mb=12",
+            "--search-mb=4",
             "--repeats=3",
             "--throughput-seconds=0.4",
             f"--workdir={tmp_path / 'work'}",

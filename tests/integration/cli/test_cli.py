@@ -217,3 +217,37 @@ def test_session_totals_and_usage_column(
     assert code == 0 and "4k $0.18" in out
     code, _, err = run(capsys, cli_servers, "session", "nope")
     assert code != 0 and "not found" in err.lower()
+
+
+def test_search(capsys: pytest.CaptureFixture[str], cli_servers: ServerPair) -> None:
+    cli_servers.transcript("c1").write_bytes(
+        user_line("u1", "where is the tangerine", timestamp="2026-05-01T10:00:00.000Z")
+        + assistant_line("a1", "the tangerine is in the bowl")
+        + user_line("u2", "thanks for the tangerine", timestamp="2026-05-01T11:00:00.000Z")
+    )
+    deadline = time.monotonic() + 15
+    while True:
+        found = run_json(capsys, cli_servers, "search", "tangerine")
+        if len(found["hits"]) == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert [h["entry_uuid"] for h in found["hits"]] == ["u2", "u1", "a1"]
+    first = found["hits"][0]
+    start, end = first["highlights"][0]
+    assert first["snippet"][start:end] == "tangerine"
+    only = run_json(capsys, cli_servers, "search", "tangerine", "--type", "assistant")
+    assert [h["entry_uuid"] for h in only["hits"]] == ["a1"]
+    since = run_json(capsys, cli_servers, "search", "tangerine", "--since", "2026-05-01T10:30")
+    assert [h["entry_uuid"] for h in since["hits"]] == ["u2"]
+    paged = run_json(capsys, cli_servers, "search", "tangerine", "--limit", "2")
+    rest = run_json(
+        capsys, cli_servers, "search", "tangerine", "--page-token", paged["next_page_token"]
+    )
+    assert [h["entry_uuid"] for h in rest["hits"]] == ["a1"]
+    # The jump token opens the window ending at the hit.
+    window = run_json(capsys, cli_servers, "window", "c1", "--older", first["window_page_token"])
+    assert window["entries"][-1]["uuid"] == "u2"
+    code, out, _ = run(capsys, cli_servers, "search", "tangerine")
+    assert code == 0 and "tangerine" in out and "scrollback window c1 --older" in out
+    code, _, err = run(capsys, cli_servers, "search", "tangerine", "--since", "yesterday")
+    assert code != 0 and "--since" in err

@@ -8,6 +8,7 @@ errors included.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -121,3 +122,37 @@ def test_paging_agrees(client_servers: ServerPair, oldest_first: bool) -> None:
 
     assert asyncio.run(async_pages()) == sync_pages
     assert len(sync_pages) == 3
+
+
+def test_search_agrees(client_servers: ServerPair) -> None:
+    pair = client_servers
+    pair.transcript("p1").write_bytes(
+        user_line("e1", "alpha quince", timestamp="2025-01-01T00:00:01Z")
+        + user_line("e2", "beta quince", timestamp="2025-01-01T00:00:02Z")
+        + user_line("e3", "gamma quince", timestamp="2025-01-01T00:00:03Z", images=(png(1),))
+    )
+    with Client(pair.history_addr, pair.media_addr) as sb:
+        deadline = time.monotonic() + 15
+        while len(sb.history.search("quince").hits) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sync_page = sb.history.search("quince", page_size=2)
+        sync_all = [h.entry_uuid for h in sb.history.iter_search("quince", page_size=1)]
+        sync_photos = [h.entry_uuid for h in sb.history.iter_search("quince", photos=True)]
+        sync_error = _outcome(lambda: sb.history.search("quince", session_id="nope"))
+
+    async def async_side() -> tuple[Any, ...]:
+        async with AsyncClient(pair.history_addr, pair.media_addr) as sb:
+            page = await sb.history.search("quince", page_size=2)
+            every = [h.entry_uuid for h in await _collect(sb.history.iter_search("quince"))]
+            photos = [
+                h.entry_uuid for h in await _collect(sb.history.iter_search("quince", photos=True))
+            ]
+            error = await _async_outcome(lambda: sb.history.search("quince", session_id="nope"))
+            return page, every, photos, error
+
+    page, every, photos, error = asyncio.run(async_side())
+    assert [h.entry_uuid for h in sync_page.hits] == [h.entry_uuid for h in page.hits]
+    assert [h.entry_uuid for h in page.hits] == ["e3", "e2"] and page.next_page_token
+    assert sync_all == every == ["e3", "e2", "e1"]
+    assert sync_photos == photos == ["e3"]
+    assert sync_error == error == ("error", NotFound)

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.gateway import SESSION, GatewayStack, artifacts_dir, photo_session
@@ -159,3 +160,34 @@ def test_viewer_is_lazy_fetches_each_photo_once_and_follows_live(
     time.sleep(0.2)
     page.screenshot(path=str(shots / "viewer-live.png"))
     context.close()
+
+
+def test_viewer_searches_and_opens_a_hit(stack: GatewayStack, browser: Any) -> None:
+    photo_session(stack, entries=200, photos=20)
+    stack.start_gateway()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        found = httpx.get(f"{stack.url}/api/v1/search", params={"q": '"question 152"'}).json()
+        if found["hits"]:
+            break
+        time.sleep(0.1)
+    assert found["hits"], "the indexer caught up"
+    page = browser.new_context(viewport={"width": 1000, "height": 800}).new_page()
+    page.goto(f"{stack.url}/")
+    page.wait_for_selector(".sessions a")
+    page.fill("#search-q", '"question 152"')
+    page.press("#search-q", "Enter")
+    page.wait_for_selector(".hits a.hit-link")
+    assert page.eval_on_selector_all(".hits mark", "(ms) => ms.map((m) => m.textContent)") == [
+        "question",
+        "152",
+    ]
+    page.click(".hits a.hit-link")
+    page.wait_for_selector(".entry.hit")
+    assert page.eval_on_selector(".entry.hit .text", "(n) => n.textContent") == "question 152"
+    in_view = page.eval_on_selector(
+        ".entry.hit",
+        "(n) => { const r = n.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }",
+    )
+    assert in_view
+    page.screenshot(path=str(artifacts_dir() / "viewer-search-hit.png"))

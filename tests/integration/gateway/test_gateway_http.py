@@ -250,3 +250,31 @@ def test_events_stream_entries_and_accepts_and_resume_from_last_event_id(
         headers={"Content-Type": "application/x-www-form-urlencoded"},
     )
     assert not_json.status_code == 415
+
+
+def test_search_finds_and_opens_the_window_at_the_hit(stack: GatewayStack) -> None:
+    photo_session(stack, entries=60, photos=10)
+    stack.start_gateway()
+    deadline = time.monotonic() + 15
+    while True:
+        body = httpx.get(
+            f"{stack.url}/api/v1/search", params={"q": "question", "page_size": 5}
+        ).json()
+        if len(body["hits"]) == 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(body["hits"]) == 5 and body["next_page_token"]
+    hit = body["hits"][0]
+    start, end = hit["highlights"][0]
+    assert hit["snippet"][start:end] == "question" and hit["session_id"] == SESSION
+    photos = httpx.get(f"{stack.url}/api/v1/search", params={"q": "photo", "photos": "with"})
+    assert len(photos.json()["hits"]) == 10
+    window = httpx.get(
+        f"{stack.url}/api/v1/sessions/{SESSION}/window",
+        params={"page_token": hit["window_page_token"], "page_size": 3},
+    ).json()
+    assert window["entries"][-1]["uuid"] == hit["entry_uuid"]
+    for params in ({"q": ""}, {"q": "x", "since": "soon"}, {"q": "x", "photos": "maybe"}):
+        answer = httpx.get(f"{stack.url}/api/v1/search", params=params)
+        assert answer.status_code == 400
+        assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"

@@ -1,4 +1,4 @@
-"""Thumbnails over a real media server (issue 17, CONTRACT section 13): each size, WebP,
+"""Thumbnails over a real media server (issue 17, docs/contract.md §13): each size, WebP,
 cached by (sha256, size), collected by GC, a still of an animation, bounded decoding,
 width and height of the original from its header, the owner rule, and reads that a
 flood of thumbnails does not starve."""

@@ -120,7 +120,9 @@ async def test_stalled_inline_windows_hold_one_entry(tmp_path: Path) -> None:
     )
     state.mkdir()
     args = ["--transcripts", str(root), "--state", str(state)]
-    async with ServerProcess("history_service", [*args, "--stall-timeout", "30"]) as srv:
+    # No search indexing: its catch-up pass would read the 30 MB file beside what is measured.
+    history_args = [*args, "--stall-timeout", "30", "--no-search-indexing"]
+    async with ServerProcess("history_service", history_args) as srv:
         baseline = await _settled_rss(srv)
         client = await asyncio.to_thread(StalledClient, "127.0.0.1", srv.port)
         try:

@@ -1,0 +1,193 @@
+"""The scaled search index: PostgreSQL full-text search (tsvector, GIN), shared by replicas.
+
+The same tables as the SQLite backend (history_service.search.sqlite), with
+the text in `search_entry.body` and a generated `tsvector` over it under the
+`simple` configuration (no stemming, no stop words: the same matching as FTS5
+`unicode61`), made from the text with every run of non-alphanumerics turned
+into one space, so words split exactly where the query parser splits them.
+The tables are created on first use under an advisory lock. Replicas may
+all index: `add_entries` writes only when the file's progress is where the
+batch started, so a batch two replicas race on is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from history_service.search.query import Filters, Query
+from history_service.search.sqlite import sql_filters
+from history_service.search.store import EntryRow, FileState, IndexHit, entry_key, hit_of
+from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
+
+SCHEMA_LOCK = 0x5C20_0017
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS search_file (
+    file_id BIGSERIAL PRIMARY KEY,
+    path_key TEXT NOT NULL UNIQUE,
+    project_dir TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    indexed_to BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS search_entry (
+    key BIGINT PRIMARY KEY,
+    file_id BIGINT NOT NULL REFERENCES search_file (file_id) ON DELETE CASCADE,
+    line_start BIGINT NOT NULL,
+    line_end BIGINT NOT NULL,
+    project_dir TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    type TEXT NOT NULL,
+    role TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    ts_ms BIGINT,
+    has_photos BOOLEAN NOT NULL,
+    body TEXT NOT NULL,
+    tsv TSVECTOR GENERATED ALWAYS AS
+        (to_tsvector('simple', regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))) STORED
+);
+CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
+CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
+CREATE INDEX IF NOT EXISTS search_entry_tsv ON search_entry USING GIN (tsv);
+"""
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+class PostgresSearchIndex:
+    """SearchIndex over PostgreSQL full-text search."""
+
+    def __init__(self, pool: Pool, *, owns_pool: bool = True) -> None:
+        self._pool = pool
+        self._owns_pool = owns_pool
+
+        def create(connection: Connection) -> None:
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    connection.execute(statement)
+
+        transaction(pool, create)
+
+    def files(self) -> dict[str, FileState]:
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(
+                "SELECT file_id, path_key, project_dir, session_id, identity, indexed_to"
+                " FROM search_file"
+            ).fetchall()
+        return {row[1]: FileState(*row) for row in rows}
+
+    def reset_file(self, path_key: str, project_dir: str, session_id: str, identity: str) -> int:
+        def work(connection: Connection) -> int:
+            connection.execute("DELETE FROM search_file WHERE path_key = %s", (path_key,))
+            row = connection.execute(
+                "INSERT INTO search_file (path_key, project_dir, session_id, identity, indexed_to)"
+                " VALUES (%s, %s, %s, %s, 0) RETURNING file_id",
+                (path_key, project_dir, session_id, identity),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return transaction(self._pool, work)
+
+    def add_entries(
+        self, file_id: int, rows: Sequence[EntryRow], start: int, indexed_to: int
+    ) -> bool:
+        def work(connection: Connection) -> bool:
+            file = connection.execute(
+                "SELECT path_key, project_dir, session_id, indexed_to FROM search_file"
+                " WHERE file_id = %s FOR UPDATE",
+                (file_id,),
+            ).fetchone()
+            if file is None:
+                raise LookupError("file is not indexed")
+            path_key, project_dir, session_id, progress = file
+            if progress != start:
+                return False
+            pending = [(entry_key(path_key, row.offset, row.ts_ms), row) for row in rows]
+            while pending:
+                values = [
+                    (
+                        key,
+                        file_id,
+                        row.offset,
+                        row.line_end,
+                        project_dir,
+                        session_id,
+                        row.uuid,
+                        row.type,
+                        row.role,
+                        row.timestamp,
+                        row.ts_ms,
+                        row.has_photos,
+                        row.text.replace("\0", " "),
+                    )
+                    for key, row in pending
+                ]
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO search_entry (key, file_id, line_start, line_end,"
+                        " project_dir, session_id, uuid, type, role, timestamp, ts_ms,"
+                        " has_photos, body) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                        " ON CONFLICT (key) DO NOTHING RETURNING key",
+                        values,
+                        returning=True,
+                    )
+                    # One result set per row, in order: empty where the key clashed.
+                    taken: list[bool] = []
+                    while True:
+                        taken.append(cursor.fetchone() is not None)
+                        if not cursor.nextset():
+                            break
+                # Two entries hashed to one key: the losers take the next key.
+                pending = [
+                    (key + 1, row)
+                    for (key, row), done in zip(pending, taken, strict=True)
+                    if not done
+                ]
+            connection.execute(
+                "UPDATE search_file SET indexed_to = %s WHERE file_id = %s", (indexed_to, file_id)
+            )
+            return True
+
+        return transaction(self._pool, work)
+
+    def drop_file(self, path_key: str) -> None:
+        transaction(
+            self._pool,
+            lambda c: c.execute("DELETE FROM search_file WHERE path_key = %s", (path_key,)),
+        )
+
+    def search(
+        self,
+        query: Query,
+        filters: Filters,
+        projects: frozenset[str] | None,
+        before_key: int | None,
+        limit: int,
+    ) -> list[IndexHit]:
+        where = ["e.tsv @@ to_tsquery('simple', ?)"]
+        args: list[Any] = [query.tsquery()]
+        if before_key is not None:
+            where.append("e.key < ?")
+            args.append(before_key)
+        if projects is not None:
+            where.append("e.project_dir = ANY(?)")
+            args.append(sorted(projects))
+        sql_filters(filters, where, args)
+        sql = (
+            "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
+            " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, e.body"
+            " FROM search_entry e JOIN search_file f ON f.file_id = e.file_id"
+            f" WHERE {' AND '.join(where)} ORDER BY e.key DESC LIMIT ?"
+        )
+        args.append(limit)
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(sql.replace("?", "%s"), args).fetchall()
+        return [hit_of(row) for row in rows]
+
+    def close(self) -> None:
+        if self._owns_pool:
+            self._pool.close()

@@ -1,0 +1,126 @@
+"""Answering a search for one caller: visibility, paging and jump-to-message tokens.
+
+Visibility is ReadWindow's: the index is asked only for the caller's
+projects, and each hit's session is then resolved through TranscriptRoot for
+that caller, as ReadWindow resolves it, so a hidden, vanished or ambiguous
+session never yields a hit. Each hit's file is checked against the identity
+it was indexed under (a rewritten file not yet re-indexed yields no stale
+hit), and its `window_page_token` is a latest-first ReadWindow page token
+whose boundary is the end of the hit's line: that window ends with the hit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from history_service.errors import FileRewrittenError
+from history_service.search.indexer import identity_at
+from history_service.search.query import Filters, Query
+from history_service.search.snippet import Snippet, make_snippet
+from history_service.search.store import IndexHit, SearchIndex
+from history_service.tokens import DIRECTION_LATEST_FIRST, FileIdentity, PageToken, TokenCodec
+from history_service.windows import open_transcript
+from scrollback.principals import ALL_PROJECTS, Principal, namespace
+from scrollback.transcripts import TranscriptRoot
+
+# Rounds of asking the index again when hits were dropped (hidden or stale).
+_MAX_ROUNDS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One hit as served."""
+
+    session_id: str
+    project_dir: str
+    entry_uuid: str
+    type: str
+    role: str
+    timestamp: str
+    byte_offset: int
+    snippet: Snippet
+    has_photos: bool
+    window_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """One page of hits and the token of the next page ("" at the end)."""
+
+    hits: list[SearchHit]
+    next_page_token: str
+
+
+class Searcher:
+    """Searches one index for callers of one transcript root."""
+
+    def __init__(self, root: TranscriptRoot, index: SearchIndex, codec: TokenCodec) -> None:
+        self._root = root
+        self._index = index
+        self._codec = codec
+
+    def search(
+        self,
+        principal: Principal | None,
+        query: Query,
+        filters: Filters,
+        page_size: int,
+        page_token: str,
+    ) -> SearchPage:
+        """One page of hits, newest first (blocking; domain errors as ReadWindow's)."""
+        scope = "search:" + namespace(principal)
+        before = self._codec.parse_search_token(scope, page_token) if page_token else None
+        if filters.session_id:
+            # NOT_FOUND / FAILED_PRECONDITION exactly as ReadWindow answers them.
+            self._root.resolve(filters.session_id, principal)
+        projects = None
+        if principal is not None and ALL_PROJECTS not in principal.projects:
+            projects = frozenset(principal.projects)
+        hits: list[SearchHit] = []
+        more = False
+        for _ in range(_MAX_ROUNDS):
+            want = page_size - len(hits)
+            rows = self._index.search(query, filters, projects, before, want + 1)
+            more = len(rows) > want
+            for row in rows[:want]:
+                before = row.key
+                hit = self._hit(principal, query, row)
+                if hit is not None:
+                    hits.append(hit)
+            if not more or len(hits) >= page_size:
+                break
+        token = self._codec.search_token(scope, before) if more and before is not None else ""
+        return SearchPage(hits, token)
+
+    def _hit(self, principal: Principal | None, query: Query, row: IndexHit) -> SearchHit | None:
+        try:
+            transcript = self._root.resolve(row.session_id, principal)
+        except (LookupError, ValueError):
+            return None
+        if transcript.project_dir != row.project_dir:
+            return None
+        try:
+            fd = open_transcript(self._root, transcript)
+        except (LookupError, OSError):
+            return None
+        try:
+            identity_at(row.identity, row.line_end).check(fd, row.line_end)
+            current = FileIdentity.of(fd)
+            mark = PageToken.at(DIRECTION_LATEST_FIRST, current, row.line_end, fd)
+        except (FileRewrittenError, OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        return SearchHit(
+            session_id=row.session_id,
+            project_dir=row.project_dir,
+            entry_uuid=row.uuid,
+            type=row.type,
+            role=row.role,
+            timestamp=row.timestamp,
+            byte_offset=row.offset,
+            snippet=make_snippet(row.text, query),
+            has_photos=row.has_photos,
+            window_page_token=self._codec.page_token(row.session_id, mark),
+        )

@@ -1,0 +1,274 @@
+"""The embedded search index: SQLite FTS5 in its own file, `<state>/search.sqlite`.
+
+A file of its own keeps the state database's write lock free while a large
+transcript is indexed. WAL mode: searches (one connection per thread) read
+while the indexer writes. The FTS5 table's rowid is the entry's ordering key
+(see history_service.search.store), so a query walks the hits newest first
+and stops at the page size instead of sorting every match.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from history_service.search.query import Filters, Query
+from history_service.search.store import EntryRow, FileState, IndexHit, entry_key, hit_of
+from scrollback.state.sqlite import use_wal
+
+FILE_NAME = "search.sqlite"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS search_file (
+    file_id INTEGER PRIMARY KEY,
+    path_key TEXT NOT NULL UNIQUE,
+    project_dir TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    indexed_to INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS search_entry (
+    key INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL,
+    line_start INTEGER NOT NULL,
+    line_end INTEGER NOT NULL,
+    project_dir TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    type TEXT NOT NULL,
+    role TEXT NOT NULL,
+    timestamp TEXT NOT NULL,
+    ts_ms INTEGER,
+    has_photos INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
+CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
+CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING fts5 (
+    body, tokenize = 'unicode61 remove_diacritics 0'
+);
+"""
+
+
+class SqliteSearchIndex:
+    """SearchIndex over SQLite FTS5."""
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._path = state_dir / FILE_NAME
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        connection = self._connection()
+        connection.executescript(_SCHEMA)
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self._path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+            use_wal(connection, 30)
+            connection.execute("PRAGMA synchronous=NORMAL")
+            self._local.connection = connection
+            with self._lock:
+                self._all.append(connection)
+        return connection
+
+    def files(self) -> dict[str, FileState]:
+        rows = self._connection().execute(
+            "SELECT file_id, path_key, project_dir, session_id, identity, indexed_to"
+            " FROM search_file"
+        )
+        return {row[1]: FileState(*row) for row in rows}
+
+    def reset_file(self, path_key: str, project_dir: str, session_id: str, identity: str) -> int:
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            self._drop(connection, path_key)
+            cursor = connection.execute(
+                "INSERT INTO search_file (path_key, project_dir, session_id, identity, indexed_to)"
+                " VALUES (?, ?, ?, ?, 0)",
+                (path_key, project_dir, session_id, identity),
+            )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    @staticmethod
+    def _drop(connection: sqlite3.Connection, path_key: str) -> None:
+        row = connection.execute(
+            "SELECT file_id FROM search_file WHERE path_key = ?", (path_key,)
+        ).fetchone()
+        if row is None:
+            return
+        connection.execute(
+            "DELETE FROM search_text WHERE rowid IN"
+            " (SELECT key FROM search_entry WHERE file_id = ?)",
+            (row[0],),
+        )
+        connection.execute("DELETE FROM search_entry WHERE file_id = ?", (row[0],))
+        connection.execute("DELETE FROM search_file WHERE file_id = ?", (row[0],))
+
+    def add_entries(
+        self, file_id: int, rows: Sequence[EntryRow], start: int, indexed_to: int
+    ) -> bool:
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            file = connection.execute(
+                "SELECT path_key, project_dir, session_id, indexed_to FROM search_file"
+                " WHERE file_id = ?",
+                (file_id,),
+            ).fetchone()
+            if file is None:
+                raise LookupError("file is not indexed")
+            path_key, project_dir, session_id, progress = file
+            if progress != start:
+                connection.execute("ROLLBACK")
+                return False
+            keyed = [(entry_key(path_key, row.offset, row.ts_ms), row) for row in rows]
+            connection.execute("SAVEPOINT batch")
+            try:
+                # The common case: no two keys clash, one statement per table.
+                self._insert(connection, file_id, project_dir, session_id, keyed)
+                connection.execute("RELEASE batch")
+            except sqlite3.IntegrityError:
+                connection.execute("ROLLBACK TO batch")
+                connection.execute("RELEASE batch")
+                for key, row in keyed:
+                    while True:
+                        try:
+                            self._insert(connection, file_id, project_dir, session_id, [(key, row)])
+                            break
+                        except sqlite3.IntegrityError:
+                            key += 1  # two entries hashed to one key: take the next
+            connection.execute(
+                "UPDATE search_file SET indexed_to = ? WHERE file_id = ?", (indexed_to, file_id)
+            )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        return True
+
+    @staticmethod
+    def _insert(
+        connection: sqlite3.Connection,
+        file_id: int,
+        project_dir: str,
+        session_id: str,
+        keyed: Sequence[tuple[int, EntryRow]],
+    ) -> None:
+        connection.executemany(
+            "INSERT INTO search_entry VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    key,
+                    file_id,
+                    row.offset,
+                    row.line_end,
+                    project_dir,
+                    session_id,
+                    row.uuid,
+                    row.type,
+                    row.role,
+                    row.timestamp,
+                    row.ts_ms,
+                    int(row.has_photos),
+                )
+                for key, row in keyed
+            ],
+        )
+        connection.executemany(
+            "INSERT INTO search_text (rowid, body) VALUES (?, ?)",
+            [(key, row.text) for key, row in keyed],
+        )
+
+    def drop_file(self, path_key: str) -> None:
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            self._drop(connection, path_key)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    def search(
+        self,
+        query: Query,
+        filters: Filters,
+        projects: frozenset[str] | None,
+        before_key: int | None,
+        limit: int,
+    ) -> list[IndexHit]:
+        where = ["search_text MATCH ?"]
+        args: list[Any] = [query.fts5()]
+        if before_key is not None:
+            where.append("e.key < ?")
+            args.append(before_key)
+        if projects is not None:
+            where.append(f"e.project_dir IN ({','.join('?' * len(projects))})")
+            args.extend(sorted(projects))
+        sql_filters(filters, where, args)
+        columns = (
+            "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
+            " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, search_text.body"
+        )
+        if filters.session_id:
+            # One session: walk its entries newest first and test each against the
+            # query (a rowid lookup in FTS5), instead of walking every session's hits.
+            source = (
+                " FROM search_entry e INDEXED BY search_entry_session"
+                " CROSS JOIN search_text ON search_text.rowid = e.key"
+            )
+            order = "e.key"
+        else:
+            source = " FROM search_text CROSS JOIN search_entry e ON e.key = search_text.rowid"
+            order = "search_text.rowid"
+        sql = (
+            columns
+            + source
+            + " CROSS JOIN search_file f ON f.file_id = e.file_id"
+            + f" WHERE {' AND '.join(where)} ORDER BY {order} DESC LIMIT ?"
+        )
+        args.append(limit)
+        rows = self._connection().execute(sql, args).fetchall()
+        return [hit_of(row) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._all:
+                connection.close()
+            self._all.clear()
+
+
+def sql_filters(filters: Filters, where: list[str], args: list[Any]) -> None:
+    """The filter clauses shared by both backends' SQL (placeholders: `?`)."""
+    if filters.project_dir:
+        where.append("e.project_dir = ?")
+        args.append(filters.project_dir)
+    if filters.session_id:
+        where.append("e.session_id = ?")
+        args.append(filters.session_id)
+    if filters.types:
+        where.append(f"e.type IN ({','.join('?' * len(filters.types))})")
+        args.extend(filters.types)
+    if filters.roles:
+        where.append(f"e.role IN ({','.join('?' * len(filters.roles))})")
+        args.extend(filters.roles)
+    if filters.start_ms is not None:
+        where.append("e.ts_ms >= ?")
+        args.append(filters.start_ms)
+    if filters.end_ms is not None:
+        where.append("e.ts_ms < ?")
+        args.append(filters.end_ms)
+    if filters.photos is not None:
+        where.append("e.has_photos = ?")
+        args.append(filters.photos)

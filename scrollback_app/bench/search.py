@@ -1,0 +1,254 @@
+"""Search figures: index build throughput vs the newline-scan floor, and query latency.
+
+Generates a root of many transcripts (Claude Code-like lines: text turns with
+words drawn from a Zipf-distributed vocabulary, tool calls and results, and a
+pasted image every so often), then:
+
+- index build: the history service's indexer (`SearchIndexer` into the
+  SQLite FTS5 index, in this process) over the whole root, in MB of
+  transcript per second, beside a bare newline scan of the same files (the
+  floor: reading the bytes and finding the line ends). Reported, no target.
+- query latency: a history server subprocess on that index answers Search
+  calls (common, middling and rare words, two-word queries, a phrase, a
+  prefix, a role filter, a session filter), one at a time; p50 and p99 of
+  whole 20-hit pages beside the p50 of a Health check on the same channel
+  (the floor of one gRPC call). Targets: p50 < 50 ms, p99 < 200 ms.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from history_service.search.indexer import SearchIndexer
+from history_service.search.sqlite import SqliteSearchIndex
+from scrollback.search.v1 import search_pb2, search_pb2_grpc
+from scrollback.transcripts import TranscriptRoot
+from scrollback_app.bench import procs, services
+from scrollback_app.bench.figures import Figure, Target
+
+VOCABULARY = 20_000
+PROJECTS = 10
+IMAGE_EVERY = 20
+IMAGE_BYTES = 45_000
+
+
+def _words() -> tuple[list[str], list[float]]:
+    rng = random.Random(17)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = sorted({"".join(rng.choices(letters, k=rng.randint(3, 9))) for _ in range(VOCABULARY)})
+    rng.shuffle(words)
+    weights = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(words))))
+    return words, weights
+
+
+def write_root(root: Path, total_bytes: int, files: int) -> tuple[int, list[str]]:
+    """Transcripts of about `total_bytes` in all; returns (bytes written, words by rank)."""
+    words, weights = _words()
+    rng = random.Random(5)
+    per_file = max(1, total_bytes // files)
+    written = 0
+    for number in range(files):
+        project = root / f"proj-{number % PROJECTS}"
+        project.mkdir(parents=True, exist_ok=True)
+        path = project / f"session-{number}.jsonl"
+        size = 0
+        line_number = 0
+        second = 1_700_000_000 + number * 100_000
+        with path.open("wb") as handle:
+            while size < per_file:
+                line_number += 1
+                text = " ".join(rng.choices(words, cum_weights=weights, k=rng.randint(20, 160)))
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(second + line_number))
+                role = "user" if line_number % 2 else "assistant"
+                content: list[dict[str, object]] = [{"type": "text", "text": text}]
+                if line_number % 7 == 0:
+                    content.append(
+                        {
+                            "type": "tool_use",
+                            "id": f"t{line_number}",
+                            "name": "Bash",
+                            "input": {"command": " ".join(rng.choices(words, k=6))},
+                        }
+                    )
+                if line_number % IMAGE_EVERY == 0:
+                    data = base64.b64encode(os.urandom(IMAGE_BYTES)).decode()
+                    content.append(
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": data},
+                        }
+                    )
+                line = (
+                    orjson.dumps(
+                        {
+                            "type": role,
+                            "uuid": f"{number:08x}-0000-4000-8000-{line_number:012x}",
+                            "sessionId": f"session-{number}",
+                            "timestamp": stamp,
+                            "message": {"role": role, "content": content},
+                        }
+                    )
+                    + b"\n"
+                )
+                handle.write(line)
+                size += len(line)
+        written += size
+    return written, words
+
+
+def newline_scan(root: Path) -> int:
+    """The floor: read every transcript and count its line ends."""
+    count = 0
+    for path in root.rglob("*.jsonl"):
+        with path.open("rb", buffering=0) as handle:
+            while chunk := handle.read(1 << 20):
+                count += chunk.count(b"\n")
+    return count
+
+
+def _queries(words: list[str]) -> list[search_pb2.SearchRequest]:
+    common, middling, rare = words[0], words[300], words[8000]
+    return [
+        search_pb2.SearchRequest(query=common),
+        search_pb2.SearchRequest(query=middling),
+        search_pb2.SearchRequest(query=rare),
+        search_pb2.SearchRequest(query=f"{middling} {words[40]}"),
+        search_pb2.SearchRequest(query=f'"{words[1]} {words[2]}"'),
+        search_pb2.SearchRequest(query=words[120][:3] + "*"),
+        search_pb2.SearchRequest(query=words[60], roles=["assistant"]),
+        search_pb2.SearchRequest(query=words[10], session_id="session-3"),
+        search_pb2.SearchRequest(query=f"{rare} {common}"),
+    ]
+
+
+def _percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def measure(
+    work: Path, total_bytes: int, files: int, samples: int, log: Callable[[str], None]
+) -> list[Figure]:
+    """The three search figures, on a root of about `total_bytes` under `work`."""
+    root = work / "search-root"
+    state = work / "state-search"
+    written, words = write_root(root, total_bytes, files)
+    log(f"search: {written / 1e6:,.0f} MB in {files} transcripts")
+    scan_seconds = []
+    for _ in range(3):
+        started = time.perf_counter()
+        newline_scan(root)
+        scan_seconds.append(time.perf_counter() - started)
+    index = SqliteSearchIndex(state)
+    try:
+        indexer = SearchIndexer(TranscriptRoot(root), index, max_line_size=16 * 1024 * 1024)
+        started = time.perf_counter()
+        indexer.catch_up()
+        index_seconds = time.perf_counter() - started
+        entries = indexer.stats.entries
+    finally:
+        index.close()
+    index_rate = written / 1e6 / index_seconds
+    scan_rate = written / 1e6 / statistics.median(scan_seconds)
+    log(f"search: indexed {entries:,} entries in {index_seconds:.1f} s")
+    figures = [
+        Figure(
+            key="search_index_build",
+            name=f"search index build over {written / 1e6:,.0f} MB vs a newline scan",
+            figure=index_rate,
+            baseline=scan_rate,
+            unit="MB/s",
+            baseline_label="newline scan",
+            ratio=index_rate / scan_rate,
+            target=Target(),
+            note=f"{entries:,} entries",
+        )
+    ]
+    server = procs.history_server(root, state, search_indexing=True)
+    async with server, services.channel(server.addr) as channel:
+        stub = search_pb2_grpc.SearchServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        queries = _queries(words)
+
+        async def search(request: search_pb2.SearchRequest) -> int:
+            hits = 0
+            async for message in stub.Search(request):
+                hits += message.HasField("hit")
+            return hits
+
+        found = 0
+        for request in queries:  # warm: the first call of each shape pays for page-ins
+            found += await search(request)
+        assert found, "the index answers"
+        latencies: list[float] = []
+        floor: list[float] = []
+        for number in range(samples):
+            request = queries[number % len(queries)]
+            started = time.perf_counter()
+            await search(request)
+            latencies.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            await health.Check(health_pb2.HealthCheckRequest())
+            floor.append((time.perf_counter() - started) * 1000)
+    floor_ms = statistics.median(floor)
+    p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
+    for key, label, value, ceiling in (
+        ("search_query_p50", "p50", p50, 50.0),
+        ("search_query_p99", "p99", p99, 200.0),
+    ):
+        figures.append(
+            Figure(
+                key=key,
+                name=f"Search latency {label} (20-hit pages) on {written / 1e6:,.0f} MB",
+                figure=value,
+                baseline=floor_ms,
+                unit="ms",
+                baseline_label="gRPC health check p50",
+                ratio=value / floor_ms,
+                target=Target(figure_max=ceiling),
+                note=f"{len(latencies)} queries of {len(queries)} shapes",
+            )
+        )
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scrollback_app.bench.search [--mb N] [--files N] [--samples N]`: these figures alone."""
+    import argparse
+    import asyncio
+    import shutil
+    import tempfile
+
+    from rich.console import Console
+
+    from scrollback_app.bench.figures import render_table
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mb", type=float, default=1000.0, help="MB of transcripts (1000)")
+    parser.add_argument("--files", type=int, default=200, help="transcripts (200)")
+    parser.add_argument("--samples", type=int, default=300, help="queries timed (300)")
+    args = parser.parse_args(argv)
+    console = Console(stderr=True)
+    work = Path(tempfile.mkdtemp(prefix="scrollback-search-bench-"))
+    try:
+        figures = asyncio.run(
+            measure(work, int(args.mb * 1e6), args.files, args.samples, console.log)
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    render_table(figures, "scrollback search bench", console=Console())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""The pure parts of search: query parsing, text extraction, snippets, keys; and the corpus.
+
+The corpus test indexes every real transcript under tests/corpus into a real
+SQLite index and checks that no base64 payload of theirs is ever in the text
+the index holds, and that words the people wrote are found.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from history_service.errors import InvalidArgumentError
+from history_service.search.indexer import SearchIndexer
+from history_service.search.query import Filters, Term, parse_query
+from history_service.search.snippet import make_snippet
+from history_service.search.sqlite import SqliteSearchIndex
+from history_service.search.store import entry_key, timestamp_ms
+from history_service.search.text import entry_text
+from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
+from scrollback.transcripts import TranscriptRoot
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+
+
+def test_parse_query_words_phrases_prefixes() -> None:
+    query = parse_query('Foo "Bar  baz" qu* history_service/tokens.py')
+    assert query.terms == (
+        Term(("foo",)),
+        Term(("bar", "baz")),
+        Term(("qu",), prefix=True),
+        Term(("history", "service", "tokens", "py")),
+    )
+    assert query.fts5() == '"foo" "bar baz" "qu"* "history service tokens py"'
+    assert query.tsquery() == (
+        "('foo') & ('bar' <-> 'baz') & ('qu':*) & ('history' <-> 'service' <-> 'tokens' <-> 'py')"
+    )
+    # Nothing of the user's text reaches either syntax but the words.
+    hostile = parse_query('"a" OR b\' NEAR(c) {d}:* ^e')
+    assert all(re.fullmatch(r"[^\W_]+", w) for t in hostile.terms for w in t.words)
+
+
+@pytest.mark.parametrize("text", ["", "   ", '""', "*** !!!", "x" * 1001])
+def test_parse_query_refuses(text: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_query(text)
+
+
+def test_entry_text_keeps_what_people_read() -> None:
+    payload = base64.b64encode(bytes(range(256)) * 20).decode()
+    short = "QUJD" * 60  # a 240-character base64 run: under the inline limit
+    line = orjson.dumps(
+        {
+            "type": "assistant",
+            "uuid": "u1",
+            "timestamp": "2025-01-01T00:00:00Z",
+            "sessionId": "envelope-session",
+            "message": {
+                "role": "assistant",
+                "model": "claude-envelope",
+                "content": [
+                    {"type": "thinking", "thinking": "pondering"},
+                    {"type": "text", "text": "visible words"},
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "Bash",
+                        "input": {"command": "ls -la"},
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "text", "text": "result text " + short},
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": payload,
+                                },
+                            },
+                        ],
+                    },
+                ],
+            },
+        }
+    )
+    stripped = strip_line(line, MIN_INLINE_LIMIT)
+    assert stripped is not None
+    found = entry_text(stripped)
+    assert found is not None
+    assert found.role == "assistant" and found.has_photos and found.uuid == "u1"
+    for word in ("pondering", "visible words", "Bash", "ls -la", "result text"):
+        assert word in found.text
+    for absent in ("envelope", "sessionId", "t1", "image/png", short, payload[:40]):
+        assert absent not in found.text
+    assert STRIPPED_MEDIA_MARKER not in found.text
+
+
+def test_summary_and_empty_entries() -> None:
+    summary = strip_line(orjson.dumps({"type": "summary", "summary": "A title", "leafUuid": "x"}))
+    assert summary is not None and (found := entry_text(summary)) is not None
+    assert found.text == "A title" and found.type == "summary"
+    bare = strip_line(orjson.dumps({"type": "user", "message": {"content": []}}))
+    assert bare is not None and entry_text(bare) is None
+
+
+def test_snippet_marks_each_hit_word() -> None:
+    text = " ".join(f"w{i}" for i in range(40)) + "\n  the Ripe   banana  " + "tail " * 30
+    snippet = make_snippet(text, parse_query('"ripe banana"'))
+    marked = [snippet.text[a:b] for a, b in snippet.highlights]
+    assert marked == ["Ripe", "banana"]
+    assert snippet.text.startswith("…") and snippet.text.endswith("…")
+    assert "\n" not in snippet.text
+
+
+def test_keys_order_by_time_and_timestamps_parse() -> None:
+    assert timestamp_ms("2025-01-01T00:00:00.250Z") == 1735689600250
+    assert timestamp_ms("yesterday") is None and timestamp_ms("2025-01-01T00:00:00") is None
+    early = entry_key("p/s.jsonl", 999_999, timestamp_ms("2025-01-01T00:00:00Z"))
+    late = entry_key("p/s.jsonl", 0, timestamp_ms("2025-01-01T00:00:00.001Z"))
+    assert early < late
+    assert entry_key("p/s.jsonl", 5, None) < early
+
+
+def test_corpus_is_indexed_without_payloads(tmp_path: Path) -> None:
+    # Copies under names that are session ids (`<root>/<project>/<id>.jsonl`).
+    root = tmp_path / "root"
+    nonempty = 0
+    for number, path in enumerate(sorted(CORPUS.rglob("*.jsonl"))):
+        project = root / path.parent.name.replace(".", "-")
+        project.mkdir(parents=True, exist_ok=True)
+        (project / f"s{number}.jsonl").write_bytes(path.read_bytes())
+        nonempty += path.stat().st_size > 0
+    index = SqliteSearchIndex(tmp_path / "state")
+    try:
+        indexer = SearchIndexer(TranscriptRoot(root), index, max_line_size=16 * 1024 * 1024)
+        indexer.catch_up()
+        assert indexer.stats.files_indexed == nonempty and indexer.stats.entries > 2000
+        # Every base64 image payload of the corpus: no 32-character piece of it is held.
+        pieces = set()
+        for path in CORPUS.rglob("*.jsonl"):
+            for match in re.finditer(rb'"data":\s*"([A-Za-z0-9+/=]{2000,})"', path.read_bytes()):
+                pieces.add(match.group(1)[1000:1032].decode())
+        assert pieces, "the corpus has images"
+        connection = index._connection()
+        bodies = [row[0] for row in connection.execute("SELECT body FROM search_text")]
+        assert not any(piece in body for body in bodies for piece in pieces)
+        assert not any('"type":' in body and '"uuid":' in body for body in bodies)
+        # A second pass over unchanged files reads nothing.
+        read = indexer.stats.bytes_read
+        indexer.catch_up()
+        assert indexer.stats.bytes_read == read
+        hits = index.search(parse_query("the"), Filters(), None, None, 5)
+        assert len(hits) == 5 and [h.key for h in hits] == sorted(
+            (h.key for h in hits), reverse=True
+        )
+    finally:
+        index.close()
