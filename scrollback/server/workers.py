@@ -192,13 +192,20 @@ class _Workers:
                 process.wait()
 
     def status(self) -> int:
-        """The first exit status a worker gave itself (e.g. 2, a config error), else 1 for one
-        ended by a signal (the supervisor stops the others that way), else 0."""
+        """The service's exit status once its workers have ended.
+
+        The first status a worker gave itself (e.g. 2, a configuration error);
+        else 1 if one died of a signal the supervisor does not use to stop
+        workers (a crash, or SIGKILL after the grace); else 0. SIGTERM/SIGINT
+        deaths are clean stops: a worker still starting when the service is
+        asked to stop has no handler yet and dies of the forwarded signal.
+        """
         codes = [process.returncode for process in self.processes]
         for code in codes:
             if code is not None and code > 0:
                 return code
-        return 1 if any(code for code in codes) else 0
+        clean = (-signal.SIGTERM, -signal.SIGINT)
+        return 1 if any(code and code not in clean for code in codes) else 0
 
 
 class Supervisor:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from history_service.config import HistoryConfig
 from media_service.config import MediaConfig
 from scrollback.server.service_config import ConfigError
 from scrollback.server.stream_limits import SharedStreamCounter
-from scrollback.server.workers import default_workers, reserve_port
+from scrollback.server.workers import _Workers, default_workers, reserve_port
 
 
 def test_workers_default_to_the_cores_and_read_the_environment(tmp_path: Path) -> None:
@@ -53,3 +55,25 @@ def test_the_shared_count_is_one_budget_for_every_process(tmp_path: Path) -> Non
     finally:
         one.close()
         other.close()
+
+
+def _ended(*codes: str) -> _Workers:
+    """Workers that are real processes, each ended by the Python statement given."""
+    processes = [
+        subprocess.Popen([sys.executable, "-c", f"import os, signal, sys; {code}"])
+        for code in codes
+    ]
+    for process in processes:
+        process.wait(30)
+    return _Workers(processes)
+
+
+def test_the_service_status_of_ended_workers() -> None:
+    term = "os.kill(os.getpid(), signal.SIGTERM)"
+    # A worker still starting when the stop was forwarded dies of SIGTERM: a clean stop.
+    assert _ended("sys.exit(0)", term).status() == 0
+    assert _ended("os.kill(os.getpid(), signal.SIGINT)").status() == 0
+    # A worker's own status wins (2: a configuration error), whatever the others did.
+    assert _ended(term, "sys.exit(2)").status() == 2
+    # A crash or a kill after the grace is a failure.
+    assert _ended(term, "os.kill(os.getpid(), signal.SIGKILL)").status() == 1
