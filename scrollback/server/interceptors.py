@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 
 from scrollback.principals import Principal
-from scrollback.server import metrics
+from scrollback.server import memory, metrics
 from scrollback.server.auth import SecuritySettings, TokenTable
 from scrollback.server.caller import reset_principal, set_principal
 from scrollback.server.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
@@ -323,6 +323,8 @@ class ServerPolicy(_InterceptorBase):
                     await result.aclose()
                 result = None
                 self._finish(call, context)
+                # ...and what it freed goes back to the OS, not to the heap arenas.
+                memory.trim_soon()
 
         if handler.request_streaming:
             return grpc.stream_stream_rpc_method_handler(

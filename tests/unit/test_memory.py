@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import pytest
 
+from scrollback.server import memory
 from scrollback.server.memory import pin_mmap_threshold
 
 
@@ -13,3 +15,30 @@ from scrollback.server.memory import pin_mmap_threshold
 def test_threshold_is_pinned_and_pinning_again_is_harmless() -> None:
     assert pin_mmap_threshold() is True
     assert pin_mmap_threshold() is True
+
+
+@pytest.mark.skipif(memory._malloc_trim is None, reason="needs glibc's malloc_trim")
+async def test_a_burst_of_ended_streams_trims_the_heap_once_soon() -> None:
+    before = memory.trims
+    for _ in range(50):  # fifty streams ending together
+        memory.trim_soon()
+    await asyncio.sleep(memory.TRIM_DELAY_SECONDS + 0.5)
+    assert memory.trims == before + 1
+    memory.trim_soon()  # a later end gets its own trim
+    await asyncio.sleep(memory.TRIM_DELAY_SECONDS + 0.5)
+    assert memory.trims == before + 2
+
+
+@pytest.mark.skipif(memory._malloc_trim is None, reason="needs glibc's malloc_trim")
+def test_a_loop_closed_before_its_trim_does_not_block_later_trims() -> None:
+    async def end_a_stream_and_leave() -> None:
+        memory.trim_soon()  # the loop closes before the trim is due
+
+    async def end_a_stream_and_wait() -> None:
+        memory.trim_soon()
+        await asyncio.sleep(memory.TRIM_DELAY_SECONDS + 0.5)
+
+    asyncio.run(end_a_stream_and_leave())
+    before = memory.trims
+    asyncio.run(end_a_stream_and_wait())
+    assert memory.trims == before + 1

@@ -72,7 +72,9 @@ async def test_stalled_read_media_streams_hold_a_chunk_and_end(tmp_path: Path) -
         session_id="photo", entry_uuid="u-photo", index=0, pin=stripped.images[0].pin
     )
     request = media_pb2.ReadMediaRequest(media=media_pb2.MediaSelector(media_ref=ref))
-    args = ["--transcripts", str(root), "--state", str(state)]
+    # One process: these tests measure what one server holds (2-worker services are
+    # measured by `scrollback bench`, scrollback_app/bench/stalls.py).
+    args = ["--transcripts", str(root), "--state", str(state), "--workers", "1"]
     state.mkdir()
     async with ServerProcess(
         "media_service", [*args, "--stall-timeout", str(STALL_SECONDS)]
@@ -119,7 +121,7 @@ async def test_stalled_inline_windows_hold_one_entry(tmp_path: Path) -> None:
         b"".join(_image_line(f"u-{i}", 2_250_000) + b"\n" for i in range(10))  # 10 x 3 MB
     )
     state.mkdir()
-    args = ["--transcripts", str(root), "--state", str(state)]
+    args = ["--transcripts", str(root), "--state", str(state), "--workers", "1"]
     # No search indexing: its catch-up pass would read the 30 MB file beside what is measured.
     history_args = [*args, "--stall-timeout", "30", "--no-search-indexing"]
     async with ServerProcess("history_service", history_args) as srv:
