@@ -48,10 +48,7 @@ from scrollback.server.service_config import (
     check_locations,
     check_security,
     default_state_dir,
-    read_fields,
-    security_from_env,
-    state_dir_from_env,
-    transcripts_from_env,
+    read_server_values,
     with_overrides,
 )
 from scrollback.server.workers import MAX_WORKERS, default_workers
@@ -110,17 +107,14 @@ class HistoryConfig:
         are checked; the locations are left to `validate`.
         """
         source = os.environ if env is None else env
-        values = read_fields(
+        values = read_server_values(
             cls,
             source,
             service=SERVICE,
             shared=SHARED_FIELDS,
             aliases=DEPRECATED_NAMES,
-            skip=frozenset({"transcripts", "state_dir"}),
+            auth_tokens=auth_tokens,
         )
-        values["transcripts"] = transcripts_from_env(source)
-        values["state_dir"] = state_dir_from_env(source)
-        values["security"] = security_from_env(source, service=SERVICE, auth_tokens=auth_tokens)
         indexing = source.get("SCROLLBACK_HISTORY_SEARCH_INDEXING", "").strip().lower()
         if indexing:
             if indexing not in ("0", "1", "false", "true", "off", "on"):

@@ -215,3 +215,28 @@ def open_line_index(
 
     pool = open_database_pool(database_url, name="lineindex")
     return LineIndex(PostgresLineIndexStore(pool))
+
+
+def read_server_values(
+    cls: type[Any],
+    env: Mapping[str, str],
+    *,
+    service: str,
+    shared: frozenset[str],
+    aliases: Mapping[str, str],
+    auth_tokens: Path | None,
+) -> dict[str, Any]:
+    """A gRPC service's settings from `env`: its fields (`read_fields`), plus the transcripts
+    root, the state dir and the security settings every service reads alike."""
+    values = read_fields(
+        cls,
+        env,
+        service=service,
+        shared=shared,
+        aliases=aliases,
+        skip=frozenset({"transcripts", "state_dir"}),
+    )
+    values["transcripts"] = transcripts_from_env(env)
+    values["state_dir"] = state_dir_from_env(env)
+    values["security"] = security_from_env(env, service=service, auth_tokens=auth_tokens)
+    return values
