@@ -7,7 +7,7 @@ of SQLite's `BEGIN IMMEDIATE`: writers of all replicas serialize, so seqs
 commit in the order they are assigned (a watcher reading `seq > last` can
 never skip a seq that commits later) and the ageing updates cannot deadlock.
 
-Idempotency across replicas: `client_txn_id` is UNIQUE and the insert is
+Idempotency across replicas: `client_txn_id` is UNIQUE per principal and the insert is
 `ON CONFLICT DO NOTHING`; a loser re-reads the winner's row and replays it
 (or reports the conflict), so a race of two replicas records one message.
 Attachments' blob rows are locked `FOR SHARE` while the blob_ref rows are
@@ -79,8 +79,9 @@ class PostgresAcceptedMessageStore:
         connection: Connection, request: AcceptRequest, digest: str, principal: str
     ) -> tuple[AcceptedRecord, bool] | None:
         row = connection.execute(
-            f"SELECT {REPLAY_COLUMNS} FROM accepted_message WHERE client_txn_id = %s",
-            (request.client_txn_id,),
+            f"SELECT {REPLAY_COLUMNS} FROM accepted_message"
+            " WHERE accepted_by = %s AND client_txn_id = %s",
+            (principal, request.client_txn_id),
         ).fetchone()
         return None if row is None else replay_of(row, digest, principal)
 
@@ -115,7 +116,7 @@ class PostgresAcceptedMessageStore:
                 "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
                 " attachments, content_digest, accepted_at, accepted_by)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (client_txn_id) DO NOTHING RETURNING seq",
+                " ON CONFLICT (accepted_by, client_txn_id) DO NOTHING RETURNING seq",
                 (
                     request.client_txn_id,
                     session_id or None,

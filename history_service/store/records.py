@@ -39,9 +39,10 @@ def record_of(row: tuple[Any, ...]) -> AcceptedRecord:
 
 
 def replay_of(row: tuple[Any, ...], digest: str, principal: str) -> tuple[AcceptedRecord, bool]:
-    """The replayed record of a row of REPLAY_COLUMNS for the same client_txn_id.
+    """The replayed record of a row of REPLAY_COLUMNS for the caller's same client_txn_id.
 
-    Other content, or another principal's message, is TxnConflictError.
+    Other content is TxnConflictError. Backends look a txn id up in the
+    caller's namespace only; the principal check is a second line of defence.
     """
     if row[-1] != digest or (row[-2] or "") != principal:
         raise TxnConflictError()

@@ -9,8 +9,9 @@ Pending records age out (the newest `keep` per session, accepted within
 Each message records who accepted it (`accepted_by`, the anonymous principal
 without auth) and each binding whose chat key it is (`principal`): a chat key
 lives in its principal's namespace, so messages found by chat key and
-bindings are that principal's alone, and a replay of another principal's
-client_txn_id is a conflict.
+bindings are that principal's alone. `client_txn_id` is in the same
+namespace (UNIQUE per principal): another principal's use of an id is
+neither a replay nor a conflict, and tells the caller nothing.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ class SqliteAcceptedMessageStore:
 
         def work(connection: sqlite3.Connection) -> tuple[AcceptedRecord, bool]:
             row = connection.execute(
-                f"SELECT {REPLAY_COLUMNS} FROM accepted_message WHERE client_txn_id = ?",
-                (request.client_txn_id,),
+                f"SELECT {REPLAY_COLUMNS} FROM accepted_message"
+                " WHERE accepted_by = ? AND client_txn_id = ?",
+                (principal, request.client_txn_id),
             ).fetchone()
             if row is not None:
                 return replay_of(row, digest, principal)

@@ -2,7 +2,7 @@
 
 Selected by `SCROLLBACK_DATABASE_URL` (or `--database-url`); without it the
 services use the embedded SQLite database (scrollback.state.sqlite). The
-migrations mirror SQLite's versions 1 to 4 in PostgreSQL's dialect and are
+migrations mirror SQLite's, version for version, in PostgreSQL's dialect and are
 recorded in the same `schema_migrations` table. Several replicas may start at
 once: the migrator takes a transaction-scoped advisory lock first, so exactly
 one applies each version and the others wait, then find it applied.
@@ -174,6 +174,18 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             PRIMARY KEY (file_id, line_offset)
         );
         CREATE INDEX line_index_line_uuid ON line_index_line (file_id, uuid)
+        """,
+    ),
+    (
+        6,
+        # client_txn_id in its principal's namespace (see scrollback.state.sqlite).
+        """
+        UPDATE accepted_message SET accepted_by = '' WHERE accepted_by IS NULL;
+        ALTER TABLE accepted_message ALTER COLUMN accepted_by SET DEFAULT '';
+        ALTER TABLE accepted_message ALTER COLUMN accepted_by SET NOT NULL;
+        ALTER TABLE accepted_message DROP CONSTRAINT accepted_message_client_txn_id_key;
+        ALTER TABLE accepted_message ADD CONSTRAINT accepted_message_principal_txn
+            UNIQUE (accepted_by, client_txn_id)
         """,
     ),
 )

@@ -244,6 +244,54 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX line_index_line_uuid ON line_index_line (file_id, uuid)
         """,
     ),
+    (
+        6,
+        # client_txn_id in its principal's namespace (docs/contract.md §7): the
+        # UNIQUE constraint moves from (client_txn_id) to (accepted_by,
+        # client_txn_id), which SQLite can only do by rebuilding the table.
+        # blob_ref, which references it, is set aside and rebuilt as it was
+        # (dropping a referenced parent would count as deleting its rows), and
+        # the AUTOINCREMENT high-water mark is carried over so that no seq is
+        # ever handed out twice.
+        """
+        CREATE TABLE accepted_message_v6 (
+            seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+            client_txn_id  TEXT NOT NULL,
+            session_id     TEXT,
+            chat_key       TEXT,
+            text           TEXT NOT NULL,
+            attachments    TEXT NOT NULL,
+            content_digest TEXT NOT NULL,
+            accepted_at    REAL NOT NULL,
+            retired_at     REAL,
+            accepted_by    TEXT NOT NULL DEFAULT '',
+            UNIQUE (accepted_by, client_txn_id)
+        );
+        INSERT INTO accepted_message_v6 (seq, client_txn_id, session_id, chat_key, text,
+                attachments, content_digest, accepted_at, retired_at, accepted_by)
+            SELECT seq, client_txn_id, session_id, chat_key, text, attachments,
+                content_digest, accepted_at, retired_at, COALESCE(accepted_by, '')
+            FROM accepted_message;
+        DELETE FROM sqlite_sequence WHERE name = 'accepted_message_v6';
+        INSERT INTO sqlite_sequence (name, seq)
+            SELECT 'accepted_message_v6', seq FROM sqlite_sequence WHERE name = 'accepted_message';
+        CREATE TEMP TABLE blob_ref_v6 AS SELECT sha256, message_seq FROM blob_ref;
+        DROP TABLE blob_ref;
+        DROP TABLE accepted_message;
+        ALTER TABLE accepted_message_v6 RENAME TO accepted_message;
+        CREATE TABLE blob_ref (
+            sha256       TEXT NOT NULL REFERENCES blob (sha256),
+            message_seq  INTEGER NOT NULL REFERENCES accepted_message (seq),
+            PRIMARY KEY (message_seq, sha256)
+        );
+        CREATE INDEX blob_ref_sha256 ON blob_ref (sha256);
+        INSERT INTO blob_ref (sha256, message_seq) SELECT sha256, message_seq FROM blob_ref_v6;
+        DROP TABLE temp.blob_ref_v6;
+        CREATE INDEX accepted_message_session ON accepted_message (session_id, seq);
+        CREATE INDEX accepted_message_chat_key ON accepted_message (chat_key, seq);
+        CREATE INDEX accepted_message_accepted_by ON accepted_message (accepted_by, chat_key)
+        """,
+    ),
 )
 
 

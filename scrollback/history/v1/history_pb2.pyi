@@ -816,7 +816,8 @@ class AcceptMessageRequest(_message.Message):
     client_txn_id: _builtins.str
     """A client-chosen id of this send, [A-Za-z0-9_-]{1,64}; required. A retry
     with the same id and the same content returns the original answer; the
-    same id with different content is ALREADY_EXISTS.
+    same id with different content is ALREADY_EXISTS. Ids are the caller's
+    own: another principal using the same id neither replays nor conflicts.
     """
     session_id: _builtins.str
     """The session the message belongs to, [A-Za-z0-9_-]{1,64}; a session

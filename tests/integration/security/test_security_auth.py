@@ -240,12 +240,22 @@ async def test_blobs_are_readable_by_owners_and_by_readers_of_a_referencing_mess
         ).read()
         assert [m.text for m in mine.header.pending] == ["new chat"]
         assert list(theirs.header.pending) == []
-        # bob replaying alice's txn id is a conflict, not her record
-        replay = history.AcceptMessage(
+        # bob sending with alice's txn id gets neither her record nor a conflict (which
+        # would tell him the id was used): ids are per principal, his message is his own
+        sent = await history.AcceptMessage(
             hpb.AcceptMessageRequest(client_txn_id="ck-1", chat_key="chat-1", text="new chat"),
             metadata=auth("bob"),
         )
-        assert await status_of(replay) == grpc.StatusCode.ALREADY_EXISTS
+        assert not sent.replayed
+        theirs = await history.Bootstrap(
+            hpb.BootstrapRequest(chat_key="chat-1"), metadata=auth("bob")
+        ).read()
+        assert [m.text for m in theirs.header.pending] == ["new chat"]
+        mine = await history.Bootstrap(
+            hpb.BootstrapRequest(chat_key="chat-1"), metadata=auth("alice")
+        ).read()
+        assert [m.text for m in mine.header.pending] == ["new chat"]
+        assert mine.header.pending[0].seq != theirs.header.pending[0].seq
 
 
 async def test_concurrent_calls_per_principal_are_limited(secured_pair_factory: Any) -> None:

@@ -8,8 +8,8 @@ binding, pending listing, since/last_seq, publish/owned_by/referencing/
 existing, the collection rules, and a race of two "replicas" (two store
 instances, two connections) accepting the same client_txn_id. The tenant
 rules too: chat keys in their principal's namespace, attachments limited to
-readable blobs, per-caller `existed` on publish, and migration 3 of existing
-rows.
+readable blobs, per-caller `existed` on publish, txn ids per principal, and
+migrations 3 and 6 of existing rows.
 """
 
 from __future__ import annotations
@@ -128,9 +128,23 @@ def test_accept_is_idempotent_and_conflicts_on_other_content(backend: Backend) -
     assert replayed and again == record
     with pytest.raises(TxnConflictError):
         _accept(backend.history, _request("t1", "other text"))
-    with pytest.raises(TxnConflictError):
-        _accept(backend.history, _request("t1"), "bob")  # another principal's txn id
     assert backend.history.last_seq() == record.seq
+
+
+def test_txn_ids_are_per_principal(backend: Backend) -> None:
+    """Another principal's use of a txn id is neither a replay nor a conflict (§7)."""
+    alice, _ = _accept(backend.history, _request("t1"), "alice")
+    # bob's t1 with alice's very content is his own new message, not her record ...
+    bobs, replayed = _accept(backend.history, _request("t1"), "bob")
+    assert not replayed and bobs.seq != alice.seq
+    # ... and with other content it is no conflict either
+    other, replayed = _accept(backend.history, _request("t1", "other", session="s2"), "carol")
+    assert not replayed and other.seq not in (alice.seq, bobs.seq)
+    # each replays their own
+    assert _accept(backend.history, _request("t1"), "alice") == (alice, True)
+    assert _accept(backend.history, _request("t1"), "bob") == (bobs, True)
+    with pytest.raises(TxnConflictError):
+        _accept(backend.history, _request("t1", "changed"), "bob")
 
 
 def test_accept_checks_blobs_and_writes_blob_refs(backend: Backend) -> None:
@@ -381,10 +395,29 @@ def _fill_v2(execute: Callable[[str, tuple[object, ...]], object], mark: str) ->
             f"INSERT INTO chat_binding (chat_key, session_id, bound_at) VALUES ({mark}, {mark}, {mark})",
             (key, session, T0),
         )
+    # m1 references a blob (a foreign key into the table migration 6 rebuilds) ...
+    execute(
+        f"INSERT INTO blob (sha256, size_bytes, media_type, created_at) VALUES ({mark}, 5,"
+        f" 'image/png', {mark})",
+        (_sha("v2 photo"), T0),
+    )
+    execute(
+        "INSERT INTO blob_ref (sha256, message_seq) SELECT"
+        f" {mark}, seq FROM accepted_message WHERE client_txn_id = 'm1'",
+        (_sha("v2 photo"),),
+    )
+    # ... and the newest seq ever handed out belongs to a row no longer there.
+    execute(
+        "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text, attachments,"
+        f" content_digest, accepted_at, accepted_by) VALUES ('gone', 'sa', NULL, 'x', '[]', 'd',"
+        f" {mark}, 'alice')",
+        (T0,),
+    )
+    execute("DELETE FROM accepted_message WHERE client_txn_id = 'gone'", ())
 
 
 @pytest.mark.parametrize("name", ["sqlite", "postgres"])
-def test_migration_3_puts_existing_rows_in_their_principals_namespace(
+def test_migrations_3_and_6_keep_existing_rows_in_their_principals_namespace(
     name: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     store: AcceptedMessageStore
@@ -416,17 +449,23 @@ def test_migration_3_puts_existing_rows_in_their_principals_namespace(
         pool = open_pool(url, name="migrated", max_size=2)
         store = PostgresAcceptedMessageStore(pool)
     try:
+        # m1's blob reference survived the rebuild of its table (before any accept ages it out)
+        assert store.referencing(_sha("v2 photo")) == [("sa", "alice")]
         # the one principal whose messages used a key owns its binding ...
         assert store.binding("alice", "solo") == "sa"
         assert store.binding("bob", "solo") is None and store.binding(ANON, "solo") is None
         # ... several principals, or none recorded: the anonymous principal
         assert store.binding(ANON, "shared") == "sx" and store.binding("alice", "shared") is None
         assert store.binding(ANON, "anon") == "sn" and store.binding(ANON, "empty") == "se"
-        # a NULL accepted_by is the anonymous principal's: it replays for it, conflicts for others
+        # a NULL accepted_by is the anonymous principal's: it replays for it ...
         m4 = AcceptRequest("m4", "sn", "", "text 3", ())
-        assert _accept(store, m4)[1]
-        with pytest.raises(TxnConflictError):
-            _accept(store, m4, "alice")
+        replayed, was_replay = _accept(store, m4)
+        assert was_replay and replayed.text == "text 3"
+        # ... and the id is its alone (migration 6): alice's m4 is a new message, whose seq
+        # is past every seq ever handed out (the deleted row's included)
+        mine, was_replay = _accept(store, m4, "alice")
+        assert not was_replay and mine.seq > len(V2_MESSAGES) + 1
+        assert mine.seq > replayed.seq
         # an unbound chat-key message stays its principal's
         assert [r.text for r in store.since("carol", "", "loose", 0)] == ["text 4"]
         assert store.since(ANON, "", "loose", 0) == []
