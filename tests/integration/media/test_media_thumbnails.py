@@ -1,7 +1,11 @@
 """Thumbnails over a real media server (issue 17, docs/contract.md §13): each size, WebP,
 cached by (sha256, size), collected by GC, a still of an animation, bounded decoding,
 width and height of the original from its header, the owner rule, and reads that a
-flood of thumbnails does not starve."""
+flood of thumbnails does not starve.
+
+The cache, GC, animation and bomb tests run on both state backends (`backed_media`:
+SQLite, and PostgreSQL as tests/support/backends.py provides it), since the cache
+sits beside blob rows whose store differs."""
 
 from __future__ import annotations
 
@@ -12,9 +16,12 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 from PIL import Image
 
 from media_service.gc import collect_garbage
@@ -22,6 +29,7 @@ from media_service.library import MediaLibrary
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.auth import SecuritySettings
+from tests.support.backends import state_backend
 from tests.support.media import (
     MediaEnv,
     StartMedia,
@@ -74,6 +82,19 @@ def png_bomb(width: int, height: int) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
     )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """Media config overrides selecting the state backend (set up before the servers,
+    so its PostgreSQL database outlives them)."""
+    yield from state_backend(request.param)
+
+
+@pytest.fixture
+async def backed_media(backend: dict[str, Any], start_media: StartMedia) -> MediaEnv:
+    """A media server on the state backend of `backend`."""
+    return await start_media(**backend)
 
 
 def blob_selector(data: bytes) -> media_pb2.MediaSelector:
@@ -149,7 +170,10 @@ async def test_each_size_of_a_blob_is_a_webp_of_that_longest_side(media: MediaEn
     assert plain.thumbnail_size == media_pb2.THUMBNAIL_SIZE_UNSPECIFIED
 
 
-async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(media: MediaEnv) -> None:
+async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(
+    backed_media: MediaEnv,
+) -> None:
+    media = backed_media
     original = photo(1200, 900, seed=1)
     await upload(media.stub, original)
     cache = library_of(media).thumbnails
@@ -161,6 +185,11 @@ async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(media: Med
     )
     assert cache.encodes == before + 1, "the second read re-encoded"
     assert again == data and second == first
+    # The cache entry is the file keyed by (sha256 of the original, size) in the blob store.
+    path = library_of(media).blobs.paths.thumbnail(
+        hashlib.sha256(original).hexdigest(), 320, still=False
+    )
+    assert path.read_bytes() == data
     # Another size is another cache entry.
     await read_thumbnail(media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_96)
     assert cache.encodes == before + 2
@@ -196,7 +225,10 @@ async def test_a_transcript_image_has_thumbnails_and_dimensions(media: MediaEnv)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-async def test_gc_removes_thumbnails_with_their_blob_and_unused_ones(media: MediaEnv) -> None:
+async def test_gc_removes_thumbnails_with_their_blob_and_unused_ones(
+    backed_media: MediaEnv,
+) -> None:
+    media = backed_media
     blob = photo(800, 600, seed=3)
     await upload(media.stub, blob)
     await read_thumbnail(media, blob_selector(blob), media_pb2.THUMBNAIL_SIZE_96)
@@ -234,7 +266,10 @@ async def test_gc_removes_thumbnails_with_their_blob_and_unused_ones(media: Medi
     assert report.thumbnails_deleted == 0 and paths.thumbnails_of(image_sha)
 
 
-async def test_an_animated_gif_gives_a_marked_still_of_its_first_frame(media: MediaEnv) -> None:
+async def test_an_animated_gif_gives_a_marked_still_of_its_first_frame(
+    backed_media: MediaEnv,
+) -> None:
+    media = backed_media
     gif = animated_gif()
     await upload(media.stub, gif)
     for _ in range(2):  # made, then from the cache: the mark is kept
@@ -252,8 +287,9 @@ async def test_an_animated_gif_gives_a_marked_still_of_its_first_frame(media: Me
 
 
 async def test_a_decompression_bomb_is_resource_exhausted_without_decoding(
-    media: MediaEnv,
+    backed_media: MediaEnv,
 ) -> None:
+    media = backed_media
     # 10^8 pixels: over the thumbnailer's limit, under Pillow's own bomb error,
     # so only the size check before decoding refuses it (300 MB of RGB otherwise).
     bomb = png_bomb(10_000, 10_000)
