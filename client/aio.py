@@ -434,9 +434,13 @@ class AsyncMediaClient(AsyncChannelClient):
             raise DataLoss("the media stream carried no metadata")
         return AsyncMediaStream(first.metadata, call, messages)
 
-    async def stat_media(self, targets: Iterable[MediaTarget]) -> list[mpb.StatMediaResult]:
-        """Metadata of many media in one call."""
-        request = mpb.StatMediaRequest(media=[selector_of(t) for t in targets])
+    async def stat_media(
+        self, targets: Iterable[MediaTarget], *, size: int | None = None
+    ) -> list[mpb.StatMediaResult]:
+        """Metadata of many media in one call; see MediaClient.stat_media (`size` too)."""
+        request = mpb.StatMediaRequest(
+            media=[selector_of(t) for t in targets], size=thumbnail_size_of(size)
+        )
 
         async def attempt() -> mpb.StatMediaResponse:
             return await self.stub.StatMedia(

@@ -9,6 +9,7 @@ work runs in threads.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -49,6 +50,9 @@ from scrollback.transcripts import AmbiguousSessionError
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_STAT_SELECTORS = 1000
+# A sized StatMedia may make a thumbnail per selector (a decode and an encode
+# each): far fewer per call than plain stats, which only read headers.
+MAX_SIZED_STAT_SELECTORS = 100
 # Bytes are read from disk (or decoded from a transcript) in blocks of this
 # size, then sent in chunks: a stream holds at most one block.
 READ_BLOCK = 256 * 1024
@@ -152,6 +156,18 @@ def error_to_proto(error: Exception) -> media_pb2.MediaError:
     return media_pb2.MediaError(code=code.name, message=str(error) or code.name.lower())
 
 
+def _stat_response(results: list[MediaInfo | Exception | None]) -> media_pb2.StatMediaResponse:
+    """One StatMediaResult per result: its metadata, or its error."""
+    return media_pb2.StatMediaResponse(
+        results=[
+            media_pb2.StatMediaResult(metadata=metadata_to_proto(result))
+            if isinstance(result, MediaInfo)
+            else media_pb2.StatMediaResult(error=error_to_proto(result or Exception()))
+            for result in results
+        ]
+    )
+
+
 @maps_errors(ERROR_TABLE)
 class MediaServicer(media_pb2_grpc.MediaServiceServicer):
     """The MediaService RPCs over a MediaLibrary."""
@@ -240,10 +256,15 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         finally:
             media.close()
 
-    async def _thumbnail(self, selector: Selector, pixels: int) -> OpenMedia:
-        """The thumbnail: checks and the cache on a read thread, an encode on the pool."""
-        found = await asyncio.to_thread(
-            self._library.thumbnail, current_principal(), selector, pixels
+    async def _thumbnail(
+        self, selector: Selector, pixels: int, checks: ThreadPoolExecutor | None = None
+    ) -> OpenMedia:
+        """The thumbnail: checks and the cache on `checks` (default: the read threads),
+        an encode on the thumbnail pool."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            checks,
+            functools.partial(self._library.thumbnail, current_principal(), selector, pixels),
         )
         if not isinstance(found, ThumbnailJob):
             return found
@@ -261,6 +282,11 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         """Metadata of each selector, or its own error, in the order asked."""
         if len(request.media) > MAX_STAT_SELECTORS:
             raise InvalidRequestError(f"at most {MAX_STAT_SELECTORS} selectors per call")
+        pixels = thumbnail_pixels(request.size)
+        if pixels is not None and len(request.media) > MAX_SIZED_STAT_SELECTORS:
+            raise InvalidRequestError(
+                f"at most {MAX_SIZED_STAT_SELECTORS} selectors per call with a size"
+            )
         results: list[MediaInfo | Exception | None] = [None] * len(request.media)
         parsed: list[Selector] = []
         numbers: list[int] = []
@@ -270,6 +296,11 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 numbers.append(number)
             except Exception as error:
                 results[number] = error
+        if pixels is not None:
+            found = await self._stat_thumbnails(parsed, pixels)
+            for number, result in zip(numbers, found, strict=True):
+                results[number] = result
+            return _stat_response(results)
         # The work stops between slices once the client leaves or its deadline passes,
         # and runs on the search pool, never on the threads that serve reads.
         stop = threading.Event()
@@ -292,14 +323,34 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             stop.set()
         for number, result in zip(numbers, found, strict=True):
             results[number] = result
-        return media_pb2.StatMediaResponse(
-            results=[
-                media_pb2.StatMediaResult(metadata=metadata_to_proto(result))
-                if isinstance(result, MediaInfo)
-                else media_pb2.StatMediaResult(error=error_to_proto(result or Exception()))
-                for result in results
-            ]
-        )
+        return _stat_response(results)
+
+    async def _stat_thumbnails(
+        self, selectors: list[Selector], pixels: int
+    ) -> list[MediaInfo | Exception]:
+        """The metadata of each selector's thumbnail at `pixels`, or its own error.
+
+        Each goes the way of a thumbnail ReadMedia (so the errors are the same),
+        its checks on the search pool and its encode, if it is not cached, on the
+        thumbnail pool: neither occupies the threads that serve reads. A caller
+        that leaves cancels the encodes not yet started. A selector asked for
+        twice in one call is made once (they would all miss the cache at once).
+        """
+
+        async def one(selector: Selector) -> MediaInfo | Exception:
+            try:
+                media = await self._thumbnail(selector, pixels, self._search_pool)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                return error
+            media.close()
+            return media.info
+
+        distinct = list(dict.fromkeys(selectors))
+        found = await asyncio.gather(*(one(selector) for selector in distinct))
+        by_selector = dict(zip(distinct, found, strict=True))
+        return [by_selector[selector] for selector in selectors]
 
     async def WriteBlob(
         self,

@@ -246,18 +246,29 @@ class StatMediaRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEDIA_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    size: Global___ThumbnailSize.ValueType
+    """The metadata of the thumbnail of this size instead of the original's;
+    unset is the original. A thumbnail not cached yet is made by the call
+    (so at most 100 selectors may carry a size), and a later ReadMedia of
+    it is served from the cache. A value not in ThumbnailSize is
+    INVALID_ARGUMENT for the whole call; an image over the decoder's pixel
+    limit is RESOURCE_EXHAUSTED and a medium that is not a decodable image
+    FAILED_PRECONDITION, each for its own result only.
+    """
     @_builtins.property
     def media(self) -> _containers.RepeatedCompositeFieldContainer[Global___MediaSelector]:
-        """At most 1000; more is INVALID_ARGUMENT."""
+        """At most 1000, or at most 100 with a size; more is INVALID_ARGUMENT."""
 
     def __init__(
         self,
         *,
         media: _abc.Iterable[Global___MediaSelector] | None = ...,
+        size: Global___ThumbnailSize.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["media", b"media"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["media", b"media", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -86,9 +86,13 @@ class MediaServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StatMedia(self, request, context):
-        """Returns the metadata of a batch of references, without bytes. Errors of
-        single references are reported per result; the call itself fails only
-        with INVALID_ARGUMENT for more than 1000 selectors.
+        """Returns the metadata of a batch of references, without bytes. With a
+        `size`, each result is the metadata of that thumbnail (its width and
+        height among it), made first if it is not cached yet. Errors of single
+        references are reported per result, each the error ReadMedia would give
+        it with the same size. The call itself fails only with INVALID_ARGUMENT:
+        for more than 1000 selectors, for more than 100 selectors with a size,
+        or for a size not in ThumbnailSize.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -53,9 +53,13 @@ class MediaServiceStub:
     server can decode is FAILED_PRECONDITION.
     """
     StatMedia: _grpc.UnaryUnaryMultiCallable[_media_pb2.StatMediaRequest, _media_pb2.StatMediaResponse]
-    """Returns the metadata of a batch of references, without bytes. Errors of
-    single references are reported per result; the call itself fails only
-    with INVALID_ARGUMENT for more than 1000 selectors.
+    """Returns the metadata of a batch of references, without bytes. With a
+    `size`, each result is the metadata of that thumbnail (its width and
+    height among it), made first if it is not cached yet. Errors of single
+    references are reported per result, each the error ReadMedia would give
+    it with the same size. The call itself fails only with INVALID_ARGUMENT:
+    for more than 1000 selectors, for more than 100 selectors with a size,
+    or for a size not in ThumbnailSize.
     """
     WriteBlob: _grpc.StreamUnaryMultiCallable[_media_pb2.WriteBlobRequest, _media_pb2.WriteBlobResponse]
     """Uploads one blob: first a WriteBlobRequest with a header, then the bytes.
@@ -92,9 +96,13 @@ class MediaServiceAsyncStub(MediaServiceStub):
     server can decode is FAILED_PRECONDITION.
     """
     StatMedia: _aio.UnaryUnaryMultiCallable[_media_pb2.StatMediaRequest, _media_pb2.StatMediaResponse]  # type: ignore[assignment]
-    """Returns the metadata of a batch of references, without bytes. Errors of
-    single references are reported per result; the call itself fails only
-    with INVALID_ARGUMENT for more than 1000 selectors.
+    """Returns the metadata of a batch of references, without bytes. With a
+    `size`, each result is the metadata of that thumbnail (its width and
+    height among it), made first if it is not cached yet. Errors of single
+    references are reported per result, each the error ReadMedia would give
+    it with the same size. The call itself fails only with INVALID_ARGUMENT:
+    for more than 1000 selectors, for more than 100 selectors with a size,
+    or for a size not in ThumbnailSize.
     """
     WriteBlob: _aio.StreamUnaryMultiCallable[_media_pb2.WriteBlobRequest, _media_pb2.WriteBlobResponse]  # type: ignore[assignment]
     """Uploads one blob: first a WriteBlobRequest with a header, then the bytes.
@@ -140,9 +148,13 @@ class MediaServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _media_pb2.StatMediaRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_media_pb2.StatMediaResponse, _abc.Awaitable[_media_pb2.StatMediaResponse]]:
-        """Returns the metadata of a batch of references, without bytes. Errors of
-        single references are reported per result; the call itself fails only
-        with INVALID_ARGUMENT for more than 1000 selectors.
+        """Returns the metadata of a batch of references, without bytes. With a
+        `size`, each result is the metadata of that thumbnail (its width and
+        height among it), made first if it is not cached yet. Errors of single
+        references are reported per result, each the error ReadMedia would give
+        it with the same size. The call itself fails only with INVALID_ARGUMENT:
+        for more than 1000 selectors, for more than 100 selectors with a size,
+        or for a size not in ThumbnailSize.
         """
 
     @_abc_1.abstractmethod

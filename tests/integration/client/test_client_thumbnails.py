@@ -66,6 +66,30 @@ def test_sync_and_async_clients_read_and_fetch_thumbnails(client_servers: Server
     assert longest_side(streamed) == 960 and async_big == streamed
 
 
+def test_stat_media_with_a_size_in_both_clients(client_servers: ServerPair) -> None:
+    pair = client_servers
+    original = photo(900, 300)
+    with Client(pair.history_addr, pair.media_addr) as sb:
+        (upload,) = sb.media.upload([original])
+        (sized,) = sb.media.stat_media([upload.ref], size=320)
+        (plain,) = sb.media.stat_media([upload.ref])
+        with pytest.raises(ValueError, match="96, 320, 960"):
+            sb.media.stat_media([upload.ref], size=100)
+
+    async def through_asyncio() -> mpb.StatMediaResult:
+        async with AsyncClient(pair.history_addr, pair.media_addr) as client:
+            with pytest.raises(ValueError):
+                await client.media.stat_media([upload.ref], size=1)
+            (result,) = await client.media.stat_media([upload.ref], size=96)
+            return result
+
+    small = asyncio.run(through_asyncio())
+    assert (sized.metadata.width, sized.metadata.height) == (320, 107)
+    assert sized.metadata.thumbnail_size == mpb.THUMBNAIL_SIZE_320
+    assert (plain.metadata.width, plain.metadata.height) == (900, 300)
+    assert (small.metadata.width, small.metadata.height) == (96, 32)
+
+
 def test_cli_media_size(
     capsys: pytest.CaptureFixture[str], client_servers: ServerPair, tmp_path: Path
 ) -> None:

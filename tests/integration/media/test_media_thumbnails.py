@@ -396,3 +396,90 @@ async def test_a_flood_of_thumbnails_does_not_starve_plain_reads(media: MediaEnv
     finally:
         for future in flood:
             future.cancel()
+
+
+async def test_stat_media_with_a_size_gives_each_thumbnails_metadata(
+    backed_media: MediaEnv,
+) -> None:
+    media = backed_media
+    wide = photo(1600, 400, seed=20)
+    await upload(media.stub, wide)
+    in_transcript = photo(300, 900, seed=21)
+    line = dumps(entry("u-s", [image_block(in_transcript)]))
+    write_transcript(media.root, "sess", [line])
+    (ref,) = mint("sess", line)
+    gif = animated_gif()
+    await upload(media.stub, gif)
+    bomb = png_bomb(10_000, 10_000)
+    await upload(media.stub, bomb)
+    text = b"not an image at all" * 20
+    await upload(media.stub, text)
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    stat = await media.stub.StatMedia(
+        media_pb2.StatMediaRequest(
+            media=[
+                blob_selector(wide),
+                media_pb2.MediaSelector(media_ref=ref),
+                blob_selector(gif),
+                blob_selector(bomb),
+                blob_selector(text),
+                blob_selector(b"never uploaded"),
+                media_pb2.MediaSelector(blob_ref="media:nope"),
+            ],
+            size=media_pb2.THUMBNAIL_SIZE_320,
+        )
+    )
+    results = list(stat.results)
+    assert [r.WhichOneof("result") for r in results] == ["metadata"] * 3 + ["error"] * 4
+    assert [r.error.code for r in results[3:]] == [
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "NOT_FOUND",
+        "INVALID_ARGUMENT",
+    ]
+    assert cache.encodes == before + 3, "each thumbnail is made once, by the stat"
+    # Each result describes the thumbnail ReadMedia then serves from the cache.
+    for result, selector in zip(
+        results[:3],
+        [blob_selector(wide), media_pb2.MediaSelector(media_ref=ref), blob_selector(gif)],
+        strict=True,
+    ):
+        got, data = await read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320)
+        assert result.metadata == got
+        with Image.open(io.BytesIO(data)) as image:
+            assert (result.metadata.width, result.metadata.height) == image.size
+    assert cache.encodes == before + 3, "ReadMedia re-encoded what the stat made"
+    assert (results[0].metadata.width, results[0].metadata.height) == (320, 80)
+    assert (results[1].metadata.width, results[1].metadata.height) == (107, 320)
+    assert results[1].metadata.source_sha256 == hashlib.sha256(in_transcript).hexdigest()
+    assert results[2].metadata.still_of_animation
+    assert results[0].metadata.thumbnail_size == media_pb2.THUMBNAIL_SIZE_320
+    # Without a size, the same call still describes the originals.
+    plain = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(wide)]))
+    assert (plain.results[0].metadata.width, plain.results[0].metadata.height) == (1600, 400)
+
+
+async def test_stat_media_bounds_sized_calls(media: MediaEnv) -> None:
+    original = photo(200, 100, seed=22)
+    await upload(media.stub, original)
+    many = [blob_selector(original)] * 101
+    # 101 plain stats are fine; 101 with a size are refused whole, before any work.
+    plain = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=many))
+    assert len(plain.results) == 101
+    before = library_of(media).thumbnails.encodes
+    for size, count in ((media_pb2.THUMBNAIL_SIZE_96, 101), (99, 1)):
+        try:
+            await media.stub.StatMedia(
+                media_pb2.StatMediaRequest(media=many[:count], size=size)  # type: ignore[arg-type]
+            )
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        else:
+            raise AssertionError("StatMedia succeeded")
+    assert library_of(media).thumbnails.encodes == before
+    hundred = await media.stub.StatMedia(
+        media_pb2.StatMediaRequest(media=many[:100], size=media_pb2.THUMBNAIL_SIZE_96)
+    )
+    assert {r.metadata.width for r in hundred.results} == {96}
+    assert library_of(media).thumbnails.encodes == before + 1, "one selector, made once"
