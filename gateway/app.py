@@ -2,13 +2,16 @@
 
 Routes (the fixed names of docs/contract.md §12 first):
 - `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "next_page_token"}`;
+- `GET /api/v1/sessions/{id}`: one session with its insight (GetSession): entries by type,
+  photos, time span, token usage and cost per model and in total, sub-agent totals;
 - `GET /api/v1/sessions/{id}/window?page_token=&direction=latest_first|oldest_first&page_size=`:
   `{"entries": [...], "next_page_token", ...}`, each ref with a signed `url`;
 - `GET /api/v1/sessions/{id}/bootstrap?page_size=`: pending messages, watch position, latest window;
 - `POST /api/v1/sessions/{id}/messages` (JSON `text`, `client_txn_id`, `attachments`): accept;
 - `GET /api/v1/sessions/{id}/events?position=`: WatchSession as Server-Sent Events, each `id:`
   the position after it, so `Last-Event-ID` resumes with no gap and no duplicate;
-- `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=`: one photo, streamed (see gateway.media);
+- `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=&size=`: one photo, streamed, or its thumbnail
+  with `size=96|320|960` (see gateway.media);
 - `GET /api/v1/search?q=&project=&session=&type=&role=&since=&until=&photos=with|without&page_size=&page_token=`:
   `{"hits": [...], "next_page_token"}`, each hit with its snippet, highlights and the
   `window_page_token` that opens the session's window at it;
@@ -184,6 +187,40 @@ class Gateway:
         }
 
 
+def _usage_json(usage: hpb.TokenUsage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+    }
+
+
+def insight_json(insight: hpb.SessionInsight) -> dict[str, Any]:
+    """A SessionInsight as JSON (token counts as numbers, times as RFC 3339)."""
+    return {
+        "entry_counts": {c.type: c.count for c in insight.entry_counts},
+        "entries": sum(c.count for c in insight.entry_counts),
+        "photo_count": insight.photo_count,
+        "first_time": _time(insight.first_time),
+        "last_time": _time(insight.last_time),
+        "models": [
+            {
+                "model": m.model,
+                "usage": _usage_json(m.usage),
+                "messages": m.messages,
+                "cost_usd": m.cost_usd,
+                "cost_known": m.cost_known,
+            }
+            for m in insight.models
+        ],
+        "usage": _usage_json(insight.usage),
+        "cost_usd": insight.cost_usd,
+        "cost_complete": insight.cost_complete,
+        "indexed_bytes": insight.indexed_bytes,
+    }
+
+
 def _time(stamp: Timestamp) -> str:
     return stamp.ToJsonString() if stamp.seconds or stamp.nanos else ""
 
@@ -260,6 +297,30 @@ async def list_sessions(request: Request) -> Response:
         for s in page.sessions
     ]
     return _json({"sessions": sessions, "next_page_token": page.next_page_token})
+
+
+async def get_session(request: Request) -> Response:
+    """`GET /api/v1/sessions/{id}`: GetSession, the session and its insight."""
+    gateway = _gateway(request)
+    caller = gateway.caller(request)
+    s = await gateway.history(caller.token).get_session(request.path_params["session_id"])
+    return _json(
+        {
+            "session_id": s.session_id,
+            "project_dir": s.project_dir,
+            "size_bytes": s.size_bytes,
+            "modified_time": _time(s.modified_time),
+            "title": s.title,
+            "is_subagent": s.is_subagent,
+            "parent_session_id": s.parent_session_id,
+            "parent_tool_use_id": s.parent_tool_use_id,
+            "insight": insight_json(s.insight) if s.HasField("insight") else None,
+            "subagent_count": s.subagent_count,
+            "subagent_insight": (
+                insight_json(s.subagent_insight) if s.HasField("subagent_insight") else None
+            ),
+        }
+    )
 
 
 async def read_window(request: Request) -> Response:
@@ -457,6 +518,7 @@ def create_app(config: GatewayConfig) -> Starlette:
     routes = [
         Route("/api/v1/sessions", _errors(list_sessions)),
         Route("/api/v1/search", _errors(search)),
+        Route("/api/v1/sessions/{session_id}", _errors(get_session)),
         Route("/api/v1/sessions/{session_id}/window", _errors(read_window)),
         Route("/api/v1/sessions/{session_id}/bootstrap", _errors(bootstrap)),
         Route("/api/v1/sessions/{session_id}/messages", _errors(accept_message), methods=["POST"]),

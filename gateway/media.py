@@ -1,6 +1,9 @@
 """Photos over HTTP: signature check, conditional and range requests, streamed ReadMedia bytes.
 
-A photo GET is `/api/v1/media/<ref>?pin=&p=&exp=&sig=`. The signature must be
+A photo GET is `/api/v1/media/<ref>?pin=&p=&exp=&sig=`, plus `size=96|320|960` for
+a thumbnail of that longest side (ReadMedia's `size`; any other value is 400).
+The size is outside the signature: a grant to a ref is a grant to its
+thumbnails, which show nothing the original does not. The signature must be
 valid for (ref, pin, p, exp) and unexpired; a request that also carries a
 bearer token must be from principal `p`. A bearer request without a signature
 is allowed too (API clients), and its token is passed through. A signed
@@ -59,6 +62,20 @@ def _selector(ref_text: str, pin: str) -> mpb.MediaSelector:
     except RefError:
         raise HttpError(400, "INVALID_ARGUMENT") from None
     return mpb.MediaSelector(media_ref=media_ref)
+
+
+# The thumbnail sizes a photo URL may ask for (ReadMedia's ThumbnailSize, in pixels).
+THUMBNAIL_SIZES = {"96": 96, "320": 320, "960": 960}
+
+
+def _size(request: Request) -> int | None:
+    """The thumbnail size asked for; None for the original; HttpError 400 for another value."""
+    if "size" not in request.query_params:
+        return None
+    size = THUMBNAIL_SIZES.get(request.query_params["size"])
+    if size is None:
+        raise HttpError(400, "INVALID_ARGUMENT")
+    return size
 
 
 def _parse_range(header: str) -> tuple[int | None, int | None] | None:
@@ -125,26 +142,27 @@ async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
     """Answer one photo GET (or HEAD)."""
     pin = request.query_params.get("pin", "")
     selector = _selector(ref, pin)
+    size = _size(request)
     client = gateway.media(_token_for(gateway, request, ref, pin))
     wanted = _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
 
     first, last = wanted if wanted is not None else (0, None)
     if first is None:
         # A suffix range needs the size before the offset: ask StatMedia (cached by the service).
-        (result,) = await client.stat_media([selector])
+        (result,) = await client.stat_media([selector], size=size)
         if result.WhichOneof("result") != "metadata":
             raise HttpError(404, "NOT_FOUND")
-        size = result.metadata.size_bytes
-        first, last = max(0, size - (last or 0)), size - 1
-        if size == 0:
+        total = result.metadata.size_bytes
+        first, last = max(0, total - (last or 0)), total - 1
+        if total == 0:
             return _unsatisfiable(0)
     limit = 0 if last is None else last - first + 1
     try:
-        stream = await client.open_media(selector, read_offset=first, read_limit=limit)
+        stream = await client.open_media(selector, read_offset=first, read_limit=limit, size=size)
     except (OutOfRange, InvalidArgument) as error:
         if wanted is None or isinstance(error, InvalidArgument):
             raise
-        (result,) = await client.stat_media([selector])
+        (result,) = await client.stat_media([selector], size=size)
         return _unsatisfiable(result.metadata.size_bytes)
     metadata = stream.metadata
     headers = _headers(metadata)
@@ -153,18 +171,18 @@ async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
         headers.pop("Content-Type", None)
         headers.pop("Content-Disposition", None)
         return Response(status_code=304, headers=headers)
-    size = metadata.size_bytes
+    total = metadata.size_bytes
     status = 200
     if wanted is not None:
-        if first >= size:
+        if first >= total:
             stream.cancel()
-            return _unsatisfiable(size)
-        end = size - 1 if last is None else min(last, size - 1)
-        headers["Content-Range"] = f"bytes {first}-{end}/{size}"
+            return _unsatisfiable(total)
+        end = total - 1 if last is None else min(last, total - 1)
+        headers["Content-Range"] = f"bytes {first}-{end}/{total}"
         headers["Content-Length"] = str(end - first + 1)
         status = 206
     else:
-        headers["Content-Length"] = str(size)
+        headers["Content-Length"] = str(total)
     if request.method == "HEAD":
         stream.cancel()
         return Response(status_code=status, headers=headers)

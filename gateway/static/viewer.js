@@ -1,7 +1,9 @@
 // The Scrollback viewer: no dependencies, no build step.
 // "/" lists sessions; "/sessions/<id>" opens a session at its latest window, loads older
-// windows as the reader scrolls up (keeping the scroll position), fetches a photo only when
-// its reserved box enters the viewport (each once), and appends live events (SSE).
+// windows as the reader scrolls up (keeping the scroll position), fetches a photo's 320 px
+// thumbnail only when its reserved box enters the viewport (each once), the full image only
+// when it is clicked, and appends live events (SSE). A session opens under a header of its
+// insight (entries, photos, tokens, cost: GET /api/v1/sessions/<id>).
 // "/?q=..." lists search hits (newest first, matched words marked); a hit opens
 // "/sessions/<id>?at=<window token>": the window that ends with the hit, older ones on scroll.
 "use strict";
@@ -52,6 +54,16 @@ const photoObserver = new IntersectionObserver((records) => {
   }
 }, { rootMargin: "0px" });
 
+// The thumbnail size the boxes show (one of the gateway's 96, 320, 960).
+const THUMBNAIL_SIZE = 320;
+
+// A photo URL at a thumbnail size (the size is outside the URL's signature); an inline
+// data: URL has no thumbnails and stays as it is.
+function sized(url, size) {
+  if (url.startsWith("data:")) return url;
+  return url + (url.includes("?") ? "&" : "?") + "size=" + size;
+}
+
 function photo(url) {
   const img = el("img", "photo");
   img.width = 320;
@@ -59,9 +71,32 @@ function photo(url) {
   img.alt = "photo";
   img.loading = "lazy";
   img.decoding = "async";
-  img.dataset.src = url;
+  img.dataset.src = sized(url, THUMBNAIL_SIZE);
+  img.dataset.full = url;
+  img.title = "open the full image";
+  img.addEventListener("click", () => showFull(url));
   return img;
 }
+
+// The full image over the page, fetched only now; a click or Escape closes it.
+function showFull(url) {
+  closeFull();
+  const overlay = el("div", "lightbox");
+  overlay.id = "lightbox";
+  const img = el("img", "full");
+  img.alt = "photo (full size)";
+  img.src = url;
+  overlay.append(img);
+  overlay.addEventListener("click", closeFull);
+  document.body.append(overlay);
+}
+
+function closeFull() {
+  const open = document.getElementById("lightbox");
+  if (open) open.remove();
+}
+
+document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeFull(); });
 
 function observePhotos(root) {
   for (const img of root.querySelectorAll("img.photo[data-src]:not([src])")) {
@@ -196,6 +231,49 @@ async function showSearch(q, pageToken) {
 
 const view = { sessionId: "", older: "", loading: false, list: null, more: null };
 
+function count(n) { return Number(n || 0).toLocaleString("en-US"); }
+
+// The insight header: what the session holds, from the insight index. It loads beside the
+// window (never before it) into a line of the bar whose height is fixed, so nothing below
+// moves when it arrives; a failure leaves the line empty.
+async function showInsight(sessionId) {
+  const header = document.getElementById("insight");
+  header.replaceChildren();
+  header.hidden = false;
+  let session;
+  try {
+    session = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}`);
+  } catch (error) {
+    return;
+  }
+  const insight = session.insight;
+  if (!insight) return;
+  const usage = insight.usage;
+  const tokens = usage.input_tokens + usage.output_tokens +
+    usage.cache_creation_input_tokens + usage.cache_read_input_tokens;
+  const cost = "$" + insight.cost_usd.toFixed(2) + (insight.cost_complete ? "" : "+");
+  const facts = [
+    ["entries", count(insight.entries)],
+    ["photos", count(insight.photo_count)],
+    ["tokens", count(tokens)],
+    ["cost", cost],
+  ];
+  for (const [name, value] of facts) {
+    const fact = el("span", "fact");
+    fact.dataset.fact = name;
+    fact.append(el("b", "", value), " " + (value === "1" ? name.replace(/s$/, "") : name));
+    header.append(fact);
+  }
+  const models = insight.models.map((m) => m.model).join(", ");
+  if (models) header.append(el("span", "models", models));
+  if (session.subagent_count) {
+    header.append(el("span", "models", session.subagent_count + " sub-agents"));
+  }
+  header.title = `input ${count(usage.input_tokens)} · output ${count(usage.output_tokens)} · ` +
+    `cache write ${count(usage.cache_creation_input_tokens)} · ` +
+    `cache read ${count(usage.cache_read_input_tokens)} (cost: an estimate from list prices)`;
+}
+
 function nearBottom() {
   const scroller = document.scrollingElement;
   return scroller.scrollHeight - scroller.scrollTop - window.innerHeight < 80;
@@ -237,6 +315,7 @@ async function showSession(sessionId) {
   for (const entry of boot.entries) view.list.append(renderEntry(entry));
   for (const message of boot.pending) view.list.append(renderAccepted(message));
   view.older = boot.next_page_token;
+  showInsight(sessionId);
   main.replaceChildren(view.more, view.list);
   // Open at the end, then watch photos: only the boxes now in view load.
   document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
@@ -262,6 +341,7 @@ async function showSessionAt(sessionId, at) {
   const latest = el("a", "more", "go to the latest messages");
   latest.href = "/sessions/" + encodeURIComponent(sessionId);
   view.older = window_.next_page_token;
+  showInsight(sessionId);
   main.replaceChildren(view.more, view.list, latest);
   if (hit) hit.scrollIntoView({ block: "center" });
   observePhotos(view.list);

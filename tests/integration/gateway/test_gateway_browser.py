@@ -1,4 +1,5 @@
-"""The viewer in Debian's Chromium (Playwright): lazy photos, each once, cached on reload, live.
+"""The viewer in Debian's Chromium (Playwright): lazy photos, each once, cached on reload, live;
+320 px thumbnails in the boxes, the full image on click, the session's insight in the bar.
 
 A session of 400 entries with 60 photos opens at its latest window with only
 the photos in the first viewport fetched (counted at the gateway and in the
@@ -12,6 +13,7 @@ Debian package. Without it the test skips, except under CI=true where it fails.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import time
@@ -20,10 +22,44 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from tests.support.gateway import SESSION, GatewayStack, artifacts_dir, photo_session
 from tests.support.servers import user_line
+
+
+def photo_png(width: int, height: int) -> bytes:
+    """A real PNG of these dimensions (Pillow), noisy enough to be cut out of its line."""
+    from PIL import Image
+
+    image = Image.linear_gradient("L").resize((width, height)).convert("RGB")
+    image.paste(Image.effect_noise((200, 200), 90).convert("RGB"), (0, 0))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def usage_line(uuid: str, message_id: str, model: str, tokens_in: int, tokens_out: int) -> bytes:
+    """An assistant line with a message id, a model and its usage."""
+    return (
+        orjson.dumps(
+            {
+                "type": "assistant",
+                "uuid": uuid,
+                "timestamp": "2026-01-01T10:00:00Z",
+                "message": {
+                    "id": message_id,
+                    "role": "assistant",
+                    "model": model,
+                    "content": [{"type": "text", "text": f"answer {uuid}"}],
+                    "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
+                },
+            }
+        )
+        + b"\n"
+    )
+
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -91,11 +127,23 @@ def test_viewer_is_lazy_fetches_each_photo_once_and_follows_live(
         ),
     )
 
+    photo_queries: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            photo_queries.append(request.url.partition("?")[2])
+            if "/api/v1/media/" in request.url
+            else None
+        ),
+    )
+
     page.goto(f"{stack.url}/sessions/{SESSION}")
     page.wait_for_selector("body[data-ready='1']")
     _settle(page)
     shots = artifacts_dir()
     page.screenshot(path=str(shots / "viewer-open.png"))
+    # The boxes show 320 px thumbnails.
+    assert photo_queries and all(q.endswith("&size=320") for q in photo_queries)
 
     # Only the photos in the first viewport were fetched: at the gateway and in the browser.
     visible = sorted(_visible_photos(page))
@@ -191,3 +239,62 @@ def test_viewer_searches_and_opens_a_hit(stack: GatewayStack, browser: Any) -> N
     )
     assert in_view
     page.screenshot(path=str(artifacts_dir() / "viewer-search-hit.png"))
+
+
+def test_viewer_shows_thumbnails_the_full_image_on_click_and_the_insight(
+    stack: GatewayStack, browser: Any
+) -> None:
+    big = photo_png(1200, 800)
+    lines = [user_line("u0000", "a big screenshot", images=(big,))]
+    for number in range(1, 9):
+        lines.append(user_line(f"u{number:04d}", f"question {number}"))
+        lines.append(
+            usage_line(f"a{number:04d}", f"msg_{number}", "claude-sonnet-4-5", 1000, 250 * number)
+        )
+    stack.pair.transcript(SESSION).write_bytes(b"".join(lines))
+    stack.start_gateway()
+    page = browser.new_context(viewport={"width": 1000, "height": 800}).new_page()
+    requests: list[str] = []
+    page.on(
+        "request",
+        lambda request: requests.append(request.url) if "/api/v1/media/" in request.url else None,
+    )
+    page.goto(f"{stack.url}/sessions/{SESSION}")
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector("#insight .fact")
+    page.evaluate("() => { document.scrollingElement.scrollTop = 0; }")
+    _settle(page)
+
+    # The insight header: entries, photos, tokens and cost, as GetSession counts them.
+    facts = dict(
+        page.eval_on_selector_all(
+            "#insight .fact", "(fs) => fs.map((f) => [f.dataset.fact, f.textContent])"
+        )
+    )
+    tokens = 8 * 1000 + 250 * sum(range(1, 9))
+    assert facts["entries"] == "17 entries" and facts["photos"] == "1 photo"
+    assert facts["tokens"] == f"{tokens:,} tokens"
+    assert facts["cost"].startswith("$") and facts["cost"].endswith(" cost")
+    assert "claude-sonnet-4-5" in page.inner_text("#insight")
+
+    # The box holds the 320 px thumbnail; the original was not fetched.
+    (thumb_url,) = requests
+    assert thumb_url.endswith("&size=320")
+    assert page.eval_on_selector("img.photo", "(img) => [img.naturalWidth, img.naturalHeight]") == [
+        320,
+        213,
+    ]
+    page.screenshot(path=str(artifacts_dir() / "viewer-thumbnails.png"))
+
+    # A click opens the full image (fetched now, once), Escape closes it.
+    page.click("img.photo")
+    page.wait_for_function(
+        "() => { const img = document.querySelector('#lightbox img.full');"
+        " return img && img.complete && img.naturalWidth > 0; }"
+    )
+    assert page.eval_on_selector("#lightbox img.full", "(img) => img.naturalWidth") == 1200
+    assert len(requests) == 2 and requests[1] == thumb_url.removesuffix("&size=320")
+    assert [hit.status for hit in stack.log.media()] == [200, 200]
+    page.screenshot(path=str(artifacts_dir() / "viewer-full-image.png"))
+    page.keyboard.press("Escape")
+    assert page.locator("#lightbox").count() == 0

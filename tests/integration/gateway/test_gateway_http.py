@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 import time
 from typing import Any
 
 import httpx
 import orjson
+from PIL import Image
 
 from gateway.signing import UrlSigner
 from tests.support.gateway import SESSION, TOKENS, GatewayStack, photo_session
@@ -278,3 +280,116 @@ def test_search_finds_and_opens_the_window_at_the_hit(stack: GatewayStack) -> No
         answer = httpx.get(f"{stack.url}/api/v1/search", params=params)
         assert answer.status_code == 400
         assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
+
+
+def _webp_size(data: bytes) -> tuple[int, int]:
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "WEBP"
+        return image.size
+
+
+def test_photo_thumbnails_by_size_under_the_same_signature(stack: GatewayStack) -> None:
+    uuids = photo_session(stack, entries=20, photos=2)
+    stack.start_gateway(auth=True)
+    ref = _first_ref(stack, **_bearer("alice"))
+    url = stack.url + ref["url"]
+    original = httpx.get(url).content
+    assert original == png(uuids.index(ref["uri"].split("/")[1]) + 1, 110)
+    etags = set()
+    # The signature covers ref, pin, principal and expiry; the size rides beside it.
+    for size, side in (("96", 96), ("320", 110), ("960", 110)):  # never upscaled
+        thumb = httpx.get(url + f"&size={size}")
+        assert thumb.status_code == 200, (size, thumb.text)
+        assert thumb.headers["content-type"] == "image/webp"
+        assert thumb.headers["cache-control"] == CACHE
+        assert thumb.headers["content-security-policy"] == "sandbox; default-src 'none'"
+        assert _webp_size(thumb.content) == (side, side)
+        digest = hashlib.sha256(thumb.content).hexdigest()
+        assert thumb.headers["etag"] == f'"{digest}"'
+        assert int(thumb.headers["content-length"]) == len(thumb.content)
+        etags.add(digest)
+        assert (
+            httpx.get(url + f"&size={size}", headers={"If-None-Match": f'"{digest}"'}).status_code
+            == 304
+        )
+        # A suffix range is sized from StatMedia at the same size.
+        tail = httpx.get(url + f"&size={size}", headers={"Range": "bytes=-20"})
+        assert tail.status_code == 206 and tail.content == thumb.content[-20:]
+        assert tail.headers["content-range"].endswith(f"/{len(thumb.content)}")
+    assert hashlib.sha256(original).hexdigest() not in etags
+    # Any other size is 400, before the signature is looked at.
+    for bad in ("100", "", "abc", "320px", "0", "-96"):
+        answer = httpx.get(url + f"&size={bad}")
+        assert answer.status_code == 400, bad
+        assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
+    # The size does not widen the grant: a tampered URL is refused at every size.
+    base, _, query = url.partition("?")
+    fields = dict(item.split("=", 1) for item in query.split("&"))
+    for changed in ({**fields, "p": "bob"}, {k: v for k, v in fields.items() if k != "sig"}):
+        assert httpx.get(base, params={**changed, "size": "320"}).status_code == 403
+    assert httpx.get(url + "&size=320", headers=_bearer("bob")).status_code == 403
+
+
+def test_a_thumbnail_of_bytes_that_are_no_image_is_a_conflict(stack: GatewayStack) -> None:
+    html = b"<html><script>alert(1)</script></html>" * 2000
+    stack.pair.transcript(SESSION).write_bytes(user_line("u1", "not a photo", images=(html,)))
+    stack.start_gateway()
+    ref = _first_ref(stack)
+    answer = httpx.get(stack.url + ref["url"] + "&size=96")
+    assert answer.status_code == 409
+    assert answer.json()["error"]["code"] == "FAILED_PRECONDITION"
+    assert "script" not in answer.text
+
+
+def _usage_line(uuid: str, message_id: str, output: int, model: str) -> bytes:
+    return (
+        orjson.dumps(
+            {
+                "type": "assistant",
+                "uuid": uuid,
+                "timestamp": f"2026-01-0{1 + len(uuid) % 2}T10:00:00Z",
+                "message": {
+                    "id": message_id,
+                    "role": "assistant",
+                    "model": model,
+                    "content": [{"type": "text", "text": "hi"}],
+                    "usage": {"input_tokens": 100, "output_tokens": output},
+                },
+            }
+        )
+        + b"\n"
+    )
+
+
+def test_get_session_returns_the_insight(stack: GatewayStack) -> None:
+    lines = [
+        user_line(
+            "u1", "look", images=(png(1, 110), png(2, 110)), timestamp="2026-01-01T09:00:00Z"
+        ),
+        # One message written as two lines: counted once, with its final output count.
+        _usage_line("a1", "msg_1", 5, "claude-sonnet-4-5"),
+        _usage_line("a22", "msg_1", 40, "claude-sonnet-4-5"),
+        _usage_line("a3", "msg_2", 10, "claude-sonnet-4-5"),
+    ]
+    stack.pair.transcript(SESSION).write_bytes(b"".join(lines))
+    stack.start_gateway(auth=True)
+    answer = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}", headers=_bearer("alice"))
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["cache-control"] == "no-store"
+    body = answer.json()
+    assert body["session_id"] == SESSION and body["subagent_count"] == 0
+    insight = body["insight"]
+    assert insight["entry_counts"] == {"assistant": 3, "user": 1} and insight["entries"] == 4
+    assert insight["photo_count"] == 2
+    assert insight["usage"]["input_tokens"] == 200 and insight["usage"]["output_tokens"] == 50
+    (model,) = insight["models"]
+    assert model["model"] == "claude-sonnet-4-5" and model["messages"] == 2
+    assert model["cost_known"] and insight["cost_complete"] and insight["cost_usd"] > 0
+    assert insight["first_time"].startswith("2026-01-01T09:00:00")
+    assert body["subagent_insight"] is None
+    for url, headers, status in (
+        (f"{stack.url}/api/v1/sessions/{SESSION}", {}, 401),
+        (f"{stack.url}/api/v1/sessions/no-such-session", _bearer("alice"), 404),
+        (f"{stack.url}/api/v1/sessions/bad.id!", _bearer("alice"), 400),
+    ):
+        assert httpx.get(url, headers=headers).status_code == status, url
