@@ -27,6 +27,9 @@ baseline in the same run, interleaved, median of repeats:
 - search (`scrollback_app.bench.search`): index build throughput vs a newline
   scan, and Search latency p50/p99 on an index of >= 1 GB of transcripts
   (quick: 20 MB).
+- session insight (`scrollback_app.bench.insight`): the first index pass of a
+  500 MB session vs a newline scan (reported), and GetSession on it once
+  indexed vs a gRPC health check p50 (target <= 10x; quick: 20 MB).
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ class BenchConfig:
     search_bytes: int = 1000 * MB
     search_files: int = 200
     search_samples: int = 300
+    insight_bytes: int = 500 * MB
+    insight_samples: int = 200
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -126,6 +131,8 @@ class BenchConfig:
             search_bytes=20 * MB,
             search_files=20,
             search_samples=60,
+            insight_bytes=20 * MB,
+            insight_samples=40,
             label="quick",
         )
 
@@ -725,6 +732,16 @@ class _Run:
             self.config.search_bytes,
             self.config.search_files,
             self.config.search_samples,
+            self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import insight
+
+        for figure in await insight.measure(
+            self.work,
+            self.config.insight_bytes,
+            self.config.image_bytes,
+            self.config.insight_samples,
             self.log,
         ):
             self.add(figure)
