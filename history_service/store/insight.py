@@ -7,7 +7,9 @@ so two writers of one transcript (threads, or replicas on PostgreSQL) never
 count the same lines twice: the loser writes nothing and reads again.
 A message.id already indexed takes the field-wise maximum of the usage it
 had and the new line's (history_service.insight: the final usage of a
-streamed message). On PostgreSQL every write also takes one
+streamed message). The per-model totals (`insight_model`, migration 7) move
+in the same transaction by exactly what the `insight_message` rows gained, so
+reading a session's totals reads one row per model, never one per message. On PostgreSQL every write also takes one
 transaction-scoped advisory lock (INSIGHT_LOCK), as SQLite's BEGIN IMMEDIATE
 serializes writers.
 """
@@ -26,6 +28,9 @@ from scrollback.state.sqlite import busy_as_unavailable, connect, write_transact
 
 T = TypeVar("T")
 _SIGN = 1 << 63
+# Message ids per `IN (...)` lookup of the rows a batch may update.
+_LOOKUP_CHUNK = 500
+_USAGE_COLUMNS = ("input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens")
 
 
 def _signed(value: int) -> int:
@@ -90,7 +95,12 @@ class _SqlInsightStore:
             if stored != base:
                 return False
             if reset or base is None:
-                for table in ("insight_entry_type", "insight_message", "insight_subagent_link"):
+                for table in (
+                    "insight_entry_type",
+                    "insight_message",
+                    "insight_model",
+                    "insight_subagent_link",
+                ):
                     connection.execute(
                         self._sql(f"DELETE FROM {table} WHERE project_dir = ? AND session_id = ?"),
                         key,
@@ -100,7 +110,9 @@ class _SqlInsightStore:
                     key,
                 )
                 photos, first, last = 0, None, None
+                known: dict[str, tuple[str, Usage]] = {}
             else:
+                known = self._known_messages(connection, key, list(delta.messages))
                 row = connection.execute(
                     self._sql(
                         "SELECT photo_count, first_time_us, last_time_us FROM insight_file"
@@ -173,6 +185,21 @@ class _SqlInsightStore:
             )
             self._many(
                 connection,
+                "INSERT INTO insight_model (project_dir, session_id, model, input_tokens,"
+                " output_tokens, cache_creation_tokens, cache_read_tokens, message_count)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_dir, session_id, model)"
+                " DO UPDATE SET "
+                + ", ".join(
+                    f"{c} = insight_model.{c} + excluded.{c}"
+                    for c in (*_USAGE_COLUMNS, "message_count")
+                ),
+                [
+                    (*key, model, u.input, u.output, u.cache_creation, u.cache_read, count)
+                    for model, (u, count) in _model_gains(delta, known).items()
+                ],
+            )
+            self._many(
+                connection,
                 "INSERT INTO insight_subagent_link (project_dir, session_id, tool_use_id,"
                 " agent_session_id) VALUES (?, ?, ?, ?) ON CONFLICT (project_dir, session_id,"
                 " tool_use_id) DO UPDATE SET agent_session_id = excluded.agent_session_id",
@@ -181,6 +208,25 @@ class _SqlInsightStore:
             return True
 
         return self._write(work)
+
+    def _known_messages(
+        self, connection: Any, key: tuple[str, str], message_ids: list[str]
+    ) -> dict[str, tuple[str, Usage]]:
+        """(model, usage) of the ids among `message_ids` already indexed for `key`."""
+        known: dict[str, tuple[str, Usage]] = {}
+        for start in range(0, len(message_ids), _LOOKUP_CHUNK):
+            chunk = message_ids[start : start + _LOOKUP_CHUNK]
+            rows = connection.execute(
+                self._sql(
+                    f"SELECT message_id, model, {', '.join(_USAGE_COLUMNS)} FROM insight_message"
+                    " WHERE project_dir = ? AND session_id = ?"
+                    f" AND message_id IN ({', '.join('?' * len(chunk))})"
+                ),
+                (*key, *chunk),
+            ).fetchall()
+            for row in rows:
+                known[str(row[0])] = (str(row[1]), Usage(*(int(v) for v in row[2:6])))
+        return known
 
     def _lock(self, connection: Any) -> None:
         """Serialize writers (SQLite's BEGIN IMMEDIATE already does)."""
@@ -212,9 +258,8 @@ class _SqlInsightStore:
             ).fetchall()
             models = connection.execute(
                 self._sql(
-                    "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens),"
-                    " SUM(cache_read_tokens), COUNT(*) FROM insight_message"
-                    " WHERE project_dir = ? AND session_id = ? GROUP BY model"
+                    f"SELECT model, {', '.join(_USAGE_COLUMNS)}, message_count FROM insight_model"
+                    " WHERE project_dir = ? AND session_id = ?"
                 ),
                 key,
             ).fetchall()
@@ -267,6 +312,36 @@ class _SqlInsightStore:
             ).fetchone()
         )
         return None if row is None else (str(row[0]), str(row[1]))
+
+
+def _model_gains(
+    delta: IndexDelta, known: dict[str, tuple[str, Usage]]
+) -> dict[str, tuple[Usage, int]]:
+    """What each model's totals gain from a delta: (usage, new messages).
+
+    A new message.id adds its usage and one message; one already indexed keeps
+    its first model and adds only what the field-wise maximum raised (the
+    insight_message upsert's own rule), so the totals always equal the sums of
+    the message rows.
+    """
+    gains: dict[str, tuple[Usage, int]] = {}
+    for message_id, message in delta.messages.items():
+        seen = known.get(message_id)
+        if seen is None:
+            model, gained, count = message.model, message.usage, 1
+        else:
+            model, old = seen
+            new = message.usage
+            gained = Usage(
+                max(old.input, new.input) - old.input,
+                max(old.output, new.output) - old.output,
+                max(old.cache_creation, new.cache_creation) - old.cache_creation,
+                max(old.cache_read, new.cache_read) - old.cache_read,
+            )
+            count = 0
+        usage, messages = gains.get(model, (Usage(), 0))
+        gains[model] = (usage + gained, messages + count)
+    return gains
 
 
 def _pick(choose: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:

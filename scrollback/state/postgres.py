@@ -188,6 +188,28 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             UNIQUE (accepted_by, client_txn_id)
         """,
     ),
+    (
+        7,
+        # Per-model totals of the insight index (see scrollback.state.sqlite).
+        """
+        CREATE TABLE insight_model (
+            project_dir            TEXT NOT NULL,
+            session_id             TEXT NOT NULL,
+            model                  TEXT NOT NULL,
+            input_tokens           BIGINT NOT NULL,
+            output_tokens          BIGINT NOT NULL,
+            cache_creation_tokens  BIGINT NOT NULL,
+            cache_read_tokens      BIGINT NOT NULL,
+            message_count          BIGINT NOT NULL,
+            PRIMARY KEY (project_dir, session_id, model)
+        );
+        INSERT INTO insight_model (project_dir, session_id, model, input_tokens, output_tokens,
+                cache_creation_tokens, cache_read_tokens, message_count)
+            SELECT project_dir, session_id, model, SUM(input_tokens), SUM(output_tokens),
+                SUM(cache_creation_tokens), SUM(cache_read_tokens), COUNT(*)
+            FROM insight_message GROUP BY project_dir, session_id, model
+        """,
+    ),
 )
 
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]

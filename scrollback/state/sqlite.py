@@ -26,6 +26,10 @@ Migration 5 (line index, scrollback.state.line_index): `line_index_file`
 (one row per indexed transcript: version and reach) and `line_index_line`
 (offset, length, top-level uuid, image candidates of each complete line).
 Self-contained: it creates only its own tables.
+Migration 7 (insight, issue 17): `insight_model` keeps each transcript's
+usage per model (sums of its `insight_message` rows and their count), written
+with them, so reading a session's totals reads a few rows instead of summing
+one per message; filled from the existing `insight_message` rows.
 
 Every wait on the database is bounded: the busy timeout
 (`SCROLLBACK_STATE_BUSY_TIMEOUT_MS`, default 5000) ends a wait on another
@@ -290,6 +294,29 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX accepted_message_session ON accepted_message (session_id, seq);
         CREATE INDEX accepted_message_chat_key ON accepted_message (chat_key, seq);
         CREATE INDEX accepted_message_accepted_by ON accepted_message (accepted_by, chat_key)
+        """,
+    ),
+    (
+        7,
+        # Per-model totals of the insight index, kept beside insight_message
+        # (history_service/store/insight.py writes both in one transaction).
+        """
+        CREATE TABLE insight_model (
+            project_dir            TEXT NOT NULL,
+            session_id             TEXT NOT NULL,
+            model                  TEXT NOT NULL,
+            input_tokens           INTEGER NOT NULL,
+            output_tokens          INTEGER NOT NULL,
+            cache_creation_tokens  INTEGER NOT NULL,
+            cache_read_tokens      INTEGER NOT NULL,
+            message_count          INTEGER NOT NULL,
+            PRIMARY KEY (project_dir, session_id, model)
+        );
+        INSERT INTO insight_model (project_dir, session_id, model, input_tokens, output_tokens,
+                cache_creation_tokens, cache_read_tokens, message_count)
+            SELECT project_dir, session_id, model, SUM(input_tokens), SUM(output_tokens),
+                SUM(cache_creation_tokens), SUM(cache_read_tokens), COUNT(*)
+            FROM insight_message GROUP BY project_dir, session_id, model
         """,
     ),
 )

@@ -28,6 +28,7 @@ TABLES = (
     "insight_file",
     "insight_entry_type",
     "insight_message",
+    "insight_model",
     "insight_subagent_link",
     "line_index_line",
     "line_index_file",
