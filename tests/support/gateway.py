@@ -18,7 +18,7 @@ from gateway.config import GatewayConfig
 from gateway.server import RunningGateway, start_gateway
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]  # tests/support/gateway.py -> the repository
 SESSION = "sess-browser"
 TOKENS = {"alice": "alice-token-0123", "bob": "bob-token-4567", "gateway": "gateway-token-89ab"}
 
