@@ -249,3 +249,34 @@ def test_thumbnail_threads_from_env_and_bounds() -> None:
     for value in ("0", "65", "many"):
         with pytest.raises(ConfigError):
             MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": value})
+
+
+def test_decoded_cache_bytes_from_env_and_bounds() -> None:
+    assert MediaConfig.from_env({}).decoded_cache_bytes == 64 * 1024 * 1024
+    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": "0"})
+    assert config.decoded_cache_bytes == 0  # off
+    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": "1048576"})
+    assert config.decoded_cache_bytes == 1048576
+    for value in ("-1", str(4097 * 1024 * 1024), "lots"):
+        with pytest.raises(ConfigError):
+            MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": value})
+
+
+def test_decoded_cache_evicts_least_recently_used_by_bytes() -> None:
+    from media_service.decoded import DecodedCache, DecodedImage
+
+    cache = DecodedCache(300, max_item_bytes=200)
+    images = {name: DecodedImage(100, 64, []) for name in "abc"}
+    refs = {name: cache.put((0, 0, ord(name), name), image) for name, image in images.items()}
+    assert cache.get((0, 0, ord("a"), "a")) is not None  # a is now the most recent
+    cache.put((0, 0, ord("d"), "d"), DecodedImage(150, 64, []))  # evicts b, then c
+    assert cache.get((0, 0, ord("b"), "b")) is None
+    assert cache.get((0, 0, ord("c"), "c")) is None
+    assert cache.get((0, 0, ord("a"), "a")) is not None
+    assert cache.total_bytes == 250
+    assert cache.put((0, 0, 9, "big"), DecodedImage(201, 64, [])) is None  # over the item bound
+    assert not DecodedCache(0).holds(1)  # off
+    del images
+    held = refs["b"]
+    assert held is not None and held() is None  # evicted and not held elsewhere: freed
+    assert refs["a"] is not None and refs["a"]() is not None
