@@ -8,6 +8,13 @@ This cache keeps the decoded bytes of images up to `MAX_CACHED_IMAGE_BYTES`
 (`SCROLLBACK_MEDIA_DECODED_CACHE_BYTES`, default 64 MiB, 0 turns it off),
 least recently used out first.
 
+A miss is served exactly as without the cache (decoded slice by slice from
+the file, its sha256 checked at the end, DATA_LOSS if the transcript changed
+meanwhile); a stream that sends a whole image that way keeps the chunks it
+sent (`Filler`) and caches them once the last read checked the hash. One
+stream fills a key at a time, and the bytes being filled count against the
+cache's size, so filling streams hold at most that much between them.
+
 An entry holds the image already cut into `ReadMediaResponse{data}` messages
 of the server's chunk size, each serialized once (`Encoded`): sending one is
 handing grpc bytes, no message built or serialized per send. The wire format
@@ -31,7 +38,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -83,28 +89,47 @@ class DecodedImage:
         self.chunks = chunks
 
 
-def decode_chunks(
-    read: Callable[[int, int], bytes], size: int, chunk_size: int, block: int
-) -> DecodedImage:
-    """The image of `size` bytes read whole with `read(offset, length)`, in order, as chunks.
+class Filler:
+    """The chunks of one image as a stream first sends them from the file, cached if it ends.
 
-    `read` is the verified reader (it raises CorruptMediaError if the bytes no
-    longer hash to the metadata); reads are `block` bytes, a multiple of the
-    chunk size.
+    `DecodedCache.begin_fill` hands one out per key at a time, its size
+    reserved in the cache's budget, so streams filling at once hold at most
+    the cache's size between them. `finish` caches what was collected (the
+    whole image, read in order by the verified reader, whose last read
+    checked its sha256); `abandon` (after an error, a cancel, a stall) drops it.
     """
-    block = max(chunk_size, block - block % chunk_size)
-    chunks: list[Encoded] = []
-    position = 0
-    while position < size:
-        data = read(position, min(block, size - position))
-        if not data:
-            break
-        view = memoryview(data)
-        for at in range(0, len(data), chunk_size):
-            chunks.append(Encoded(view[at : at + chunk_size]))
-        view.release()
-        position += len(data)
-    return DecodedImage(position, chunk_size, chunks)
+
+    def __init__(self, cache: DecodedCache, key: DecodedKey, size: int, chunk_size: int) -> None:
+        self._cache = cache
+        self._key = key
+        self._size = size
+        self._chunk_size = chunk_size
+        self._chunks: list[Encoded] = []
+        self._collected = 0
+        self._open = True
+
+    def add(self, chunk: Encoded) -> None:
+        """The next chunk sent (in order from the image's first byte)."""
+        self._chunks.append(chunk)
+        self._collected += len(chunk.data)
+
+    def finish(self) -> None:
+        """The stream sent the whole image: cache it."""
+        if not self._open:
+            return
+        chunks, self._chunks = self._chunks, []
+        image = None
+        if self._collected == self._size:
+            image = DecodedImage(self._size, self._chunk_size, chunks)
+        self._open = False
+        self._cache._end_fill(self._key, self._size, image)
+
+    def abandon(self) -> None:
+        """The stream ended before the whole image was sent: cache nothing."""
+        if self._open:
+            self._open = False
+            self._chunks = []
+            self._cache._end_fill(self._key, self._size, None)
 
 
 class DecodedCache:
@@ -118,6 +143,9 @@ class DecodedCache:
         self.max_item_bytes = min(max_item_bytes, max_bytes)
         self._items: OrderedDict[DecodedKey, DecodedImage] = OrderedDict()
         self._bytes = 0
+        # Keys being filled by a stream now, and the bytes reserved for them.
+        self._filling: set[DecodedKey] = set()
+        self._reserved = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -156,6 +184,28 @@ class DecodedCache:
                 _, evicted = self._items.popitem(last=False)
                 self._bytes -= evicted.size
             return weakref.ref(image)
+
+    def begin_fill(self, key: DecodedKey, size: int, chunk_size: int) -> Filler | None:
+        """A filler for an image a stream is about to send whole from the file; None if not.
+
+        None when the cache is off, the image too large, another stream is
+        filling the same key, or the fills under way already reserve the budget.
+        """
+        if not self.holds(size):
+            return None
+        with self._lock:
+            if key in self._filling or self._reserved + size > self.max_bytes:
+                return None
+            self._filling.add(key)
+            self._reserved += size
+        return Filler(self, key, size, chunk_size)
+
+    def _end_fill(self, key: DecodedKey, size: int, image: DecodedImage | None) -> None:
+        with self._lock:
+            self._filling.discard(key)
+            self._reserved -= size
+        if image is not None:
+            self.put(key, image)
 
     def clear(self) -> None:
         """Drop every entry."""

@@ -24,7 +24,7 @@ from media_service.decoded import (
     DecodedCache,
     DecodedImage,
     Encoded,
-    decode_chunks,
+    Filler,
 )
 from media_service.errors import (
     BlobMismatchError,
@@ -225,6 +225,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
         pixels = thumbnail_pixels(request.size)
         decoded: weakref.ref[DecodedImage] | None = None
+        filler: Filler | None = None
         if pixels is None:
             media, decoded = await asyncio.to_thread(self._open_read, current_principal(), selector)
         else:
@@ -267,45 +268,53 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 media.restart_reads()
                 for at in range(0, position, READ_BLOCK):
                     await asyncio.to_thread(media.read, at, min(READ_BLOCK, position - at))
+            elif (
+                media.decoded_key is not None
+                and start == 0
+                and end == media.info.size_bytes
+                and READ_BLOCK % chunk == 0
+            ):
+                # A miss sent whole: the chunks are kept as they go, cached at the end.
+                filler = self.decoded.begin_fill(media.decoded_key, end, chunk)
             while position < end:
                 block = await asyncio.to_thread(
                     media.read, position, min(READ_BLOCK, end - position)
                 )
                 if not block:
                     raise CorruptMediaError()
-                for at in range(0, len(block), chunk):
-                    yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
+                if filler is None:
+                    for at in range(0, len(block), chunk):
+                        yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
+                else:
+                    view = memoryview(block)
+                    for at in range(0, len(block), chunk):
+                        piece = Encoded(view[at : at + chunk])
+                        filler.add(piece)
+                        yield piece
+                        del piece
+                    view.release()
                 position += len(block)
                 del block
+            if filler is not None:
+                filler.finish()  # every byte read in order: the last read checked the sha256
         finally:
+            if filler is not None:
+                filler.abandon()  # nothing cached unless finished
             media.close()
 
     def _open_read(
         self, principal: Principal | None, selector: Selector
     ) -> tuple[OpenMedia, weakref.ref[DecodedImage] | None]:
-        """The medium opened and verified, and its decoded image when cached (blocking).
+        """The medium opened and verified, and its decoded image if cached (blocking).
 
         The decoded cache is consulted only once `open` has verified the line
-        as it stands now; a miss of a small enough image decodes it whole
-        (hashed against its metadata) and caches it.
+        as it stands now.
         """
         media = self._library.open(principal, selector)
         key = media.decoded_key
         if key is None or not self.decoded.holds(media.info.size_bytes):
             return media, None
-        try:
-            found = self.decoded.get(key)
-            if found is None:
-                image = decode_chunks(
-                    media.read, media.info.size_bytes, self._chunk_size, READ_BLOCK
-                )
-                if image.size != media.info.size_bytes:
-                    raise CorruptMediaError("the transcript's payload changed while read")
-                found = self.decoded.put(key, image)
-        except BaseException:
-            media.close()
-            raise
-        return media, found
+        return media, self.decoded.get(key)
 
     async def _thumbnail(self, selector: Selector, pixels: int) -> OpenMedia:
         """The thumbnail: checks and the cache on a read thread, an encode on the pool."""

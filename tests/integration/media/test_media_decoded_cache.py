@@ -1,15 +1,18 @@
 """The decoded-image cache (media_service.decoded) on a real server.
 
-A cached image is served only after the line was verified as it stands now,
-so a changed transcript gets the contract's answer, never the cached bytes;
-ranges served from the cache equal the file's; an entry evicted mid-stream
-frees its bytes and the stream goes on from the file (DATA_LOSS if the file
-changed meanwhile); the pre-serialized chunks are the wire format
-`ReadMediaResponse.SerializeToString()` gives.
+A miss is served from the file as without the cache, and only a whole image
+whose hash checked is cached (a first read changed mid-stream: see
+test_media_stream_errors.py, cache on and off); a cached image is served only
+after the line was verified as it stands now, so a changed transcript gets the
+contract's answer, never the cached bytes; ranges served from the cache equal
+the file's; an entry evicted mid-stream frees its bytes and the stream goes on
+from the file (DATA_LOSS if the file changed meanwhile); the pre-serialized
+chunks are the wire format `ReadMediaResponse.SerializeToString()` gives.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 
@@ -115,6 +118,7 @@ async def test_evicted_mid_stream_goes_on_from_the_file(start_media: StartMedia,
     line = dumps(entry("u-ev", [image_block(payload)]))
     path = write_transcript(media.root, "ev", [line])
     (ref,) = mint("ev", line)
+    await read_media(media.stub, _selector(ref))  # cached: the stream below hits
     call = media.stub.ReadMedia(media_pb2.ReadMediaRequest(media=_selector(ref)))
     stream = aiter(call)
     first = await anext(stream)
@@ -137,6 +141,7 @@ async def test_evicted_mid_stream_still_sends_every_byte(start_media: StartMedia
     line = dumps(entry("u-ev2", [image_block(payload)]))
     write_transcript(media.root, "ev2", [line])
     (ref,) = mint("ev2", line)
+    await read_media(media.stub, _selector(ref))
     call = media.stub.ReadMedia(media_pb2.ReadMediaRequest(media=_selector(ref)))
     parts: list[bytes] = []
     async for message in call:
@@ -145,6 +150,26 @@ async def test_evicted_mid_stream_still_sends_every_byte(start_media: StartMedia
         else:
             parts.append(message.data)
     assert b"".join(parts) == payload
+
+
+async def test_a_partial_read_or_a_cancelled_stream_caches_nothing(media: MediaEnv) -> None:
+    payload = png_bytes(IMAGE_SIZE, seed=10)
+    line = dumps(entry("u-part", [image_block(payload)]))
+    write_transcript(media.root, "part", [line])
+    (ref,) = mint("part", line)
+    _meta, data, _ = await read_media(media.stub, _selector(ref), 0, 100_000)
+    assert data == payload[:100_000]
+    cache = _cache(media)
+    assert cache.total_bytes == 0
+    call = media.stub.ReadMedia(media_pb2.ReadMediaRequest(media=_selector(ref)))
+    await call.read()
+    await call.read()
+    call.cancel()
+    await asyncio.sleep(0.2)
+    assert cache.total_bytes == 0
+    # The abandoned fill left no reservation behind: a whole read now caches it.
+    assert (await read_media(media.stub, _selector(ref)))[1] == payload
+    assert cache.total_bytes == IMAGE_SIZE
 
 
 async def test_cache_off_serves_from_the_file(start_media: StartMedia) -> None:

@@ -2,10 +2,10 @@
 
 The error table applies to the streaming phase too (docs/contract.md §9): a
 transcript rewritten or truncated while its image is being sent ends the stream
-with DATA_LOSS, never UNKNOWN. These run with the decoded cache off: an image
-served from the cache was decoded and verified whole before its metadata was
-sent, so a later change cannot reach that stream (tests/integration/media/
-test_media_decoded_cache.py covers the cache's side, eviction mid-stream included).
+with DATA_LOSS, never UNKNOWN, with the decoded cache on or off: a first read
+misses the cache and is served from the file as without it (the chunks it
+sent are cached only once the whole image hashed to its metadata).
+tests/integration/media/test_media_decoded_cache.py covers reads that hit it.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ def rewrite(path: Path, payload: bytes, how: str) -> None:
         os.truncate(path, at + len(encoded) // 4)
 
 
+@pytest.mark.parametrize("cache_bytes", [0, 64 * 1024 * 1024])
 @pytest.mark.parametrize("how", ["replaced", "truncated"])
 async def test_transcript_changed_mid_stream_is_data_loss(
-    start_media: StartMedia, how: str
+    start_media: StartMedia, how: str, cache_bytes: int
 ) -> None:
-    media = await start_media(decoded_cache_bytes=0)
+    media = await start_media(decoded_cache_bytes=cache_bytes)
     payload = png_bytes(IMAGE_SIZE, seed=3)
     line = dumps(entry("u-mid", [image_block(payload)]))
     path = write_transcript(media.root, "mid", [line])
@@ -69,3 +70,5 @@ async def test_transcript_changed_mid_stream_is_data_loss(
     assert received < IMAGE_SIZE
     assert caught.value.code() == grpc.StatusCode.DATA_LOSS
     assert str(media.root) not in (caught.value.details() or "")
+    servicer = media.server.servicer
+    assert servicer is not None and servicer.decoded.total_bytes == 0  # nothing cached

@@ -280,3 +280,30 @@ def test_decoded_cache_evicts_least_recently_used_by_bytes() -> None:
     held = refs["b"]
     assert held is not None and held() is None  # evicted and not held elsewhere: freed
     assert refs["a"] is not None and refs["a"]() is not None
+
+
+def test_decoded_cache_fills_one_stream_per_key_within_its_budget() -> None:
+    from media_service.decoded import DecodedCache, Encoded
+
+    cache = DecodedCache(300, max_item_bytes=200)
+    filler = cache.begin_fill((0, 0, 1, "a"), 150, 100)
+    assert filler is not None
+    assert cache.begin_fill((0, 0, 1, "a"), 150, 100) is None  # one filler per key
+    assert cache.begin_fill((0, 0, 2, "b"), 160, 100) is None  # 150 + 160 over the budget
+    other = cache.begin_fill((0, 0, 3, "c"), 150, 100)
+    assert other is not None
+    other.abandon()  # nothing cached, its reservation freed
+    assert cache.get((0, 0, 3, "c")) is None
+    filler.add(Encoded(b"x" * 100))
+    filler.add(Encoded(b"y" * 50))
+    filler.finish()
+    held = cache.get((0, 0, 1, "a"))
+    assert held is not None
+    image = held()
+    assert image is not None and image.size == 150 and len(image.chunks) == 2
+    short = cache.begin_fill((0, 0, 4, "d"), 100, 100)
+    assert short is not None
+    short.add(Encoded(b"z" * 40))
+    short.finish()  # fewer bytes than the image: not cached
+    assert cache.get((0, 0, 4, "d")) is None
+    assert cache.begin_fill((0, 0, 5, "e"), 150, 100) is not None  # all reservations freed
