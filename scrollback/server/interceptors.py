@@ -420,8 +420,8 @@ class _StallWatch:
     timeout, the client granted no flow-control window that long, and the
     stream's task is cancelled out of that write (`fired` tells this cancel
     from the client leaving); otherwise it is set again for the timeout
-    after the pending write began, or after now. A write that completes
-    takes two clock reads, no task, future or timer of its own.
+    after the pending write began, or after now. A write costs one clock
+    read, no task, future or timer of its own.
     """
 
     __slots__ = ("_loop", "_since", "_task", "_timeout", "_timer", "fired")
