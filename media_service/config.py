@@ -22,7 +22,9 @@ upload discarded), `WRITE_DEADLINE_SECONDS` (default 600, flag
 steadily it drips), `STALL_TIMEOUT_SECONDS` (default 60, flag
 `--stall-timeout-seconds`: a stream whose client grants no flow-control window
 that long is ended with DEADLINE_EXCEEDED), `THUMBNAIL_THREADS` (default 2: the
-threads that encode thumbnails, apart from those that serve reads), `WORKERS`
+threads that encode thumbnails, apart from those that serve reads),
+`DECODED_CACHE_BYTES` (default 64 MiB per worker, 0: off: decoded transcript
+images up to 16 MiB kept ready to send, media_service.decoded), `WORKERS`
 (default: the cores this process may use, flag `--workers`: worker processes
 serving one port, scrollback.server.workers). The older names
 `SCROLLBACK_MAX_BLOB_SIZE`, `SCROLLBACK_GC_GRACE_SECONDS` and
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from media_service.decoded import DEFAULT_DECODED_CACHE_BYTES
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
@@ -68,6 +71,8 @@ DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
 DEFAULT_WRITE_DEADLINE_SECONDS = 600.0
 DEFAULT_THUMBNAIL_THREADS = 2
 MAX_THUMBNAIL_THREADS = 64
+# Per worker: a bound that keeps a mistyped size from taking the machine's memory.
+MAX_DECODED_CACHE_BYTES = 4096 * MIB
 # Read as SCROLLBACK_<FIELD>: every server reads them alike.
 SHARED_FIELDS = frozenset({"database_url", "max_line_size"})
 DEPRECATED_NAMES = {
@@ -98,6 +103,8 @@ class MediaConfig:
     write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS
+    # Decoded transcript images kept per worker, ready to send (media_service.decoded); 0: off.
+    decoded_cache_bytes: int = DEFAULT_DECODED_CACHE_BYTES
     # Worker processes serving one port (scrollback.server.workers); 1: this process.
     workers: int = field(default_factory=default_workers)
     database_url: str = field(default="", repr=False)
@@ -160,5 +167,9 @@ class MediaConfig:
             raise ConfigError(f"workers must be from 1 to {MAX_WORKERS}")
         if not 1 <= self.thumbnail_threads <= MAX_THUMBNAIL_THREADS:
             raise ConfigError(f"thumbnail threads must be from 1 to {MAX_THUMBNAIL_THREADS}")
+        if not 0 <= self.decoded_cache_bytes <= MAX_DECODED_CACHE_BYTES:
+            raise ConfigError(
+                f"decoded cache size must be from 0 (off) to {MAX_DECODED_CACHE_BYTES} bytes"
+            )
         check_database_url(self.database_url)
         return self

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from media_service.blobs import BlobStore, MediaInfo
+from media_service.decoded import DecodedKey
 from media_service.errors import CorruptMediaError, MediaNotFoundError, NotAnImageError
 from media_service.thumbnails import (
     DEFAULT_MAX_PIXELS,
@@ -76,12 +77,23 @@ class OpenMedia:
         read: Callable[[int, int], bytes],
         close: Callable[[], None] = lambda: None,
         data: bytes | None = None,
+        *,
+        decoded_key: DecodedKey | None = None,
+        fresh_reads: Callable[[], Callable[[int, int], bytes]] | None = None,
     ) -> None:
         self.info = info
         self._read = read
         self._close = close
         # The whole medium when it is held in memory: served without more reads.
         self.data = data
+        # A transcript image's key in the decoded cache (media_service.decoded).
+        self.decoded_key = decoded_key
+        self._fresh_reads = fresh_reads
+
+    def restart_reads(self) -> None:
+        """Start the reads over: a verified reader hashes only reads in order from 0."""
+        if self._fresh_reads is not None:
+            self._read = self._fresh_reads()
 
     def read(self, offset: int, length: int) -> bytes:
         """Up to `length` bytes from `offset`."""
@@ -285,10 +297,17 @@ class MediaLibrary:
     def open(self, principal: Principal | None, selector: Selector) -> OpenMedia:
         """Metadata and verified bytes, ready to stream, as `principal` may read them."""
         if isinstance(selector, TranscriptSelector):
-            info, reader, handle = self.transcripts.open(
+            opened = self.transcripts.open_payload(
                 principal, selector.ref, selector.pin, selector.line_offset_hint
             )
-            return OpenMedia(info, _verified_reads(info, reader), handle.close)
+            info, reader = opened.info, opened.reader
+            return OpenMedia(
+                info,
+                _verified_reads(info, reader),
+                opened.handle.close,
+                decoded_key=opened.key,
+                fresh_reads=lambda: _verified_reads(info, reader),
+            )
         self._check_blob(principal, selector.sha256)
         info, handle = self.blobs.open_verified(selector.sha256)
         return OpenMedia.of_file(info, handle)

@@ -20,11 +20,11 @@ from media_service.blobs import BlobStore, Clock
 from media_service.config import MediaConfig
 from media_service.gc import GcReport, collect_garbage
 from media_service.library import MediaLibrary
-from media_service.servicer import MediaServicer
+from media_service.servicer import MediaServicer, add_media_servicer
 from media_service.store.base import BlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import TranscriptMedia
-from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.media.v1 import media_pb2
 from scrollback.server.grpc_support import (
     RunningServer,
     build_server,
@@ -50,6 +50,7 @@ class RunningMediaServer(RunningServer):
     """A running media server, with its blob store and GC task."""
 
     library: MediaLibrary | None = None
+    servicer: MediaServicer | None = None
     gc_task: asyncio.Task[None] | None = None
     closers: list[BlobMetadataStore | TranscriptMedia] = field(default_factory=list)
     metrics_port: int | None = None
@@ -160,10 +161,11 @@ async def start_media_server(
         write_idle_timeout=config.write_idle_timeout_seconds,
         write_deadline=config.write_deadline_seconds,
         thumbnail_threads=config.thumbnail_threads,
+        decoded_cache_bytes=config.decoded_cache_bytes,
     )
 
     def register(server: grpc.aio.Server) -> None:
-        media_pb2_grpc.add_MediaServiceServicer_to_server(servicer, server)
+        add_media_servicer(servicer, server)
 
     try:
         running = await build_server(
@@ -185,6 +187,7 @@ async def start_media_server(
         running.health,
         running.service_names,
         library=library,
+        servicer=servicer,
         gc_task=gc_task,
         closers=[metadata, library.transcripts],
         metrics_port=security.metrics_port,

@@ -12,13 +12,21 @@ import asyncio
 import functools
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
 from media_service.blobs import MediaInfo
+from media_service.decoded import (
+    DEFAULT_DECODED_CACHE_BYTES,
+    DecodedCache,
+    DecodedImage,
+    Encoded,
+    Filler,
+)
 from media_service.errors import (
     BlobMismatchError,
     BlobTooLargeError,
@@ -43,6 +51,7 @@ from media_service.library import (
 from media_service.ranges import byte_range
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.principals import Principal
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import ErrorTable, maps_errors, status_for
 from scrollback.state.sqlite import StoreBusyError
@@ -181,6 +190,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         write_deadline: float = DEFAULT_WRITE_DEADLINE,
         search_threads: int = DEFAULT_SEARCH_THREADS,
         thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS,
+        decoded_cache_bytes: int = DEFAULT_DECODED_CACHE_BYTES,
     ) -> None:
         self._library = library
         # StatMedia's transcript searches run here, apart from the default pool
@@ -192,6 +202,8 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             thumbnail_threads, thread_name_prefix="media-thumbnail"
         )
         self._chunk_size = chunk_size
+        # Decoded transcript images, ready to send (media_service.decoded); 0 bytes: off.
+        self.decoded = DecodedCache(decoded_cache_bytes)
         self._idle_timeout = write_idle_timeout
         self._write_deadline = write_deadline
 
@@ -218,9 +230,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 f"no upload data for {self._idle_timeout:g} s (write_idle_timeout_seconds)"
             ) from None
 
-    async def ReadMedia(
+    async def ReadMedia(  # type: ignore[override]  # Encoded: a pre-serialized ReadMediaResponse
         self, request: media_pb2.ReadMediaRequest, context: Context
-    ) -> AsyncIterator[media_pb2.ReadMediaResponse]:
+    ) -> AsyncIterator[media_pb2.ReadMediaResponse | Encoded]:
         """Metadata first, then the bytes of [read_offset, read_offset + read_limit)."""
         if not request.HasField("media"):
             raise InvalidRequestError("media is required")
@@ -228,8 +240,10 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         if request.read_offset < 0 or request.read_limit < 0:
             byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
         pixels = thumbnail_pixels(request.size)
+        decoded: weakref.ref[DecodedImage] | None = None
+        filler: Filler | None = None
         if pixels is None:
-            media = await asyncio.to_thread(self._library.open, current_principal(), selector)
+            media, decoded = await asyncio.to_thread(self._open_read, current_principal(), selector)
         else:
             media = await self._thumbnail(selector, pixels)
         try:
@@ -243,18 +257,80 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                     yield media_pb2.ReadMediaResponse(data=bytes(view[at : min(at + chunk, end)]))
                 return
             position = start
+            if decoded is not None:
+                # Taken one chunk at a time through the weak reference: an entry
+                # evicted meanwhile is freed, and the rest comes from the file.
+                while position < end:
+                    image = decoded()
+                    if image is None:
+                        break
+                    index, within = divmod(position, chunk)
+                    piece = image.chunks[index]
+                    del image
+                    length = len(piece.data) - within
+                    if within == 0 and position + length <= end:
+                        yield piece  # already serialized: grpc sends its bytes as they are
+                    else:
+                        length = min(length, end - position)
+                        yield media_pb2.ReadMediaResponse(
+                            data=bytes(piece.data[within : within + length])
+                        )
+                    del piece
+                    position += length
+                if position >= end:
+                    return
+                # Evicted mid-stream: the file's bytes from here, hashed from 0 again
+                # so that a transcript changed since still ends in DATA_LOSS.
+                media.restart_reads()
+                for at in range(0, position, READ_BLOCK):
+                    await asyncio.to_thread(media.read, at, min(READ_BLOCK, position - at))
+            elif (
+                media.decoded_key is not None
+                and start == 0
+                and end == media.info.size_bytes
+                and READ_BLOCK % chunk == 0
+            ):
+                # A miss sent whole: the chunks are kept as they go, cached at the end.
+                filler = self.decoded.begin_fill(media.decoded_key, end, chunk)
             while position < end:
                 block = await asyncio.to_thread(
                     media.read, position, min(READ_BLOCK, end - position)
                 )
                 if not block:
                     raise CorruptMediaError()
-                for at in range(0, len(block), chunk):
-                    yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
+                if filler is None:
+                    for at in range(0, len(block), chunk):
+                        yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
+                else:
+                    view = memoryview(block)
+                    for at in range(0, len(block), chunk):
+                        piece = Encoded(view[at : at + chunk])
+                        filler.add(piece)
+                        yield piece
+                        del piece
+                    view.release()
                 position += len(block)
                 del block
+            if filler is not None:
+                filler.finish()  # every byte read in order: the last read checked the sha256
         finally:
+            if filler is not None:
+                filler.abandon()  # nothing cached unless finished
             media.close()
+
+    def _open_read(
+        self, principal: Principal | None, selector: Selector
+    ) -> tuple[OpenMedia, weakref.ref[DecodedImage] | None]:
+        """The medium opened and verified, and its decoded image if cached (blocking).
+
+        The decoded cache is consulted only once `open` has verified the line
+        as it stands now.
+        """
+        media = self._library.open(principal, selector)
+        key = media.decoded_key
+        if key is None or not self.decoded.holds(media.info.size_bytes):
+            return media, None
+        return media, self.decoded.get(key)
 
     async def _thumbnail(
         self, selector: Selector, pixels: int, checks: ThreadPoolExecutor | None = None
@@ -395,3 +471,48 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             self._library.find_missing, current_principal(), list(request.sha256)
         )
         return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)
+
+
+def serialize_read_media(message: media_pb2.ReadMediaResponse | Encoded) -> bytes:
+    """ReadMediaResponse's serializer, passing a pre-serialized chunk (`Encoded`) through."""
+    if isinstance(message, Encoded):
+        return message.wire
+    return message.SerializeToString()
+
+
+class _Handlers:
+    """Stands for the server while the generated code registers: keeps its handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.handlers = handlers
+
+
+def add_media_servicer(servicer: MediaServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer as the generated code does, ReadMedia sending `Encoded` as is.
+
+    The wire format is unchanged: an `Encoded` is the serialized
+    ReadMediaResponse, made once when its image was cached.
+    """
+    recorder = _Handlers()
+    # The generated function only calls the two methods above.
+    media_pb2_grpc.add_MediaServiceServicer_to_server(servicer, cast(grpc.aio.Server, recorder))
+    handlers = dict(recorder.handlers)
+    read = handlers["ReadMedia"]
+    assert read.unary_stream is not None
+    handlers["ReadMedia"] = grpc.unary_stream_rpc_method_handler(
+        read.unary_stream,
+        request_deserializer=read.request_deserializer,
+        response_serializer=serialize_read_media,
+    )
+    service = media_pb2.DESCRIPTOR.services_by_name["MediaService"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    # grpc.aio.Server has it at runtime (grpcio >= 1.63); the stubs predate it.
+    server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]

@@ -317,6 +317,19 @@ MediaInfoCache = LruCache[tuple[int, int, str, int, str], MediaInfo]
 
 
 @dataclass(frozen=True, slots=True)
+class OpenedPayload:
+    """An image found and verified: metadata, a reader of its decoded bytes, its open file.
+
+    `key` (device, inode, payload offset, pin) names its decoded bytes.
+    """
+
+    info: MediaInfo
+    reader: PayloadReader
+    handle: BinaryIO
+    key: tuple[int, int, int, str]
+
+
+@dataclass(frozen=True, slots=True)
 class _Found:
     """Image `located` of a line, with its payload's absolute offsets in the file."""
 
@@ -634,6 +647,21 @@ class TranscriptMedia:
         failed upload), PinMismatchError, LineTooLargeError (a line too large
         even stripped), CorruptMediaError, AmbiguousSessionError, RefError.
         """
+        opened = self.open_payload(principal, ref, pin, line_offset_hint)
+        return opened.info, opened.reader, opened.handle
+
+    def open_payload(
+        self,
+        principal: Principal | None,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None = None,
+    ) -> OpenedPayload:
+        """`open`, with the key that names this payload's decoded bytes (media_service.decoded).
+
+        The key is (device, inode, payload offset, pin) of the line as just
+        verified, so it names bytes only a verified line can lead to.
+        """
         handle, index_key = self._open(principal, ref, pin)
         try:
             fd = handle.fileno()
@@ -649,7 +677,7 @@ class TranscriptMedia:
         except BaseException:
             handle.close()
             raise
-        return info, reader, handle
+        return OpenedPayload(info, reader, handle, (*file_id, found.raw_start, found.located.pin))
 
     def read(
         self,

@@ -11,6 +11,8 @@
 - stalls: each streamed message is sent with `context.write`; a client that
   grants no flow-control window for `stall_timeout` seconds has its stream
   ended (DEADLINE_EXCEEDED, one warning log line), its producer closed at once.
+  One timer per stream watches its writes after the first (`_StallWatch`): a
+  message costs no task, future or timer of its own.
 - `Health.Watch`, open to all, shares one global budget of `max_streams`.
 - served by several worker processes (scrollback.server.workers), the count
   is the whole service's (scrollback.server.stream_limits), and every call
@@ -301,13 +303,33 @@ class ServerPolicy(_InterceptorBase):
                     await self._admit(call, context, request)
                     result = streaming_inner(request, context)
                 if hasattr(result, "__aiter__"):
-                    async for message in result:
-                        if counted:
-                            metrics.READ_MEDIA_BYTES.inc(len(getattr(message, "data", b"")))
-                        stalled = await self._send(context, message)
-                        if stalled is not None:
-                            await self._end_stalled(call, context, result, stalled)
-                        del message  # hold nothing between sends
+                    watch: _StallWatch | None = None
+                    try:
+                        async for message in result:
+                            if counted:
+                                metrics.READ_MEDIA_BYTES.inc(len(getattr(message, "data", b"")))
+                            if watch is None:
+                                # The first write also sends the initial metadata: a write
+                                # grpc must see complete (a cancelled one would leave the
+                                # call unable to send its status), so it gets its own wait.
+                                stalled = await self._send(context, message)
+                                if stalled is not None:
+                                    await self._end_stalled(call, context, result, stalled)
+                                watch = _StallWatch(self._stall_timeout)
+                            else:
+                                watch.writing()
+                                try:
+                                    await context.write(message)
+                                except asyncio.CancelledError:
+                                    if not watch.fired:
+                                        raise  # the client left, or the server is stopping
+                                    watch.handled()
+                                    await self._end_stalled(call, context, result)
+                                watch.written()
+                            del message  # hold nothing between sends
+                    finally:
+                        if watch is not None:
+                            watch.close()
                 else:
                     await result
             except BaseException as error:
@@ -339,7 +361,9 @@ class ServerPolicy(_InterceptorBase):
 
         The write of a stalled stream stays pending (grpc.aio cannot take back
         a message handed to the transport, nor send a status beside it):
-        `_end_stalled` waits for it.
+        `_end_stalled` waits for it. Only a stream's first message goes this
+        way (it carries the initial metadata); later ones are watched by the
+        stream's `_StallWatch`.
         """
         write = asyncio.ensure_future(context.write(message))
         try:
@@ -353,14 +377,19 @@ class ServerPolicy(_InterceptorBase):
         return write
 
     async def _end_stalled(
-        self, call: _Call, context: Context, result: Any, write: asyncio.Future[None]
+        self,
+        call: _Call,
+        context: Context,
+        result: Any,
+        write: asyncio.Future[None] | None = None,
     ) -> NoReturn:
         """End a stream whose client stopped reading: free its data, log, then its status.
 
-        The producer is closed now, so nothing but the one pending message is
-        held; the status follows that message as soon as the transport can
-        send it (the client reads again), or the call is cancelled when the
-        client leaves.
+        The producer is closed now, so nothing but the one message handed to
+        the transport is held; the status follows that message as soon as the
+        transport can send it (the client reads again), or the call is
+        cancelled when the client leaves. `write` is the first message's
+        pending write, waited for before the status.
         """
         metrics.LIMIT_REFUSALS.labels("stall_timeout").inc()
         log.warning(
@@ -372,14 +401,68 @@ class ServerPolicy(_InterceptorBase):
             self._stall_timeout,
         )
         await result.aclose()
-        with contextlib.suppress(Exception):
-            await write
+        if write is not None:
+            with contextlib.suppress(Exception):
+                await write
         await context.abort(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             f"the client granted no flow-control window for {self._stall_timeout:g} s"
             " (stall_timeout_seconds)",
         )
         raise AssertionError("unreachable")  # context.abort always raises
+
+
+class _StallWatch:
+    """The stall timeout of one stream: one timer for the whole stream, not one per message.
+
+    `writing()` / `written()` bracket each `context.write`. The timer fires
+    at most once per timeout: if a write has then been pending for the whole
+    timeout, the client granted no flow-control window that long, and the
+    stream's task is cancelled out of that write (`fired` tells this cancel
+    from the client leaving); otherwise it is set again for the timeout
+    after the pending write began, or after now. A write costs one clock
+    read, no task, future or timer of its own.
+    """
+
+    __slots__ = ("_loop", "_since", "_task", "_timeout", "_timer", "fired")
+
+    def __init__(self, timeout: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._timeout = timeout
+        self._since: float | None = None
+        self.fired = False
+        self._timer = self._loop.call_later(timeout, self._check)
+
+    def writing(self) -> None:
+        """A write begins."""
+        self._since = self._loop.time()
+
+    def written(self) -> None:
+        """The write completed."""
+        self._since = None
+
+    def _check(self) -> None:
+        since = self._since
+        now = self._loop.time()
+        if since is not None and now - since >= self._timeout:
+            if self._task is not None:
+                self.fired = True
+                # Out of the pending write, which grpc leaves with the transport.
+                self._task.cancel()
+            return
+        self._timer = self._loop.call_at(
+            (now if since is None else since) + self._timeout, self._check
+        )
+
+    def handled(self) -> None:
+        """The stream caught the cancel this watch made: it is no longer pending."""
+        if self._task is not None:
+            self._task.uncancel()
+
+    def close(self) -> None:
+        """The stream ended: no more checks."""
+        self._timer.cancel()
 
 
 def _outcome_of(error: BaseException) -> grpc.StatusCode | None:

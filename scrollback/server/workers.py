@@ -15,7 +15,7 @@ the whole service on a clean slate).
 What the workers share lives in the state store (SQLite WAL or PostgreSQL)
 or in the parent's run directory (`WorkerRole.run_dir`, removed on exit):
 
-- `streams.sqlite3`: the calls in flight per principal, so
+- `streams.table`: the calls in flight per principal (a memory-mapped table), so
   `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` holds for the whole service, not per
   worker (scrollback.server.stream_limits);
 - `metrics/`: prometheus_client's multiprocess directory; the parent serves
@@ -53,7 +53,7 @@ READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
 COUNT_ENV = "SCROLLBACK_WORKER_COUNT"
 PARENT_ENV = "SCROLLBACK_WORKER_PARENT"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-STREAMS_DB = "streams.sqlite3"
+STREAMS_DB = "streams.table"
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 20.0
 PARENT_CHECK_SECONDS = 0.5
@@ -248,8 +248,7 @@ class Supervisor:
         self._run_dir = Path(tempfile.mkdtemp(prefix=f"scrollback-{self.name}-"))
         metrics_dir = self._run_dir / "metrics"
         metrics_dir.mkdir()
-        # The shared stream counter's database is made here, once: workers that
-        # all switched a new file to WAL at the same moment would find it locked.
+        # The shared stream counter's table is made here, once, before any worker maps it.
 
         SharedStreamCounter(self._run_dir / STREAMS_DB).close()
         env = dict(os.environ)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from history_service.config import HistoryConfig
 from media_service.config import MediaConfig
 from scrollback.server.service_config import ConfigError
-from scrollback.server.stream_limits import SharedStreamCounter
+from scrollback.server.stream_limits import SLOTS, SharedStreamCounter
 from scrollback.server.workers import _Workers, default_workers, reserve_port
 
 
@@ -41,9 +43,8 @@ def test_port_0_is_reserved_as_a_real_port_that_workers_can_share() -> None:
 
 
 def test_the_shared_count_is_one_budget_for_every_process(tmp_path: Path) -> None:
-    one = SharedStreamCounter(tmp_path / "streams.sqlite3")
-    other = SharedStreamCounter(tmp_path / "streams.sqlite3")
-    other._pid += 1  # stands for a second worker process: its own row
+    one = SharedStreamCounter(tmp_path / "streams.table")
+    other = SharedStreamCounter(tmp_path / "streams.table")  # as a second worker maps it
     try:
         assert one.acquire("alice", 2)
         assert other.acquire("alice", 2)
@@ -77,3 +78,56 @@ def test_the_service_status_of_ended_workers() -> None:
     assert _ended(term, "sys.exit(2)").status() == 2
     # A crash or a kill after the grace is a failure.
     assert _ended(term, "os.kill(os.getpid(), signal.SIGKILL)").status() == 1
+
+
+def _admit_many(path: str, limit: int, tries: int, start: Any, results: Any) -> None:
+    counter = SharedStreamCounter(Path(path))
+    start.wait()
+    admitted = sum(counter.acquire("carol", limit) for _ in range(tries))
+    counter.close()
+    results.put(admitted)
+
+
+def test_worker_processes_racing_for_the_last_slots_admit_exactly_the_limit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "streams.table"
+    SharedStreamCounter(path).close()
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Event(), context.Queue()
+    processes = [
+        context.Process(target=_admit_many, args=(str(path), 500, 400, start, results))
+        for _ in range(4)
+    ]
+    for process in processes:
+        process.start()
+    start.set()
+    admitted = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(30)
+    assert sum(admitted) == 500  # 1600 tries, never one over the service's limit
+    counter = SharedStreamCounter(path)
+    try:
+        assert counter.total("carol") == 500
+    finally:
+        counter.close()
+
+
+def test_a_full_table_refuses_new_keys_and_frees_slots_with_no_calls(tmp_path: Path) -> None:
+    counter = SharedStreamCounter(tmp_path / "streams.table")
+    try:
+        for number in range(SLOTS):
+            assert counter.acquire(f"p{number}", 1)
+        assert not counter.acquire("one-too-many", 1)  # every slot holds a call
+        assert counter.total("one-too-many") == 0
+        counter.release("p7")
+        assert counter.acquire("one-too-many", 1)  # p7's slot, free now, is taken
+        assert counter.total("one-too-many") == 1 and counter.total("p7") == 0
+        assert not counter.acquire("p8", 1)  # p8 still at its limit of 1
+        counter.release("one-too-many")
+        assert counter.acquire("p7", 1)  # the key comes back in a free slot
+        for number in range(SLOTS):
+            counter.release(f"p{number}")
+        assert all(counter.total(f"p{number}") == 0 for number in range(SLOTS))
+    finally:
+        counter.close()

@@ -2,7 +2,10 @@
 
 The error table applies to the streaming phase too (docs/contract.md §9): a
 transcript rewritten or truncated while its image is being sent ends the stream
-with DATA_LOSS, never UNKNOWN.
+with DATA_LOSS, never UNKNOWN, with the decoded cache on or off: a first read
+misses the cache and is served from the file as without it (the chunks it
+sent are cached only once the whole image hashed to its metadata).
+tests/integration/media/test_media_decoded_cache.py covers reads that hit it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import pytest
 
 from scrollback.media.v1 import media_pb2
 from tests.support.media import (
-    MediaEnv,
+    StartMedia,
     dumps,
     entry,
     image_block,
@@ -28,7 +31,7 @@ from tests.support.media import (
 IMAGE_SIZE = 4 * 1024 * 1024  # many read blocks: the stream is far from done after its metadata
 
 
-def _rewrite(path: Path, payload: bytes, how: str) -> None:
+def rewrite(path: Path, payload: bytes, how: str) -> None:
     """Change the transcript under the open stream: the payload replaced in place, or cut."""
     content = path.read_bytes()
     encoded = base64.b64encode(payload)
@@ -42,8 +45,12 @@ def _rewrite(path: Path, payload: bytes, how: str) -> None:
         os.truncate(path, at + len(encoded) // 4)
 
 
+@pytest.mark.parametrize("cache_bytes", [0, 64 * 1024 * 1024])
 @pytest.mark.parametrize("how", ["replaced", "truncated"])
-async def test_transcript_changed_mid_stream_is_data_loss(media: MediaEnv, how: str) -> None:
+async def test_transcript_changed_mid_stream_is_data_loss(
+    start_media: StartMedia, how: str, cache_bytes: int
+) -> None:
+    media = await start_media(decoded_cache_bytes=cache_bytes)
     payload = png_bytes(IMAGE_SIZE, seed=3)
     line = dumps(entry("u-mid", [image_block(payload)]))
     path = write_transcript(media.root, "mid", [line])
@@ -55,7 +62,7 @@ async def test_transcript_changed_mid_stream_is_data_loss(media: MediaEnv, how: 
     first = await anext(stream)
     assert first.WhichOneof("item") == "metadata"
     assert first.metadata.size_bytes == IMAGE_SIZE
-    _rewrite(path, payload, how)
+    rewrite(path, payload, how)
     received = 0
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         async for message in stream:
@@ -63,3 +70,5 @@ async def test_transcript_changed_mid_stream_is_data_loss(media: MediaEnv, how: 
     assert received < IMAGE_SIZE
     assert caught.value.code() == grpc.StatusCode.DATA_LOSS
     assert str(media.root) not in (caught.value.details() or "")
+    servicer = media.server.servicer
+    assert servicer is not None and servicer.decoded.total_bytes == 0  # nothing cached

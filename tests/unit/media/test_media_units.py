@@ -249,3 +249,61 @@ def test_thumbnail_threads_from_env_and_bounds() -> None:
     for value in ("0", "65", "many"):
         with pytest.raises(ConfigError):
             MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": value})
+
+
+def test_decoded_cache_bytes_from_env_and_bounds() -> None:
+    assert MediaConfig.from_env({}).decoded_cache_bytes == 64 * 1024 * 1024
+    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": "0"})
+    assert config.decoded_cache_bytes == 0  # off
+    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": "1048576"})
+    assert config.decoded_cache_bytes == 1048576
+    for value in ("-1", str(4097 * 1024 * 1024), "lots"):
+        with pytest.raises(ConfigError):
+            MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": value})
+
+
+def test_decoded_cache_evicts_least_recently_used_by_bytes() -> None:
+    from media_service.decoded import DecodedCache, DecodedImage
+
+    cache = DecodedCache(300, max_item_bytes=200)
+    images = {name: DecodedImage(100, 64, []) for name in "abc"}
+    refs = {name: cache.put((0, 0, ord(name), name), image) for name, image in images.items()}
+    assert cache.get((0, 0, ord("a"), "a")) is not None  # a is now the most recent
+    cache.put((0, 0, ord("d"), "d"), DecodedImage(150, 64, []))  # evicts b, then c
+    assert cache.get((0, 0, ord("b"), "b")) is None
+    assert cache.get((0, 0, ord("c"), "c")) is None
+    assert cache.get((0, 0, ord("a"), "a")) is not None
+    assert cache.total_bytes == 250
+    assert cache.put((0, 0, 9, "big"), DecodedImage(201, 64, [])) is None  # over the item bound
+    assert not DecodedCache(0).holds(1)  # off
+    del images
+    held = refs["b"]
+    assert held is not None and held() is None  # evicted and not held elsewhere: freed
+    assert refs["a"] is not None and refs["a"]() is not None
+
+
+def test_decoded_cache_fills_one_stream_per_key_within_its_budget() -> None:
+    from media_service.decoded import DecodedCache, Encoded
+
+    cache = DecodedCache(300, max_item_bytes=200)
+    filler = cache.begin_fill((0, 0, 1, "a"), 150, 100)
+    assert filler is not None
+    assert cache.begin_fill((0, 0, 1, "a"), 150, 100) is None  # one filler per key
+    assert cache.begin_fill((0, 0, 2, "b"), 160, 100) is None  # 150 + 160 over the budget
+    other = cache.begin_fill((0, 0, 3, "c"), 150, 100)
+    assert other is not None
+    other.abandon()  # nothing cached, its reservation freed
+    assert cache.get((0, 0, 3, "c")) is None
+    filler.add(Encoded(b"x" * 100))
+    filler.add(Encoded(b"y" * 50))
+    filler.finish()
+    held = cache.get((0, 0, 1, "a"))
+    assert held is not None
+    image = held()
+    assert image is not None and image.size == 150 and len(image.chunks) == 2
+    short = cache.begin_fill((0, 0, 4, "d"), 100, 100)
+    assert short is not None
+    short.add(Encoded(b"z" * 40))
+    short.finish()  # fewer bytes than the image: not cached
+    assert cache.get((0, 0, 4, "d")) is None
+    assert cache.begin_fill((0, 0, 5, "e"), 150, 100) is not None  # all reservations freed
