@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+from pathlib import Path
 
 import grpc
 import pytest
 
 from media_service.decoded import DecodedCache, Encoded
 from media_service.servicer import MediaServicer, serialize_read_media
-from scrollback.media.v1 import media_pb2
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.integration.media.test_media_stream_errors import rewrite
 from tests.support.media import (
     MediaEnv,
@@ -37,6 +38,7 @@ from tests.support.media import (
 )
 
 IMAGE_SIZE = 4 * 1024 * 1024
+SMALL_WINDOW = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 * 1024)]
 
 
 def _cache(env: MediaEnv) -> DecodedCache:
@@ -119,7 +121,23 @@ async def test_evicted_mid_stream_goes_on_from_the_file(start_media: StartMedia,
     path = write_transcript(media.root, "ev", [line])
     (ref,) = mint("ev", line)
     await read_media(media.stub, _selector(ref))  # cached: the stream below hits
-    call = media.stub.ReadMedia(media_pb2.ReadMediaRequest(media=_selector(ref)))
+    # A channel that grants a fixed 64 KiB window: without it, BDP probing can grow
+    # the window past the image and the cached chunks are all sent before the eviction.
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{media.server.port}", options=SMALL_WINDOW
+    ) as channel:
+        stub = media_pb2_grpc.MediaServiceStub(channel)
+        call = stub.ReadMedia(media_pb2.ReadMediaRequest(media=_selector(ref)))
+        await _evict_and_rewrite_mid_stream(media, call, path, payload, how)
+
+
+async def _evict_and_rewrite_mid_stream(
+    media: MediaEnv,
+    call: grpc.aio.UnaryStreamCall[media_pb2.ReadMediaRequest, media_pb2.ReadMediaResponse],
+    path: Path,
+    payload: bytes,
+    how: str,
+) -> None:
     stream = aiter(call)
     first = await anext(stream)
     assert first.WhichOneof("item") == "metadata"
