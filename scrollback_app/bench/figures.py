@@ -7,11 +7,15 @@ rich, `to_json` gives the machine-readable form (`--json-out`), and
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
+import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
@@ -162,3 +166,21 @@ def to_json(figures: Sequence[Figure], settings: dict[str, Any], seconds: float)
         "wall_seconds": round(seconds, 1),
         "figures": [{**asdict(item), "met": item.met} for item in figures],
     }
+
+
+def run_alone(
+    title: str,
+    measure: Callable[[Path, Callable[[str], None]], Coroutine[Any, Any, Sequence[Figure]]],
+) -> int:
+    """One bench module's figures on their own (`python -m scrollback_app.bench.<name>`).
+
+    `measure(work, log)` gets a scratch directory, removed afterwards, and a progress logger.
+    """
+    console = Console(stderr=True)
+    work = Path(tempfile.mkdtemp(prefix="scrollback-bench-"))
+    try:
+        figures = asyncio.run(measure(work, console.log))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    render_table(figures, title, console=Console())
+    return 0

@@ -225,29 +225,18 @@ async def measure(
 def main(argv: list[str] | None = None) -> int:
     """`python -m scrollback_app.bench.search [--mb N] [--files N] [--samples N]`: these figures alone."""
     import argparse
-    import asyncio
-    import shutil
-    import tempfile
 
-    from rich.console import Console
-
-    from scrollback_app.bench.figures import render_table
+    from scrollback_app.bench.figures import run_alone
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mb", type=float, default=1000.0, help="MB of transcripts (1000)")
     parser.add_argument("--files", type=int, default=200, help="transcripts (200)")
     parser.add_argument("--samples", type=int, default=300, help="queries timed (300)")
     args = parser.parse_args(argv)
-    console = Console(stderr=True)
-    work = Path(tempfile.mkdtemp(prefix="scrollback-search-bench-"))
-    try:
-        figures = asyncio.run(
-            measure(work, int(args.mb * 1e6), args.files, args.samples, console.log)
-        )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    render_table(figures, "scrollback search bench", console=Console())
-    return 0
+    return run_alone(
+        "scrollback search bench",
+        lambda work, log: measure(work, int(args.mb * 1e6), args.files, args.samples, log),
+    )
 
 
 if __name__ == "__main__":
