@@ -221,6 +221,19 @@ def insight_json(insight: hpb.SessionInsight) -> dict[str, Any]:
     }
 
 
+def _session_json(s: hpb.Session) -> dict[str, Any]:
+    """The fields ListSessions and GetSession both answer with."""
+    return {
+        "session_id": s.session_id,
+        "project_dir": s.project_dir,
+        "size_bytes": s.size_bytes,
+        "modified_time": _time(s.modified_time),
+        "title": s.title,
+        "is_subagent": s.is_subagent,
+        "parent_session_id": s.parent_session_id,
+    }
+
+
 def _time(stamp: Timestamp) -> str:
     return stamp.ToJsonString() if stamp.seconds or stamp.nanos else ""
 
@@ -284,18 +297,7 @@ async def list_sessions(request: Request) -> Response:
         page_token=params.get("page_token", ""),
         project_dir=params.get("project", ""),
     )
-    sessions = [
-        {
-            "session_id": s.session_id,
-            "project_dir": s.project_dir,
-            "size_bytes": s.size_bytes,
-            "modified_time": _time(s.modified_time),
-            "title": s.title,
-            "is_subagent": s.is_subagent,
-            "parent_session_id": s.parent_session_id,
-        }
-        for s in page.sessions
-    ]
+    sessions = [_session_json(s) for s in page.sessions]
     return _json({"sessions": sessions, "next_page_token": page.next_page_token})
 
 
@@ -306,13 +308,7 @@ async def get_session(request: Request) -> Response:
     s = await gateway.history(caller.token).get_session(request.path_params["session_id"])
     return _json(
         {
-            "session_id": s.session_id,
-            "project_dir": s.project_dir,
-            "size_bytes": s.size_bytes,
-            "modified_time": _time(s.modified_time),
-            "title": s.title,
-            "is_subagent": s.is_subagent,
-            "parent_session_id": s.parent_session_id,
+            **_session_json(s),
             "parent_tool_use_id": s.parent_tool_use_id,
             "insight": insight_json(s.insight) if s.HasField("insight") else None,
             "subagent_count": s.subagent_count,
