@@ -49,6 +49,7 @@ from media_service.library import (
     TranscriptSelector,
 )
 from media_service.ranges import byte_range
+from media_service.thumbnail_encodes import ThumbnailEncodes
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.principals import Principal
@@ -196,11 +197,8 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         # StatMedia's transcript searches run here, apart from the default pool
         # that serves ReadMedia, so a flood of searches cannot starve reads.
         self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
-        # Thumbnail encodes (CPU-bound) run here, bounded, apart from the default
-        # pool that serves reads: a flood of thumbnails cannot starve ReadMedia.
-        self._thumbnail_pool = ThreadPoolExecutor(
-            thumbnail_threads, thread_name_prefix="media-thumbnail"
-        )
+        # Thumbnail encodes (CPU-bound), bounded and shared per (original, size).
+        self._thumbnail_encodes = ThumbnailEncodes(thumbnail_threads)
         self._chunk_size = chunk_size
         # Decoded transcript images, ready to send (media_service.decoded); 0 bytes: off.
         self.decoded = DecodedCache(decoded_cache_bytes)
@@ -344,13 +342,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         )
         if not isinstance(found, ThumbnailJob):
             return found
-        future = self._thumbnail_pool.submit(found.run)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if future.cancelled():
-                found.close()  # never started: release the original here
-            raise
+        return await self._thumbnail_encodes.run(found)
 
     async def StatMedia(
         self, request: media_pb2.StatMediaRequest, context: Context

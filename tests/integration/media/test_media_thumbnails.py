@@ -203,6 +203,30 @@ async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(
     assert tail == data[10:]
 
 
+async def test_concurrent_reads_of_one_new_thumbnail_share_one_encode(media: MediaEnv) -> None:
+    original = photo(3000, 2000, seed=11)  # an encode long enough for the calls to meet
+    await upload(media.stub, original)
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    selector = blob_selector(original)
+    # One caller gives up while the encode runs; the others still get the thumbnail.
+    leaving = asyncio.ensure_future(read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320))
+    staying = [
+        asyncio.ensure_future(read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320))
+        for _ in range(7)
+    ]
+    await asyncio.sleep(0.05)
+    leaving.cancel()
+    results = await asyncio.gather(*staying)
+    assert cache.encodes == before + 1, "each caller encoded its own copy"
+    assert len({data for _meta, data in results}) == 1
+    with Image.open(io.BytesIO(results[0][1])) as image:
+        assert max(image.size) == 320
+    # Done: the next caller reads the cache.
+    await read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320)
+    assert cache.encodes == before + 1
+
+
 async def test_a_transcript_image_has_thumbnails_and_dimensions(media: MediaEnv) -> None:
     original = photo(2000, 500, seed=2)
     line = dumps(entry("u-photo", [image_block(original)]))
