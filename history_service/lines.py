@@ -168,6 +168,152 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
         line_end = newline
 
 
+# Rows asked of the line index at a time (a window takes at most a page and its skipped lines).
+INDEX_ROWS = 64
+# The most blank lines (bytes) between two indexed lines checked before the byte scan takes over.
+MAX_INDEX_GAP = 4096
+
+# Rows of the persisted line index, fetched on demand: (offset, length) from a position.
+IndexRows = Callable[[int, int], list[tuple[int, int]]]
+
+
+def iter_indexed_backward(
+    fd: int, end: int, max_line: int, rows_before: IndexRows
+) -> Iterator[RawLine]:
+    """The lines before `end` newest first, as `iter_lines_backward`, found through a line index.
+
+    `rows_before(offset, limit)` gives indexed (offset, length) rows starting
+    before `offset`, newest first (scrollback.lineindex). Each row is checked
+    against the file before it is used (`_indexed_line`): only blank lines
+    between it and the line after, a newline on both sides, none inside. At
+    the first row that fails, or when the rows run out, the byte scan goes on
+    from the last checked line start: a wrong row costs a scan, never wrong bytes.
+    """
+    position = end
+    while position > 0:
+        rows = rows_before(position, INDEX_ROWS)
+        if not rows:
+            break
+        for offset, length in rows:
+            if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
+                break
+            if not _only_newlines(fd, offset + length, position):
+                break
+            line = _indexed_line(fd, offset, length, max_line)
+            if line is None:
+                break
+            held, raw = line
+            try:
+                yield raw
+            finally:
+                LONG_LINE_BUDGET.release(held)
+            position = offset
+        else:
+            continue
+        break
+    if position > 0:
+        yield from iter_lines_backward(fd, position, max_line)
+
+
+def iter_indexed_forward(
+    fd: int, start: int, end: int, max_line: int, rows_from: IndexRows
+) -> Iterator[RawLine]:
+    """The lines in [start, end) in file order, as `iter_lines_forward`, found through a line index.
+
+    `rows_from(offset, limit)` gives indexed rows starting at or after
+    `offset`, in file order; each is checked as in `iter_indexed_backward`.
+    Past the last row that checks (the unterminated tail, lines appended since
+    the index was extended, or a row that fails) the byte scan goes on.
+    """
+    position = start
+    while position < end:
+        rows = rows_from(position, INDEX_ROWS)
+        if not rows:
+            break
+        for offset, length in rows:
+            if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
+                break
+            if not _only_newlines(fd, position, offset):
+                break
+            line = _indexed_line(fd, offset, length, max_line)
+            if line is None:
+                break
+            held, raw = line
+            try:
+                yield raw
+            finally:
+                LONG_LINE_BUDGET.release(held)
+            position = offset + length + 1
+        else:
+            continue
+        break
+    if position < end:
+        yield from iter_lines_forward(fd, position, end, max_line)
+
+
+def _only_newlines(fd: int, start: int, end: int) -> bool:
+    """True if [start, end) of the file is newlines only (blank lines the index leaves out)."""
+    if end <= start:
+        return end == start
+    data = os.pread(fd, end - start, start)
+    return len(data) == end - start and data.count(b"\n") == len(data)
+
+
+def _indexed_line(fd: int, offset: int, length: int, max_line: int) -> tuple[int, RawLine] | None:
+    """An indexed line read and checked against the file: (budget held, line), or None.
+
+    It must be a whole line of the file now: a newline (or the file start)
+    before it, a newline after it, none inside. A line held whole takes its
+    size from LONG_LINE_BUDGET when longer than a block (the caller gives it
+    back); one over `max_line` is only searched for a newline, block by block.
+    """
+    if length <= 0:
+        return None
+    before = 1 if offset > 0 else 0
+    if length > max_line:
+        edges = os.pread(fd, before, offset - before) + os.pread(fd, 1, offset + length)
+        if edges != b"\n" * (before + 1) or _has_newline(fd, offset, length):
+            return None
+        return 0, RawLine(offset, offset + length, None, True, fd)
+    if length <= BLOCK_BYTES:
+        data = os.pread(fd, length + before + 1, offset - before)
+        if (
+            len(data) != length + before + 1
+            or data[-1:] != b"\n"
+            or (before and data[:1] != b"\n")
+            or data.find(b"\n", before, before + length) >= 0
+        ):
+            return None
+        return 0, RawLine(offset, offset + length, data[before : before + length], True, fd)
+    # A long line is read exactly (no second copy), its edges apart.
+    edges = os.pread(fd, before, offset - before) + os.pread(fd, 1, offset + length)
+    if edges != b"\n" * (before + 1):
+        return None
+    held = LONG_LINE_BUDGET.acquire(length)
+    try:
+        data = os.pread(fd, length, offset)
+        if len(data) != length or b"\n" in data:
+            LONG_LINE_BUDGET.release(held)
+            return None
+    except BaseException:
+        LONG_LINE_BUDGET.release(held)
+        raise
+    return held, RawLine(offset, offset + length, data, True, fd)
+
+
+def _has_newline(fd: int, start: int, length: int) -> bool:
+    """True if [start, start + length) holds a newline (or is cut short), read block by block."""
+    block = bytearray(BLOCK_BYTES)
+    view = memoryview(block)
+    position, end = start, start + length
+    while position < end:
+        read = os.preadv(fd, [view[: min(BLOCK_BYTES, end - position)]], position)
+        if read <= 0 or block.find(b"\n", 0, read) >= 0:
+            return True
+        position += read
+    return False
+
+
 class LineMemoryBudget:
     """Bounds the bytes of long lines held at once by all reads of the process.
 

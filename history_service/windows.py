@@ -2,9 +2,14 @@
 
 A window is read from one file version: the file is opened, its identity taken
 (and checked against the token's), and only the bytes up to the size seen then
-are read. Latest-first windows are found by reading backwards from their end
-in blocks; oldest-first windows forwards from their start; so a window costs
-O(window), whatever the file's size. Entries are kept only as stripped lines,
+are read. Its lines are found through the persisted line index
+(scrollback.lineindex) when there is one for this file version: each indexed
+row is checked against the file before it is served, and the first row that
+does not match (or the end of the rows) hands over to the byte scan, which
+reads backwards from the window's end in blocks (latest-first) or forwards
+from its start (oldest-first). Either way a window costs O(window), whatever
+the file's size (a page token's first use on a file never indexed builds its
+index once). Entries are kept only as stripped lines,
 and a window ends early once it scanned its byte budget (its token continues).
 
 Identical concurrent reads of the same window of the same file version share
@@ -23,10 +28,13 @@ from dataclasses import dataclass
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from history_service.lines import (
     FileShrankError,
+    IndexRows,
     MediaMode,
     RawLine,
     ServedLine,
     is_blank,
+    iter_indexed_backward,
+    iter_indexed_forward,
     iter_lines_backward,
     iter_lines_forward,
     serve_line,
@@ -238,15 +246,53 @@ class WindowReader:
 
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
         serve = _server(params, self._max_line_size)
+        rows = self._index_rows(opened)
         if direction == DIRECTION_OLDEST_FIRST:
-            window = self._scan_forward(opened, params, max(boundary, 0), serve)
+            window = self._scan_forward(opened, params, max(boundary, 0), serve, rows)
         else:
-            window = self._scan_backward(opened, params, boundary, serve)
+            window = self._scan_backward(opened, params, boundary, serve, rows)
         if not any(isinstance(entry, HeldBack) for entry in window.entries):
             return window
         return dataclasses.replace(
             window, serve=serve, file=_SharedFile(opened.fd), max_line_size=self._max_line_size
         )
+
+    def _index_rows(self, opened: _Opened) -> tuple[IndexRows, IndexRows] | None:
+        """Row readers (before, from) of the file's line index; None to scan bytes instead.
+
+        A page token's window builds the index on the file's first touch (one
+        pass; later pages and restarts reuse it). A first page only uses an
+        index that already exists for this file version (extended by what was
+        appended since), so a first page stays O(window) on a file never seen.
+        The store failing at any point means the byte scan, never an error.
+        """
+        index = self._line_index
+        if index is None or not opened.index_key:
+            return None
+        try:
+            if opened.token is not None:
+                snapshot = index.ensure(opened.index_key, opened.fd)
+            else:
+                found = index.current(opened.index_key, opened.fd)
+                if found is None:
+                    return None
+                snapshot = found
+        except INDEX_UNAVAILABLE:
+            return None
+
+        def before(offset: int, limit: int) -> list[tuple[int, int]]:
+            try:
+                return index.lines_before(snapshot, offset, limit)
+            except INDEX_UNAVAILABLE:
+                return []
+
+        def from_(offset: int, limit: int) -> list[tuple[int, int]]:
+            try:
+                return index.lines_from(snapshot, offset, limit)
+            except INDEX_UNAVAILABLE:
+                return []
+
+        return before, from_
 
     def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
         """Where a tail longer than the max line size starts, from the line index."""
@@ -269,6 +315,7 @@ class WindowReader:
         params: WindowParams,
         boundary: int,
         serve: Callable[[RawLine], ServedLine | None],
+        rows: tuple[IndexRows, IndexRows] | None,
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
@@ -289,7 +336,11 @@ class WindowReader:
         else:
             end = newest_end = boundary
         oldest = end
-        lines = iter_lines_backward(fd, end, self._max_line_size)
+        lines = (
+            iter_lines_backward(fd, end, self._max_line_size)
+            if rows is None
+            else iter_indexed_backward(fd, end, self._max_line_size, rows[0])
+        )
         while len(newest) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
@@ -317,6 +368,7 @@ class WindowReader:
         params: WindowParams,
         boundary: int,
         serve: Callable[[RawLine], ServedLine | None],
+        rows: tuple[IndexRows, IndexRows] | None,
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
@@ -325,7 +377,11 @@ class WindowReader:
         scanned = 0
         position = boundary
         at_end = False
-        lines = iter_lines_forward(fd, boundary, size, self._max_line_size)
+        lines = (
+            iter_lines_forward(fd, boundary, size, self._max_line_size)
+            if rows is None
+            else iter_indexed_forward(fd, boundary, size, self._max_line_size, rows[1])
+        )
         while len(entries) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
