@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
+from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
 from history_service.insight import (
     Insight,
@@ -89,6 +90,7 @@ class HistoryCore:
             max_line_size=config.max_line_size,
             max_window_bytes=config.max_window_bytes,
             line_index=line_index,
+            entry_cache=EntryCache(config.entry_cache_bytes),
         )
         self.lister = SessionLister(root, codec)
         self.insight_store = insight_store

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 from history_service.errors import FileRewrittenError
 from scrollback.contract.stripping import (
@@ -175,11 +176,14 @@ MAX_INDEX_GAP = 4096
 
 # Rows of the persisted line index, fetched on demand: (offset, length) from a position.
 IndexRows = Callable[[int, int], list[tuple[int, int]]]
+T = TypeVar("T")
+# What a caller may answer for an indexed line before it is read (offset, length).
+Probe = Callable[[int, int], T | None]
 
 
 def iter_indexed_backward(
-    fd: int, end: int, max_line: int, rows_before: IndexRows
-) -> Iterator[RawLine]:
+    fd: int, end: int, max_line: int, rows_before: IndexRows, probe: Probe[T] | None = None
+) -> Iterator[RawLine | T]:
     """The lines before `end` newest first, as `iter_lines_backward`, found through a line index.
 
     `rows_before(offset, limit)` gives indexed (offset, length) rows starting
@@ -188,6 +192,8 @@ def iter_indexed_backward(
     between it and the line after, a newline on both sides, none inside. At
     the first row that fails, or when the rows run out, the byte scan goes on
     from the last checked line start: a wrong row costs a scan, never wrong bytes.
+    `probe(offset, length)` may answer for a line without its bytes being read
+    (a cached entry whose mark it checked): its answer is yielded instead.
     """
     position = end
     while position > 0:
@@ -199,6 +205,11 @@ def iter_indexed_backward(
                 break
             if not _only_newlines(fd, offset + length, position):
                 break
+            known = None if probe is None else probe(offset, length)
+            if known is not None:
+                yield known
+                position = offset
+                continue
             line = _indexed_line(fd, offset, length, max_line)
             if line is None:
                 break
@@ -216,8 +227,13 @@ def iter_indexed_backward(
 
 
 def iter_indexed_forward(
-    fd: int, start: int, end: int, max_line: int, rows_from: IndexRows
-) -> Iterator[RawLine]:
+    fd: int,
+    start: int,
+    end: int,
+    max_line: int,
+    rows_from: IndexRows,
+    probe: Probe[T] | None = None,
+) -> Iterator[RawLine | T]:
     """The lines in [start, end) in file order, as `iter_lines_forward`, found through a line index.
 
     `rows_from(offset, limit)` gives indexed rows starting at or after
@@ -235,6 +251,11 @@ def iter_indexed_forward(
                 break
             if not _only_newlines(fd, position, offset):
                 break
+            known = None if probe is None else probe(offset, length)
+            if known is not None:
+                yield known
+                position = offset + length + 1
+                continue
             line = _indexed_line(fd, offset, length, max_line)
             if line is None:
                 break

@@ -9,7 +9,7 @@ interceptor) is read here, once per call, and passed to the core explicitly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -17,6 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from history_service.accept import AcceptedRecord
 from history_service.core import HistoryCore
+from history_service.entry_cache import EncodedEntry, entry_messages, links_in
 from history_service.errors import (
     BlobMissingError,
     ChatKeyBoundError,
@@ -26,14 +27,13 @@ from history_service.errors import (
     TxnConflictError,
 )
 from history_service.insight import Insight, SessionDetail, Usage
-from history_service.lines import MediaMode, ServedLine, json_parts
+from history_service.lines import MediaMode, ServedLine
 from history_service.sessions import SessionInfo
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.windows import Window
-from scrollback.contract.refs import ID_PATTERN, RefError
+from scrollback.contract.refs import RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
-from scrollback.ref.v1 import ref_pb2
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import ErrorTable, maps_errors
 from scrollback.state.sqlite import StoreBusyError
@@ -146,54 +146,6 @@ def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
     )
 
 
-def _links_in(json: bytes, links: Mapping[str, str]) -> list[pb.SubagentLink]:
-    """The known sub-agent links whose tool_use id this entry names (as a JSON string)."""
-    return [
-        pb.SubagentLink(tool_use_id=tool_use_id, session_id=agent)
-        for tool_use_id, agent in sorted(links.items())
-        if b'"' + tool_use_id.encode() + b'"' in json
-    ]
-
-
-def entry_messages(
-    session_id: str, served: ServedLine, links: Mapping[str, str] | None = None
-) -> Iterator[pb.Entry | pb.EntryJsonChunk]:
-    """An Entry, then EntryJsonChunks when its json does not fit in one message."""
-    line = served.stripped
-    refs = []
-    if line.uuid and ID_PATTERN.fullmatch(line.uuid) and ID_PATTERN.fullmatch(session_id):
-        refs = [
-            ref_pb2.MediaRef(
-                session_id=session_id,
-                entry_uuid=line.uuid,
-                index=image.index,
-                pin=image.pin,
-                declared_media_type=image.declared_media_type,
-                approx_size_bytes=image.approx_size_bytes,
-                uri=f"{session_id}/{line.uuid}/{image.index}",
-                line_offset_hint=served.offset,
-            )
-            for image in line.images
-        ]
-    parts = json_parts(line.json)
-    yield pb.Entry(
-        uuid=line.uuid,
-        type=line.type,
-        timestamp=line.timestamp,
-        byte_offset=served.offset,
-        json=parts[0],
-        media_refs=refs,
-        failed_image_indexes=list(line.failed_image_indexes),
-        json_size_bytes=len(line.json),
-        line_size_bytes=served.line_size,
-        oversize=line.oversize,
-        payloads_deferred=served.payloads_deferred,
-        subagent_links=_links_in(line.json, links) if links else [],
-    )
-    for part in parts[1:]:
-        yield pb.EntryJsonChunk(byte_offset=served.offset, json_part=part)
-
-
 def _window_end(window: Window) -> pb.WindowEnd:
     return pb.WindowEnd(
         next_page_token=window.next_page_token,
@@ -208,9 +160,40 @@ WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapRe
 # the 4 MiB message bound, and small enough that a stream holds little more
 # than its window's small entries (which the window holds anyway).
 MAX_BATCH_BYTES = 1024 * 1024
-# The bytes an Entry adds to its batch beyond its own size: the field tag and
-# the length prefix (at most 1 + 4 bytes under MAX_BATCH_BYTES).
-_BATCH_ITEM_OVERHEAD = 5
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited field on the wire: its tag, its length, its bytes."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
+
+
+def _wire(response: type[WindowResponse], item: str, payload: bytes) -> WindowResponse:
+    """A response holding one already-encoded field (parsed by the C runtime, never rebuilt)."""
+    return response.FromString(_field(response.DESCRIPTOR.fields_by_name[item].number, payload))
+
+
+def _encoded(entry: EncodedEntry, links: Mapping[str, str] | None) -> bytes:
+    """The entry's encoded Entry, with the session's sub-agent links it names added."""
+    if not links:
+        return entry.data
+    message = pb.Entry.FromString(entry.data)
+    found = links_in(message.json.encode(), links)
+    if not found:
+        return entry.data
+    message.subagent_links.extend(found)
+    return message.SerializeToString()
 
 
 async def _window_responses(
@@ -226,30 +209,44 @@ async def _window_responses(
     chunks). Otherwise runs of small entries (those the window holds anyway,
     each under the budget) are packed into EntryBatch messages of at most
     min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone as before.
-    Only the entry being sent (or one batch) is held beyond the window: a
-    held-back entry is served again from the window's file (in a thread) just
-    before it is sent, and dropped after; it is never batched.
+    Entries the window holds already encoded (history_service.entry_cache) go
+    on the wire as they are: a batch is their bytes joined. Only the entry
+    being sent (or one batch) is held beyond the window: a held-back entry is
+    served again from the window's file (in a thread) just before it is sent,
+    and dropped after; it is never batched.
     """
     budget = min(max_batch_bytes, MAX_BATCH_BYTES)
-    batch = pb.EntryBatch()
+    batch: list[bytes] = []
     batch_bytes = 0
     for entry in window.entries:
-        if budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
-            whole = next(entry_messages(session_id, entry, links))
-            assert isinstance(whole, pb.Entry)
-            size = whole.ByteSize() + _BATCH_ITEM_OVERHEAD
-            if size <= budget:
-                if batch_bytes + size > budget:
-                    yield response(entries=batch)
-                    batch = pb.EntryBatch()
+        whole: bytes | None = None
+        if isinstance(entry, EncodedEntry):
+            whole = _encoded(entry, links)
+        elif budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
+            first = next(entry_messages(session_id, entry, links))
+            whole = first.SerializeToString()
+        if whole is not None:
+            item = _field(_ENTRIES, whole)
+            if budget and len(item) <= budget:
+                if batch_bytes + len(item) > budget:
+                    yield _wire(response, "entries", b"".join(batch))
+                    batch = []
                     batch_bytes = 0
-                batch.entries.append(whole)
-                batch_bytes += size
+                batch.append(item)
+                batch_bytes += len(item)
+                continue
+            if isinstance(entry, EncodedEntry):
+                if batch_bytes:
+                    yield _wire(response, "entries", b"".join(batch))
+                    batch = []
+                    batch_bytes = 0
+                yield _wire(response, "entry", whole)
                 continue
         if batch_bytes:
-            yield response(entries=batch)
-            batch = pb.EntryBatch()
+            yield _wire(response, "entries", b"".join(batch))
+            batch = []
             batch_bytes = 0
+        assert not isinstance(entry, EncodedEntry)
         served = (
             entry
             if isinstance(entry, ServedLine)
@@ -271,7 +268,7 @@ async def _window_responses(
             yield wrapped
             del wrapped
     if batch_bytes:
-        yield response(entries=batch)
+        yield _wire(response, "entries", b"".join(batch))
     yield response(end=_window_end(window))
 
 

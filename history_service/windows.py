@@ -21,10 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from history_service.entry_cache import (
+    EncodedEntry,
+    EntryCache,
+    Scope,
+    encode,
+    mark_in_file,
+    mark_of,
+)
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from history_service.lines import (
     FileShrankError,
@@ -54,6 +64,9 @@ from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 MAX_PAGE_SIZE = 200
+# Line indexes one process builds in the background at once (each holds a chunk buffer).
+MAX_BACKGROUND_BUILDS = 2
+log = logging.getLogger(__name__)
 # A served entry whose json is larger is not kept in its window (see HeldBack).
 HOLD_BACK_BYTES = 256 * 1024
 
@@ -97,7 +110,7 @@ class Window:
     same file version when it is sent.
     """
 
-    entries: tuple[ServedLine | HeldBack, ...]
+    entries: tuple[ServedLine | HeldBack | EncodedEntry, ...]
     skipped_lines: int
     file_size: int
     next_page_token: str
@@ -191,9 +204,14 @@ class WindowReader:
         max_line_size: int,
         max_window_bytes: int,
         line_index: LineIndex | None = None,
+        entry_cache: EntryCache | None = None,
     ) -> None:
         self._root = root
         self._line_index = line_index
+        self.entry_cache = entry_cache if entry_cache is not None and entry_cache.enabled else None
+        # Keys whose index is being built in the background (at most MAX_BACKGROUND_BUILDS).
+        self._building: set[str] = set()
+        self._building_lock = threading.Lock()
         self._codec = codec
         self._max_line_size = max_line_size
         self._max_window_bytes = max_window_bytes
@@ -247,15 +265,69 @@ class WindowReader:
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
         serve = _server(params, self._max_line_size)
         rows = self._index_rows(opened)
+        take = self._taker(opened, params, serve)
         if direction == DIRECTION_OLDEST_FIRST:
-            window = self._scan_forward(opened, params, max(boundary, 0), serve, rows)
+            window = self._scan_forward(opened, params, max(boundary, 0), serve, rows, take)
         else:
-            window = self._scan_backward(opened, params, boundary, serve, rows)
+            window = self._scan_backward(opened, params, boundary, serve, rows, take)
         if not any(isinstance(entry, HeldBack) for entry in window.entries):
             return window
         return dataclasses.replace(
             window, serve=serve, file=_SharedFile(opened.fd), max_line_size=self._max_line_size
         )
+
+    def _taker(
+        self,
+        opened: _Opened,
+        params: WindowParams,
+        serve: Callable[[RawLine], ServedLine | None],
+    ) -> _Take:
+        """How the window takes its lines: cached entries first, else served (and cached)."""
+        cache = self.entry_cache
+        if cache is None:
+            return _Take(_uncached(serve), None)
+        identity, fd, session_id = opened.identity, opened.fd, params.session_id
+        scope: Scope = (
+            identity.dev,
+            identity.ino,
+            identity.head_hash,
+            session_id,
+            int(params.mode),
+            params.inline_limit,
+        )
+
+        def probe(offset: int, length: int) -> EncodedEntry | None:
+            """A cached entry of an indexed line, if the line still carries its mark."""
+            found = cache.get(scope, offset, length)
+            if found is None or mark_in_file(fd, offset, length) != found[0]:
+                return None
+            cache.hit()
+            return found[1]
+
+        def take(raw: RawLine) -> ServedLine | HeldBack | EncodedEntry | None:
+            whole = raw.terminated and raw.data is not None
+            mark = 0
+            if whole:
+                assert raw.data is not None
+                mark = mark_of(raw.start, raw.data)
+                found = cache.get(scope, raw.start, raw.size)
+                if found is not None and found[0] == mark:
+                    cache.hit()
+                    return found[1]
+            served = serve(raw)
+            if served is None:
+                return None
+            if (
+                whole
+                and not served.stripped.oversize
+                and len(served.stripped.json) <= HOLD_BACK_BYTES
+            ):
+                encoded = encode(session_id, served)
+                cache.put(scope, mark, encoded)
+                return encoded
+            return _light(served)
+
+        return _Take(take, probe)
 
     def _index_rows(self, opened: _Opened) -> tuple[IndexRows, IndexRows] | None:
         """Row readers (before, from) of the file's line index; None to scan bytes instead.
@@ -275,6 +347,7 @@ class WindowReader:
             else:
                 found = index.current(opened.index_key, opened.fd)
                 if found is None:
+                    self._build_later(index, opened)
                     return None
                 snapshot = found
         except INDEX_UNAVAILABLE:
@@ -293,6 +366,32 @@ class WindowReader:
                 return []
 
         return before, from_
+
+    def _build_later(self, index: LineIndex, opened: _Opened) -> None:
+        """Build the file's index in a background thread, so later first pages use it.
+
+        The window that asked goes on with the byte scan (a first page stays
+        O(window)); at most MAX_BACKGROUND_BUILDS files are built at once per
+        process, each once. A build that fails is tried again by a later window.
+        """
+        key = opened.index_key
+        with self._building_lock:
+            if key in self._building or len(self._building) >= MAX_BACKGROUND_BUILDS:
+                return
+            self._building.add(key)
+        fd = os.dup(opened.fd)
+
+        def build() -> None:
+            try:
+                index.ensure(key, fd)
+            except Exception:  # best effort: the store busy or closed, the file gone
+                log.debug("a background line index build did not finish", exc_info=True)
+            finally:
+                os.close(fd)
+                with self._building_lock:
+                    self._building.discard(key)
+
+        threading.Thread(target=build, name="line-index-build", daemon=True).start()
 
     def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
         """Where a tail longer than the max line size starts, from the line index."""
@@ -316,10 +415,11 @@ class WindowReader:
         boundary: int,
         serve: Callable[[RawLine], ServedLine | None],
         rows: tuple[IndexRows, IndexRows] | None,
+        take: _Take,
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
-        newest: list[ServedLine | HeldBack] = []
+        newest: list[ServedLine | HeldBack | EncodedEntry] = []
         skipped = 0
         scanned = 0
         if boundary < 0:
@@ -339,21 +439,27 @@ class WindowReader:
         lines = (
             iter_lines_backward(fd, end, self._max_line_size)
             if rows is None
-            else iter_indexed_backward(fd, end, self._max_line_size, rows[0])
+            else iter_indexed_backward(fd, end, self._max_line_size, rows[0], take.probe)
         )
         while len(newest) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
                 break
+            if isinstance(raw, EncodedEntry):
+                # An indexed line whose entry was cached (its mark checked).
+                oldest = raw.offset
+                scanned += raw.line_size + 1
+                newest.append(raw)
+                continue
             oldest = raw.start
             scanned += raw.size + 1
             if is_blank(raw):
                 continue
-            served = serve(raw)
-            if served is None:
+            entry = take.take(raw)
+            if entry is None:
                 skipped += 1
             else:
-                newest.append(_light(served))
+                newest.append(entry)
         newest.reverse()
         token = ""
         if oldest > 0:
@@ -369,10 +475,11 @@ class WindowReader:
         boundary: int,
         serve: Callable[[RawLine], ServedLine | None],
         rows: tuple[IndexRows, IndexRows] | None,
+        take: _Take,
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
-        entries: list[ServedLine | HeldBack] = []
+        entries: list[ServedLine | HeldBack | EncodedEntry] = []
         skipped = 0
         scanned = 0
         position = boundary
@@ -380,13 +487,18 @@ class WindowReader:
         lines = (
             iter_lines_forward(fd, boundary, size, self._max_line_size)
             if rows is None
-            else iter_indexed_forward(fd, boundary, size, self._max_line_size, rows[1])
+            else iter_indexed_forward(fd, boundary, size, self._max_line_size, rows[1], take.probe)
         )
         while len(entries) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
                 at_end = True
                 break
+            if isinstance(raw, EncodedEntry):
+                scanned += raw.line_size + 1
+                position = raw.offset + raw.line_size + 1
+                entries.append(raw)
+                continue
             scanned += raw.size + 1
             if is_blank(raw):
                 if raw.terminated:
@@ -400,12 +512,12 @@ class WindowReader:
                     position = raw.end
                 at_end = True
                 break
-            served = serve(raw)
+            entry = take.take(raw)
             position = raw.next_start
-            if served is None:
+            if entry is None:
                 skipped += 1
             else:
-                entries.append(_light(served))
+                entries.append(entry)
         if position >= size:
             at_end = True
         token = ""
@@ -414,6 +526,24 @@ class WindowReader:
                 params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
             )
         return Window(tuple(entries), skipped, size, token, identity, position)
+
+
+@dataclass(frozen=True, slots=True)
+class _Take:
+    """How a scan turns a line into a window entry, and finds a cached one before reading it."""
+
+    take: Callable[[RawLine], ServedLine | HeldBack | EncodedEntry | None]
+    probe: Callable[[int, int], EncodedEntry | None] | None
+
+
+def _uncached(
+    serve: Callable[[RawLine], ServedLine | None],
+) -> Callable[[RawLine], ServedLine | HeldBack | None]:
+    def take(raw: RawLine) -> ServedLine | HeldBack | None:
+        served = serve(raw)
+        return None if served is None else _light(served)
+
+    return take
 
 
 def _light(served: ServedLine) -> ServedLine | HeldBack:
