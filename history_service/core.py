@@ -174,31 +174,38 @@ class HistoryCore:
             total = part if total is None else total + part
         return SessionDetail(insight, total, len(subagents), parent_session_id, parent_tool_use_id)
 
-    async def subagent_links(self, principal: Principal | None, session_id: str) -> dict[str, str]:
+    async def read_window_with_links(
+        self, principal: Principal | None, params: WindowParams
+    ) -> tuple[Window, dict[str, str]]:
+        """A window and its session's sub-agent links, in one worker-thread hop."""
+
+        def work() -> tuple[Window, dict[str, str]]:
+            window = self.reader.read_blocking(principal, params)
+            return window, self._subagent_links(principal, params.session_id)
+
+        return await asyncio.to_thread(work)
+
+    def _subagent_links(self, principal: Principal | None, session_id: str) -> dict[str, str]:
         """tool_use id -> sub-agent session id of a session, as the index knows them now.
 
         Never indexes (a window of a huge session must not wait for a full
         pass); empty when the session is unknown or the store is busy. Only
-        sub-agents whose transcript the caller can open are linked.
+        sub-agents whose transcript the caller can open are linked (blocking).
         """
-
-        def work() -> dict[str, str]:
-            try:
-                transcript = self.root.resolve(session_id, principal)
-                links = self.insight.links(transcript)
-            except (LookupError, ValueError, StoreBusyError):
-                return {}
-            if not links:
-                return {}
-            # One listing, not a resolve per link: a resolve miss rescans the root.
-            present = {
-                f.session_id
-                for f in self.root.list(principal)
-                if f.project_dir == transcript.project_dir
-            }
-            return {tool: agent for tool, agent in links.items() if agent in present}
-
-        return await asyncio.to_thread(work)
+        try:
+            transcript = self.root.resolve(session_id, principal)
+            links = self.insight.links(transcript)
+        except (LookupError, ValueError, StoreBusyError):
+            return {}
+        if not links:
+            return {}
+        # One listing, not a resolve per link: a resolve miss rescans the root.
+        present = {
+            f.session_id
+            for f in self.root.list(principal)
+            if f.project_dir == transcript.project_dir
+        }
+        return {tool: agent for tool, agent in links.items() if agent in present}
 
     def window_params(
         self,

@@ -308,8 +308,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             request.inline_limit_bytes,
         )
         principal = current_principal()
-        window = await self._core.read_window(principal, params)
-        links = await self._core.subagent_links(principal, params.session_id)
+        window, links = await self._core.read_window_with_links(principal, params)
         async for response in _window_responses(
             pb.ReadWindowResponse, params.session_id, window, links, request.max_batch_bytes
         ):

@@ -13,8 +13,8 @@ index once). Entries are kept only as stripped lines,
 and a window ends early once it scanned its byte budget (its token continues).
 
 Identical concurrent reads of the same window of the same file version share
-one scan (single-flight); failures are never cached. The blocking work runs in
-a worker thread, off the event loop.
+one scan (single-flight); failures are never cached. The blocking work (open,
+check, scan) runs in one worker thread, off the event loop: one hop per window.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from history_service.lines import (
     serve_line,
     tail_start,
 )
-from history_service.singleflight import SingleFlight
+from history_service.singleflight import ThreadSingleFlight
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     DIRECTION_OLDEST_FIRST,
@@ -215,11 +215,15 @@ class WindowReader:
         self._codec = codec
         self._max_line_size = max_line_size
         self._max_window_bytes = max_window_bytes
-        self.flights: SingleFlight[Window] = SingleFlight()
+        self.flights: ThreadSingleFlight[Window] = ThreadSingleFlight()
 
     async def read(self, principal: Principal | None, params: WindowParams) -> Window:
         """Read one window as `principal` may see it (raises the domain errors of the contract)."""
-        opened = await asyncio.to_thread(self._open, principal, params)
+        return await asyncio.to_thread(self.read_blocking, principal, params)
+
+    def read_blocking(self, principal: Principal | None, params: WindowParams) -> Window:
+        """`read` in the calling thread: open, check, find and serve the lines (one hop in all)."""
+        opened = self._open(principal, params)
         token = opened.token
         direction = token.direction if token else params.direction
         boundary = token.boundary if token else -1
@@ -236,8 +240,8 @@ class WindowReader:
             params.session_id,
         )
         try:
-            window, _shared = await self.flights.do(
-                key, asyncio.to_thread(self._scan, opened, params, direction, boundary)
+            window, _shared = self.flights.do(
+                key, lambda: self._scan(opened, params, direction, boundary)
             )
         finally:
             os.close(opened.fd)
