@@ -169,8 +169,8 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
         line_end = newline
 
 
-# Rows asked of the line index at a time (a window takes at most a page and its skipped lines).
-INDEX_ROWS = 64
+# Rows asked of the line index at a time: a whole page (and a few skipped lines) in one query.
+INDEX_ROWS = 208
 # The most blank lines (bytes) between two indexed lines checked before the byte scan takes over.
 MAX_INDEX_GAP = 4096
 
@@ -203,7 +203,9 @@ def iter_indexed_backward(
         for offset, length in rows:
             if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
                 break
-            if not _only_newlines(fd, offset + length, position):
+            # Blank lines between this line's newline and the next line (its
+            # own newline is checked with the line).
+            if not _only_newlines(fd, offset + length + 1, position):
                 break
             known = None if probe is None else probe(offset, length)
             if known is not None:

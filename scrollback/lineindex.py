@@ -142,6 +142,11 @@ class LineIndex:
         return self._ensure(key, fd, build=False)
 
     def _ensure(self, key: str, fd: int, *, build: bool) -> Snapshot | None:
+        # An index already up to date needs no build lock: every window asks,
+        # and windows of one file would otherwise queue on it.
+        state = self.store.state(key)
+        if state is not None and state.scanned >= os.fstat(fd).st_size and _continues(fd, state):
+            return Snapshot(key, state)
         with self._lock(key):
             resets = 0
             while True:
