@@ -23,7 +23,6 @@ never cached.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -31,14 +30,14 @@ from dataclasses import dataclass
 
 import xxhash
 
-from history_service.lines import ServedLine, json_parts
+from history_service.lines import ROW_EDGE, Read, ServedLine, json_parts
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.ref.v1 import ref_pb2
 
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
-# Bytes of each end of a line that its mark covers.
-MARK_EDGE = 256
+# Bytes of each end of a line that its mark covers (what the index's row checks read).
+MARK_EDGE = ROW_EDGE
 # What an entry costs the budget beyond its encoded bytes (key, record, dict slot).
 ENTRY_OVERHEAD = 256
 
@@ -120,16 +119,19 @@ def mark_of(offset: int, data: bytes) -> int:
     return xxhash.xxh3_64_intdigest(before + data[:MARK_EDGE] + data[-MARK_EDGE:] + b"\n")
 
 
-def mark_in_file(fd: int, offset: int, length: int) -> int | None:
-    """The mark of the line [offset, offset + length) read from the file; None if not a line."""
+def mark_in_file(read: Read, offset: int, length: int) -> int | None:
+    """The mark of the line [offset, offset + length) read from the file; None if not a line.
+
+    `read(length, offset)` reads the file (os.pread, or a batch's RowReads).
+    """
     before = 1 if offset > 0 else 0
     if length <= 2 * MARK_EDGE:
-        data = os.pread(fd, before + length + 1, offset - before)
+        data = read(before + length + 1, offset - before)
         if len(data) != before + length + 1:
             return None
     else:
-        head = os.pread(fd, before + MARK_EDGE, offset - before)
-        tail = os.pread(fd, MARK_EDGE + 1, offset + length - MARK_EDGE)
+        head = read(before + MARK_EDGE, offset - before)
+        tail = read(MARK_EDGE + 1, offset + length - MARK_EDGE)
         if len(head) != before + MARK_EDGE or len(tail) != MARK_EDGE + 1:
             return None
         data = head + tail
@@ -156,16 +158,20 @@ class EntryCache:
         return self.max_bytes > 0
 
     def get(self, scope: Scope, offset: int, length: int) -> tuple[int, EncodedEntry] | None:
-        """(mark, entry) cached for this line, not yet checked against the file."""
-        with self._lock:
-            found = self._entries.get((scope, offset, length))
-            if found is not None:
-                self._entries.move_to_end((scope, offset, length))
-            return found
+        """(mark, entry) cached for this line, not yet checked against the file.
 
-    def hit(self) -> None:
-        """Count a checked hit."""
-        self.hits += 1
+        Without the lock: each OrderedDict call is one atomic step under the
+        GIL (the keys hash and compare in C), and a key dropped between the
+        two only loses its recency.
+        """
+        key = (scope, offset, length)
+        found = self._entries.get(key)
+        if found is not None:
+            try:  # noqa: SIM105 - contextlib.suppress costs more, once per entry served
+                self._entries.move_to_end(key)
+            except KeyError:
+                pass
+        return found
 
     def put(self, scope: Scope, mark: int, entry: EncodedEntry) -> None:
         """Keep an entry, dropping the least recently used ones over the budget."""

@@ -14,6 +14,7 @@ contract's `strip_line` (the only stripper).
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -177,8 +178,60 @@ MAX_INDEX_GAP = 4096
 # Rows of the persisted line index, fetched on demand: (offset, length) from a position.
 IndexRows = Callable[[int, int], list[tuple[int, int]]]
 T = TypeVar("T")
-# What a caller may answer for an indexed line before it is read (offset, length).
-Probe = Callable[[int, int], T | None]
+# A read of the file: (length, offset) -> bytes, as os.pread.
+Read = Callable[[int, int], bytes]
+# What a caller may answer for an indexed line before it is read (offset, length, read).
+Probe = Callable[[int, int, Read], T | None]
+# Bytes of each end of an indexed line its checks read (entry_cache marks cover the same).
+ROW_EDGE = 256
+# Ranges of a batch of rows closer than this are read as one.
+MERGE_GAP = 4096
+# One merged read never exceeds this.
+MAX_MERGED = 1024 * 1024
+
+
+class RowReads:
+    """The bytes that checking a batch of indexed rows needs, read in few `pread`s.
+
+    Each row needs the newline before it, its first and last ROW_EDGE bytes
+    and the newline after it (a short line: all of it); the ranges of a batch
+    are merged when close and read at once, so a window of N lines costs
+    about as many reads as it has long lines, not 2N (each read releases and
+    retakes the GIL, which the event loop thread is waiting for). Anything
+    else is read from the file as asked.
+    """
+
+    def __init__(self, fd: int, rows: list[tuple[int, int]]) -> None:
+        self.fd = fd
+        ranges: list[tuple[int, int]] = []
+        for offset, length in rows:
+            start = max(0, offset - 1)
+            if length <= 2 * ROW_EDGE:
+                ranges.append((start, offset + length + 1))
+            else:
+                ranges.append((start, offset + ROW_EDGE))
+                ranges.append((offset + length - ROW_EDGE, offset + length + 1))
+        ranges.sort()
+        merged: list[list[int]] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1][1] + MERGE_GAP and end - merged[-1][0] <= MAX_MERGED:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self._starts: list[int] = []
+        self._blocks: list[bytes] = []
+        for start, end in merged:
+            self._starts.append(start)
+            self._blocks.append(os.pread(fd, end - start, start))
+
+    def pread(self, length: int, offset: int) -> bytes:
+        """The file's bytes [offset, offset + length) (fewer at its end), as os.pread."""
+        at = bisect.bisect_right(self._starts, offset) - 1
+        if at >= 0:
+            start, block = self._starts[at], self._blocks[at]
+            if offset + length <= start + len(block):
+                return block[offset - start : offset - start + length]
+        return os.pread(self.fd, length, offset)
 
 
 def iter_indexed_backward(
@@ -200,19 +253,20 @@ def iter_indexed_backward(
         rows = rows_before(position, INDEX_ROWS)
         if not rows:
             break
+        read = RowReads(fd, rows).pread
         for offset, length in rows:
             if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
                 break
             # Blank lines between this line's newline and the next line (its
             # own newline is checked with the line).
-            if not _only_newlines(fd, offset + length + 1, position):
+            if not _only_newlines(read, offset + length + 1, position):
                 break
-            known = None if probe is None else probe(offset, length)
+            known = None if probe is None else probe(offset, length, read)
             if known is not None:
                 yield known
                 position = offset
                 continue
-            line = _indexed_line(fd, offset, length, max_line)
+            line = _indexed_line(fd, read, offset, length, max_line)
             if line is None:
                 break
             held, raw = line
@@ -248,17 +302,18 @@ def iter_indexed_forward(
         rows = rows_from(position, INDEX_ROWS)
         if not rows:
             break
+        read = RowReads(fd, rows).pread
         for offset, length in rows:
             if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
                 break
-            if not _only_newlines(fd, position, offset):
+            if not _only_newlines(read, position, offset):
                 break
-            known = None if probe is None else probe(offset, length)
+            known = None if probe is None else probe(offset, length, read)
             if known is not None:
                 yield known
                 position = offset + length + 1
                 continue
-            line = _indexed_line(fd, offset, length, max_line)
+            line = _indexed_line(fd, read, offset, length, max_line)
             if line is None:
                 break
             held, raw = line
@@ -274,15 +329,17 @@ def iter_indexed_forward(
         yield from iter_lines_forward(fd, position, end, max_line)
 
 
-def _only_newlines(fd: int, start: int, end: int) -> bool:
+def _only_newlines(read: Read, start: int, end: int) -> bool:
     """True if [start, end) of the file is newlines only (blank lines the index leaves out)."""
     if end <= start:
         return end == start
-    data = os.pread(fd, end - start, start)
+    data = read(end - start, start)
     return len(data) == end - start and data.count(b"\n") == len(data)
 
 
-def _indexed_line(fd: int, offset: int, length: int, max_line: int) -> tuple[int, RawLine] | None:
+def _indexed_line(
+    fd: int, read: Read, offset: int, length: int, max_line: int
+) -> tuple[int, RawLine] | None:
     """An indexed line read and checked against the file: (budget held, line), or None.
 
     It must be a whole line of the file now: a newline (or the file start)
@@ -294,12 +351,12 @@ def _indexed_line(fd: int, offset: int, length: int, max_line: int) -> tuple[int
         return None
     before = 1 if offset > 0 else 0
     if length > max_line:
-        edges = os.pread(fd, before, offset - before) + os.pread(fd, 1, offset + length)
+        edges = read(before, offset - before) + read(1, offset + length)
         if edges != b"\n" * (before + 1) or _has_newline(fd, offset, length):
             return None
         return 0, RawLine(offset, offset + length, None, True, fd)
     if length <= BLOCK_BYTES:
-        data = os.pread(fd, length + before + 1, offset - before)
+        data = read(length + before + 1, offset - before)
         if (
             len(data) != length + before + 1
             or data[-1:] != b"\n"
@@ -309,7 +366,7 @@ def _indexed_line(fd: int, offset: int, length: int, max_line: int) -> tuple[int
             return None
         return 0, RawLine(offset, offset + length, data[before : before + length], True, fd)
     # A long line is read exactly (no second copy), its edges apart.
-    edges = os.pread(fd, before, offset - before) + os.pread(fd, 1, offset + length)
+    edges = read(before, offset - before) + read(1, offset + length)
     if edges != b"\n" * (before + 1):
         return None
     held = LONG_LINE_BUDGET.acquire(length)

@@ -41,6 +41,7 @@ from history_service.lines import (
     IndexRows,
     MediaMode,
     RawLine,
+    Read,
     ServedLine,
     is_blank,
     iter_indexed_backward,
@@ -290,7 +291,7 @@ class WindowReader:
         cache = self.entry_cache
         if cache is None:
             return _Take(_uncached(serve), None)
-        identity, fd, session_id = opened.identity, opened.fd, params.session_id
+        identity, session_id = opened.identity, params.session_id
         scope: Scope = (
             identity.dev,
             identity.ino,
@@ -300,12 +301,12 @@ class WindowReader:
             params.inline_limit,
         )
 
-        def probe(offset: int, length: int) -> EncodedEntry | None:
+        def probe(offset: int, length: int, read: Read) -> EncodedEntry | None:
             """A cached entry of an indexed line, if the line still carries its mark."""
             found = cache.get(scope, offset, length)
-            if found is None or mark_in_file(fd, offset, length) != found[0]:
+            if found is None or mark_in_file(read, offset, length) != found[0]:
                 return None
-            cache.hit()
+            cache.hits += 1
             return found[1]
 
         def take(raw: RawLine) -> ServedLine | HeldBack | EncodedEntry | None:
@@ -316,7 +317,7 @@ class WindowReader:
                 mark = mark_of(raw.start, raw.data)
                 found = cache.get(scope, raw.start, raw.size)
                 if found is not None and found[0] == mark:
-                    cache.hit()
+                    cache.hits += 1
                     return found[1]
             served = serve(raw)
             if served is None:
@@ -537,7 +538,7 @@ class _Take:
     """How a scan turns a line into a window entry, and finds a cached one before reading it."""
 
     take: Callable[[RawLine], ServedLine | HeldBack | EncodedEntry | None]
-    probe: Callable[[int, int], EncodedEntry | None] | None
+    probe: Callable[[int, int, Read], EncodedEntry | None] | None
 
 
 def _uncached(

@@ -199,12 +199,12 @@ class SqliteLineIndexStore:
             file_id = self._file_id(key, generation)
             if file_id is None:
                 return []
-            rows = self._connection.execute(
+            rows: list[tuple[int, int]] = self._connection.execute(
                 "SELECT line_offset, length FROM line_index_line WHERE file_id = ?"
                 " AND line_offset < ? ORDER BY line_offset DESC LIMIT ?",
                 (file_id, offset, limit),
             ).fetchall()
-        return [(int(r[0]), int(r[1])) for r in rows]
+        return rows  # (INTEGER, INTEGER) rows come back as tuples of ints
 
     def lines_from(
         self, key: str, generation: int, offset: int, limit: int
@@ -214,12 +214,12 @@ class SqliteLineIndexStore:
             file_id = self._file_id(key, generation)
             if file_id is None:
                 return []
-            rows = self._connection.execute(
+            rows: list[tuple[int, int]] = self._connection.execute(
                 "SELECT line_offset, length FROM line_index_line WHERE file_id = ?"
                 " AND line_offset >= ? ORDER BY line_offset LIMIT ?",
                 (file_id, offset, limit),
             ).fetchall()
-        return [(int(r[0]), int(r[1])) for r in rows]
+        return rows  # (INTEGER, INTEGER) rows come back as tuples of ints
 
     def line_count(self, key: str, generation: int) -> int:
         """How many lines are indexed."""
