@@ -47,12 +47,41 @@ Scope = tuple[int, int, int, str, int, int]
 
 @dataclass(frozen=True, slots=True)
 class EncodedEntry:
-    """A window entry as a serialized `Entry` message (no sub-agent links)."""
+    """A window entry as a serialized `Entry` message (no sub-agent links).
+
+    Kept as it goes into an `EntryBatch` (field 1: its tag and length, then
+    the Entry's bytes), so a batch is these items joined, nothing rebuilt.
+    """
 
     offset: int
     line_size: int
     json_size: int
-    data: bytes
+    item: bytes
+    # Where the Entry's own bytes start in `item` (after the tag and length).
+    head: int
+
+    @property
+    def data(self) -> bytes:
+        """The serialized Entry alone (a copy)."""
+        return self.item[self.head :]
+
+
+_BATCH_ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
+
+
+def varint(value: int) -> bytes:
+    """A protobuf base-128 varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def length_delimited(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field on the wire: its tag, its length, its bytes."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def links_in(json: bytes, links: Mapping[str, str]) -> list[pb.SubagentLink]:
@@ -105,9 +134,10 @@ def entry_messages(
 
 def encode(session_id: str, served: ServedLine) -> EncodedEntry:
     """The entry's one `Entry` message, serialized (its json must fit one message)."""
-    message = next(entry_messages(session_id, served))
+    data = next(entry_messages(session_id, served)).SerializeToString()
+    item = length_delimited(_BATCH_ENTRIES, data)
     return EncodedEntry(
-        served.offset, served.line_size, len(served.stripped.json), message.SerializeToString()
+        served.offset, served.line_size, len(served.stripped.json), item, len(item) - len(data)
     )
 
 
@@ -175,20 +205,20 @@ class EntryCache:
 
     def put(self, scope: Scope, mark: int, entry: EncodedEntry) -> None:
         """Keep an entry, dropping the least recently used ones over the budget."""
-        cost = len(entry.data) + ENTRY_OVERHEAD
+        cost = len(entry.item) + ENTRY_OVERHEAD
         if cost > self.max_bytes // 8:
             return  # one entry never takes more than a slice of the cache
         key = (scope, entry.offset, entry.line_size)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._bytes -= len(old[1].data) + ENTRY_OVERHEAD
+                self._bytes -= len(old[1].item) + ENTRY_OVERHEAD
             self._entries[key] = (mark, entry)
             self._bytes += cost
             self.stores += 1
             while self._bytes > self.max_bytes:
                 _, (_, dropped) = self._entries.popitem(last=False)
-                self._bytes -= len(dropped.data) + ENTRY_OVERHEAD
+                self._bytes -= len(dropped.item) + ENTRY_OVERHEAD
 
     @property
     def bytes_held(self) -> int:

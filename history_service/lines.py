@@ -235,7 +235,12 @@ class RowReads:
 
 
 def iter_indexed_backward(
-    fd: int, end: int, max_line: int, rows_before: IndexRows, probe: Probe[T] | None = None
+    fd: int,
+    end: int,
+    max_line: int,
+    rows_before: IndexRows,
+    probe: Probe[T] | None = None,
+    batch: int = INDEX_ROWS,
 ) -> Iterator[RawLine | T]:
     """The lines before `end` newest first, as `iter_lines_backward`, found through a line index.
 
@@ -245,12 +250,13 @@ def iter_indexed_backward(
     between it and the line after, a newline on both sides, none inside. At
     the first row that fails, or when the rows run out, the byte scan goes on
     from the last checked line start: a wrong row costs a scan, never wrong bytes.
-    `probe(offset, length)` may answer for a line without its bytes being read
-    (a cached entry whose mark it checked): its answer is yielded instead.
+    `probe(offset, length, read)` may answer for a line without its bytes
+    being read (a cached entry whose mark it checked): its answer is yielded
+    instead. Rows are asked `batch` at a time (a page and a few more).
     """
     position = end
     while position > 0:
-        rows = rows_before(position, INDEX_ROWS)
+        rows = rows_before(position, batch)
         if not rows:
             break
         read = RowReads(fd, rows).pread
@@ -259,7 +265,9 @@ def iter_indexed_backward(
                 break
             # Blank lines between this line's newline and the next line (its
             # own newline is checked with the line).
-            if not _only_newlines(read, offset + length + 1, position):
+            if offset + length + 1 != position and not _only_newlines(
+                read, offset + length + 1, position
+            ):
                 break
             known = None if probe is None else probe(offset, length, read)
             if known is not None:
@@ -289,6 +297,7 @@ def iter_indexed_forward(
     max_line: int,
     rows_from: IndexRows,
     probe: Probe[T] | None = None,
+    batch: int = INDEX_ROWS,
 ) -> Iterator[RawLine | T]:
     """The lines in [start, end) in file order, as `iter_lines_forward`, found through a line index.
 
@@ -299,14 +308,14 @@ def iter_indexed_forward(
     """
     position = start
     while position < end:
-        rows = rows_from(position, INDEX_ROWS)
+        rows = rows_from(position, batch)
         if not rows:
             break
         read = RowReads(fd, rows).pread
         for offset, length in rows:
             if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
                 break
-            if not _only_newlines(read, position, offset):
+            if position != offset and not _only_newlines(read, position, offset):
                 break
             known = None if probe is None else probe(offset, length, read)
             if known is not None:

@@ -17,7 +17,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from history_service.accept import AcceptedRecord
 from history_service.core import HistoryCore
-from history_service.entry_cache import EncodedEntry, entry_messages, links_in
+from history_service.entry_cache import (
+    EncodedEntry,
+    entry_messages,
+    length_delimited,
+    links_in,
+)
 from history_service.errors import (
     BlobMissingError,
     ChatKeyBoundError,
@@ -162,38 +167,33 @@ WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapRe
 MAX_BATCH_BYTES = 1024 * 1024
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """One length-delimited field on the wire: its tag, its length, its bytes."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 _ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
 
 
 def _wire(response: type[WindowResponse], item: str, payload: bytes) -> WindowResponse:
     """A response holding one already-encoded field (parsed by the C runtime, never rebuilt)."""
-    return response.FromString(_field(response.DESCRIPTOR.fields_by_name[item].number, payload))
+    number = response.DESCRIPTOR.fields_by_name[item].number
+    return response.FromString(length_delimited(number, payload))
 
 
-def _encoded(entry: EncodedEntry, links: Mapping[str, str] | None) -> bytes:
-    """The entry's encoded Entry, with the session's sub-agent links it names added."""
+def _entry_of(item: bytes) -> bytes:
+    """The Entry's own bytes in an EntryBatch item (after its one-byte tag and its length)."""
+    at = 1
+    while item[at] & 0x80:
+        at += 1
+    return item[at + 1 :]
+
+
+def _batch_item(entry: EncodedEntry, links: Mapping[str, str] | None) -> bytes:
+    """The entry as an EntryBatch item, with the session's sub-agent links it names added."""
     if not links:
-        return entry.data
+        return entry.item
     message = pb.Entry.FromString(entry.data)
     found = links_in(message.json.encode(), links)
     if not found:
-        return entry.data
+        return entry.item
     message.subagent_links.extend(found)
-    return message.SerializeToString()
+    return length_delimited(_ENTRIES, message.SerializeToString())
 
 
 async def _window_responses(
@@ -219,14 +219,13 @@ async def _window_responses(
     batch: list[bytes] = []
     batch_bytes = 0
     for entry in window.entries:
-        whole: bytes | None = None
+        item: bytes | None = None
         if isinstance(entry, EncodedEntry):
-            whole = _encoded(entry, links)
+            item = _batch_item(entry, links)
         elif budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
             first = next(entry_messages(session_id, entry, links))
-            whole = first.SerializeToString()
-        if whole is not None:
-            item = _field(_ENTRIES, whole)
+            item = length_delimited(_ENTRIES, first.SerializeToString())
+        if item is not None:
             if budget and len(item) <= budget:
                 if batch_bytes + len(item) > budget:
                     yield _wire(response, "entries", b"".join(batch))
@@ -240,7 +239,7 @@ async def _window_responses(
                     yield _wire(response, "entries", b"".join(batch))
                     batch = []
                     batch_bytes = 0
-                yield _wire(response, "entry", whole)
+                yield _wire(response, "entry", _entry_of(item))
                 continue
         if batch_bytes:
             yield _wire(response, "entries", b"".join(batch))

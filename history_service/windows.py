@@ -444,7 +444,9 @@ class WindowReader:
         lines = (
             iter_lines_backward(fd, end, self._max_line_size)
             if rows is None
-            else iter_indexed_backward(fd, end, self._max_line_size, rows[0], take.probe)
+            else iter_indexed_backward(
+                fd, end, self._max_line_size, rows[0], take.probe, params.page_size + 8
+            )
         )
         while len(newest) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
@@ -492,7 +494,9 @@ class WindowReader:
         lines = (
             iter_lines_forward(fd, boundary, size, self._max_line_size)
             if rows is None
-            else iter_indexed_forward(fd, boundary, size, self._max_line_size, rows[1], take.probe)
+            else iter_indexed_forward(
+                fd, boundary, size, self._max_line_size, rows[1], take.probe, params.page_size + 8
+            )
         )
         while len(entries) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
