@@ -185,7 +185,7 @@ Probe = Callable[[int, int, Read], T | None]
 # Bytes of each end of an indexed line its checks read (entry_cache marks cover the same).
 ROW_EDGE = 256
 # Ranges of a batch of rows closer than this are read as one.
-MERGE_GAP = 4096
+MERGE_GAP = 1024
 # One merged read never exceeds this.
 MAX_MERGED = 1024 * 1024
 
