@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -170,10 +170,14 @@ MAX_BATCH_BYTES = 1024 * 1024
 _ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
 
 
-def _wire(response: type[WindowResponse], item: str, payload: bytes) -> WindowResponse:
-    """A response holding one already-encoded field (parsed by the C runtime, never rebuilt)."""
-    number = response.DESCRIPTOR.fields_by_name[item].number
-    return response.FromString(length_delimited(number, payload))
+def _wire(response: type[WindowResponse], item: str, payload: bytes) -> bytes:
+    """A serialized response holding one already-encoded field.
+
+    Sent as it is: ReadWindow and Bootstrap are registered with a serializer
+    that passes bytes through (`add_history_servicer`), so entries encoded
+    once are never parsed or serialized again.
+    """
+    return length_delimited(response.DESCRIPTOR.fields_by_name[item].number, payload)
 
 
 def _entry_of(item: bytes) -> bytes:
@@ -202,7 +206,7 @@ async def _window_responses(
     window: Window,
     links: Mapping[str, str] | None = None,
     max_batch_bytes: int = 0,
-) -> AsyncIterator[WindowResponse]:
+) -> AsyncIterator[WindowResponse | bytes]:
     """A window as `response` messages: entries (alone or batched), then the end.
 
     With `max_batch_bytes` 0 each Entry is its own message (then its json
@@ -295,9 +299,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         info, detail = await self._core.get_session(current_principal(), request.session_id)
         return pb.GetSessionResponse(session=_session(info, detail))
 
-    async def ReadWindow(
+    async def ReadWindow(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.ReadWindowRequest, context: Context
-    ) -> AsyncIterator[pb.ReadWindowResponse]:
+    ) -> AsyncIterator[pb.ReadWindowResponse | bytes]:
         params = self._core.window_params(
             request.session_id,
             request.page_size,
@@ -313,9 +317,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         ):
             yield response
 
-    async def Bootstrap(
+    async def Bootstrap(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.BootstrapRequest, context: Context
-    ) -> AsyncIterator[pb.BootstrapResponse]:
+    ) -> AsyncIterator[pb.BootstrapResponse | bytes]:
         result = await self._core.bootstrap(
             current_principal(),
             request.session_id,
@@ -396,3 +400,46 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
                     position=event.position,
                 )
+
+
+# The streams whose responses may be sent already serialized (bytes).
+PASSTHROUGH_METHODS = ("ReadWindow", "Bootstrap")
+
+
+class _Handlers:
+    """Takes the generated registration's method handlers instead of a server."""
+
+    handlers: dict[str, Any]
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # rebuilt from the method handlers below
+
+    def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
+        self.handlers = dict(handlers)
+
+
+def _passthrough(serialize: Any) -> Any:
+    def serializer(message: Any) -> bytes:
+        return message if isinstance(message, bytes) else serialize(message)
+
+    return serializer
+
+
+def add_history_servicer(servicer: HistoryServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer as the generated code does, but ReadWindow and Bootstrap send
+    bytes they are given as they are (entries encoded once, history_service.entry_cache)."""
+    captured = _Handlers()
+    history_pb2_grpc.add_HistoryServiceServicer_to_server(servicer, cast(grpc.aio.Server, captured))
+    handlers = captured.handlers
+    for name in PASSTHROUGH_METHODS:
+        handler = handlers[name]
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            handler.unary_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=_passthrough(handler.response_serializer),
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # Newer grpc registers methods for its fast path too (absent from the typing stubs).
+    register = getattr(server, "add_registered_method_handlers", None)
+    if register is not None:
+        register(SERVICE_NAME, handlers)
