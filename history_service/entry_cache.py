@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from history_service.lines import ROW_EDGE, Read, ServedLine, json_parts
+from history_service.lines import ROW_EDGE, ServedLine, json_parts
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.ref.v1 import ref_pb2
@@ -149,25 +149,7 @@ def mark_of(offset: int, data: bytes) -> int:
     return xxhash.xxh3_64_intdigest(before + data[:MARK_EDGE] + data[-MARK_EDGE:] + b"\n")
 
 
-def mark_in_file(read: Read, offset: int, length: int) -> int | None:
-    """The mark of the line [offset, offset + length) read from the file; None if not a line.
-
-    `read(length, offset)` reads the file (os.pread, or a batch's RowReads).
-    """
-    before = 1 if offset > 0 else 0
-    if length <= 2 * MARK_EDGE:
-        data = read(before + length + 1, offset - before)
-        if len(data) != before + length + 1:
-            return None
-    else:
-        head = read(before + MARK_EDGE, offset - before)
-        tail = read(MARK_EDGE + 1, offset + length - MARK_EDGE)
-        if len(head) != before + MARK_EDGE or len(tail) != MARK_EDGE + 1:
-            return None
-        data = head + tail
-    if data[-1:] != b"\n" or (before and data[:1] != b"\n"):
-        return None
-    return xxhash.xxh3_64_intdigest(data)
+# The same mark read from the file: history_service.lines.RowReads.mark.
 
 
 class EntryCache:

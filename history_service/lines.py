@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
 
+import xxhash
+
 from history_service.errors import FileRewrittenError
 from scrollback.contract.stripping import (
     LineReader,
@@ -180,8 +182,8 @@ IndexRows = Callable[[int, int], list[tuple[int, int]]]
 T = TypeVar("T")
 # A read of the file: (length, offset) -> bytes, as os.pread.
 Read = Callable[[int, int], bytes]
-# What a caller may answer for an indexed line before it is read (offset, length, read).
-Probe = Callable[[int, int, Read], T | None]
+# What a caller may answer for an indexed line before it is read (offset, length, its batch's reads).
+Probe = Callable[[int, int, "RowReads"], T | None]
 # Bytes of each end of an indexed line its checks read (entry_cache marks cover the same).
 ROW_EDGE = 256
 # Ranges of a batch of rows closer than this are read as one.
@@ -224,6 +226,29 @@ class RowReads:
             self._starts.append(start)
             self._blocks.append(os.pread(fd, end - start, start))
 
+    def mark(self, offset: int, length: int) -> int | None:
+        """The xxh3 mark of the line [offset, offset + length), None if it is not a whole line.
+
+        The hash of the newline before it (none at the file's start), its
+        first and last ROW_EDGE bytes and the newline after it; a short line
+        whole. history_service.entry_cache keeps it beside each cached entry.
+        """
+        before = 1 if offset > 0 else 0
+        start = offset - before
+        if length <= 2 * ROW_EDGE:
+            data = self.pread(before + length + 1, start)
+            if len(data) != before + length + 1:
+                return None
+        else:
+            data = self.pread(before + ROW_EDGE, start) + self.pread(
+                ROW_EDGE + 1, offset + length - ROW_EDGE
+            )
+            if len(data) != before + 2 * ROW_EDGE + 1:
+                return None
+        if data[-1] != 10 or (before and data[0] != 10):
+            return None
+        return xxhash.xxh3_64_intdigest(data)
+
     def pread(self, length: int, offset: int) -> bytes:
         """The file's bytes [offset, offset + length) (fewer at its end), as os.pread."""
         at = bisect.bisect_right(self._starts, offset) - 1
@@ -259,7 +284,8 @@ def iter_indexed_backward(
         rows = rows_before(position, batch)
         if not rows:
             break
-        read = RowReads(fd, rows).pread
+        reads = RowReads(fd, rows)
+        read = reads.pread
         for offset, length in rows:
             if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
                 break
@@ -269,7 +295,7 @@ def iter_indexed_backward(
                 read, offset + length + 1, position
             ):
                 break
-            known = None if probe is None else probe(offset, length, read)
+            known = None if probe is None else probe(offset, length, reads)
             if known is not None:
                 yield known
                 position = offset
@@ -311,13 +337,14 @@ def iter_indexed_forward(
         rows = rows_from(position, batch)
         if not rows:
             break
-        read = RowReads(fd, rows).pread
+        reads = RowReads(fd, rows)
+        read = reads.pread
         for offset, length in rows:
             if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
                 break
             if position != offset and not _only_newlines(read, position, offset):
                 break
-            known = None if probe is None else probe(offset, length, read)
+            known = None if probe is None else probe(offset, length, reads)
             if known is not None:
                 yield known
                 position = offset + length + 1

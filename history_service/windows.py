@@ -32,7 +32,6 @@ from history_service.entry_cache import (
     EntryCache,
     Scope,
     encode,
-    mark_in_file,
     mark_of,
 )
 from history_service.errors import FileRewrittenError, InvalidArgumentError
@@ -41,7 +40,7 @@ from history_service.lines import (
     IndexRows,
     MediaMode,
     RawLine,
-    Read,
+    RowReads,
     ServedLine,
     is_blank,
     iter_indexed_backward,
@@ -301,10 +300,10 @@ class WindowReader:
             params.inline_limit,
         )
 
-        def probe(offset: int, length: int, read: Read) -> EncodedEntry | None:
+        def probe(offset: int, length: int, reads: RowReads) -> EncodedEntry | None:
             """A cached entry of an indexed line, if the line still carries its mark."""
             found = cache.get(scope, offset, length)
-            if found is None or mark_in_file(read, offset, length) != found[0]:
+            if found is None or reads.mark(offset, length) != found[0]:
                 return None
             cache.hits += 1
             return found[1]
@@ -542,7 +541,7 @@ class _Take:
     """How a scan turns a line into a window entry, and finds a cached one before reading it."""
 
     take: Callable[[RawLine], ServedLine | HeldBack | EncodedEntry | None]
-    probe: Callable[[int, int, Read], EncodedEntry | None] | None
+    probe: Callable[[int, int, RowReads], EncodedEntry | None] | None
 
 
 def _uncached(
