@@ -13,6 +13,7 @@ server's index and scanner.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -234,3 +235,25 @@ async def test_a_huge_line_in_the_middle_is_never_held_whole(
             tracemalloc.stop()
         # The 24 MiB line goes by streaming; nothing near its size is held.
         assert peak < 8 * max_line, peak
+
+
+async def test_a_first_page_builds_the_index_in_the_background(
+    history_server: HarnessFactory, backend: dict[str, Any]
+) -> None:
+    async with history_server(**backend) as harness:
+        path = harness.transcript(SESSION)
+        path.write_bytes(b"".join(entry_line(n) for n in range(3000)))
+        index = harness.server.core.line_index
+        assert index is not None
+        key = str(path.relative_to(harness.root))
+        assert index.store.state(key) is None
+        page = await read_page(harness.stub, session_id=SESSION, page_size=5)
+        assert [e.uuid for e in page.entries] == [f"u-{n}" for n in range(2995, 3000)]
+        for _ in range(100):  # the first page scanned bytes; the build runs beside it
+            state = index.store.state(key)
+            if state is not None and state.covered == path.stat().st_size:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the index was not built after a first page")
+        assert await served(harness.stub, LATEST, 11) == truth(path)
