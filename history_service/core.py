@@ -180,12 +180,14 @@ class HistoryCore:
         """A window and its session's sub-agent links, in one worker-thread hop."""
 
         def work() -> tuple[Window, dict[str, str]]:
-            window = self.reader.read_blocking(principal, params)
-            return window, self._subagent_links(principal, params.session_id)
+            window, transcript = self.reader.read_with_transcript(principal, params)
+            return window, self._subagent_links(principal, transcript)
 
         return await asyncio.to_thread(work)
 
-    def _subagent_links(self, principal: Principal | None, session_id: str) -> dict[str, str]:
+    def _subagent_links(
+        self, principal: Principal | None, transcript: TranscriptFile
+    ) -> dict[str, str]:
         """tool_use id -> sub-agent session id of a session, as the index knows them now.
 
         Never indexes (a window of a huge session must not wait for a full
@@ -193,7 +195,6 @@ class HistoryCore:
         sub-agents whose transcript the caller can open are linked (blocking).
         """
         try:
-            transcript = self.root.resolve(session_id, principal)
             links = self.insight.links(transcript)
         except (LookupError, ValueError, StoreBusyError):
             return {}

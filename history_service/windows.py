@@ -191,6 +191,7 @@ class _Opened:
     token: PageToken | None
     # The transcript's name in the line index (its path under the root).
     index_key: str = ""
+    transcript: TranscriptFile | None = None
 
 
 class WindowReader:
@@ -223,7 +224,14 @@ class WindowReader:
 
     def read_blocking(self, principal: Principal | None, params: WindowParams) -> Window:
         """`read` in the calling thread: open, check, find and serve the lines (one hop in all)."""
+        return self.read_with_transcript(principal, params)[0]
+
+    def read_with_transcript(
+        self, principal: Principal | None, params: WindowParams
+    ) -> tuple[Window, TranscriptFile]:
+        """`read_blocking`, and the transcript the session resolved to (blocking)."""
         opened = self._open(principal, params)
+        assert opened.transcript is not None
         token = opened.token
         direction = token.direction if token else params.direction
         boundary = token.boundary if token else -1
@@ -245,7 +253,7 @@ class WindowReader:
             )
         finally:
             os.close(opened.fd)
-        return window
+        return window, opened.transcript
 
     def _open(self, principal: Principal | None, params: WindowParams) -> _Opened:
         token = (
@@ -264,7 +272,9 @@ class WindowReader:
         except BaseException:
             os.close(fd)
             raise
-        return _Opened(fd, identity, token, os.path.relpath(transcript.path, self._root.root))
+        return _Opened(
+            fd, identity, token, os.path.relpath(transcript.path, self._root.root), transcript
+        )
 
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
         serve = _server(params, self._max_line_size)
