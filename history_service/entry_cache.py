@@ -9,8 +9,12 @@ session id, media mode and inline limit, and the line's offset and length.
 
 A hit is used only if the line's bytes still carry its mark: the xxh3 hash of
 the newline before the line, its first and last `MARK_EDGE` bytes, and the
-newline after it (the whole line when it is short). That costs two small
-reads instead of reading the line. Limitation, the same as page tokens': a
+newline after it (the whole line when it is short), computed from the
+bytes read for the line (`mark_of`) or, for a line found through the line
+index, from the few merged reads of its batch (history_service.lines
+`RowReads.mark`) instead of reading the line. A line that was stripped
+without being read whole (longer than the max line size) is never cached, nor
+an unterminated tail. Limitation, the same as page tokens': a
 same-size rewrite in the middle of a long line that keeps the file's first
 bytes and the line's edges is not seen (the line index's own checks and the
 file identity catch every other rewrite, truncation or replacement).

@@ -8,6 +8,11 @@ block plus the line being served. A line longer than the max line size is
 never held whole: the scan only looks for its newline and yields it without
 data (the caller serves an oversize stub).
 
+`iter_indexed_backward` / `iter_indexed_forward` yield the same lines from the
+rows of the persisted line index (scrollback.lineindex), each checked against
+the file first (`RowReads` reads what a batch of rows needs at once); the
+first row that does not hold hands over to the byte scan.
+
 `serve_line` turns one raw line into what a window serves, through the
 contract's `strip_line` (the only stripper).
 """
