@@ -20,7 +20,8 @@ This service's (`SCROLLBACK_HISTORY_<FIELD>`, each field below): `ADDR` (default
 whose client grants no flow-control window that long is ended with
 DEADLINE_EXCEEDED), and the limits `DEFAULT_INLINE_LIMIT`, `MAX_WINDOW_BYTES`,
 `PENDING_KEEP`, `PENDING_TTL_SECONDS`, `HEARTBEAT_SECONDS`, `WATCH_POLL_SECONDS`,
-`RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`, `SEARCH_INTERVAL_SECONDS` (default 2: how
+`RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`, `ENTRY_CACHE_BYTES` (default 16 MiB per
+worker process, 0 = off: window entries kept stripped and encoded, history_service.entry_cache), `SEARCH_INTERVAL_SECONDS` (default 2: how
 often the search indexer catches up with the transcripts), `SEARCH_INDEXING`
 (`off`, flag `--no-search-indexing`: serve searches without writing the index). `from_env` checks the values;
 `validate()` also the locations and files, at start-up (ConfigError).
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from history_service.entry_cache import DEFAULT_ENTRY_CACHE_BYTES
 from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
@@ -54,6 +56,7 @@ from scrollback.server.service_config import (
 from scrollback.server.workers import MAX_WORKERS, default_workers
 
 SERVICE = "history"
+MAX_ENTRY_CACHE_BYTES = 1024 * 1024 * 1024
 DEFAULT_ADDR = "127.0.0.1:50051"
 # Read as SCROLLBACK_<FIELD>: every server reads them alike.
 SHARED_FIELDS = frozenset({"database_url", "max_line_size"})
@@ -75,6 +78,8 @@ class HistoryConfig:
     max_line_size: int = DEFAULT_MAX_LINE_SIZE
     # Raw bytes one window may scan before it ends early (its token continues).
     max_window_bytes: int = 64 * 1024 * 1024
+    # Window entries kept stripped and encoded, per worker process (0: off).
+    entry_cache_bytes: int = DEFAULT_ENTRY_CACHE_BYTES
     pending_keep: int = 50
     pending_ttl_seconds: float = 600.0
     heartbeat_seconds: float = 15.0
@@ -141,6 +146,8 @@ class HistoryConfig:
             raise ConfigError("the max line size must be at least 64 KiB")
         if self.max_window_bytes < 1024 * 1024:
             raise ConfigError("the window byte budget must be at least 1 MiB")
+        if not 0 <= self.entry_cache_bytes <= MAX_ENTRY_CACHE_BYTES:
+            raise ConfigError("the entry cache size must lie between 0 (off) and 1 GiB")
         if self.pending_keep < 1 or self.pending_ttl_seconds <= 0:
             raise ConfigError(
                 "pending retention must keep at least one message for a positive time"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
+from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
 from history_service.insight import (
     Insight,
@@ -89,6 +90,7 @@ class HistoryCore:
             max_line_size=config.max_line_size,
             max_window_bytes=config.max_window_bytes,
             line_index=line_index,
+            entry_cache=EntryCache(config.entry_cache_bytes),
         )
         self.lister = SessionLister(root, codec)
         self.insight_store = insight_store
@@ -172,31 +174,39 @@ class HistoryCore:
             total = part if total is None else total + part
         return SessionDetail(insight, total, len(subagents), parent_session_id, parent_tool_use_id)
 
-    async def subagent_links(self, principal: Principal | None, session_id: str) -> dict[str, str]:
+    async def read_window_with_links(
+        self, principal: Principal | None, params: WindowParams
+    ) -> tuple[Window, dict[str, str]]:
+        """A window and its session's sub-agent links, in one worker-thread hop."""
+
+        def work() -> tuple[Window, dict[str, str]]:
+            window, transcript = self.reader.read_with_transcript(principal, params)
+            return window, self._subagent_links(principal, transcript)
+
+        return await asyncio.to_thread(work)
+
+    def _subagent_links(
+        self, principal: Principal | None, transcript: TranscriptFile
+    ) -> dict[str, str]:
         """tool_use id -> sub-agent session id of a session, as the index knows them now.
 
         Never indexes (a window of a huge session must not wait for a full
         pass); empty when the session is unknown or the store is busy. Only
-        sub-agents whose transcript the caller can open are linked.
+        sub-agents whose transcript the caller can open are linked (blocking).
         """
-
-        def work() -> dict[str, str]:
-            try:
-                transcript = self.root.resolve(session_id, principal)
-                links = self.insight.links(transcript)
-            except (LookupError, ValueError, StoreBusyError):
-                return {}
-            if not links:
-                return {}
-            # One listing, not a resolve per link: a resolve miss rescans the root.
-            present = {
-                f.session_id
-                for f in self.root.list(principal)
-                if f.project_dir == transcript.project_dir
-            }
-            return {tool: agent for tool, agent in links.items() if agent in present}
-
-        return await asyncio.to_thread(work)
+        try:
+            links = self.insight.links(transcript)
+        except (LookupError, ValueError, StoreBusyError):
+            return {}
+        if not links:
+            return {}
+        # One listing, not a resolve per link: a resolve miss rescans the root.
+        present = {
+            f.session_id
+            for f in self.root.list(principal)
+            if f.project_dir == transcript.project_dir
+        }
+        return {tool: agent for tool, agent in links.items() if agent in present}
 
     def window_params(
         self,

@@ -8,17 +8,26 @@ block plus the line being served. A line longer than the max line size is
 never held whole: the scan only looks for its newline and yields it without
 data (the caller serves an oversize stub).
 
+`iter_indexed_backward` / `iter_indexed_forward` yield the same lines from the
+rows of the persisted line index (scrollback.lineindex), each checked against
+the file first (`RowReads` reads what a batch of rows needs at once); the
+first row that does not hold hands over to the byte scan.
+
 `serve_line` turns one raw line into what a window serves, through the
 contract's `strip_line` (the only stripper).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
+
+import xxhash
 
 from history_service.errors import FileRewrittenError
 from scrollback.contract.stripping import (
@@ -166,6 +175,264 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
         finally:
             LONG_LINE_BUDGET.release(held)
         line_end = newline
+
+
+# Rows asked of the line index at a time: a whole page (and a few skipped lines) in one query.
+INDEX_ROWS = 208
+# The most blank lines (bytes) between two indexed lines checked before the byte scan takes over.
+MAX_INDEX_GAP = 4096
+
+# Rows of the persisted line index, fetched on demand: (offset, length) from a position.
+IndexRows = Callable[[int, int], list[tuple[int, int]]]
+T = TypeVar("T")
+# A read of the file: (length, offset) -> bytes, as os.pread.
+Read = Callable[[int, int], bytes]
+# What a caller may answer for an indexed line before it is read (offset, length, its batch's reads).
+Probe = Callable[[int, int, "RowReads"], T | None]
+# Bytes of each end of an indexed line its checks read (entry_cache marks cover the same).
+ROW_EDGE = 256
+# Ranges of a batch of rows closer than this are read as one.
+MERGE_GAP = 1024
+# One merged read never exceeds this.
+MAX_MERGED = 1024 * 1024
+
+
+class RowReads:
+    """The bytes that checking a batch of indexed rows needs, read in few `pread`s.
+
+    Each row needs the newline before it, its first and last ROW_EDGE bytes
+    and the newline after it (a short line: all of it); the ranges of a batch
+    are merged when close and read at once, so a window of N lines costs
+    about as many reads as it has long lines, not 2N (each read releases and
+    retakes the GIL, which the event loop thread is waiting for). Anything
+    else is read from the file as asked.
+    """
+
+    def __init__(self, fd: int, rows: list[tuple[int, int]]) -> None:
+        self.fd = fd
+        ranges: list[tuple[int, int]] = []
+        for offset, length in rows:
+            start = max(0, offset - 1)
+            if length <= 2 * ROW_EDGE:
+                ranges.append((start, offset + length + 1))
+            else:
+                ranges.append((start, offset + ROW_EDGE))
+                ranges.append((offset + length - ROW_EDGE, offset + length + 1))
+        ranges.sort()
+        merged: list[list[int]] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1][1] + MERGE_GAP and end - merged[-1][0] <= MAX_MERGED:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self._starts: list[int] = []
+        self._blocks: list[bytes] = []
+        for start, end in merged:
+            self._starts.append(start)
+            self._blocks.append(os.pread(fd, end - start, start))
+
+    def mark(self, offset: int, length: int) -> int | None:
+        """The xxh3 mark of the line [offset, offset + length), None if it is not a whole line.
+
+        The hash of the newline before it (none at the file's start), its
+        first and last ROW_EDGE bytes and the newline after it; a short line
+        whole. history_service.entry_cache keeps it beside each cached entry.
+        """
+        before = 1 if offset > 0 else 0
+        start = offset - before
+        if length <= 2 * ROW_EDGE:
+            data = self.pread(before + length + 1, start)
+            if len(data) != before + length + 1:
+                return None
+        else:
+            data = self.pread(before + ROW_EDGE, start) + self.pread(
+                ROW_EDGE + 1, offset + length - ROW_EDGE
+            )
+            if len(data) != before + 2 * ROW_EDGE + 1:
+                return None
+        if data[-1] != 10 or (before and data[0] != 10):
+            return None
+        return xxhash.xxh3_64_intdigest(data)
+
+    def pread(self, length: int, offset: int) -> bytes:
+        """The file's bytes [offset, offset + length) (fewer at its end), as os.pread."""
+        at = bisect.bisect_right(self._starts, offset) - 1
+        if at >= 0:
+            start, block = self._starts[at], self._blocks[at]
+            if offset + length <= start + len(block):
+                return block[offset - start : offset - start + length]
+        return os.pread(self.fd, length, offset)
+
+
+def iter_indexed_backward(
+    fd: int,
+    end: int,
+    max_line: int,
+    rows_before: IndexRows,
+    probe: Probe[T] | None = None,
+    batch: int = INDEX_ROWS,
+) -> Iterator[RawLine | T]:
+    """The lines before `end` newest first, as `iter_lines_backward`, found through a line index.
+
+    `rows_before(offset, limit)` gives indexed (offset, length) rows starting
+    before `offset`, newest first (scrollback.lineindex). Each row is checked
+    against the file before it is used (`_indexed_line`): only blank lines
+    between it and the line after, a newline on both sides, none inside. At
+    the first row that fails, or when the rows run out, the byte scan goes on
+    from the last checked line start: a wrong row costs a scan, never wrong bytes.
+    `probe(offset, length, read)` may answer for a line without its bytes
+    being read (a cached entry whose mark it checked): its answer is yielded
+    instead. Rows are asked `batch` at a time (a page and a few more).
+    """
+    position = end
+    while position > 0:
+        rows = rows_before(position, batch)
+        if not rows:
+            break
+        reads = RowReads(fd, rows)
+        read = reads.pread
+        for offset, length in rows:
+            if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
+                break
+            # Blank lines between this line's newline and the next line (its
+            # own newline is checked with the line).
+            if offset + length + 1 != position and not _only_newlines(
+                read, offset + length + 1, position
+            ):
+                break
+            known = None if probe is None else probe(offset, length, reads)
+            if known is not None:
+                yield known
+                position = offset
+                continue
+            line = _indexed_line(fd, read, offset, length, max_line)
+            if line is None:
+                break
+            held, raw = line
+            try:
+                yield raw
+            finally:
+                LONG_LINE_BUDGET.release(held)
+            position = offset
+        else:
+            continue
+        break
+    if position > 0:
+        yield from iter_lines_backward(fd, position, max_line)
+
+
+def iter_indexed_forward(
+    fd: int,
+    start: int,
+    end: int,
+    max_line: int,
+    rows_from: IndexRows,
+    probe: Probe[T] | None = None,
+    batch: int = INDEX_ROWS,
+) -> Iterator[RawLine | T]:
+    """The lines in [start, end) in file order, as `iter_lines_forward`, found through a line index.
+
+    `rows_from(offset, limit)` gives indexed rows starting at or after
+    `offset`, in file order; each is checked as in `iter_indexed_backward`.
+    Past the last row that checks (the unterminated tail, lines appended since
+    the index was extended, or a row that fails) the byte scan goes on.
+    """
+    position = start
+    while position < end:
+        rows = rows_from(position, batch)
+        if not rows:
+            break
+        reads = RowReads(fd, rows)
+        read = reads.pread
+        for offset, length in rows:
+            if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
+                break
+            if position != offset and not _only_newlines(read, position, offset):
+                break
+            known = None if probe is None else probe(offset, length, reads)
+            if known is not None:
+                yield known
+                position = offset + length + 1
+                continue
+            line = _indexed_line(fd, read, offset, length, max_line)
+            if line is None:
+                break
+            held, raw = line
+            try:
+                yield raw
+            finally:
+                LONG_LINE_BUDGET.release(held)
+            position = offset + length + 1
+        else:
+            continue
+        break
+    if position < end:
+        yield from iter_lines_forward(fd, position, end, max_line)
+
+
+def _only_newlines(read: Read, start: int, end: int) -> bool:
+    """True if [start, end) of the file is newlines only (blank lines the index leaves out)."""
+    if end <= start:
+        return end == start
+    data = read(end - start, start)
+    return len(data) == end - start and data.count(b"\n") == len(data)
+
+
+def _indexed_line(
+    fd: int, read: Read, offset: int, length: int, max_line: int
+) -> tuple[int, RawLine] | None:
+    """An indexed line read and checked against the file: (budget held, line), or None.
+
+    It must be a whole line of the file now: a newline (or the file start)
+    before it, a newline after it, none inside. A line held whole takes its
+    size from LONG_LINE_BUDGET when longer than a block (the caller gives it
+    back); one over `max_line` is only searched for a newline, block by block.
+    """
+    if length <= 0:
+        return None
+    before = 1 if offset > 0 else 0
+    if length > max_line:
+        edges = read(before, offset - before) + read(1, offset + length)
+        if edges != b"\n" * (before + 1) or _has_newline(fd, offset, length):
+            return None
+        return 0, RawLine(offset, offset + length, None, True, fd)
+    if length <= BLOCK_BYTES:
+        data = read(length + before + 1, offset - before)
+        if (
+            len(data) != length + before + 1
+            or data[-1:] != b"\n"
+            or (before and data[:1] != b"\n")
+            or data.find(b"\n", before, before + length) >= 0
+        ):
+            return None
+        return 0, RawLine(offset, offset + length, data[before : before + length], True, fd)
+    # A long line is read exactly (no second copy), its edges apart.
+    edges = read(before, offset - before) + read(1, offset + length)
+    if edges != b"\n" * (before + 1):
+        return None
+    held = LONG_LINE_BUDGET.acquire(length)
+    try:
+        data = os.pread(fd, length, offset)
+        if len(data) != length or b"\n" in data:
+            LONG_LINE_BUDGET.release(held)
+            return None
+    except BaseException:
+        LONG_LINE_BUDGET.release(held)
+        raise
+    return held, RawLine(offset, offset + length, data, True, fd)
+
+
+def _has_newline(fd: int, start: int, length: int) -> bool:
+    """True if [start, start + length) holds a newline (or is cut short), read block by block."""
+    block = bytearray(BLOCK_BYTES)
+    view = memoryview(block)
+    position, end = start, start + length
+    while position < end:
+        read = os.preadv(fd, [view[: min(BLOCK_BYTES, end - position)]], position)
+        if read <= 0 or block.find(b"\n", 0, read) >= 0:
+            return True
+        position += read
+    return False
 
 
 class LineMemoryBudget:

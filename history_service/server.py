@@ -27,13 +27,12 @@ from history_service.search.searcher import Searcher
 from history_service.search.sqlite import SqliteSearchIndex
 from history_service.search.store import SearchIndex
 from history_service.search_servicer import SEARCH_SERVICE_NAME, SearchServicer
-from history_service.servicer import SERVICE_NAME, HistoryServicer
+from history_service.servicer import SERVICE_NAME, HistoryServicer, add_history_servicer
 from history_service.store.base import AcceptedMessageStore
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
 from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
-from scrollback.history.v1 import history_pb2_grpc
 from scrollback.search.v1 import search_pb2_grpc
 from scrollback.server.grpc_support import (
     RunningServer,
@@ -205,7 +204,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     searcher = Searcher(core.root, index, core.codec)
 
     def register(server: grpc.aio.Server) -> None:
-        history_pb2_grpc.add_HistoryServiceServicer_to_server(HistoryServicer(core), server)
+        add_history_servicer(HistoryServicer(core), server)
         search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(searcher), server)
 
     try:

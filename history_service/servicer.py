@@ -9,14 +9,20 @@ interceptor) is read here, once per call, and passed to the core explicitly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from history_service.accept import AcceptedRecord
 from history_service.core import HistoryCore
+from history_service.entry_cache import (
+    EncodedEntry,
+    entry_messages,
+    length_delimited,
+    links_in,
+)
 from history_service.errors import (
     BlobMissingError,
     ChatKeyBoundError,
@@ -26,14 +32,13 @@ from history_service.errors import (
     TxnConflictError,
 )
 from history_service.insight import Insight, SessionDetail, Usage
-from history_service.lines import MediaMode, ServedLine, json_parts
+from history_service.lines import MediaMode, ServedLine
 from history_service.sessions import SessionInfo
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.windows import Window
-from scrollback.contract.refs import ID_PATTERN, RefError
+from scrollback.contract.refs import RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
-from scrollback.ref.v1 import ref_pb2
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import ErrorTable, maps_errors
 from scrollback.state.sqlite import StoreBusyError
@@ -146,54 +151,6 @@ def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
     )
 
 
-def _links_in(json: bytes, links: Mapping[str, str]) -> list[pb.SubagentLink]:
-    """The known sub-agent links whose tool_use id this entry names (as a JSON string)."""
-    return [
-        pb.SubagentLink(tool_use_id=tool_use_id, session_id=agent)
-        for tool_use_id, agent in sorted(links.items())
-        if b'"' + tool_use_id.encode() + b'"' in json
-    ]
-
-
-def entry_messages(
-    session_id: str, served: ServedLine, links: Mapping[str, str] | None = None
-) -> Iterator[pb.Entry | pb.EntryJsonChunk]:
-    """An Entry, then EntryJsonChunks when its json does not fit in one message."""
-    line = served.stripped
-    refs = []
-    if line.uuid and ID_PATTERN.fullmatch(line.uuid) and ID_PATTERN.fullmatch(session_id):
-        refs = [
-            ref_pb2.MediaRef(
-                session_id=session_id,
-                entry_uuid=line.uuid,
-                index=image.index,
-                pin=image.pin,
-                declared_media_type=image.declared_media_type,
-                approx_size_bytes=image.approx_size_bytes,
-                uri=f"{session_id}/{line.uuid}/{image.index}",
-                line_offset_hint=served.offset,
-            )
-            for image in line.images
-        ]
-    parts = json_parts(line.json)
-    yield pb.Entry(
-        uuid=line.uuid,
-        type=line.type,
-        timestamp=line.timestamp,
-        byte_offset=served.offset,
-        json=parts[0],
-        media_refs=refs,
-        failed_image_indexes=list(line.failed_image_indexes),
-        json_size_bytes=len(line.json),
-        line_size_bytes=served.line_size,
-        oversize=line.oversize,
-        payloads_deferred=served.payloads_deferred,
-        subagent_links=_links_in(line.json, links) if links else [],
-    )
-    for part in parts[1:]:
-        yield pb.EntryJsonChunk(byte_offset=served.offset, json_part=part)
-
-
 def _window_end(window: Window) -> pb.WindowEnd:
     return pb.WindowEnd(
         next_page_token=window.next_page_token,
@@ -208,9 +165,39 @@ WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapRe
 # the 4 MiB message bound, and small enough that a stream holds little more
 # than its window's small entries (which the window holds anyway).
 MAX_BATCH_BYTES = 1024 * 1024
-# The bytes an Entry adds to its batch beyond its own size: the field tag and
-# the length prefix (at most 1 + 4 bytes under MAX_BATCH_BYTES).
-_BATCH_ITEM_OVERHEAD = 5
+
+
+_ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
+
+
+def _wire(response: type[WindowResponse], item: str, payload: bytes) -> bytes:
+    """A serialized response holding one already-encoded field.
+
+    Sent as it is: ReadWindow and Bootstrap are registered with a serializer
+    that passes bytes through (`add_history_servicer`), so entries encoded
+    once are never parsed or serialized again.
+    """
+    return length_delimited(response.DESCRIPTOR.fields_by_name[item].number, payload)
+
+
+def _entry_of(item: bytes) -> bytes:
+    """The Entry's own bytes in an EntryBatch item (after its one-byte tag and its length)."""
+    at = 1
+    while item[at] & 0x80:
+        at += 1
+    return item[at + 1 :]
+
+
+def _batch_item(entry: EncodedEntry, links: Mapping[str, str] | None) -> bytes:
+    """The entry as an EntryBatch item, with the session's sub-agent links it names added."""
+    if not links:
+        return entry.item
+    message = pb.Entry.FromString(entry.data)
+    found = links_in(message.json.encode(), links)
+    if not found:
+        return entry.item
+    message.subagent_links.extend(found)
+    return length_delimited(_ENTRIES, message.SerializeToString())
 
 
 async def _window_responses(
@@ -219,37 +206,50 @@ async def _window_responses(
     window: Window,
     links: Mapping[str, str] | None = None,
     max_batch_bytes: int = 0,
-) -> AsyncIterator[WindowResponse]:
+) -> AsyncIterator[WindowResponse | bytes]:
     """A window as `response` messages: entries (alone or batched), then the end.
 
     With `max_batch_bytes` 0 each Entry is its own message (then its json
     chunks). Otherwise runs of small entries (those the window holds anyway,
     each under the budget) are packed into EntryBatch messages of at most
     min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone as before.
-    Only the entry being sent (or one batch) is held beyond the window: a
-    held-back entry is served again from the window's file (in a thread) just
-    before it is sent, and dropped after; it is never batched.
+    Entries the window holds already encoded (history_service.entry_cache) go
+    on the wire as they are: a batch is their bytes joined. Only the entry
+    being sent (or one batch) is held beyond the window: a held-back entry is
+    served again from the window's file (in a thread) just before it is sent,
+    and dropped after; it is never batched.
     """
     budget = min(max_batch_bytes, MAX_BATCH_BYTES)
-    batch = pb.EntryBatch()
+    batch: list[bytes] = []
     batch_bytes = 0
     for entry in window.entries:
-        if budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
-            whole = next(entry_messages(session_id, entry, links))
-            assert isinstance(whole, pb.Entry)
-            size = whole.ByteSize() + _BATCH_ITEM_OVERHEAD
-            if size <= budget:
-                if batch_bytes + size > budget:
-                    yield response(entries=batch)
-                    batch = pb.EntryBatch()
+        item: bytes | None = None
+        if isinstance(entry, EncodedEntry):
+            item = _batch_item(entry, links)
+        elif budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
+            first = next(entry_messages(session_id, entry, links))
+            item = length_delimited(_ENTRIES, first.SerializeToString())
+        if item is not None:
+            if budget and len(item) <= budget:
+                if batch_bytes + len(item) > budget:
+                    yield _wire(response, "entries", b"".join(batch))
+                    batch = []
                     batch_bytes = 0
-                batch.entries.append(whole)
-                batch_bytes += size
+                batch.append(item)
+                batch_bytes += len(item)
+                continue
+            if isinstance(entry, EncodedEntry):
+                if batch_bytes:
+                    yield _wire(response, "entries", b"".join(batch))
+                    batch = []
+                    batch_bytes = 0
+                yield _wire(response, "entry", _entry_of(item))
                 continue
         if batch_bytes:
-            yield response(entries=batch)
-            batch = pb.EntryBatch()
+            yield _wire(response, "entries", b"".join(batch))
+            batch = []
             batch_bytes = 0
+        assert not isinstance(entry, EncodedEntry)
         served = (
             entry
             if isinstance(entry, ServedLine)
@@ -271,7 +271,7 @@ async def _window_responses(
             yield wrapped
             del wrapped
     if batch_bytes:
-        yield response(entries=batch)
+        yield _wire(response, "entries", b"".join(batch))
     yield response(end=_window_end(window))
 
 
@@ -299,9 +299,9 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         info, detail = await self._core.get_session(current_principal(), request.session_id)
         return pb.GetSessionResponse(session=_session(info, detail))
 
-    async def ReadWindow(
+    async def ReadWindow(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.ReadWindowRequest, context: Context
-    ) -> AsyncIterator[pb.ReadWindowResponse]:
+    ) -> AsyncIterator[pb.ReadWindowResponse | bytes]:
         params = self._core.window_params(
             request.session_id,
             request.page_size,
@@ -311,16 +311,15 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             request.inline_limit_bytes,
         )
         principal = current_principal()
-        window = await self._core.read_window(principal, params)
-        links = await self._core.subagent_links(principal, params.session_id)
+        window, links = await self._core.read_window_with_links(principal, params)
         async for response in _window_responses(
             pb.ReadWindowResponse, params.session_id, window, links, request.max_batch_bytes
         ):
             yield response
 
-    async def Bootstrap(
+    async def Bootstrap(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.BootstrapRequest, context: Context
-    ) -> AsyncIterator[pb.BootstrapResponse]:
+    ) -> AsyncIterator[pb.BootstrapResponse | bytes]:
         result = await self._core.bootstrap(
             current_principal(),
             request.session_id,
@@ -401,3 +400,46 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
                     position=event.position,
                 )
+
+
+# The streams whose responses may be sent already serialized (bytes).
+PASSTHROUGH_METHODS = ("ReadWindow", "Bootstrap")
+
+
+class _Handlers:
+    """Takes the generated registration's method handlers instead of a server."""
+
+    handlers: dict[str, Any]
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # rebuilt from the method handlers below
+
+    def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
+        self.handlers = dict(handlers)
+
+
+def _passthrough(serialize: Any) -> Any:
+    def serializer(message: Any) -> bytes:
+        return message if isinstance(message, bytes) else serialize(message)
+
+    return serializer
+
+
+def add_history_servicer(servicer: HistoryServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer as the generated code does, but ReadWindow and Bootstrap send
+    bytes they are given as they are (entries encoded once, history_service.entry_cache)."""
+    captured = _Handlers()
+    history_pb2_grpc.add_HistoryServiceServicer_to_server(servicer, cast(grpc.aio.Server, captured))
+    handlers = captured.handlers
+    for name in PASSTHROUGH_METHODS:
+        handler = handlers[name]
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            handler.unary_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=_passthrough(handler.response_serializer),
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # Newer grpc registers methods for its fast path too (absent from the typing stubs).
+    register = getattr(server, "add_registered_method_handlers", None)
+    if register is not None:
+        register(SERVICE_NAME, handlers)

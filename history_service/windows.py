@@ -2,37 +2,55 @@
 
 A window is read from one file version: the file is opened, its identity taken
 (and checked against the token's), and only the bytes up to the size seen then
-are read. Latest-first windows are found by reading backwards from their end
-in blocks; oldest-first windows forwards from their start; so a window costs
-O(window), whatever the file's size. Entries are kept only as stripped lines,
+are read. Its lines are found through the persisted line index
+(scrollback.lineindex) when there is one for this file version: each indexed
+row is checked against the file before it is served, and the first row that
+does not match (or the end of the rows) hands over to the byte scan, which
+reads backwards from the window's end in blocks (latest-first) or forwards
+from its start (oldest-first). Either way a window costs O(window), whatever
+the file's size (a page token's first use on a file never indexed builds its
+index once). Entries are kept only as stripped lines,
 and a window ends early once it scanned its byte budget (its token continues).
 
 Identical concurrent reads of the same window of the same file version share
-one scan (single-flight); failures are never cached. The blocking work runs in
-a worker thread, off the event loop.
+one scan (single-flight); failures are never cached. The blocking work (open,
+check, scan) runs in one worker thread, off the event loop: one hop per window.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from history_service.entry_cache import (
+    EncodedEntry,
+    EntryCache,
+    Scope,
+    encode,
+    mark_of,
+)
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from history_service.lines import (
     FileShrankError,
+    IndexRows,
     MediaMode,
     RawLine,
+    RowReads,
     ServedLine,
     is_blank,
+    iter_indexed_backward,
+    iter_indexed_forward,
     iter_lines_backward,
     iter_lines_forward,
     serve_line,
     tail_start,
 )
-from history_service.singleflight import SingleFlight
+from history_service.singleflight import ThreadSingleFlight
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     DIRECTION_OLDEST_FIRST,
@@ -46,6 +64,9 @@ from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 MAX_PAGE_SIZE = 200
+# Line indexes one process builds in the background at once (each holds a chunk buffer).
+MAX_BACKGROUND_BUILDS = 2
+log = logging.getLogger(__name__)
 # A served entry whose json is larger is not kept in its window (see HeldBack).
 HOLD_BACK_BYTES = 256 * 1024
 
@@ -89,7 +110,7 @@ class Window:
     same file version when it is sent.
     """
 
-    entries: tuple[ServedLine | HeldBack, ...]
+    entries: tuple[ServedLine | HeldBack | EncodedEntry, ...]
     skipped_lines: int
     file_size: int
     next_page_token: str
@@ -170,6 +191,7 @@ class _Opened:
     token: PageToken | None
     # The transcript's name in the line index (its path under the root).
     index_key: str = ""
+    transcript: TranscriptFile | None = None
 
 
 class WindowReader:
@@ -183,17 +205,33 @@ class WindowReader:
         max_line_size: int,
         max_window_bytes: int,
         line_index: LineIndex | None = None,
+        entry_cache: EntryCache | None = None,
     ) -> None:
         self._root = root
         self._line_index = line_index
+        self.entry_cache = entry_cache if entry_cache is not None and entry_cache.enabled else None
+        # Keys whose index is being built in the background (at most MAX_BACKGROUND_BUILDS).
+        self._building: set[str] = set()
+        self._building_lock = threading.Lock()
         self._codec = codec
         self._max_line_size = max_line_size
         self._max_window_bytes = max_window_bytes
-        self.flights: SingleFlight[Window] = SingleFlight()
+        self.flights: ThreadSingleFlight[Window] = ThreadSingleFlight()
 
     async def read(self, principal: Principal | None, params: WindowParams) -> Window:
         """Read one window as `principal` may see it (raises the domain errors of the contract)."""
-        opened = await asyncio.to_thread(self._open, principal, params)
+        return await asyncio.to_thread(self.read_blocking, principal, params)
+
+    def read_blocking(self, principal: Principal | None, params: WindowParams) -> Window:
+        """`read` in the calling thread: open, check, find and serve the lines (one hop in all)."""
+        return self.read_with_transcript(principal, params)[0]
+
+    def read_with_transcript(
+        self, principal: Principal | None, params: WindowParams
+    ) -> tuple[Window, TranscriptFile]:
+        """`read_blocking`, and the transcript the session resolved to (blocking)."""
+        opened = self._open(principal, params)
+        assert opened.transcript is not None
         token = opened.token
         direction = token.direction if token else params.direction
         boundary = token.boundary if token else -1
@@ -210,12 +248,12 @@ class WindowReader:
             params.session_id,
         )
         try:
-            window, _shared = await self.flights.do(
-                key, asyncio.to_thread(self._scan, opened, params, direction, boundary)
+            window, _shared = self.flights.do(
+                key, lambda: self._scan(opened, params, direction, boundary)
             )
         finally:
             os.close(opened.fd)
-        return window
+        return window, opened.transcript
 
     def _open(self, principal: Principal | None, params: WindowParams) -> _Opened:
         token = (
@@ -234,19 +272,140 @@ class WindowReader:
         except BaseException:
             os.close(fd)
             raise
-        return _Opened(fd, identity, token, os.path.relpath(transcript.path, self._root.root))
+        return _Opened(
+            fd, identity, token, os.path.relpath(transcript.path, self._root.root), transcript
+        )
 
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
         serve = _server(params, self._max_line_size)
+        rows = self._index_rows(opened)
+        take = self._taker(opened, params, serve)
         if direction == DIRECTION_OLDEST_FIRST:
-            window = self._scan_forward(opened, params, max(boundary, 0), serve)
+            window = self._scan_forward(opened, params, max(boundary, 0), serve, rows, take)
         else:
-            window = self._scan_backward(opened, params, boundary, serve)
+            window = self._scan_backward(opened, params, boundary, serve, rows, take)
         if not any(isinstance(entry, HeldBack) for entry in window.entries):
             return window
         return dataclasses.replace(
             window, serve=serve, file=_SharedFile(opened.fd), max_line_size=self._max_line_size
         )
+
+    def _taker(
+        self,
+        opened: _Opened,
+        params: WindowParams,
+        serve: Callable[[RawLine], ServedLine | None],
+    ) -> _Take:
+        """How the window takes its lines: cached entries first, else served (and cached)."""
+        cache = self.entry_cache
+        if cache is None:
+            return _Take(_uncached(serve), None)
+        identity, session_id = opened.identity, params.session_id
+        scope: Scope = (
+            identity.dev,
+            identity.ino,
+            identity.head_hash,
+            session_id,
+            int(params.mode),
+            params.inline_limit,
+        )
+
+        def probe(offset: int, length: int, reads: RowReads) -> EncodedEntry | None:
+            """A cached entry of an indexed line, if the line still carries its mark."""
+            found = cache.get(scope, offset, length)
+            if found is None or reads.mark(offset, length) != found[0]:
+                return None
+            cache.hits += 1
+            return found[1]
+
+        def take(raw: RawLine) -> ServedLine | HeldBack | EncodedEntry | None:
+            whole = raw.terminated and raw.data is not None
+            mark = 0
+            if whole:
+                assert raw.data is not None
+                mark = mark_of(raw.start, raw.data)
+                found = cache.get(scope, raw.start, raw.size)
+                if found is not None and found[0] == mark:
+                    cache.hits += 1
+                    return found[1]
+            served = serve(raw)
+            if served is None:
+                return None
+            if (
+                whole
+                and not served.stripped.oversize
+                and len(served.stripped.json) <= HOLD_BACK_BYTES
+            ):
+                encoded = encode(session_id, served)
+                cache.put(scope, mark, encoded)
+                return encoded
+            return _light(served)
+
+        return _Take(take, probe)
+
+    def _index_rows(self, opened: _Opened) -> tuple[IndexRows, IndexRows] | None:
+        """Row readers (before, from) of the file's line index; None to scan bytes instead.
+
+        A page token's window builds the index on the file's first touch (one
+        pass; later pages and restarts reuse it). A first page only uses an
+        index that already exists for this file version (extended by what was
+        appended since), so a first page stays O(window) on a file never seen.
+        The store failing at any point means the byte scan, never an error.
+        """
+        index = self._line_index
+        if index is None or not opened.index_key:
+            return None
+        try:
+            if opened.token is not None:
+                snapshot = index.ensure(opened.index_key, opened.fd)
+            else:
+                found = index.current(opened.index_key, opened.fd)
+                if found is None:
+                    self._build_later(index, opened)
+                    return None
+                snapshot = found
+        except INDEX_UNAVAILABLE:
+            return None
+
+        def before(offset: int, limit: int) -> list[tuple[int, int]]:
+            try:
+                return index.lines_before(snapshot, offset, limit)
+            except INDEX_UNAVAILABLE:
+                return []
+
+        def from_(offset: int, limit: int) -> list[tuple[int, int]]:
+            try:
+                return index.lines_from(snapshot, offset, limit)
+            except INDEX_UNAVAILABLE:
+                return []
+
+        return before, from_
+
+    def _build_later(self, index: LineIndex, opened: _Opened) -> None:
+        """Build the file's index in a background thread, so later first pages use it.
+
+        The window that asked goes on with the byte scan (a first page stays
+        O(window)); at most MAX_BACKGROUND_BUILDS files are built at once per
+        process, each once. A build that fails is tried again by a later window.
+        """
+        key = opened.index_key
+        with self._building_lock:
+            if key in self._building or len(self._building) >= MAX_BACKGROUND_BUILDS:
+                return
+            self._building.add(key)
+        fd = os.dup(opened.fd)
+
+        def build() -> None:
+            try:
+                index.ensure(key, fd)
+            except Exception:  # best effort: the store busy or closed, the file gone
+                log.debug("a background line index build did not finish", exc_info=True)
+            finally:
+                os.close(fd)
+                with self._building_lock:
+                    self._building.discard(key)
+
+        threading.Thread(target=build, name="line-index-build", daemon=True).start()
 
     def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
         """Where a tail longer than the max line size starts, from the line index."""
@@ -269,10 +428,12 @@ class WindowReader:
         params: WindowParams,
         boundary: int,
         serve: Callable[[RawLine], ServedLine | None],
+        rows: tuple[IndexRows, IndexRows] | None,
+        take: _Take,
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
-        newest: list[ServedLine | HeldBack] = []
+        newest: list[ServedLine | HeldBack | EncodedEntry] = []
         skipped = 0
         scanned = 0
         if boundary < 0:
@@ -289,20 +450,32 @@ class WindowReader:
         else:
             end = newest_end = boundary
         oldest = end
-        lines = iter_lines_backward(fd, end, self._max_line_size)
+        lines = (
+            iter_lines_backward(fd, end, self._max_line_size)
+            if rows is None
+            else iter_indexed_backward(
+                fd, end, self._max_line_size, rows[0], take.probe, params.page_size + 8
+            )
+        )
         while len(newest) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
                 break
+            if isinstance(raw, EncodedEntry):
+                # An indexed line whose entry was cached (its mark checked).
+                oldest = raw.offset
+                scanned += raw.line_size + 1
+                newest.append(raw)
+                continue
             oldest = raw.start
             scanned += raw.size + 1
             if is_blank(raw):
                 continue
-            served = serve(raw)
-            if served is None:
+            entry = take.take(raw)
+            if entry is None:
                 skipped += 1
             else:
-                newest.append(_light(served))
+                newest.append(entry)
         newest.reverse()
         token = ""
         if oldest > 0:
@@ -317,20 +490,33 @@ class WindowReader:
         params: WindowParams,
         boundary: int,
         serve: Callable[[RawLine], ServedLine | None],
+        rows: tuple[IndexRows, IndexRows] | None,
+        take: _Take,
     ) -> Window:
         fd, identity = opened.fd, opened.identity
         size = identity.size
-        entries: list[ServedLine | HeldBack] = []
+        entries: list[ServedLine | HeldBack | EncodedEntry] = []
         skipped = 0
         scanned = 0
         position = boundary
         at_end = False
-        lines = iter_lines_forward(fd, boundary, size, self._max_line_size)
+        lines = (
+            iter_lines_forward(fd, boundary, size, self._max_line_size)
+            if rows is None
+            else iter_indexed_forward(
+                fd, boundary, size, self._max_line_size, rows[1], take.probe, params.page_size + 8
+            )
+        )
         while len(entries) < params.page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
                 at_end = True
                 break
+            if isinstance(raw, EncodedEntry):
+                scanned += raw.line_size + 1
+                position = raw.offset + raw.line_size + 1
+                entries.append(raw)
+                continue
             scanned += raw.size + 1
             if is_blank(raw):
                 if raw.terminated:
@@ -344,12 +530,12 @@ class WindowReader:
                     position = raw.end
                 at_end = True
                 break
-            served = serve(raw)
+            entry = take.take(raw)
             position = raw.next_start
-            if served is None:
+            if entry is None:
                 skipped += 1
             else:
-                entries.append(_light(served))
+                entries.append(entry)
         if position >= size:
             at_end = True
         token = ""
@@ -358,6 +544,24 @@ class WindowReader:
                 params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
             )
         return Window(tuple(entries), skipped, size, token, identity, position)
+
+
+@dataclass(frozen=True, slots=True)
+class _Take:
+    """How a scan turns a line into a window entry, and finds a cached one before reading it."""
+
+    take: Callable[[RawLine], ServedLine | HeldBack | EncodedEntry | None]
+    probe: Callable[[int, int, RowReads], EncodedEntry | None] | None
+
+
+def _uncached(
+    serve: Callable[[RawLine], ServedLine | None],
+) -> Callable[[RawLine], ServedLine | HeldBack | None]:
+    def take(raw: RawLine) -> ServedLine | HeldBack | None:
+        served = serve(raw)
+        return None if served is None else _light(served)
+
+    return take
 
 
 def _light(served: ServedLine) -> ServedLine | HeldBack:

@@ -129,11 +129,31 @@ class LineIndex:
         Threads of one process build a file once; other processes race through
         the store's compare-and-set and carry on from each other's progress.
         """
+        snapshot = self._ensure(key, fd, build=True)
+        assert snapshot is not None
+        return snapshot
+
+    def current(self, key: str, fd: int) -> Snapshot | None:
+        """The index of the open file extended to its size, if one of this version exists.
+
+        Never starts a build: None when the file was never indexed or was
+        rewritten since (a caller that must stay O(window) reads the file then).
+        """
+        return self._ensure(key, fd, build=False)
+
+    def _ensure(self, key: str, fd: int, *, build: bool) -> Snapshot | None:
+        # An index already up to date needs no build lock: every window asks,
+        # and windows of one file would otherwise queue on it.
+        state = self.store.state(key)
+        if state is not None and state.scanned >= os.fstat(fd).st_size and _continues(fd, state):
+            return Snapshot(key, state)
         with self._lock(key):
             resets = 0
             while True:
                 state = self.store.state(key)
                 if state is None or not _continues(fd, state):
+                    if not build:
+                        return None
                     if resets == MAX_RESETS:
                         raise FileChangingError()
                     state = self.store.reset(key, file_version(fd))
@@ -154,6 +174,17 @@ class LineIndex:
         snapshot = self.ensure(key, fd)
         return self.store.lines_for(key, snapshot.state.generation, uuids)
 
+    def lines_before(self, snapshot: Snapshot, offset: int, limit: int) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` indexed lines starting before `offset`, newest first.
+
+        Rows, not bytes: callers check each against the file before using it.
+        """
+        return self.store.lines_before(snapshot.key, snapshot.state.generation, offset, limit)
+
+    def lines_from(self, snapshot: Snapshot, offset: int, limit: int) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` indexed lines from `offset` on, in file order."""
+        return self.store.lines_from(snapshot.key, snapshot.state.generation, offset, limit)
+
     def last_line_start(self, key: str, fd: int, size: int) -> int:
         """Where the last line of the file's first `size` bytes starts (`size` if none is open).
 
@@ -169,6 +200,9 @@ class LineIndex:
 
     def _extend(self, key: str, fd: int, state: IndexedFile) -> IndexedFile | None:
         """Index from where `state` stopped to EOF; None if another builder moved it first."""
+        if state.scanned >= os.fstat(fd).st_size:
+            # Up to date (every window asks): no chunk buffer is allocated.
+            return state
         buffer = bytearray(self._chunk)
         view = memoryview(buffer)
         try:

@@ -85,6 +85,18 @@ class LineIndexStore(Protocol):
         """The start of the last indexed line starting at or before `offset`; None if none."""
         ...
 
+    def lines_before(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
+        ...
+
+    def lines_from(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
+        ...
+
     def line_count(self, key: str, generation: int) -> int:
         """How many lines are indexed."""
         ...

@@ -148,6 +148,34 @@ class PostgresLineIndexStore:
             ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def lines_before(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(
+                "SELECT l.line_offset, l.length FROM line_index_line l"
+                " JOIN line_index_file f ON f.file_id = l.file_id"
+                " WHERE f.file_key = %s AND f.generation = %s AND l.line_offset < %s"
+                " ORDER BY l.line_offset DESC LIMIT %s",
+                (key, generation, offset, limit),
+            ).fetchall()
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    def lines_from(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
+        with unavailable_on_failure(), self._pool.connection() as connection:
+            rows = connection.execute(
+                "SELECT l.line_offset, l.length FROM line_index_line l"
+                " JOIN line_index_file f ON f.file_id = l.file_id"
+                " WHERE f.file_key = %s AND f.generation = %s AND l.line_offset >= %s"
+                " ORDER BY l.line_offset LIMIT %s",
+                (key, generation, offset, limit),
+            ).fetchall()
+        return [(int(r[0]), int(r[1])) for r in rows]
+
     def line_count(self, key: str, generation: int) -> int:
         """How many lines are indexed."""
         with unavailable_on_failure(), self._pool.connection() as connection:

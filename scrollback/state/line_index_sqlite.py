@@ -191,6 +191,36 @@ class SqliteLineIndexStore:
             ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def lines_before(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
+        with self._lock, busy_as_unavailable():
+            file_id = self._file_id(key, generation)
+            if file_id is None:
+                return []
+            rows: list[tuple[int, int]] = self._connection.execute(
+                "SELECT line_offset, length FROM line_index_line WHERE file_id = ?"
+                " AND line_offset < ? ORDER BY line_offset DESC LIMIT ?",
+                (file_id, offset, limit),
+            ).fetchall()
+        return rows  # (INTEGER, INTEGER) rows come back as tuples of ints
+
+    def lines_from(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
+        with self._lock, busy_as_unavailable():
+            file_id = self._file_id(key, generation)
+            if file_id is None:
+                return []
+            rows: list[tuple[int, int]] = self._connection.execute(
+                "SELECT line_offset, length FROM line_index_line WHERE file_id = ?"
+                " AND line_offset >= ? ORDER BY line_offset LIMIT ?",
+                (file_id, offset, limit),
+            ).fetchall()
+        return rows  # (INTEGER, INTEGER) rows come back as tuples of ints
+
     def line_count(self, key: str, generation: int) -> int:
         """How many lines are indexed."""
         with self._lock, busy_as_unavailable():

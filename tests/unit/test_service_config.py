@@ -53,6 +53,15 @@ def test_own_settings_are_service_prefixed() -> None:
     assert env_name("chunk_size", "media") == "SCROLLBACK_MEDIA_CHUNK_SIZE"
 
 
+def test_entry_cache_size_is_read_and_may_be_off() -> None:
+    assert HistoryConfig.from_env({}).entry_cache_bytes == 16 * 1024 * 1024
+    env = {"SCROLLBACK_HISTORY_ENTRY_CACHE_BYTES": "1048576"}
+    assert HistoryConfig.from_env(env).entry_cache_bytes == 1 << 20
+    assert (
+        HistoryConfig.from_env({"SCROLLBACK_HISTORY_ENTRY_CACHE_BYTES": "0"}).entry_cache_bytes == 0
+    )
+
+
 def test_older_names_still_work() -> None:
     assert HistoryConfig.from_env({"SCROLLBACK_HISTORY_MAX_LINE_SIZE": "100000"}).max_line_size == (
         100000
@@ -72,6 +81,8 @@ def test_older_names_still_work() -> None:
     [
         (HistoryConfig.from_env, {"SCROLLBACK_HISTORY_PENDING_KEEP": "x"}),
         (HistoryConfig.from_env, {"SCROLLBACK_HISTORY_HEARTBEAT_SECONDS": "0"}),
+        (HistoryConfig.from_env, {"SCROLLBACK_HISTORY_ENTRY_CACHE_BYTES": "-1"}),
+        (HistoryConfig.from_env, {"SCROLLBACK_HISTORY_ENTRY_CACHE_BYTES": str(2 << 30)}),
         (MediaConfig.from_env, {"SCROLLBACK_MEDIA_CHUNK_SIZE": "0"}),
         (MediaConfig.from_env, {"SCROLLBACK_DATABASE_URL": "mysql://x"}),
         (GatewayConfig.from_env, {"SCROLLBACK_GATEWAY_URL_TTL_SECONDS": "x"}),

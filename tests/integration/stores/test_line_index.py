@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -214,3 +215,60 @@ def test_concurrent_builders_write_each_line_once(make_store: StoreFactory, tmp_
     assert store.line_count(KEY, generation) == len(lines)
     rows = store.lines_for(KEY, generation, [f"c-{n}" for n in range(400)])
     assert rows == expected(lines)
+
+
+def test_rows_before_and_from_an_offset(make_store: StoreFactory, tmp_path: Path) -> None:
+    """lines_before / lines_from: (offset, length) rows around any offset, bounded by a limit."""
+    path = tmp_path / "t.jsonl"
+    write(path, LINES, tail=b'{"uuid":"a-tail"')
+    index = LineIndex(make_store(), chunk_bytes=4096)
+    rows = [(r.offset, r.length) for r in expected(LINES)]  # every non-empty line, in order
+    with open(path, "rb") as handle:
+        snapshot = index.ensure(KEY, handle.fileno())
+    end = path.stat().st_size
+    assert index.lines_from(snapshot, 0, 100) == rows
+    assert index.lines_before(snapshot, end, 100) == rows[::-1]
+    for at, (offset, _length) in enumerate(rows):
+        assert index.lines_from(snapshot, offset, 2) == rows[at : at + 2]
+        assert index.lines_from(snapshot, offset + 1, 1) == rows[at + 1 : at + 2]
+        assert index.lines_before(snapshot, offset, 3) == rows[max(0, at - 3) : at][::-1]
+        assert index.lines_before(snapshot, offset + 1, 1) == [rows[at]]
+    assert index.lines_before(snapshot, 0, 10) == []
+    assert index.lines_from(snapshot, end, 10) == []
+
+
+def test_current_never_builds(make_store: StoreFactory, tmp_path: Path) -> None:
+    """`current` answers from an index of this file version only (extended), never a new one."""
+    path = tmp_path / "t.jsonl"
+    write(path, LINES)
+    index = LineIndex(make_store(), chunk_bytes=4096)
+    with open(path, "rb") as handle:
+        assert index.current(KEY, handle.fileno()) is None
+        assert index.builds == 0
+        index.ensure(KEY, handle.fileno())
+    with open(path, "ab") as handle:
+        handle.write(line("a-9") + b"\n")
+    with open(path, "rb") as handle:
+        snapshot = index.current(KEY, handle.fileno())
+        assert snapshot is not None and snapshot.state.covered == path.stat().st_size
+    write(path, LINES[::-1])  # rewritten: the old index does not describe it
+    with open(path, "rb") as handle:
+        assert index.current(KEY, handle.fileno()) is None
+    assert index.builds == 1
+
+
+def test_an_up_to_date_index_allocates_no_chunk(make_store: StoreFactory, tmp_path: Path) -> None:
+    """Every window asks for the index: one that is up to date costs no chunk-sized buffer."""
+    path = tmp_path / "t.jsonl"
+    write(path, LINES)
+    index = LineIndex(make_store())  # the default 8 MiB chunk
+    with open(path, "rb") as handle:
+        index.ensure(KEY, handle.fileno())
+        tracemalloc.start()
+        try:
+            for _ in range(3):
+                index.ensure(KEY, handle.fileno())
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 1024 * 1024, peak
