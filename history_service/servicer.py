@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -40,7 +40,7 @@ from scrollback.contract.refs import RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.server.caller import current_principal
-from scrollback.server.grpc_support import ErrorTable, maps_errors
+from scrollback.server.grpc_support import ErrorTable, add_servicer_sending_bytes, maps_errors
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
@@ -406,40 +406,13 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 PASSTHROUGH_METHODS = ("ReadWindow", "Bootstrap")
 
 
-class _Handlers:
-    """Takes the generated registration's method handlers instead of a server."""
-
-    handlers: dict[str, Any]
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass  # rebuilt from the method handlers below
-
-    def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
-        self.handlers = dict(handlers)
-
-
-def _passthrough(serialize: Any) -> Any:
-    def serializer(message: Any) -> bytes:
-        return message if isinstance(message, bytes) else serialize(message)
-
-    return serializer
-
-
 def add_history_servicer(servicer: HistoryServicer, server: grpc.aio.Server) -> None:
     """Register the servicer as the generated code does, but ReadWindow and Bootstrap send
     bytes they are given as they are (entries encoded once, history_service.entry_cache)."""
-    captured = _Handlers()
-    history_pb2_grpc.add_HistoryServiceServicer_to_server(servicer, cast(grpc.aio.Server, captured))
-    handlers = captured.handlers
-    for name in PASSTHROUGH_METHODS:
-        handler = handlers[name]
-        handlers[name] = grpc.unary_stream_rpc_method_handler(
-            handler.unary_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=_passthrough(handler.response_serializer),
-        )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    # Newer grpc registers methods for its fast path too (absent from the typing stubs).
-    register = getattr(server, "add_registered_method_handlers", None)
-    if register is not None:
-        register(SERVICE_NAME, handlers)
+    add_servicer_sending_bytes(
+        history_pb2_grpc.add_HistoryServiceServicer_to_server,
+        servicer,
+        server,
+        SERVICE_NAME,
+        PASSTHROUGH_METHODS,
+    )

@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any
 
 import grpc
 
@@ -54,7 +54,12 @@ from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_re
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.principals import Principal
 from scrollback.server.caller import current_principal
-from scrollback.server.grpc_support import ErrorTable, maps_errors, status_for
+from scrollback.server.grpc_support import (
+    ErrorTable,
+    add_servicer_sending_bytes,
+    maps_errors,
+    status_for,
+)
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 
@@ -228,9 +233,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 f"no upload data for {self._idle_timeout:g} s (write_idle_timeout_seconds)"
             ) from None
 
-    async def ReadMedia(  # type: ignore[override]  # Encoded: a pre-serialized ReadMediaResponse
+    async def ReadMedia(  # type: ignore[override]  # bytes: a pre-serialized ReadMediaResponse
         self, request: media_pb2.ReadMediaRequest, context: Context
-    ) -> AsyncIterator[media_pb2.ReadMediaResponse | Encoded]:
+    ) -> AsyncIterator[media_pb2.ReadMediaResponse | bytes]:
         """Metadata first, then the bytes of [read_offset, read_offset + read_limit)."""
         if not request.HasField("media"):
             raise InvalidRequestError("media is required")
@@ -267,7 +272,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                     del image
                     length = len(piece.data) - within
                     if within == 0 and position + length <= end:
-                        yield piece  # already serialized: grpc sends its bytes as they are
+                        yield piece.wire  # already serialized: grpc sends it as it is
                     else:
                         length = min(length, end - position)
                         yield media_pb2.ReadMediaResponse(
@@ -304,7 +309,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                     for at in range(0, len(block), chunk):
                         piece = Encoded(view[at : at + chunk])
                         filler.add(piece)
-                        yield piece
+                        yield piece.wire
                         del piece
                     view.release()
                 position += len(block)
@@ -465,46 +470,16 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)
 
 
-def serialize_read_media(message: media_pb2.ReadMediaResponse | Encoded) -> bytes:
-    """ReadMediaResponse's serializer, passing a pre-serialized chunk (`Encoded`) through."""
-    if isinstance(message, Encoded):
-        return message.wire
-    return message.SerializeToString()
-
-
-class _Handlers:
-    """Stands for the server while the generated code registers: keeps its handlers."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(
-        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
-    ) -> None:
-        self.handlers = handlers
-
-
 def add_media_servicer(servicer: MediaServicer, server: grpc.aio.Server) -> None:
-    """Register the servicer as the generated code does, ReadMedia sending `Encoded` as is.
+    """Register the servicer as the generated code does, ReadMedia sending bytes as they are.
 
-    The wire format is unchanged: an `Encoded` is the serialized
-    ReadMediaResponse, made once when its image was cached.
+    The wire format is unchanged: the bytes are an `Encoded.wire`, the serialized
+    ReadMediaResponse made once when its image was cached.
     """
-    recorder = _Handlers()
-    # The generated function only calls the two methods above.
-    media_pb2_grpc.add_MediaServiceServicer_to_server(servicer, cast(grpc.aio.Server, recorder))
-    handlers = dict(recorder.handlers)
-    read = handlers["ReadMedia"]
-    assert read.unary_stream is not None
-    handlers["ReadMedia"] = grpc.unary_stream_rpc_method_handler(
-        read.unary_stream,
-        request_deserializer=read.request_deserializer,
-        response_serializer=serialize_read_media,
+    add_servicer_sending_bytes(
+        media_pb2_grpc.add_MediaServiceServicer_to_server,
+        servicer,
+        server,
+        media_pb2.DESCRIPTOR.services_by_name["MediaService"].full_name,
+        ("ReadMedia",),
     )
-    service = media_pb2.DESCRIPTOR.services_by_name["MediaService"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-    # grpc.aio.Server has it at runtime (grpcio >= 1.63); the stubs predate it.
-    server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]

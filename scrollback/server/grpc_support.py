@@ -23,7 +23,7 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -295,3 +295,56 @@ def maps_errors(table: ErrorTable) -> Callable[[ServicerT], ServicerT]:
         return cls
 
     return decorate
+
+
+class _RecordedHandlers:
+    """Stands for the server while generated code registers a servicer: keeps its handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # rebuilt from the method handlers below
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.handlers = dict(handlers)
+
+
+def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    def serializer(message: Any) -> bytes:
+        return message if isinstance(message, bytes) else serialize(message)
+
+    return serializer
+
+
+def add_servicer_sending_bytes(
+    register: Callable[[Any, grpc.aio.Server], None],
+    servicer: Any,
+    server: grpc.aio.Server,
+    service: str,
+    methods: Iterable[str],
+) -> None:
+    """Register `servicer` as its generated `register` function does, except that the
+    server-streaming `methods` may yield a response as `bytes` already serialized, sent as is.
+
+    The wire format is unchanged; it spares grpc a parse and a re-serialization of what
+    a service keeps encoded (window entries, decoded image chunks).
+    """
+    recorder = _RecordedHandlers()
+    # The generated function calls only the two methods the recorder has.
+    register(servicer, cast(grpc.aio.Server, recorder))
+    handlers = recorder.handlers
+    for name in methods:
+        handler = handlers[name]
+        if handler.unary_stream is None or handler.response_serializer is None:
+            raise TypeError(f"{service}/{name} is not a server-streaming method")
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            handler.unary_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=_passing_bytes(handler.response_serializer),
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    # grpc.aio.Server has it at runtime (grpcio >= 1.63, its fast path); the stubs predate it.
+    server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from media_service.decoded import DecodedCache, Encoded
-from media_service.servicer import MediaServicer, serialize_read_media
+from media_service.servicer import MediaServicer
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.integration.media.test_media_stream_errors import rewrite
 from tests.support.media import (
@@ -217,7 +217,6 @@ def test_encoded_is_the_serialized_message(size: int) -> None:
     chunk = bytes(range(256)) * (size // 256) + b"\x07" * (size % 256)
     encoded = Encoded(memoryview(chunk))
     wire = media_pb2.ReadMediaResponse(data=chunk).SerializeToString()
-    assert serialize_read_media(encoded) == wire
+    assert encoded.wire == wire
     assert bytes(encoded.data) == chunk
-    message = media_pb2.ReadMediaResponse(data=chunk)
-    assert serialize_read_media(message) == wire
+    assert media_pb2.ReadMediaResponse.FromString(encoded.wire).data == chunk
