@@ -38,6 +38,7 @@ from history_service.lines import ROW_EDGE, ServedLine, json_parts
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.ref.v1 import ref_pb2
+from scrollback.server.serialized import length_delimited
 
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 # Bytes of each end of a line that its mark covers (what the index's row checks read).
@@ -71,21 +72,6 @@ class EncodedEntry:
 
 
 _BATCH_ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
-
-
-def varint(value: int) -> bytes:
-    """A protobuf base-128 varint."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def length_delimited(number: int, payload: bytes) -> bytes:
-    """One length-delimited protobuf field on the wire: its tag, its length, its bytes."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def links_in(json: bytes, links: Mapping[str, str]) -> list[pb.SubagentLink]:

@@ -20,7 +20,6 @@ from history_service.core import HistoryCore
 from history_service.entry_cache import (
     EncodedEntry,
     entry_messages,
-    length_delimited,
     links_in,
 )
 from history_service.errors import (
@@ -40,7 +39,8 @@ from scrollback.contract.refs import RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.server.caller import current_principal
-from scrollback.server.grpc_support import ErrorTable, add_servicer_sending_bytes, maps_errors
+from scrollback.server.grpc_support import ErrorTable, add_servicer_sending_serialized, maps_errors
+from scrollback.server.serialized import Serialized, length_delimited
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
@@ -170,14 +170,14 @@ MAX_BATCH_BYTES = 1024 * 1024
 _ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
 
 
-def _wire(response: type[WindowResponse], item: str, payload: bytes) -> bytes:
+def _wire(response: type[WindowResponse], item: str, payload: bytes) -> Serialized:
     """A serialized response holding one already-encoded field.
 
-    Sent as it is: ReadWindow and Bootstrap are registered with a serializer
-    that passes bytes through (`add_history_servicer`), so entries encoded
+    Sent as it is: ReadWindow and Bootstrap are registered so that grpc sends
+    a `Serialized` unchanged (`add_history_servicer`), so entries encoded
     once are never parsed or serialized again.
     """
-    return length_delimited(response.DESCRIPTOR.fields_by_name[item].number, payload)
+    return Serialized(length_delimited(response.DESCRIPTOR.fields_by_name[item].number, payload))
 
 
 def _entry_of(item: bytes) -> bytes:
@@ -206,7 +206,7 @@ async def _window_responses(
     window: Window,
     links: Mapping[str, str] | None = None,
     max_batch_bytes: int = 0,
-) -> AsyncIterator[WindowResponse | bytes]:
+) -> AsyncIterator[WindowResponse | Serialized]:
     """A window as `response` messages: entries (alone or batched), then the end.
 
     With `max_batch_bytes` 0 each Entry is its own message (then its json
@@ -301,7 +301,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     async def ReadWindow(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.ReadWindowRequest, context: Context
-    ) -> AsyncIterator[pb.ReadWindowResponse | bytes]:
+    ) -> AsyncIterator[pb.ReadWindowResponse | Serialized]:
         params = self._core.window_params(
             request.session_id,
             request.page_size,
@@ -319,7 +319,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
 
     async def Bootstrap(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.BootstrapRequest, context: Context
-    ) -> AsyncIterator[pb.BootstrapResponse | bytes]:
+    ) -> AsyncIterator[pb.BootstrapResponse | Serialized]:
         result = await self._core.bootstrap(
             current_principal(),
             request.session_id,
@@ -409,7 +409,7 @@ PASSTHROUGH_METHODS = ("ReadWindow", "Bootstrap")
 def add_history_servicer(servicer: HistoryServicer, server: grpc.aio.Server) -> None:
     """Register the servicer as the generated code does, but ReadWindow and Bootstrap send
     bytes they are given as they are (entries encoded once, history_service.entry_cache)."""
-    add_servicer_sending_bytes(
+    add_servicer_sending_serialized(
         history_pb2_grpc.add_HistoryServiceServicer_to_server,
         servicer,
         server,

@@ -39,37 +39,31 @@ import threading
 import weakref
 from collections import OrderedDict
 
+from scrollback.media.v1 import media_pb2
+from scrollback.server.serialized import Serialized, field_header
+
 KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_DECODED_CACHE_BYTES = 64 * MIB
 MAX_CACHED_IMAGE_BYTES = 16 * MIB
-# ReadMediaResponse's `bytes data = 2`: field 2, wire type 2 (length-delimited).
-_DATA_TAG = b"\x12"
+# ReadMediaResponse's `bytes data`: the field a chunk is sent in.
+_DATA_FIELD = media_pb2.ReadMediaResponse.DESCRIPTOR.fields_by_name["data"].number
 
 # (device, inode, payload's raw start offset in the file, pin)
 DecodedKey = tuple[int, int, int, str]
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class Encoded:
+class Encoded(Serialized):
     """One `ReadMediaResponse{data}` already serialized: `wire` is what grpc sends.
 
     `data` is the chunk (a view into `wire`, no copy), for whoever counts bytes.
     """
 
-    __slots__ = ("_header", "wire")
+    __slots__ = ("_header",)
 
     def __init__(self, chunk: bytes | memoryview) -> None:
-        header = _DATA_TAG + _varint(len(chunk))
-        self.wire = header + chunk  # one copy, straight from the decoded block
+        header = field_header(_DATA_FIELD, len(chunk))
+        super().__init__(header + chunk)  # one copy, straight from the decoded block
         self._header = len(header)
 
     @property

@@ -56,7 +56,7 @@ from scrollback.principals import Principal
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import (
     ErrorTable,
-    add_servicer_sending_bytes,
+    add_servicer_sending_serialized,
     maps_errors,
     status_for,
 )
@@ -233,9 +233,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                 f"no upload data for {self._idle_timeout:g} s (write_idle_timeout_seconds)"
             ) from None
 
-    async def ReadMedia(  # type: ignore[override]  # bytes: a pre-serialized ReadMediaResponse
+    async def ReadMedia(  # type: ignore[override]  # Encoded: a pre-serialized ReadMediaResponse
         self, request: media_pb2.ReadMediaRequest, context: Context
-    ) -> AsyncIterator[media_pb2.ReadMediaResponse | bytes]:
+    ) -> AsyncIterator[media_pb2.ReadMediaResponse | Encoded]:
         """Metadata first, then the bytes of [read_offset, read_offset + read_limit)."""
         if not request.HasField("media"):
             raise InvalidRequestError("media is required")
@@ -272,7 +272,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                     del image
                     length = len(piece.data) - within
                     if within == 0 and position + length <= end:
-                        yield piece.wire  # already serialized: grpc sends it as it is
+                        yield piece  # already serialized: grpc sends it as it is
                     else:
                         length = min(length, end - position)
                         yield media_pb2.ReadMediaResponse(
@@ -309,7 +309,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
                     for at in range(0, len(block), chunk):
                         piece = Encoded(view[at : at + chunk])
                         filler.add(piece)
-                        yield piece.wire
+                        yield piece
                         del piece
                     view.release()
                 position += len(block)
@@ -471,12 +471,12 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
 
 
 def add_media_servicer(servicer: MediaServicer, server: grpc.aio.Server) -> None:
-    """Register the servicer as the generated code does, ReadMedia sending bytes as they are.
+    """Register the servicer as the generated code does, ReadMedia sending `Encoded` as is.
 
-    The wire format is unchanged: the bytes are an `Encoded.wire`, the serialized
-    ReadMediaResponse made once when its image was cached.
+    The wire format is unchanged: an `Encoded` is the serialized ReadMediaResponse,
+    made once when its image was cached.
     """
-    add_servicer_sending_bytes(
+    add_servicer_sending_serialized(
         media_pb2_grpc.add_MediaServiceServicer_to_server,
         servicer,
         server,

@@ -30,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from scrollback.server.memory import pin_mmap_threshold
+from scrollback.server.serialized import Serialized
 from scrollback.server.workers import current_role
 
 log = logging.getLogger(__name__)
@@ -312,14 +313,14 @@ class _RecordedHandlers:
         self.handlers = dict(handlers)
 
 
-def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+def _passing_serialized(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     def serializer(message: Any) -> bytes:
-        return message if isinstance(message, bytes) else serialize(message)
+        return message.wire if isinstance(message, Serialized) else serialize(message)
 
     return serializer
 
 
-def add_servicer_sending_bytes(
+def add_servicer_sending_serialized(
     register: Callable[[Any, grpc.aio.Server], None],
     servicer: Any,
     server: grpc.aio.Server,
@@ -327,7 +328,8 @@ def add_servicer_sending_bytes(
     methods: Iterable[str],
 ) -> None:
     """Register `servicer` as its generated `register` function does, except that the
-    server-streaming `methods` may yield a response as `bytes` already serialized, sent as is.
+    server-streaming `methods` may yield a response already serialized (`Serialized`),
+    which grpc sends as it is.
 
     The wire format is unchanged; it spares grpc a parse and a re-serialization of what
     a service keeps encoded (window entries, decoded image chunks).
@@ -343,7 +345,7 @@ def add_servicer_sending_bytes(
         handlers[name] = grpc.unary_stream_rpc_method_handler(
             handler.unary_stream,
             request_deserializer=handler.request_deserializer,
-            response_serializer=_passing_bytes(handler.response_serializer),
+            response_serializer=_passing_serialized(handler.response_serializer),
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     # grpc.aio.Server has it at runtime (grpcio >= 1.63, its fast path); the stubs predate it.
