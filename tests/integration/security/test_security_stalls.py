@@ -14,6 +14,7 @@ import base64
 import gc
 import json
 import os
+import time
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.grpc_support import build_server
 from scrollback.server.interceptors import ServerPolicy
+from scrollback.server.memory import TRIM_DELAY_SECONDS
 from scrollback_app.bench.procs import ServerProcess
 from scrollback_app.bench.stalled import StalledClient
 
@@ -57,8 +59,17 @@ async def _peak_rss(server: ServerProcess, seconds: float) -> int:
 
 
 async def _settled_rss(server: ServerProcess) -> int:
-    await asyncio.sleep(1.0)
-    return server.rss_bytes()
+    """The server's RSS once a trim scheduled by streams that just ended has run.
+
+    `trim_soon` runs one within TRIM_DELAY_SECONDS of a stream's end, which comes a
+    little after the client leaves: the lowest RSS seen over twice that delay.
+    """
+    lowest = server.rss_bytes()
+    deadline = time.monotonic() + 2 * TRIM_DELAY_SECONDS + 0.5
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        lowest = min(lowest, server.rss_bytes())
+    return lowest
 
 
 async def test_stalled_read_media_streams_hold_a_chunk_and_end(tmp_path: Path) -> None:
@@ -111,7 +122,9 @@ async def test_stalled_read_media_streams_hold_a_chunk_and_end(tmp_path: Path) -
             assert sum(client.received.values()) < 20 * 300_000
         finally:
             await asyncio.to_thread(client.close)
-        assert await _settled_rss(srv) - baseline < 60 * MB
+        settled = await _settled_rss(srv)
+        print(f"history: +{(settled - baseline) / MB:.0f} MB after they left")
+        assert settled - baseline < 60 * MB
 
 
 async def test_stalled_inline_windows_hold_one_entry(tmp_path: Path) -> None:
@@ -145,7 +158,9 @@ async def test_stalled_inline_windows_hold_one_entry(tmp_path: Path) -> None:
             assert peak - baseline < 200 * MB, (peak - baseline) / MB
         finally:
             await asyncio.to_thread(client.close)
-        assert await _settled_rss(srv) - baseline < 60 * MB
+        settled = await _settled_rss(srv)
+        print(f"history: +{(settled - baseline) / MB:.0f} MB after they left")
+        assert settled - baseline < 60 * MB
 
 
 class _Held:
