@@ -220,6 +220,16 @@ async def _window_responses(
     and dropped after; it is never batched.
     """
     budget = min(max_batch_bytes, MAX_BATCH_BYTES)
+    if budget and not links:
+        # The common case: every entry already encoded and all of them within one
+        # batch: that batch, joined in C, without the per-entry loop below (which
+        # costs the event loop ~1 us per entry, a fifth of a window's loop time).
+        entries = window.entries
+        items = [entry.item for entry in entries if type(entry) is EncodedEntry]
+        if items and len(items) == len(entries) and sum(map(len, items)) <= budget:
+            yield _wire(response, "entries", b"".join(items))
+            yield response(end=_window_end(window))
+            return
     batch: list[bytes] = []
     batch_bytes = 0
     for entry in window.entries:
