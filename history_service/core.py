@@ -30,6 +30,7 @@ from history_service.insight import (
     SessionDetail,
     subagents_of,
 )
+from history_service.lane import WindowLane
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import (
@@ -84,6 +85,8 @@ class HistoryCore:
         self.codec = codec
         self.store = store
         self.bus = bus
+        # Window reads run on a thread of their own (history_service/lane.py).
+        self.window_lane = WindowLane()
         self.reader = WindowReader(
             root,
             codec,
@@ -177,13 +180,13 @@ class HistoryCore:
     async def read_window_with_links(
         self, principal: Principal | None, params: WindowParams
     ) -> tuple[Window, dict[str, str]]:
-        """A window and its session's sub-agent links, in one worker-thread hop."""
+        """A window and its session's sub-agent links, in one hop to the window lane."""
 
         def work() -> tuple[Window, dict[str, str]]:
             window, transcript = self.reader.read_with_transcript(principal, params)
             return window, self._subagent_links(principal, transcript)
 
-        return await asyncio.to_thread(work)
+        return await self.window_lane.run(work)
 
     def _subagent_links(
         self, principal: Principal | None, transcript: TranscriptFile
@@ -364,6 +367,7 @@ class HistoryCore:
 
     def close(self) -> None:
         """Release the bus, then the stores."""
+        self.window_lane.close()
         self.bus.close()
         self.insight_store.close()
         self.store.close()

@@ -1,0 +1,67 @@
+"""`WindowLane`: window reads on one thread of their own, overflowing when it is held up.
+
+A window's blocking part (open, checks, index rows, cached entries, sub-agent
+links) is ~1 ms of Python with dozens of syscalls, each of which releases the
+GIL. Run on asyncio's default executor, 16 concurrent windows occupy its
+several threads at once, which then take the GIL from each other and from the
+event loop at every syscall: under 16 clients that contention cost about as
+much CPU as the windows' own work. On one thread they run one after another
+(the GIL would serialize their Python anyway), and only that thread and the
+loop share the GIL: the same run measured 1.9 ms of server CPU per window
+instead of 2.6 ms, and 1.5x the windows/s (2 threads: 1.3x).
+
+One thread must not let one slow window (a page token's first use building a
+file's line index, a byte scan of a file never indexed, a cold disk) hold up
+every other: when the window running on the lane has run longer than
+`stuck_after` (20 ms, some twenty fast windows), new windows go to the default
+executor instead, as they did before, until it ends. A window thus waits on
+the lane only behind those queued while the running one was still young.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# How long the lane's running call may run before new calls overflow (seconds).
+STUCK_AFTER_SECONDS = 0.02
+
+
+class WindowLane:
+    """One worker thread for short blocking calls; the default executor while it is held up."""
+
+    def __init__(self, stuck_after: float = STUCK_AFTER_SECONDS) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="window-lane")
+        self._stuck_after = stuck_after
+        # When the call running on the lane started (time.monotonic), None when idle.
+        # Written by the lane's thread, read by the loop: one attribute, atomic under the GIL.
+        self._started: float | None = None
+        # Calls that overflowed to the default executor (for tests and benchmarks).
+        self.overflows = 0
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """`work()` on the lane (or, if the lane is held up, on the default executor)."""
+        started = self._started
+        if started is not None and time.monotonic() - started > self._stuck_after:
+            self.overflows += 1
+            return await asyncio.to_thread(work)
+        context = contextvars.copy_context()
+
+        def call() -> T:
+            self._started = time.monotonic()
+            try:
+                return context.run(work)
+            finally:
+                self._started = None
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def close(self) -> None:
+        """No new calls; queued ones are dropped, a running one finishes on its own."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

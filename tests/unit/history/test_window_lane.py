@@ -1,0 +1,60 @@
+"""The window lane: one thread of its own, and no waiting behind a window that is held up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+import pytest
+
+from history_service.lane import WindowLane
+
+_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("lane_test", default="")
+
+
+async def test_calls_run_on_the_lane_thread_with_the_callers_context() -> None:
+    lane = WindowLane()
+    try:
+        _VAR.set("caller")
+        names = await asyncio.gather(
+            *(lane.run(lambda: (threading.current_thread().name, _VAR.get())) for _ in range(8))
+        )
+        assert {name for name, _ in names} == {"window-lane_0"}
+        assert {value for _, value in names} == {"caller"}
+        assert lane.overflows == 0
+    finally:
+        lane.close()
+
+
+async def test_an_error_reaches_the_caller() -> None:
+    lane = WindowLane()
+
+    def fail() -> None:
+        raise LookupError("gone")
+
+    try:
+        with pytest.raises(LookupError):
+            await lane.run(fail)
+        assert await lane.run(lambda: 7) == 7  # the lane goes on
+    finally:
+        lane.close()
+
+
+async def test_a_held_up_window_does_not_hold_up_the_next() -> None:
+    lane = WindowLane(stuck_after=0.02)
+    release = threading.Event()
+    try:
+        slow = asyncio.ensure_future(lane.run(lambda: release.wait(10)))
+        await asyncio.sleep(0.1)  # the slow one has run past stuck_after
+        fast = await asyncio.wait_for(lane.run(lambda: threading.current_thread().name), 2)
+        assert not fast.startswith("window-lane")  # the default executor took it
+        assert lane.overflows == 1
+        assert not slow.done()
+        release.set()
+        assert await slow is True
+        # Idle again: back on the lane.
+        assert (await lane.run(lambda: threading.current_thread().name)).startswith("window-lane")
+    finally:
+        release.set()
+        lane.close()
