@@ -30,7 +30,6 @@ from history_service.insight import (
     SessionDetail,
     subagents_of,
 )
-from history_service.lane import WindowLane
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import (
@@ -51,6 +50,7 @@ from history_service.windows import (
 from scrollback.contract.refs import validate_id
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
+from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
@@ -85,8 +85,8 @@ class HistoryCore:
         self.codec = codec
         self.store = store
         self.bus = bus
-        # Window reads run on a thread of their own (history_service/lane.py).
-        self.window_lane = WindowLane()
+        # Window reads run on a thread of their own (scrollback/server/lane.py).
+        self.window_lane = Lane(name="window-lane")
         self.reader = WindowReader(
             root,
             codec,

@@ -60,6 +60,7 @@ from scrollback.server.grpc_support import (
     maps_errors,
     status_for,
 )
+from scrollback.server.lane import Lane
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 
@@ -209,6 +210,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         self.decoded = DecodedCache(decoded_cache_bytes)
         self._idle_timeout = write_idle_timeout
         self._write_deadline = write_deadline
+        # ReadMedia's open-and-verify runs on a lane of its own (scrollback.server.lane):
+        # concurrent reads then do not take the GIL from each other at every syscall.
+        self._open_lane = Lane(name="media-open-lane")
 
     async def _next(
         self, iterator: AsyncIterator[media_pb2.WriteBlobRequest], deadline: float
@@ -246,7 +250,9 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         decoded: weakref.ref[DecodedImage] | None = None
         filler: Filler | None = None
         if pixels is None:
-            media, decoded = await asyncio.to_thread(self._open_read, current_principal(), selector)
+            media, decoded = await self._open_lane.run(
+                functools.partial(self._open_read, current_principal(), selector)
+            )
         else:
             media = await self._thumbnail(selector, pixels)
         try:

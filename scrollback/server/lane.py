@@ -1,21 +1,25 @@
-"""`WindowLane`: window reads on one thread of their own, overflowing when it is held up.
+"""`Lane`: short blocking calls on one thread of their own, overflowing when it is held up.
 
-A window's blocking part (open, checks, index rows, cached entries, sub-agent
-links) is ~1 ms of Python with dozens of syscalls, each of which releases the
-GIL. Run on asyncio's default executor, 16 concurrent windows occupy its
-several threads at once, which then take the GIL from each other and from the
-event loop at every syscall: under 16 clients that contention cost about as
-much CPU as the windows' own work. On one thread they run one after another
-(the GIL would serialize their Python anyway), and only that thread and the
-loop share the GIL: the same run measured 1.9 ms of server CPU per window
-instead of 2.6 ms, and 1.5x the windows/s (2 threads: 1.3x).
+Used for the history service's window reads and for ReadMedia's open-and-verify
+(the blocking step before an image's first byte). A window's blocking part
+(open, checks, index rows, cached entries, sub-agent links) is ~1 ms of Python
+with dozens of syscalls, each of which releases the GIL. Run on asyncio's
+default executor, 16 concurrent windows occupy its several threads at once,
+which then take the GIL from each other and from the event loop at every
+syscall: under 16 clients that contention cost about as much CPU as the
+windows' own work. On one thread they run one after another (the GIL would
+serialize their Python anyway), and only that thread and the loop share the
+GIL: the same run measured 2.2 ms of server CPU per window instead of 2.9 ms,
+and 1.3x the windows/s (2 threads gained about half of that); ReadMedia of
+1.3 MB images, 2.1 instead of 2.4 ms per MB.
 
-One thread must not let one slow window (a page token's first use building a
-file's line index, a byte scan of a file never indexed, a cold disk) hold up
-every other: when the window running on the lane has run longer than
-`stuck_after` (20 ms, some twenty fast windows), new windows go to the default
-executor instead, as they did before, until it ends. A window thus waits on
-the lane only behind those queued while the running one was still young.
+One thread must not let one slow call (a page token's first use building a
+file's line index, a byte scan of a file never indexed, a hintless media ref's
+search, a cold disk) hold up every other: when the call running on the lane has
+run longer than `stuck_after` (20 ms, some twenty fast calls), new calls go to
+the default executor instead, as they did before, until it ends. A call thus
+waits on the lane only behind those queued while the running one was still
+young.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ T = TypeVar("T")
 STUCK_AFTER_SECONDS = 0.02
 
 
-class WindowLane:
+class Lane:
     """One worker thread for short blocking calls; the default executor while it is held up."""
 
-    def __init__(self, stuck_after: float = STUCK_AFTER_SECONDS) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="window-lane")
+    def __init__(self, stuck_after: float = STUCK_AFTER_SECONDS, name: str = "lane") -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
         self._stuck_after = stuck_after
         # When the call running on the lane started (time.monotonic), None when idle.
         # Written by the lane's thread, read by the loop: one attribute, atomic under the GIL.

@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from history_service.lane import WindowLane
+from scrollback.server.lane import Lane
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("lane_test", default="")
 
 
 async def test_calls_run_on_the_lane_thread_with_the_callers_context() -> None:
-    lane = WindowLane()
+    lane = Lane(name="window-lane")
     try:
         _VAR.set("caller")
         names = await asyncio.gather(
@@ -28,7 +28,7 @@ async def test_calls_run_on_the_lane_thread_with_the_callers_context() -> None:
 
 
 async def test_an_error_reaches_the_caller() -> None:
-    lane = WindowLane()
+    lane = Lane(name="window-lane")
 
     def fail() -> None:
         raise LookupError("gone")
@@ -42,7 +42,7 @@ async def test_an_error_reaches_the_caller() -> None:
 
 
 async def test_a_held_up_window_does_not_hold_up_the_next() -> None:
-    lane = WindowLane(stuck_after=0.02)
+    lane = Lane(stuck_after=0.02, name="window-lane")
     release = threading.Event()
     try:
         slow = asyncio.ensure_future(lane.run(lambda: release.wait(10)))
