@@ -186,7 +186,8 @@ class HistoryCore:
             window, transcript = self.reader.read_with_transcript(principal, params)
             return window, self._subagent_links(principal, transcript)
 
-        return await self.window_lane.run(work)
+        # Identical windows still queued on the lane are read once (Lane.run_shared).
+        return await self.window_lane.run_shared((principal, params), work)
 
     def _subagent_links(
         self, principal: Principal | None, transcript: TranscriptFile

@@ -20,16 +20,24 @@ run longer than `stuck_after` (20 ms, some twenty fast calls), new calls go to
 the default executor instead, as they did before, until it ends. A call thus
 waits on the lane only behind those queued while the running one was still
 young.
+
+`run_shared(key, work)` also shares work: a call whose key matches a call still
+queued on the lane (not yet started) waits for that call's result instead of
+queuing its own; one that has started is never joined, so every answer is read
+after its caller asked. (Identical concurrent windows on one thread would
+otherwise each run in turn, where the threads of the default executor ran them
+at once and shared one scan through history_service.singleflight.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -46,8 +54,13 @@ class Lane:
         # When the call running on the lane started (time.monotonic), None when idle.
         # Written by the lane's thread, read by the loop: one attribute, atomic under the GIL.
         self._started: float | None = None
-        # Calls that overflowed to the default executor (for tests and benchmarks).
+        # Calls that overflowed to the default executor, and that joined a queued one
+        # (for tests and benchmarks).
         self.overflows = 0
+        self.joined = 0
+        # run_shared calls queued and not started yet, by key (the lock: loop and lane thread).
+        self._queued: dict[Hashable, asyncio.Future[Any]] = {}
+        self._queued_lock = threading.Lock()
 
     async def run(self, work: Callable[[], T]) -> T:
         """`work()` on the lane (or, if the lane is held up, on the default executor)."""
@@ -66,6 +79,38 @@ class Lane:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
+    async def run_shared(self, key: Hashable, work: Callable[[], T]) -> T:
+        """`run(work)`, or the result of a call with the same key still queued (not started)."""
+        with self._queued_lock:
+            queued = self._queued.get(key)
+            if queued is not None:
+                self.joined += 1
+        if queued is not None:
+            result: T = await asyncio.shield(queued)
+            return result
+
+        def started() -> T:
+            self._forget(key, flight)  # from now on, later callers queue their own
+            return work()
+
+        flight: asyncio.Future[T] = asyncio.ensure_future(self.run(started))
+        with self._queued_lock:
+            self._queued[key] = flight
+        # Forgotten also if it never started; its error is retrieved even if no caller waits.
+        flight.add_done_callback(lambda done: self._forget(key, done))
+        flight.add_done_callback(_retrieve)
+        return await asyncio.shield(flight)
+
+    def _forget(self, key: Hashable, flight: asyncio.Future[Any]) -> None:
+        with self._queued_lock:
+            if self._queued.get(key) is flight:
+                del self._queued[key]
+
     def close(self) -> None:
         """No new calls; queued ones are dropped, a running one finishes on its own."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _retrieve(flight: asyncio.Future[Any]) -> None:
+    if not flight.cancelled():
+        flight.exception()

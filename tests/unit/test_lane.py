@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -55,6 +56,62 @@ async def test_a_held_up_window_does_not_hold_up_the_next() -> None:
         assert await slow is True
         # Idle again: back on the lane.
         assert (await lane.run(lambda: threading.current_thread().name)).startswith("window-lane")
+    finally:
+        release.set()
+        lane.close()
+
+
+async def test_identical_queued_calls_share_one_run_and_started_ones_are_not_joined() -> None:
+    lane = Lane(name="window-lane")
+    release = threading.Event()
+    runs: list[str] = []
+
+    def blocker() -> str:
+        release.wait(10)
+        return "blocker"
+
+    def work(tag: str) -> Callable[[], str]:
+        def run() -> str:
+            runs.append(tag)
+            return tag
+
+        return run
+
+    try:
+        first = asyncio.ensure_future(lane.run_shared("other", blocker))
+        await asyncio.sleep(0.005)  # the blocker has started: the lane is busy, not yet stuck
+        queued = [asyncio.ensure_future(lane.run_shared("same", work(f"w{i}"))) for i in range(5)]
+        await asyncio.sleep(0)
+        release.set()
+        assert await first == "blocker"
+        results = await asyncio.gather(*queued)
+        assert results == ["w0"] * 5  # the four later callers got the queued call's answer
+        assert runs == ["w0"] and lane.joined == 4
+        # Started (here: finished) calls are never joined: a new call runs again.
+        assert await lane.run_shared("same", work("again")) == "again"
+        assert runs == ["w0", "again"]
+    finally:
+        release.set()
+        lane.close()
+
+
+async def test_a_shared_call_that_fails_fails_every_caller_and_is_forgotten() -> None:
+    lane = Lane(name="window-lane")
+    release = threading.Event()
+
+    def fail() -> None:
+        raise LookupError("gone")
+
+    try:
+        busy = asyncio.ensure_future(lane.run(lambda: release.wait(10)))
+        await asyncio.sleep(0.005)
+        calls = [asyncio.ensure_future(lane.run_shared("k", fail)) for _ in range(3)]
+        await asyncio.sleep(0)
+        release.set()
+        await busy
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(o, LookupError) for o in outcomes)
+        assert await lane.run_shared("k", lambda: 1) == 1
     finally:
         release.set()
         lane.close()
