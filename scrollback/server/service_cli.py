@@ -35,7 +35,6 @@ from scrollback.server.grpc_support import (
     listen_reason,
 )
 from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
-from scrollback.server.log_batching import LoopBatchedHandler
 from scrollback.server.service_config import (
     DEFAULT_STATE_TEXT,
     DEFAULT_TRANSCRIPTS,
@@ -204,7 +203,7 @@ def run_service(
     A configuration of several workers (and this process not one of them)
     starts them instead, on the flags of `argv`, and waits for them.
     """
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=[LoopBatchedHandler()])
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         config = build_config()
         if (
