@@ -10,8 +10,9 @@ syscall: under 16 clients that contention cost about as much CPU as the
 windows' own work. On one thread they run one after another (the GIL would
 serialize their Python anyway), and only that thread and the loop share the
 GIL: the same run measured 2.2 ms of server CPU per window instead of 2.9 ms,
-and 1.3x the windows/s (2 threads gained about half of that); ReadMedia of
-1.3 MB images, 2.1 instead of 2.4 ms per MB.
+and 1.3x the windows/s (2 threads gained about half of that). ReadMedia's
+open gains less (one hop of ~0.3 ms per image): 0.65x -> 0.67x and 0.61x ->
+0.69x of the floor's MB/s in two runs.
 
 One thread must not let one slow call (a page token's first use building a
 file's line index, a byte scan of a file never indexed, a hintless media ref's
