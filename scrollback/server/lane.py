@@ -20,7 +20,8 @@ search, a cold disk) hold up every other: when the call running on the lane has
 run longer than `stuck_after` (20 ms, some twenty fast calls), new calls go to
 the default executor instead, as they did before, until it ends. A call thus
 waits on the lane only behind those queued while the running one was still
-young.
+young. Nor may many fast calls (one caller's flood) make the queue long: with
+`max_queued` (16) calls on the lane, new ones overflow the same way.
 
 `run_shared(key, work)` also shares work: a call whose key matches a call still
 queued on the lane (not yet started) waits for that call's result instead of
@@ -44,14 +45,26 @@ T = TypeVar("T")
 
 # How long the lane's running call may run before new calls overflow (seconds).
 STUCK_AFTER_SECONDS = 0.02
+# How many calls may wait on the lane (queued or running) before new ones overflow:
+# whoever fills the queue (one principal's many fast windows, say), a call waits
+# behind at most this many, some 30 ms of fast calls.
+MAX_QUEUED = 16
 
 
 class Lane:
     """One worker thread for short blocking calls; the default executor while it is held up."""
 
-    def __init__(self, stuck_after: float = STUCK_AFTER_SECONDS, name: str = "lane") -> None:
+    def __init__(
+        self,
+        stuck_after: float = STUCK_AFTER_SECONDS,
+        name: str = "lane",
+        max_queued: int = MAX_QUEUED,
+    ) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
         self._stuck_after = stuck_after
+        self._max_queued = max_queued
+        # Calls on the lane, queued or running (only the loop's thread changes it).
+        self._queued_calls = 0
         # When the call running on the lane started (time.monotonic), None when idle.
         # Written by the lane's thread, read by the loop: one attribute, atomic under the GIL.
         self._started: float | None = None
@@ -66,7 +79,9 @@ class Lane:
     async def run(self, work: Callable[[], T]) -> T:
         """`work()` on the lane (or, if the lane is held up, on the default executor)."""
         started = self._started
-        if started is not None and time.monotonic() - started > self._stuck_after:
+        if self._queued_calls >= self._max_queued or (
+            started is not None and time.monotonic() - started > self._stuck_after
+        ):
             self.overflows += 1
             return await asyncio.to_thread(work)
         context = contextvars.copy_context()
@@ -78,7 +93,11 @@ class Lane:
             finally:
                 self._started = None
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        self._queued_calls += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        finally:
+            self._queued_calls -= 1
 
     async def run_shared(self, key: Hashable, work: Callable[[], T]) -> T:
         """`run(work)`, or the result of a call with the same key still queued (not started)."""

@@ -115,3 +115,23 @@ async def test_a_shared_call_that_fails_fails_every_caller_and_is_forgotten() ->
     finally:
         release.set()
         lane.close()
+
+
+async def test_a_full_queue_of_fast_calls_does_not_hold_up_the_next() -> None:
+    # The running call is young (stuck_after is far off): only the queue's length overflows.
+    lane = Lane(stuck_after=60, name="window-lane", max_queued=3)
+    release = threading.Event()
+    try:
+        queued = [asyncio.ensure_future(lane.run(lambda: release.wait(10))) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        name = await asyncio.wait_for(lane.run(lambda: threading.current_thread().name), 2)
+        assert not name.startswith("window-lane")  # the default executor took it
+        assert lane.overflows == 1
+        release.set()
+        assert await asyncio.gather(*queued) == [True, True, True]
+        # Drained: back on the lane.
+        assert (await lane.run(lambda: threading.current_thread().name)).startswith("window-lane")
+        assert lane.overflows == 1
+    finally:
+        release.set()
+        lane.close()
