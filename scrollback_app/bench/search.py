@@ -27,7 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from history_service.search.indexer import SearchIndexer
 from history_service.search.sqlite import SqliteSearchIndex
@@ -177,7 +176,6 @@ async def measure(
     server = procs.history_server(root, state, search_indexing=True)
     async with server, services.channel(server.addr) as channel:
         stub = search_pb2_grpc.SearchServiceStub(channel)
-        health = health_pb2_grpc.HealthStub(channel)
         queries = _queries(words)
 
         async def search(request: search_pb2.SearchRequest) -> int:
@@ -190,16 +188,9 @@ async def measure(
         for request in queries:  # warm: the first call of each shape pays for page-ins
             found += await search(request)
         assert found, "the index answers"
-        latencies: list[float] = []
-        floor: list[float] = []
-        for number in range(samples):
-            request = queries[number % len(queries)]
-            started = time.perf_counter()
-            await search(request)
-            latencies.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            await health.Check(health_pb2.HealthCheckRequest())
-            floor.append((time.perf_counter() - started) * 1000)
+        latencies, floor = await services.beside_health_check(
+            channel, samples, lambda number: search(queries[number % len(queries)])
+        )
     floor_ms = statistics.median(floor)
     p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
     for key, label, value, ceiling in (

@@ -5,6 +5,7 @@
 - `read_window`, `read_media`, `media_ttfb`: one call each, timed by callers.
 - `interleave`: run several timed cases in turn, repeat, and keep the medians,
   so every figure and its baseline see the same machine state.
+- `beside_health_check`: calls each followed by a gRPC health check, the latency floor.
 - `throughput`: N concurrent clients looping on one call for a fixed time.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
@@ -164,6 +166,24 @@ async def interleave(cases: dict[str, TimedCase], repeats: int) -> dict[str, flo
             if sample is not None:
                 samples[name].append(sample)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def beside_health_check(
+    channel: grpc.aio.Channel, samples: int, call: Callable[[int], Awaitable[object]]
+) -> tuple[list[float], list[float]]:
+    """Milliseconds of `samples` calls `call(number)`, each followed by a gRPC health
+    check on the same channel (the floor): the calls' and the checks' times."""
+    health = health_pb2_grpc.HealthStub(channel)
+    calls: list[float] = []
+    floor: list[float] = []
+    for number in range(samples):
+        started = time.perf_counter()
+        await call(number)
+        calls.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        await health.Check(health_pb2.HealthCheckRequest())
+        floor.append((time.perf_counter() - started) * 1000)
+    return calls, floor
 
 
 async def throughput(
