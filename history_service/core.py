@@ -235,8 +235,11 @@ class HistoryCore:
         )
 
     async def read_window(self, principal: Principal | None, params: WindowParams) -> Window:
-        """One window of a session `principal` may see."""
-        return await self.reader.read(principal, params)
+        """One window of a session `principal` may see (on the window lane, as ReadWindow's)."""
+        window, _transcript = await self.window_lane.run(
+            lambda: self.reader.read_with_transcript(principal, params)
+        )
+        return window
 
     async def accept(
         self,

@@ -19,7 +19,6 @@ check, scan) runs in one worker thread, off the event loop: one hop per window.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import os
@@ -218,18 +217,14 @@ class WindowReader:
         self._max_window_bytes = max_window_bytes
         self.flights: ThreadSingleFlight[Window] = ThreadSingleFlight()
 
-    async def read(self, principal: Principal | None, params: WindowParams) -> Window:
-        """Read one window as `principal` may see it (raises the domain errors of the contract)."""
-        return await asyncio.to_thread(self.read_blocking, principal, params)
-
-    def read_blocking(self, principal: Principal | None, params: WindowParams) -> Window:
-        """`read` in the calling thread: open, check, find and serve the lines (one hop in all)."""
-        return self.read_with_transcript(principal, params)[0]
-
     def read_with_transcript(
         self, principal: Principal | None, params: WindowParams
     ) -> tuple[Window, TranscriptFile]:
-        """`read_blocking`, and the transcript the session resolved to (blocking)."""
+        """One window as `principal` may see it, and the transcript the session resolved to.
+
+        Blocking (open, check, find and serve the lines): callers run it off the event
+        loop in one hop. Raises the domain errors of the contract.
+        """
         opened = self._open(principal, params)
         assert opened.transcript is not None
         token = opened.token
