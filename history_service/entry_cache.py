@@ -12,7 +12,12 @@ the newline before the line, its first and last `MARK_EDGE` bytes, and the
 newline after it (the whole line when it is short), computed from the
 bytes read for the line (`mark_of`) or, for a line found through the line
 index, from the few merged reads of its batch (history_service.lines
-`RowReads.mark`) instead of reading the line. A line that was stripped
+`RowReads.mark`) instead of reading the line. An entry whose mark was checked
+while the file had settled (`stamp_of`: its last change at least
+`SETTLED_SECONDS` before) keeps that stamp, and while the file's stamp stays
+the same its hits skip the check: any write since would have moved the
+file's change time (which no caller can set) past the stamped one. A
+growing file's stamp changes at every append, so its hits are checked. A line that was stripped
 without being read whole (longer than the max line size) is never cached, nor
 an unterminated tail. Limitation, the same as page tokens': a
 same-size rewrite in the middle of a long line that keeps the file's first
@@ -27,9 +32,11 @@ never cached.
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import xxhash
@@ -48,6 +55,25 @@ ENTRY_OVERHEAD = 256
 
 # (dev, ino, head hash, session id, media mode, inline limit): one file version as one request serves it.
 Scope = tuple[int, int, int, str, int, int]
+# (size, mtime_ns, ctime_ns) of a file that had settled when it was looked at.
+Stamp = tuple[int, int, int]
+# The mark of a line read from the file when asked (None: not a whole line there).
+Mark = Callable[[], int | None]
+# How long a file must have been left unchanged before its stamp is trusted: far
+# above the coarse clock file times are taken from (a tick is at most 10 ms).
+SETTLED_SECONDS = 2.0
+
+
+def stamp_of(stat: os.stat_result, now_ns: int | None = None) -> Stamp | None:
+    """The file's stamp if its last change is SETTLED_SECONDS old, else None.
+
+    Taken before the bytes it vouches for are read: a write in between
+    changes the stamp, so those bytes are checked again next time.
+    """
+    now = time.time_ns() if now_ns is None else now_ns
+    if now - stat.st_ctime_ns < SETTLED_SECONDS * 1e9:
+        return None
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +173,9 @@ class EntryCache:
 
     def __init__(self, max_bytes: int = DEFAULT_ENTRY_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[Scope, int, int], tuple[int, EncodedEntry]] = OrderedDict()
+        self._entries: OrderedDict[
+            tuple[Scope, int, int], tuple[int, EncodedEntry, Stamp | None]
+        ] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         # Hits and stores (for tests and benchmarks).
@@ -159,8 +187,10 @@ class EntryCache:
         """False when the budget is 0."""
         return self.max_bytes > 0
 
-    def get(self, scope: Scope, offset: int, length: int) -> tuple[int, EncodedEntry] | None:
-        """(mark, entry) cached for this line, not yet checked against the file.
+    def get(
+        self, scope: Scope, offset: int, length: int
+    ) -> tuple[int, EncodedEntry, Stamp | None] | None:
+        """(mark, entry, stamp) cached for this line, not yet checked against the file.
 
         Without the lock: each OrderedDict call is one atomic step under the
         GIL (the keys hash and compare in C), and a key dropped between the
@@ -175,8 +205,37 @@ class EntryCache:
                 pass
         return found
 
-    def put(self, scope: Scope, mark: int, entry: EncodedEntry) -> None:
-        """Keep an entry, dropping the least recently used ones over the budget."""
+    def lookup(
+        self, scope: Scope, offset: int, length: int, stamp: Stamp | None, mark: Mark
+    ) -> EncodedEntry | None:
+        """The cached entry of this line if it is still current, else None.
+
+        Current: stamped under the file's present `stamp` (not None), or else
+        its mark equals `mark()`, the line's mark read now (None: not a
+        whole line). A checked hit under a stamp is stamped, so the next
+        ones skip the check.
+        """
+        found = self.get(scope, offset, length)
+        if found is None:
+            return None
+        if stamp is None or found[2] != stamp:
+            if mark() != found[0]:
+                return None
+            if stamp is not None:
+                key = (scope, offset, length)
+                with self._lock:  # only if still held: the budget counts what is held
+                    if self._entries.get(key) is found:
+                        self._entries[key] = (found[0], found[1], stamp)
+        self.hits += 1
+        return found[1]
+
+    def put(
+        self, scope: Scope, mark: int, entry: EncodedEntry, stamp: Stamp | None = None
+    ) -> None:
+        """Keep an entry, dropping the least recently used ones over the budget.
+
+        `stamp`: the file's stamp taken before the line was read, if it had settled.
+        """
         cost = len(entry.item) + ENTRY_OVERHEAD
         if cost > self.max_bytes // 8:
             return  # one entry never takes more than a slice of the cache
@@ -185,11 +244,11 @@ class EntryCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= len(old[1].item) + ENTRY_OVERHEAD
-            self._entries[key] = (mark, entry)
+            self._entries[key] = (mark, entry, stamp)
             self._bytes += cost
             self.stores += 1
             while self._bytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
+                _, (_, dropped, _) = self._entries.popitem(last=False)
                 self._bytes -= len(dropped.item) + ENTRY_OVERHEAD
 
     @property

@@ -205,11 +205,18 @@ class RowReads:
     are merged when close and read at once, so a window of N lines costs
     about as many reads as it has long lines, not 2N (each read releases and
     retakes the GIL, which the event loop thread is waiting for). Anything
-    else is read from the file as asked.
+    else is read from the file as asked. Nothing is read until something is
+    asked: a batch whose rows all have cached entries known to be current
+    (history_service.entry_cache) reads nothing.
     """
 
     def __init__(self, fd: int, rows: list[tuple[int, int]]) -> None:
         self.fd = fd
+        self._rows: list[tuple[int, int]] | None = rows
+        self._starts: list[int] = []
+        self._blocks: list[bytes] = []
+
+    def _load(self, rows: list[tuple[int, int]]) -> None:
         ranges: list[tuple[int, int]] = []
         for offset, length in rows:
             start = max(0, offset - 1)
@@ -225,11 +232,9 @@ class RowReads:
                 merged[-1][1] = max(merged[-1][1], end)
             else:
                 merged.append([start, end])
-        self._starts: list[int] = []
-        self._blocks: list[bytes] = []
         for start, end in merged:
             self._starts.append(start)
-            self._blocks.append(os.pread(fd, end - start, start))
+            self._blocks.append(os.pread(self.fd, end - start, start))
 
     def mark(self, offset: int, length: int) -> int | None:
         """The xxh3 mark of the line [offset, offset + length), None if it is not a whole line.
@@ -256,6 +261,9 @@ class RowReads:
 
     def pread(self, length: int, offset: int) -> bytes:
         """The file's bytes [offset, offset + length) (fewer at its end), as os.pread."""
+        if self._rows is not None:
+            rows, self._rows = self._rows, None
+            self._load(rows)
         at = bisect.bisect_right(self._starts, offset) - 1
         if at >= 0:
             start, block = self._starts[at], self._blocks[at]

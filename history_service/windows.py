@@ -30,8 +30,10 @@ from history_service.entry_cache import (
     EncodedEntry,
     EntryCache,
     Scope,
+    Stamp,
     encode,
     mark_of,
+    stamp_of,
 )
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from history_service.lines import (
@@ -191,6 +193,8 @@ class _Opened:
     # The transcript's name in the line index (its path under the root).
     index_key: str = ""
     transcript: TranscriptFile | None = None
+    # The file's stamp when opened, if it had settled (entry_cache.stamp_of).
+    stamp: Stamp | None = None
 
 
 class WindowReader:
@@ -259,6 +263,8 @@ class WindowReader:
         transcript = self._root.resolve(params.session_id, principal)
         fd = open_transcript(self._root, transcript)
         try:
+            # Before any byte is read: a write after this changes the stamp.
+            stamp = stamp_of(os.fstat(fd))
             if token is not None:
                 identity = token.identity.check(fd, token.boundary)
                 token.check_mark(fd)
@@ -268,7 +274,12 @@ class WindowReader:
             os.close(fd)
             raise
         return _Opened(
-            fd, identity, token, os.path.relpath(transcript.path, self._root.root), transcript
+            fd,
+            identity,
+            token,
+            os.path.relpath(transcript.path, self._root.root),
+            transcript,
+            stamp,
         )
 
     def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
@@ -305,13 +316,11 @@ class WindowReader:
             params.inline_limit,
         )
 
+        stamp = opened.stamp
+
         def probe(offset: int, length: int, reads: RowReads) -> EncodedEntry | None:
-            """A cached entry of an indexed line, if the line still carries its mark."""
-            found = cache.get(scope, offset, length)
-            if found is None or reads.mark(offset, length) != found[0]:
-                return None
-            cache.hits += 1
-            return found[1]
+            """A cached entry of an indexed line, if it is still current (entry_cache)."""
+            return cache.lookup(scope, offset, length, stamp, lambda: reads.mark(offset, length))
 
         def take(raw: RawLine) -> ServedLine | HeldBack | EncodedEntry | None:
             whole = raw.terminated and raw.data is not None
@@ -319,10 +328,9 @@ class WindowReader:
             if whole:
                 assert raw.data is not None
                 mark = mark_of(raw.start, raw.data)
-                found = cache.get(scope, raw.start, raw.size)
-                if found is not None and found[0] == mark:
-                    cache.hits += 1
-                    return found[1]
+                found = cache.lookup(scope, raw.start, raw.size, stamp, lambda: mark)
+                if found is not None:
+                    return found
             served = serve(raw)
             if served is None:
                 return None
@@ -332,7 +340,7 @@ class WindowReader:
                 and len(served.stripped.json) <= HOLD_BACK_BYTES
             ):
                 encoded = encode(session_id, served)
-                cache.put(scope, mark, encoded)
+                cache.put(scope, mark, encoded, stamp)
                 return encoded
             return _light(served)
 

@@ -11,6 +11,7 @@ cache, over the same file.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from history_service import entry_cache
+from history_service.lines import RowReads
 from scrollback.history.v1 import history_pb2 as pb
 from tests.support.history import LATEST, OLDEST, HarnessFactory, line, read_all, read_page
 
@@ -153,3 +156,48 @@ async def test_the_cache_stays_within_its_budget_and_can_be_off(
         for _ in range(2):
             page = await read_page(harness.stub, session_id=SESSION)
             assert [e.uuid for e in page.entries] == [f"t-{n}" for n in range(10)]
+
+
+@pytest.mark.parametrize("read_after", ["at once", "once it settled again"])
+async def test_a_settled_file_skips_the_checks_until_it_changes(
+    history_server: HarnessFactory, monkeypatch: pytest.MonkeyPatch, read_after: str
+) -> None:
+    # A short settling time, so the test need not wait two seconds.
+    monkeypatch.setattr(entry_cache, "SETTLED_SECONDS", 0.3)
+    marks = 0
+    real_mark = RowReads.mark
+
+    def counted_mark(reads: RowReads, offset: int, length: int) -> int | None:
+        nonlocal marks
+        marks += 1
+        return real_mark(reads, offset, length)
+
+    monkeypatch.setattr(RowReads, "mark", counted_mark)
+    payload = base64.b64encode(os.urandom(30_000)).decode()
+    lines = [image_line(n, payload) if n % 2 else text_line(n) for n in range(40)]
+    async with history_server() as harness:
+        path = harness.transcript(SESSION)
+        path.write_bytes(b"".join(lines))
+        await asyncio.sleep(0.4)
+        await read_page(harness.stub, session_id=SESSION, page_size=20)  # builds the index
+        await read_page(harness.stub, session_id=SESSION, page_size=20)  # through it, cached
+        # The first indexed read checks each cached line once and stamps it...
+        await read_page(harness.stub, session_id=SESSION, page_size=20)
+        marks = 0
+        # ...so while the file stays as it was, a hit reads nothing to be checked.
+        page = await read_page(harness.stub, session_id=SESSION, page_size=20)
+        assert marks == 0
+        assert [e.uuid for e in page.entries] == [
+            f"{'i' if n % 2 else 't'}-{n}" for n in range(20, 40)
+        ]
+        # A same-size rewrite of the first bytes of a cached long line moves the
+        # file's change time: the stamp no longer matches and the line is read again.
+        offset = sum(map(len, lines[:31]))
+        changed = lines[31].replace(b'"type":"user"', b'"type":"USER"')
+        assert len(changed) == len(lines[31])
+        overwrite(path, offset, changed)
+        if read_after == "once it settled again":
+            await asyncio.sleep(0.4)
+        page = await read_page(harness.stub, session_id=SESSION, page_size=20)
+        assert marks > 0
+        assert next(e for e in page.entries if e.byte_offset == offset).type == "USER"
