@@ -13,11 +13,9 @@ newline after it (the whole line when it is short), computed from the
 bytes read for the line (`mark_of`) or, for a line found through the line
 index, from the few merged reads of its batch (history_service.lines
 `RowReads.mark`) instead of reading the line. An entry whose mark was checked
-while the file had settled (`stamp_of`: its last change at least
-`SETTLED_SECONDS` before) keeps that stamp, and while the file's stamp stays
-the same its hits skip the check: any write since would have moved the
-file's change time (which no caller can set) past the stamped one. A
-growing file's stamp changes at every append, so its hits are checked. A line that was stripped
+while the file had settled keeps the file's stamp (scrollback.transcripts
+`stamp_of`), and while the file's stamp stays the same its hits skip the
+check. A growing file's stamp changes at every append, so its hits are checked. A line that was stripped
 without being read whole (longer than the max line size) is never cached, nor
 an unterminated tail. Limitation, the same as page tokens': a
 same-size rewrite in the middle of a long line that keeps the file's first
@@ -32,9 +30,7 @@ never cached.
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -46,6 +42,7 @@ from scrollback.contract.refs import ID_PATTERN
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.serialized import length_delimited
+from scrollback.transcripts import Stamp
 
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 # Bytes of each end of a line that its mark covers (what the index's row checks read).
@@ -55,25 +52,11 @@ ENTRY_OVERHEAD = 256
 
 # (dev, ino, head hash, session id, media mode, inline limit): one file version as one request serves it.
 Scope = tuple[int, int, int, str, int, int]
-# (size, mtime_ns, ctime_ns) of a file that had settled when it was looked at.
-Stamp = tuple[int, int, int]
 # The mark of a line read from the file when asked (None: not a whole line there).
 Mark = Callable[[], int | None]
 # How long a file must have been left unchanged before its stamp is trusted: far
 # above the coarse clock file times are taken from (a tick is at most 10 ms).
 SETTLED_SECONDS = 2.0
-
-
-def stamp_of(stat: os.stat_result, now_ns: int | None = None) -> Stamp | None:
-    """The file's stamp if its last change is SETTLED_SECONDS old, else None.
-
-    Taken before the bytes it vouches for are read: a write in between
-    changes the stamp, so those bytes are checked again next time.
-    """
-    now = time.time_ns() if now_ns is None else now_ns
-    if now - stat.st_ctime_ns < SETTLED_SECONDS * 1e9:
-        return None
-    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,9 +212,7 @@ class EntryCache:
         self.hits += 1
         return found[1]
 
-    def put(
-        self, scope: Scope, mark: int, entry: EncodedEntry, stamp: Stamp | None = None
-    ) -> None:
+    def put(self, scope: Scope, mark: int, entry: EncodedEntry, stamp: Stamp | None = None) -> None:
         """Keep an entry, dropping the least recently used ones over the budget.
 
         `stamp`: the file's stamp taken before the line was read, if it had settled.

@@ -30,10 +30,8 @@ from history_service.entry_cache import (
     EncodedEntry,
     EntryCache,
     Scope,
-    Stamp,
     encode,
     mark_of,
-    stamp_of,
 )
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from history_service.lines import (
@@ -62,7 +60,7 @@ from history_service.tokens import (
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
-from scrollback.transcripts import TranscriptFile, TranscriptRoot
+from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
 
 MAX_PAGE_SIZE = 200
 # Line indexes one process builds in the background at once (each holds a chunk buffer).

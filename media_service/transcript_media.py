@@ -82,7 +82,13 @@ from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.server import metrics
 from scrollback.state.line_index import IndexedLine
-from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import (
+    SessionNotFoundError,
+    Stamp,
+    TranscriptFile,
+    TranscriptRoot,
+    stamp_of,
+)
 
 SCAN_CHUNK = 1024 * 1024
 # A candidate line up to this size is read whole to be stripped (fastest);
@@ -314,6 +320,9 @@ def line_from(fd: int, start: int, max_line_size: int) -> bytes | None:
 LineOffsetCache = LruCache[tuple[int, int, str], tuple[int, int]]
 # (device, inode, entry uuid, index, pin) -> metadata of the decoded bytes
 MediaInfoCache = LruCache[tuple[int, int, str, int, str], MediaInfo]
+# (device, inode, entry uuid, index, pin, line offset hint) -> where the image
+# was found and verified, and the file's stamp then (scrollback.transcripts.stamp_of)
+FoundCache = LruCache[tuple[int, int, str, int, str, int | None], tuple[Stamp, "_Found"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +420,7 @@ class TranscriptMedia:
         self._max_line_size = max_line_size
         self.cache = LineOffsetCache(cache_entries)
         self.infos = MediaInfoCache(cache_entries)
+        self.found = FoundCache(cache_entries)
         # Full-file passes of stat_many and the slices they read (for tests and metrics).
         self.search_passes = 0
         self.search_slices = 0
@@ -565,16 +575,43 @@ class TranscriptMedia:
         line_offset_hint: int | None,
         index_key: str = "",
     ) -> tuple[_Found, tuple[int, int]]:
-        """Find the entry's line in the open transcript and the image in it."""
-        stat = os.fstat(fd)
+        """Find the entry's line in the open transcript and the image in it.
+
+        An image found while the file had settled is found again without
+        reading the line, for as long as the file keeps that stamp: nothing in
+        it can have changed (scrollback.transcripts.stamp_of).
+        """
+        stat = os.fstat(fd)  # before any byte is read: a write after it changes the stamp
         file_id = (stat.st_dev, stat.st_ino)
+        stamp = stamp_of(stat)
+        found_key = (*file_id, ref.entry_uuid, ref.index, pin, line_offset_hint)
+        if stamp is not None:
+            known = self.found.get(found_key)
+            if known is not None and known[0] == stamp:
+                return known[1], file_id
+        found = self._find(fd, file_id, stat.st_size, ref, pin, line_offset_hint, index_key)
+        if stamp is not None:
+            self.found.put(found_key, (stamp, found))
+        return found, file_id
+
+    def _find(
+        self,
+        fd: int,
+        file_id: tuple[int, int],
+        size: int,
+        ref: TranscriptImageRef,
+        pin: str,
+        line_offset_hint: int | None,
+        index_key: str,
+    ) -> _Found:
+        """`_locate`'s search: the hint, the cached offset, the line index, then the file."""
         key = (*file_id, ref.entry_uuid)
         # Longer lines are never held: they are stripped streaming from the file.
         hold = min(self._max_line_size, HOLD_LINE_BYTES)
         cached = self.cache.get(key)
         if (
             line_offset_hint is not None
-            and 0 <= line_offset_hint < stat.st_size
+            and 0 <= line_offset_hint < size
             and (cached is None or cached[0] != line_offset_hint)
         ):
             line = line_from(fd, line_offset_hint, hold)
@@ -582,17 +619,17 @@ class TranscriptMedia:
                 found = self._try_line(line, line_offset_hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     self.cache.put(key, (line_offset_hint, len(line)))
-                    return found, file_id
+                    return found
             elif _starts_line(fd, line_offset_hint):
                 found = self._try_line(None, line_offset_hint, ref, pin, _Outcome(), fd)
                 if found is not None:
-                    return found, file_id
+                    return found
         if cached is not None:
             line = _line_at(fd, *cached)
             if line is not None:
                 found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
                 if found is not None:
-                    return found, file_id
+                    return found
             self.cache.discard(key)
         if index_key:
             for indexed in self._indexed_lines(fd, index_key, [ref.entry_uuid]).get(
@@ -602,14 +639,14 @@ class TranscriptMedia:
                 if found is not None:
                     if indexed.length <= hold:
                         self.cache.put(key, (indexed.offset, indexed.length))
-                    return found, file_id
+                    return found
         outcome = _Outcome()
         for candidate in iter_candidate_lines(fd, ref.entry_uuid, hold):
             found = self._try_line(candidate.line, candidate.start, ref, pin, outcome, fd)
             if found is not None:
                 if candidate.line is not None:
                     self.cache.put(key, (candidate.start, len(candidate.line)))
-                return found, file_id
+                return found
         if outcome.pin_mismatch:
             metrics.PIN_MISMATCHES.inc()
             raise PinMismatchError()

@@ -51,6 +51,30 @@ SUBAGENT_DIR = "subagents"
 _UNSTABLE_NS = 20_000_000
 
 
+# (size, mtime_ns, ctime_ns) of an open transcript that had settled when it was looked at.
+Stamp = tuple[int, int, int]
+# How long a file must have been left unchanged before its stamp is trusted: far
+# above the coarse clock file times are taken from (a tick is at most 10 ms).
+SETTLED_SECONDS = 2.0
+
+
+def stamp_of(stat: os.stat_result, now_ns: int | None = None) -> Stamp | None:
+    """The file's stamp if its last change is SETTLED_SECONDS old, else None.
+
+    What was checked of a file while it carried a stamp still holds while its
+    stamp is the same: any write since would have moved its change time
+    (which no caller can set back) past the stamped one, and a file that has
+    not settled gets no stamp, since two writes within one clock tick can
+    leave the same times. Take it before reading the bytes it will vouch for:
+    a write in between changes it, so those bytes are checked again next time.
+    Growing files (a session being written) change stamp at every append.
+    """
+    now = time.time_ns() if now_ns is None else now_ns
+    if now - stat.st_ctime_ns < SETTLED_SECONDS * 1e9:
+        return None
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 class SessionNotFoundError(LookupError):
     """No transcript has that session id (or it lies outside its project dir)."""
 

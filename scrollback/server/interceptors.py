@@ -295,6 +295,9 @@ class ServerPolicy(_InterceptorBase):
         async def streaming(request: Any, context: Context) -> None:
             call = self._start(method, metadata, anonymous_key)
             result: Any = None
+            # Bytes sent, counted once at the end (a metric update per message costs
+            # more than the rest of the loop).
+            sent = 0
             try:
                 if handler.request_streaming:
                     await self._admit(call, context)
@@ -307,7 +310,7 @@ class ServerPolicy(_InterceptorBase):
                     try:
                         async for message in result:
                             if counted:
-                                metrics.READ_MEDIA_BYTES.inc(len(getattr(message, "data", b"")))
+                                sent += len(getattr(message, "data", b""))
                             if watch is None:
                                 # The first write also sends the initial metadata: a write
                                 # grpc must see complete (a cancelled one would leave the
@@ -340,6 +343,8 @@ class ServerPolicy(_InterceptorBase):
                 call.outcome = _outcome_of(error)
                 raise
             finally:
+                if sent:
+                    metrics.READ_MEDIA_BYTES.inc(sent)
                 if result is not None and hasattr(result, "aclose"):
                     # A cancelled or failed stream frees what it held at once.
                     await result.aclose()

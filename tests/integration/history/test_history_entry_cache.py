@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from history_service import entry_cache
 from history_service.lines import RowReads
+from scrollback import transcripts
 from scrollback.history.v1 import history_pb2 as pb
 from tests.support.history import LATEST, OLDEST, HarnessFactory, line, read_all, read_page
 
@@ -163,7 +163,7 @@ async def test_a_settled_file_skips_the_checks_until_it_changes(
     history_server: HarnessFactory, monkeypatch: pytest.MonkeyPatch, read_after: str
 ) -> None:
     # A short settling time, so the test need not wait two seconds.
-    monkeypatch.setattr(entry_cache, "SETTLED_SECONDS", 0.3)
+    monkeypatch.setattr(transcripts, "SETTLED_SECONDS", 0.3)
     marks = 0
     real_mark = RowReads.mark
 

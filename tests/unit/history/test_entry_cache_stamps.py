@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from history_service.entry_cache import SETTLED_SECONDS, EncodedEntry, EntryCache, stamp_of
+from history_service.entry_cache import EncodedEntry, EntryCache
+from scrollback.transcripts import SETTLED_SECONDS, stamp_of
 
 SCOPE = (1, 2, 3, "session", 0, 32768)
 ENTRY = EncodedEntry(offset=100, line_size=50, json_size=40, item=b"\n\x02{}", head=2)
