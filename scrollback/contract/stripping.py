@@ -123,26 +123,37 @@ def is_payload(line: Buffer, start: int, end: int) -> bool:
 def _validated_run(line: Buffer, view: memoryview, start: int) -> tuple[int, str]:
     """Where a pure-base64 string starting at `start` closes, and its pin; or (-1, "").
 
-    A quote is not a base64 character, so a pure-base64 string closes at the
-    first quote after its start: found with one memchr-speed `find`, which also
-    brings the payload into the CPU cache. The text before it is then validated
-    in slices, each hashed into the pin while it is still cached; nothing is
-    decoded twice. Any other shape (escapes, odd padding, no quote) answers -1
-    and the caller takes the exact path.
+    One pass over the payload, as it comes from memory: slice after slice is
+    validated (a validating decode, its output dropped) and hashed into the
+    pin while still in the CPU cache. A quote is not a base64 character, so
+    the string closes in the first slice that fails: the quote is searched
+    for in that slice only, and the text before it validated. Any other
+    shape (escapes, odd padding, no quote) answers -1 and the caller takes
+    the exact path.
     """
-    quote = line.find(b'"', start)
-    if quote < 0:
-        return -1, ""
     digest = xxhash.xxh3_128()
     decode = pybase64.b64decode
-    try:
-        for position in range(start, quote, _VALIDATE_SLICE):
-            piece = view[position : min(position + _VALIDATE_SLICE, quote)]
+    size = len(line)
+    position = start
+    while position < size:
+        end = min(position + _VALIDATE_SLICE, size)
+        piece = view[position:end]
+        try:
             decode(piece, validate=True)
+        except (binascii.Error, ValueError):
+            quote = line.find(b'"', position, end)
+            if quote < 0:
+                return -1, ""
+            piece = view[position:quote]
+            try:
+                decode(piece, validate=True)
+            except (binascii.Error, ValueError):
+                return -1, ""
             digest.update(piece)
-    except (binascii.Error, ValueError):
-        return -1, ""
-    return quote, digest.hexdigest()
+            return quote, digest.hexdigest()
+        digest.update(piece)
+        position = end
+    return -1, ""
 
 
 def _is_key(line: Buffer, closing: int) -> bool:
