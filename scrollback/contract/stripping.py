@@ -195,20 +195,21 @@ def _payload_spans(
             opening = find(b'"', position)
             if opening < 0:
                 break
-            if (
-                validate
-                and opening + 1 + inline_limit <= size
-                and find(b'"', opening + 1, opening + 1 + inline_limit) < 0
-            ):
-                # Long enough to be a payload: the fast path validates it and
-                # finds its closing quote in one pass.
-                closing, pin = _validated_run(line, view, opening + 1)
-                if closing >= 0 and not _is_key(line, closing):
-                    spans.append((opening + 1, closing))
-                    pins[(opening + 1, closing)] = pin
-                    position = closing + 1
-                    continue
-            closing = find(b'"', opening + 1)
+            # The next quote within the inline limit (-1: none there), when validating.
+            near = -1
+            if validate and opening + 1 + inline_limit <= size:
+                near = find(b'"', opening + 1, opening + 1 + inline_limit)
+                if near < 0:
+                    # Long enough to be a payload: the fast path validates it and
+                    # finds its closing quote in one pass.
+                    closing, pin = _validated_run(line, view, opening + 1)
+                    if closing >= 0 and not _is_key(line, closing):
+                        spans.append((opening + 1, closing))
+                        pins[(opening + 1, closing)] = pin
+                        position = closing + 1
+                        continue
+            # The first quote after the opening one (found already for a short string).
+            closing = near if near >= 0 else find(b'"', opening + 1)
             while closing > 0 and line[closing - 1] == _BACKSLASH:
                 run_start = closing - 1
                 while line[run_start - 1] == _BACKSLASH and run_start - 1 > opening:

@@ -1,4 +1,6 @@
-"""Entry-cache stamps (history_service.entry_cache): when a cached entry's check may be skipped."""
+"""Entry-cache stamps (history_service.entry_cache): when a cached entry's check may be skipped,
+and the row reads (history_service.lines.RowReads) that checks would need, made only when asked.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from history_service.entry_cache import EncodedEntry, EntryCache
+from history_service.entry_cache import EncodedEntry, EntryCache, mark_of
+from history_service.lines import RowReads
 from scrollback.transcripts import SETTLED_SECONDS, stamp_of
 
 SCOPE = (1, 2, 3, "session", 0, 32768)
@@ -57,3 +60,22 @@ def test_a_hit_is_checked_unless_stamped_under_the_same_stamp(
         assert wrong.calls == 1
     assert cache.lookup(SCOPE, 100, 50, None, Marks(None)) is None
     assert cache.lookup(SCOPE, 100, 51, now, Marks(7)) is None  # another line
+
+
+def test_row_reads_read_nothing_until_asked(tmp_path: Path) -> None:
+    # A batch whose rows all hit stamped entries never touches the file.
+    path = tmp_path / "t.jsonl"
+    lines = [b'{"n":%d}' % n for n in range(5)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    rows = [(sum(len(x) + 1 for x in lines[:n]), len(lines[n])) for n in range(5)]
+    fd = os.open(path, os.O_RDONLY)
+    reads = RowReads(fd, rows)
+    os.close(fd)  # were anything read at construction, it would be read by now
+    with pytest.raises(OSError):
+        reads.mark(*rows[0])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reads = RowReads(fd, rows)
+        assert reads.mark(*rows[2]) == mark_of(rows[2][0], lines[2])
+    finally:
+        os.close(fd)
