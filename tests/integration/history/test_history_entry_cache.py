@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from history_service.lines import RowReads
-from scrollback import transcripts
 from scrollback.history.v1 import history_pb2 as pb
 from tests.support.history import LATEST, OLDEST, HarnessFactory, line, read_all, read_page
+from tests.support.stamps import SHORT_SETTLING_SECONDS, count_calls, settle_quickly
 
 SESSION = "cached"
 
@@ -162,31 +162,22 @@ async def test_the_cache_stays_within_its_budget_and_can_be_off(
 async def test_a_settled_file_skips_the_checks_until_it_changes(
     history_server: HarnessFactory, monkeypatch: pytest.MonkeyPatch, read_after: str
 ) -> None:
-    # A short settling time, so the test need not wait two seconds.
-    monkeypatch.setattr(transcripts, "SETTLED_SECONDS", 0.3)
-    marks = 0
-    real_mark = RowReads.mark
-
-    def counted_mark(reads: RowReads, offset: int, length: int) -> int | None:
-        nonlocal marks
-        marks += 1
-        return real_mark(reads, offset, length)
-
-    monkeypatch.setattr(RowReads, "mark", counted_mark)
+    settle_quickly(monkeypatch)
+    marks = count_calls(monkeypatch, RowReads, "mark")
     payload = base64.b64encode(os.urandom(30_000)).decode()
     lines = [image_line(n, payload) if n % 2 else text_line(n) for n in range(40)]
     async with history_server() as harness:
         path = harness.transcript(SESSION)
         path.write_bytes(b"".join(lines))
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(SHORT_SETTLING_SECONDS + 0.1)
         await read_page(harness.stub, session_id=SESSION, page_size=20)  # builds the index
         await read_page(harness.stub, session_id=SESSION, page_size=20)  # through it, cached
         # The first indexed read checks each cached line once and stamps it...
         await read_page(harness.stub, session_id=SESSION, page_size=20)
-        marks = 0
+        marks.reset()
         # ...so while the file stays as it was, a hit reads nothing to be checked.
         page = await read_page(harness.stub, session_id=SESSION, page_size=20)
-        assert marks == 0
+        assert marks.calls == 0
         assert [e.uuid for e in page.entries] == [
             f"{'i' if n % 2 else 't'}-{n}" for n in range(20, 40)
         ]
@@ -197,7 +188,7 @@ async def test_a_settled_file_skips_the_checks_until_it_changes(
         assert len(changed) == len(lines[31])
         overwrite(path, offset, changed)
         if read_after == "once it settled again":
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(SHORT_SETTLING_SECONDS + 0.1)
         page = await read_page(harness.stub, session_id=SESSION, page_size=20)
-        assert marks > 0
+        assert marks.calls > 0
         assert next(e for e in page.entries if e.byte_offset == offset).type == "USER"

@@ -16,7 +16,6 @@ import asyncio
 import base64
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -24,7 +23,6 @@ import pytest
 from media_service.decoded import DecodedCache, Encoded
 from media_service.servicer import MediaServicer
 from media_service.transcript_media import TranscriptMedia
-from scrollback import transcripts
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.integration.media.test_media_stream_errors import rewrite
 from tests.support.media import (
@@ -39,6 +37,7 @@ from tests.support.media import (
     read_media,
     write_transcript,
 )
+from tests.support.stamps import SHORT_SETTLING_SECONDS, count_calls, settle_quickly
 
 IMAGE_SIZE = 4 * 1024 * 1024
 SMALL_WINDOW = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 * 1024)]
@@ -229,31 +228,22 @@ def test_encoded_is_the_serialized_message(size: int) -> None:
 async def test_a_settled_transcript_is_verified_once_until_it_changes(
     media: MediaEnv, monkeypatch: pytest.MonkeyPatch, read_after: str
 ) -> None:
-    # A short settling time, so the test need not wait two seconds.
-    monkeypatch.setattr(transcripts, "SETTLED_SECONDS", 0.3)
-    tries = 0
-    real_try_line = TranscriptMedia._try_line
-
-    def counted(self: TranscriptMedia, *args: Any) -> Any:
-        nonlocal tries
-        tries += 1
-        return real_try_line(self, *args)
-
-    monkeypatch.setattr(TranscriptMedia, "_try_line", counted)
+    settle_quickly(monkeypatch)
+    tries = count_calls(monkeypatch, TranscriptMedia, "_try_line")
     payload = png_bytes(300_000, seed=5)
     line = dumps(entry("u-settled", [image_block(payload)]))
     path = write_transcript(media.root, "settled", [line])
     (ref,) = mint("settled", line)
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(SHORT_SETTLING_SECONDS + 0.1)
     assert (await read_media(media.stub, _selector(ref)))[1] == payload
-    assert tries == 1
+    assert tries.calls == 1
     # While the file keeps its stamp, the image is found again without reading its line.
     assert (await read_media(media.stub, _selector(ref)))[1] == payload
-    assert tries == 1 and _cache(media).hits == 1
+    assert tries.calls == 1 and _cache(media).hits == 1
     rewrite(path, payload, "replaced")  # same offsets, same length, other bytes
     if read_after == "once it settled again":
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(SHORT_SETTLING_SECONDS + 0.1)
     # The write moved the file's change time: its line is read again, and no longer has the pin.
     error = await read_error(media.stub, _selector(ref))
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert tries > 1
+    assert tries.calls > 1
