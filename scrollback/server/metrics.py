@@ -29,7 +29,8 @@ RPC_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 READ_MEDIA_BYTES = Counter(
-    "scrollback_read_media_bytes_sent", "Media bytes handed to gRPC by ReadMedia."
+    "scrollback_read_media_bytes_sent",
+    "Media bytes handed to gRPC by ReadMedia (counted when each stream ends).",
 )
 LIMIT_REFUSALS = Counter(
     "scrollback_limit_refusals", "Calls refused for a per-principal limit.", ["limit"]
