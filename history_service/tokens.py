@@ -1,9 +1,13 @@
 """Opaque page tokens, listing tokens and watch positions.
 
-A token is base64url (no padding) of a small binary structure followed by a
-16-byte HMAC-SHA256 tag over the session id and the structure, under a key
-kept in the state dir. So a token can neither be forged nor moved to another
-session: anything that does not verify is INVALID_ARGUMENT.
+A token is base64url (no padding) of a small binary structure sealed with
+AES-256-GCM (a random 12-byte nonce, then the ciphertext and its 16-byte tag)
+under a key derived from the one kept in the state dir, with its kind and
+scope (the session id, or the caller's namespace) as associated data. So a
+token can neither be forged nor moved to another session, and it shows the
+client nothing of what it holds (file identities, offsets, the server-wide
+sequence number of accepted messages, which would tell one tenant how much
+the others send): anything that does not open is INVALID_ARGUMENT.
 
 A transcript token names the file version it was minted for (`FileIdentity`:
 device, inode, the length and xxh3 hash of the file's first bytes, and its
@@ -21,13 +25,14 @@ import base64
 import binascii
 import contextlib
 import hashlib
-import hmac
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
@@ -35,6 +40,8 @@ from scrollback.history.v1 import history_pb2
 HEAD_BYTES = 4096
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
+_NONCE_BYTES = 12
+_SEAL_KEY_LABEL = b"scrollback token seal v1\0"
 _VERSION = 1
 # kind, dev, ino, head_len, head_hash, size
 _IDENTITY = struct.Struct(">QQHQQ")
@@ -185,12 +192,13 @@ class TokenCodec:
     """Mints and verifies tokens under one key."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = key
+        # A key of its own for sealing, derived from the state dir's key file.
+        self._aead = AESGCM(hashlib.sha256(_SEAL_KEY_LABEL + key).digest())
 
     def _seal(self, kind: bytes, scope: str, body: bytes) -> str:
-        payload = kind + body
-        tag = hmac.new(self._key, scope.encode() + b"\0" + payload, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(payload + tag[:_TAG_BYTES]).rstrip(b"=").decode("ascii")
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, body, kind + scope.encode())
+        return base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
 
     def _open(self, kind: bytes, scope: str, token: str, what: str) -> bytes:
         error = InvalidArgumentError(f"malformed {what}")
@@ -200,13 +208,12 @@ class TokenCodec:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         except (binascii.Error, ValueError):
             raise error from None
-        if len(raw) < 1 + _TAG_BYTES:
+        if len(raw) < _NONCE_BYTES + _TAG_BYTES:
             raise error
-        payload, tag = raw[:-_TAG_BYTES], raw[-_TAG_BYTES:]
-        expected = hmac.new(self._key, scope.encode() + b"\0" + payload, hashlib.sha256).digest()
-        if not hmac.compare_digest(tag, expected[:_TAG_BYTES]) or payload[:1] != kind:
-            raise error
-        return payload[1:]
+        try:
+            return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], kind + scope.encode())
+        except InvalidTag:
+            raise error from None
 
     @staticmethod
     def _pack_identity(identity: FileIdentity) -> bytes:

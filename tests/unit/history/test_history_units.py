@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 from pathlib import Path
@@ -73,6 +74,32 @@ def test_json_parts_split_on_character_boundaries() -> None:
     parts = json_parts(text, 1000_003)
     assert "".join(parts).encode() == text
     assert all(len(p.encode()) <= 1000_003 for p in parts)
+
+
+def test_tokens_show_nothing_of_what_they_hold() -> None:
+    # A watch position holds the server-wide sequence number of accepted messages, which
+    # would tell one tenant how many messages the others sent; page tokens hold file
+    # identities and offsets. A client sees none of it, and each token differs.
+    codec = TokenCodec(b"k" * 32)
+    identity = FileIdentity(0x1122334455667788, 0x0102030405060708, 4096, 0x0A0B0C0D0E0F1011, 999)
+    last_seq = 0x5EC0FFEE5EC0
+    tokens = [codec.position("s1", WatchPosition(identity, 512, last_seq)) for _ in range(2)]
+    assert tokens[0] != tokens[1]
+    for token in tokens:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        for value in (last_seq, identity.dev, identity.ino, identity.head_hash):
+            for width in (6, 8):
+                assert value.to_bytes(8, "big")[-width:] not in raw
+                assert value.to_bytes(8, "little")[:width] not in raw
+        assert codec.parse_position("s1", token) == WatchPosition(identity, 512, last_seq)
+    # Flipping any byte makes it not ours.
+    raw = bytearray(base64.urlsafe_b64decode(tokens[0] + "=" * (-len(tokens[0]) % 4)))
+    for at in range(len(raw)):
+        changed = bytearray(raw)
+        changed[at] ^= 1
+        forged = base64.urlsafe_b64encode(bytes(changed)).rstrip(b"=").decode()
+        with pytest.raises(InvalidArgumentError):
+            codec.parse_position("s1", forged)
 
 
 def test_tokens_round_trip_and_refuse_tampering(tmp_path: Path) -> None:
