@@ -63,7 +63,14 @@ class AcceptRequest:
 
 @dataclass(frozen=True, slots=True)
 class AcceptedRecord:
-    """An accepted message as recorded."""
+    """An accepted message as recorded.
+
+    `seq` is the store's own order of acceptances (every principal's, one
+    counter: watches and the bus follow it); `public_seq` is what callers see
+    as `AcceptedMessage.seq`: the same order, but the acceptance time in
+    microseconds (`next_public_seq`), so it tells no caller how many messages
+    the others sent in between.
+    """
 
     seq: int
     client_txn_id: str
@@ -72,6 +79,7 @@ class AcceptedRecord:
     text: str
     attachments: tuple[AttachmentSpec, ...]
     accepted_at: float
+    public_seq: int = 0
 
 
 def validate_accept(

@@ -138,7 +138,7 @@ def _session(info: SessionInfo, detail: SessionDetail | None = None) -> pb.Sessi
 
 def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
     return pb.AcceptedMessage(
-        seq=record.seq,
+        seq=record.public_seq,
         client_txn_id=record.client_txn_id,
         session_id=record.session_id,
         chat_key=record.chat_key,

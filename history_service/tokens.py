@@ -1,13 +1,14 @@
 """Opaque page tokens, listing tokens and watch positions.
 
 A token is base64url (no padding) of a small binary structure sealed with
-AES-256-GCM (a random 12-byte nonce, then the ciphertext and its 16-byte tag)
-under a key derived from the one kept in the state dir, with its kind and
-scope (the session id, or the caller's namespace) as associated data. So a
-token can neither be forged nor moved to another session, and it shows the
-client nothing of what it holds (file identities, offsets, the server-wide
-sequence number of accepted messages, which would tell one tenant how much
-the others send): anything that does not open is INVALID_ARGUMENT.
+AES-SIV (RFC 5297: a 16-byte synthetic IV, which is also its tag, then the
+ciphertext) under a key derived from the one kept in the state dir, with its
+kind and scope (the session id, or the caller's namespace) as associated
+data. So a token can neither be forged nor moved to another session, and it
+shows the client nothing of what it holds (file identities, offsets, the
+server-wide sequence number of accepted messages, which would tell one tenant
+how much the others send); being deterministic, the same position still
+gives the same token. Anything that does not open is INVALID_ARGUMENT.
 
 A transcript token names the file version it was minted for (`FileIdentity`:
 device, inode, the length and xxh3 hash of the file's first bytes, and its
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import xxhash
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
@@ -40,7 +41,6 @@ from scrollback.history.v1 import history_pb2
 HEAD_BYTES = 4096
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
-_NONCE_BYTES = 12
 _SEAL_KEY_LABEL = b"scrollback token seal v1\0"
 _VERSION = 1
 # kind, dev, ino, head_len, head_hash, size
@@ -192,13 +192,13 @@ class TokenCodec:
     """Mints and verifies tokens under one key."""
 
     def __init__(self, key: bytes) -> None:
-        # A key of its own for sealing, derived from the state dir's key file.
-        self._aead = AESGCM(hashlib.sha256(_SEAL_KEY_LABEL + key).digest())
+        # A key of its own for sealing (AES-256-SIV takes 64 bytes), derived from the
+        # state dir's key file.
+        self._aead = AESSIV(hashlib.sha512(_SEAL_KEY_LABEL + key).digest())
 
     def _seal(self, kind: bytes, scope: str, body: bytes) -> str:
-        nonce = os.urandom(_NONCE_BYTES)
-        sealed = self._aead.encrypt(nonce, body, kind + scope.encode())
-        return base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
+        sealed = self._aead.encrypt(body, [kind, scope.encode()])
+        return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
 
     def _open(self, kind: bytes, scope: str, token: str, what: str) -> bytes:
         error = InvalidArgumentError(f"malformed {what}")
@@ -208,10 +208,10 @@ class TokenCodec:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         except (binascii.Error, ValueError):
             raise error from None
-        if len(raw) < _NONCE_BYTES + _TAG_BYTES:
+        if len(raw) < _TAG_BYTES:
             raise error
         try:
-            return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], kind + scope.encode())
+            return self._aead.decrypt(raw, [kind, scope.encode()])
         except InvalidTag:
             raise error from None
 

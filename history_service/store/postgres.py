@@ -27,11 +27,13 @@ from history_service.accept import AcceptedRecord, AcceptRequest
 from history_service.errors import BlobMissingError, ChatKeyBoundError, TxnConflictError
 from history_service.store.records import (
     COLUMNS,
+    MAX_PUBLIC_SEQ,
     PENDING_GROUP,
     REPLAY_COLUMNS,
     attached_digests,
     attachments_json,
     new_record,
+    next_public_seq,
     record_of,
     replay_of,
 )
@@ -112,10 +114,12 @@ class PostgresAcceptedMessageStore:
                 ).fetchone()
                 session_id = str(bound[0]) if bound else ""
             now = self._clock()
+            highest = connection.execute(MAX_PUBLIC_SEQ).fetchone()
+            public_seq = next_public_seq(now, int(highest[0]) if highest else 0)
             inserted = connection.execute(
                 "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
-                " attachments, content_digest, accepted_at, accepted_by)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " attachments, content_digest, accepted_at, accepted_by, public_seq)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (accepted_by, client_txn_id) DO NOTHING RETURNING seq",
                 (
                     request.client_txn_id,
@@ -126,6 +130,7 @@ class PostgresAcceptedMessageStore:
                     digest,
                     now,
                     principal,
+                    public_seq,
                 ),
             ).fetchone()
             if inserted is None:
@@ -143,7 +148,7 @@ class PostgresAcceptedMessageStore:
                         [(sha, seq) for sha in wanted],
                     )
             self._retire(connection, now)
-            return new_record(seq, request, session_id, now), False
+            return new_record(seq, request, session_id, now, public_seq), False
 
         return transaction(self._pool, work)
 

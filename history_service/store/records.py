@@ -24,17 +24,24 @@ PENDING_GROUP = (
     "session_id, CASE WHEN session_id IS NULL THEN accepted_by END,"
     " CASE WHEN session_id IS NULL THEN chat_key END"
 )
-COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at"
+COLUMNS = "seq, client_txn_id, session_id, chat_key, text, attachments, accepted_at, public_seq"
 # Selected after COLUMNS when a reused client_txn_id is looked up.
 REPLAY_COLUMNS = f"{COLUMNS}, accepted_by, content_digest"
 
 
 def record_of(row: tuple[Any, ...]) -> AcceptedRecord:
     """The record of a row of COLUMNS (NULL session id / chat key read as "")."""
-    seq, txn, session_id, chat_key, text, attachments, accepted_at = row
+    seq, txn, session_id, chat_key, text, attachments, accepted_at, public_seq = row
     specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
     return AcceptedRecord(
-        int(seq), txn, session_id or "", chat_key or "", text, specs, float(accepted_at)
+        int(seq),
+        txn,
+        session_id or "",
+        chat_key or "",
+        text,
+        specs,
+        float(accepted_at),
+        int(public_seq),
     )
 
 
@@ -55,9 +62,9 @@ def attachments_json(request: AcceptRequest) -> str:
 
 
 def new_record(
-    seq: int, request: AcceptRequest, session_id: str, accepted_at: float
+    seq: int, request: AcceptRequest, session_id: str, accepted_at: float, public_seq: int
 ) -> AcceptedRecord:
-    """The record of a message just inserted as `seq`."""
+    """The record of a message just inserted as `seq` (`public_seq`: `next_public_seq`)."""
     return AcceptedRecord(
         seq,
         request.client_txn_id,
@@ -66,7 +73,25 @@ def new_record(
         request.text,
         request.attachments,
         accepted_at,
+        public_seq,
     )
+
+
+# The highest public seq given so far (both backends run it inside their write transaction,
+# where acceptances are serialized, so each public seq is past every earlier one).
+MAX_PUBLIC_SEQ = "SELECT COALESCE(MAX(public_seq), 0) FROM accepted_message"
+
+
+def next_public_seq(accepted_at: float, highest: int) -> int:
+    """The public seq of an acceptance at `accepted_at` (seconds) after `highest`.
+
+    The acceptance time in microseconds since the Unix epoch, or one past the
+    previous public seq when the clock has not moved on since (or went back):
+    increasing, never reused, and telling a caller nothing but the time. A
+    seq counted over every principal's messages would tell any caller how
+    many messages the others sent between two of its own.
+    """
+    return max(int(accepted_at * 1_000_000), highest + 1)
 
 
 def attached_digests(request: AcceptRequest, readable: Set[str]) -> list[str]:

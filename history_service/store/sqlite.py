@@ -27,11 +27,13 @@ from history_service.accept import AcceptedRecord, AcceptRequest
 from history_service.errors import BlobMissingError, ChatKeyBoundError
 from history_service.store.records import (
     COLUMNS,
+    MAX_PUBLIC_SEQ,
     PENDING_GROUP,
     REPLAY_COLUMNS,
     attached_digests,
     attachments_json,
     new_record,
+    next_public_seq,
     record_of,
     replay_of,
 )
@@ -96,10 +98,11 @@ class SqliteAcceptedMessageStore:
                 ).fetchone()
                 session_id = bound[0] if bound else ""
             now = self._clock()
+            public_seq = next_public_seq(now, connection.execute(MAX_PUBLIC_SEQ).fetchone()[0])
             cursor = connection.execute(
                 "INSERT INTO accepted_message (client_txn_id, session_id, chat_key, text,"
-                " attachments, content_digest, accepted_at, accepted_by)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " attachments, content_digest, accepted_at, accepted_by, public_seq)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.client_txn_id,
                     session_id or None,
@@ -109,6 +112,7 @@ class SqliteAcceptedMessageStore:
                     digest,
                     now,
                     principal,
+                    public_seq,
                 ),
             )
             seq = int(cursor.lastrowid or 0)
@@ -117,7 +121,7 @@ class SqliteAcceptedMessageStore:
                 [(sha, seq) for sha in wanted],
             )
             self._retire(connection, now)
-            return new_record(seq, request, session_id, now), False
+            return new_record(seq, request, session_id, now, public_seq), False
 
         return self._write(work)
 

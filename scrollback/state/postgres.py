@@ -210,6 +210,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             FROM insight_message GROUP BY project_dir, session_id, model
         """,
     ),
+    (
+        8,
+        # An accepted message's public seq (see scrollback.state.sqlite).
+        """
+        ALTER TABLE accepted_message ADD COLUMN public_seq BIGINT;
+        UPDATE accepted_message SET public_seq = seq;
+        CREATE UNIQUE INDEX accepted_message_public_seq ON accepted_message (public_seq)
+        """,
+    ),
 )
 
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]

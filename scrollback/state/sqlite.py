@@ -319,6 +319,18 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             FROM insight_message GROUP BY project_dir, session_id, model
         """,
     ),
+    (
+        8,
+        # What callers see as an accepted message's seq (history_service.store.records
+        # next_public_seq): the acceptance time in microseconds, not the count of every
+        # principal's messages. Rows accepted before keep their seq, which is below any
+        # time in microseconds, so the order stays the same.
+        """
+        ALTER TABLE accepted_message ADD COLUMN public_seq INTEGER;
+        UPDATE accepted_message SET public_seq = seq;
+        CREATE UNIQUE INDEX accepted_message_public_seq ON accepted_message (public_seq)
+        """,
+    ),
 )
 
 

@@ -869,7 +869,10 @@ class AcceptedMessage(_message.Message):
     ACCEPTED_TIME_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """The server-assigned sequence number of the acceptance: increasing, never
-    reused.
+    reused. It is the acceptance time in microseconds since the Unix epoch
+    (one more than the previous seq when the server's clock has not moved on),
+    so it orders acceptances without telling a caller how many messages other
+    callers sent; compare seqs, never count the gaps between them.
     """
     client_txn_id: _builtins.str
     """The client's txn id."""

@@ -91,7 +91,10 @@ async def test_accept_is_idempotent_and_checks_blobs(history: HistoryHarness) ->
     )
     assert ok.message.attachments[0].ref == ref
     connection = connect(history.state)
-    rows = connection.execute("SELECT sha256, message_seq FROM blob_ref").fetchall()
+    rows = connection.execute(
+        "SELECT r.sha256, m.public_seq FROM blob_ref r"
+        " JOIN accepted_message m ON m.seq = r.message_seq"
+    ).fetchall()
     connection.close()
     assert rows == [(ref.removeprefix("media:"), ok.message.seq)]
 

@@ -8,8 +8,9 @@ binding, pending listing, since/last_seq, publish/owned_by/referencing/
 existing, the collection rules, and a race of two "replicas" (two store
 instances, two connections) accepting the same client_txn_id. The tenant
 rules too: chat keys in their principal's namespace, attachments limited to
-readable blobs, per-caller `existed` on publish, txn ids per principal, and
-migrations 3 and 6 of existing rows.
+readable blobs, per-caller `existed` on publish, txn ids per principal, a
+public seq that tells no caller how many messages the others sent, and
+migrations 3, 6 and 8 of existing rows.
 """
 
 from __future__ import annotations
@@ -129,6 +130,32 @@ def test_accept_is_idempotent_and_conflicts_on_other_content(backend: Backend) -
     with pytest.raises(TxnConflictError):
         _accept(backend.history, _request("t1", "other text"))
     assert backend.history.last_seq() == record.seq
+
+
+def test_a_callers_seq_tells_nothing_of_other_principals_messages(backend: Backend) -> None:
+    """The seq callers see is the acceptance time in microseconds, not a count (§7).
+
+    With one counter for every principal, alice's two seqs would be 51 apart,
+    telling her bob sent 50 messages in between. Her second seq is the same
+    whether bob sent none or fifty.
+    """
+    store = backend.history
+    first, _ = _accept(store, _request("a1", "one", session="sa"), "alice")
+    assert first.public_seq == int(T0 * 1_000_000)
+    for n in range(50):
+        backend.now[0] = T0 + 0.5 + n / 1000
+        _accept(store, _request(f"b{n}", f"bob {n}", session="sb"), "bob")
+    backend.now[0] = T0 + 1.0
+    second, _ = _accept(store, _request("a2", "two", session="sa"), "alice")
+    assert second.public_seq - first.public_seq == 1_000_000
+    # The order of every acceptance is kept, even when the clock stands still or goes back.
+    backend.now[0] = T0
+    stalled = [_accept(store, _request(f"c{n}", "c", session="sc"), "carol")[0] for n in range(3)]
+    assert [r.public_seq for r in stalled] == [second.public_seq + n for n in (1, 2, 3)]
+    # What the store gives back is what it gave at acceptance: replays, pending, since.
+    assert _accept(store, _request("a2", "two", session="sa"), "alice") == (second, True)
+    assert store.pending(ANON, "sa", "")[0] == [first, second]
+    assert store.since(ANON, "sc", "", 0) == stalled
 
 
 def test_txn_ids_are_per_principal(backend: Backend) -> None:
@@ -417,7 +444,7 @@ def _fill_v2(execute: Callable[[str, tuple[object, ...]], object], mark: str) ->
 
 
 @pytest.mark.parametrize("name", ["sqlite", "postgres"])
-def test_migrations_3_and_6_keep_existing_rows_in_their_principals_namespace(
+def test_migrations_3_6_and_8_keep_existing_rows_in_their_principals_namespace(
     name: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     store: AcceptedMessageStore
@@ -466,6 +493,8 @@ def test_migrations_3_and_6_keep_existing_rows_in_their_principals_namespace(
         mine, was_replay = _accept(store, m4, "alice")
         assert not was_replay and mine.seq > len(V2_MESSAGES) + 1
         assert mine.seq > replayed.seq
+        # the public seq of a row from before migration 8 is its seq, below any new one's
+        assert replayed.public_seq == replayed.seq and mine.public_seq > replayed.public_seq
         # an unbound chat-key message stays its principal's
         assert [r.text for r in store.since("carol", "", "loose", 0)] == ["text 4"]
         assert store.since(ANON, "", "loose", 0) == []
