@@ -15,12 +15,13 @@ index, from the few merged reads of its batch (history_service.lines
 `RowReads.mark`) instead of reading the line. An entry whose mark was checked
 while the file had settled keeps the file's stamp (scrollback.transcripts
 `stamp_of`), and while the file's stamp stays the same its hits skip the
-check. A growing file's stamp changes at every append, so its hits are checked. A line that was stripped
-without being read whole (longer than the max line size) is never cached, nor
-an unterminated tail. Limitation, the same as page tokens': a
-same-size rewrite in the middle of a long line that keeps the file's first
-bytes and the line's edges is not seen (the line index's own checks and the
-file identity catch every other rewrite, truncation or replacement).
+check. A growing file's stamp changes at every append, so its hits are
+checked. A line that was stripped without being read whole (longer than
+the max line size) is never cached, nor an unterminated tail. Limitation,
+the same as page tokens': a same-size rewrite in the middle of a long line
+that keeps the file's first bytes and the line's edges is not seen (the line
+index's own checks and the file identity catch every other rewrite,
+truncation or replacement).
 
 Bounded by `SCROLLBACK_HISTORY_ENTRY_CACHE_BYTES` (`HistoryConfig.entry_cache_bytes`,
 default 16 MiB; 0 turns it off): the encoded bytes plus a fixed overhead per
@@ -54,9 +55,6 @@ ENTRY_OVERHEAD = 256
 Scope = tuple[int, int, int, str, int, int]
 # The mark of a line read from the file when asked (None: not a whole line there).
 Mark = Callable[[], int | None]
-# How long a file must have been left unchanged before its stamp is trusted: far
-# above the coarse clock file times are taken from (a tick is at most 10 ms).
-SETTLED_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,7 +191,7 @@ class _Opened:
     # The transcript's name in the line index (its path under the root).
     index_key: str = ""
     transcript: TranscriptFile | None = None
-    # The file's stamp when opened, if it had settled (entry_cache.stamp_of).
+    # The file's stamp when opened, if it had settled (scrollback.transcripts.stamp_of).
     stamp: Stamp | None = None
 
 
