@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import pybase64
 
 from scrollback.contract.stripping import (
-    _BASE64_ALPHABET,
     MIN_INLINE_LIMIT,
     StrippedImage,
     StrippedLine,
+    first_not_base64,
     is_payload,
     strip_line,
 )
@@ -123,7 +123,7 @@ def _decode_piece(text: bytes, index: int) -> bytes:
     try:
         decoded: bytes = pybase64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as error:
-        if text.translate(None, _BASE64_ALPHABET):
+        if first_not_base64(text) >= 0:
             raise ImageNotStrippedError(index) from error
         raise UndecodablePayloadError(index) from error
     return decoded
