@@ -572,3 +572,16 @@ def test_long_string_with_one_bad_character_after_a_slice_is_not_cut(bad: bytes)
     assert result is not None
     assert result.images == () and result.cut_count == 0
     assert json.loads(result.json) == json.loads(entry(image_block(text)))
+
+
+def test_first_not_base64_knows_the_alphabet_exactly() -> None:
+    # Every byte value, alone and inside a run longer than one SIMD register.
+    from scrollback.contract.stripping import first_not_base64
+
+    alphabet = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+    for value in range(256):
+        data = b"QUJD" * 40 + bytes([value]) + b"QUJD" * 40
+        expected = -1 if value in alphabet else 160
+        assert first_not_base64(data) == expected, value
+        assert first_not_base64(memoryview(data), 160, 161) == expected
+        assert first_not_base64(data, 161) == -1
