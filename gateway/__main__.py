@@ -14,7 +14,6 @@ from pathlib import Path
 
 from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from gateway.config import DEFAULT_ADDR, GatewayConfig
-from gateway.server import serve
 from scrollback.server.service_cli import run_service
 
 
@@ -60,7 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_service(
         "gateway",
         lambda: config_from_args(args),
-        serve,
         addr_env="SCROLLBACK_GATEWAY_ADDR",
     )
 

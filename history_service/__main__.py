@@ -13,7 +13,6 @@ import argparse
 import sys
 
 from history_service.config import DEFAULT_ADDR, SERVICE, HistoryConfig
-from history_service.server import serve
 from scrollback.server.service_cli import run_service, service_parser, shared_overrides
 from scrollback.server.service_config import env_name
 
@@ -42,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_service(
         "history_service",
         lambda: config_from_args(args),
-        serve,
         addr_env=env_name("addr", SERVICE),
         argv=sys.argv[1:] if argv is None else argv,
     )

@@ -19,7 +19,6 @@ from media_service.config import (
     SERVICE,
     MediaConfig,
 )
-from media_service.server import serve
 from scrollback.server.service_cli import run_service, service_parser, shared_overrides
 from scrollback.server.service_config import env_name
 
@@ -60,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_service(
         "media_service",
         lambda: config_from_args(args),
-        serve,
         addr_env=env_name("addr", SERVICE),
         argv=sys.argv[1:] if argv is None else argv,
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -193,7 +194,6 @@ def service_parser(
 def run_service(
     name: str,
     build_config: Callable[[], ConfigT],
-    serve: Callable[[ConfigT], Coroutine[Any, Any, None]],
     *,
     addr_env: str,
     argv: Sequence[str] | None = None,
@@ -201,7 +201,10 @@ def run_service(
     """Log to stderr, build the configuration and serve it; the process's exit status.
 
     A configuration of several workers (and this process not one of them)
-    starts them instead, on the flags of `argv`, and waits for them.
+    starts them instead, on the flags of `argv`, and waits for them. The
+    service's `<name>.server.serve` is imported only by a process that
+    serves: the parent of workers never loads the server and its
+    dependencies, whose memory would count once more in the service's total.
     """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
@@ -230,6 +233,9 @@ def run_service(
                 )
             except OSError as error:
                 raise ListenError(config.addr, listen_reason(error)) from None
+        serve: Callable[[ConfigT], Coroutine[Any, Any, None]] = importlib.import_module(
+            f"{name}.server"
+        ).serve
         asyncio.run(serve(config))
     except ListenError as error:
         print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)
