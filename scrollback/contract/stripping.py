@@ -5,7 +5,8 @@ the inline limit out of one transcript line, by byte offsets, while scanning
 the line. A payload never becomes a Python `str` or a JSON value: it is located
 with `bytes.find`, checked to hold base64 characters only (`first_not_base64`,
 one SIMD byte-set scan) or, where it holds escapes, a bytes regex, and hashed
-for its pin, all on the raw bytes; nothing made from it outlives the call. The marker stands where each payload was.
+for its pin, all on the raw bytes; nothing made from it outlives the call. The
+marker stands where each payload was.
 
 Only the small remainder of the line is parsed (orjson), with a per-call
 random placeholder in each cut, so that the image-enumeration walk learns
