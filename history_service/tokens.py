@@ -8,7 +8,9 @@ data. So a token can neither be forged nor moved to another session, and it
 shows the client nothing of what it holds (file identities, offsets, the
 server-wide sequence number of accepted messages, which would tell one tenant
 how much the others send); being deterministic, the same position still
-gives the same token. Anything that does not open is INVALID_ARGUMENT.
+gives the same token. A letter goes first (`_PREFIX`), so that no token
+starts with "-" and looks like an option on a command line. Anything that
+does not open is INVALID_ARGUMENT.
 
 A transcript token names the file version it was minted for (`FileIdentity`:
 device, inode, the length and xxh3 hash of the file's first bytes, and its
@@ -42,6 +44,8 @@ HEAD_BYTES = 4096
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
 _SEAL_KEY_LABEL = b"scrollback token seal v1\0"
+# Before the base64url: no token starts with "-" (a command-line option) or "_".
+_PREFIX = "t"
 _VERSION = 1
 # kind, dev, ino, head_len, head_hash, size
 _IDENTITY = struct.Struct(">QQHQQ")
@@ -198,14 +202,20 @@ class TokenCodec:
 
     def _seal(self, kind: bytes, scope: str, body: bytes) -> str:
         sealed = self._aead.encrypt(body, [kind, scope.encode()])
-        return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+        return _PREFIX + base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
 
     def _open(self, kind: bytes, scope: str, token: str, what: str) -> bytes:
         error = InvalidArgumentError(f"malformed {what}")
-        if not isinstance(token, str) or not token.isascii() or len(token) > 512:
+        if (
+            not isinstance(token, str)
+            or not token.isascii()
+            or len(token) > 512
+            or not token.startswith(_PREFIX)
+        ):
             raise error
+        encoded = token[len(_PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
         except (binascii.Error, ValueError):
             raise error from None
         if len(raw) < _TAG_BYTES:

@@ -76,6 +76,17 @@ def test_json_parts_split_on_character_boundaries() -> None:
     assert all(len(p.encode()) <= 1000_003 for p in parts)
 
 
+def test_tokens_never_look_like_a_command_line_option() -> None:
+    # `scrollback window S --older TOKEN`: a token starting with "-" would be taken for an
+    # option (base64url has "-" among its characters).
+    codec = TokenCodec(b"k" * 32)
+    identity = FileIdentity(1, 2, 4096, 3, 10_000)
+    tokens = [codec.position("s1", WatchPosition(identity, offset, 7)) for offset in range(300)]
+    assert len(set(tokens)) == 300
+    assert not [token for token in tokens if not token[:1].isalnum()]
+    assert codec.parse_position("s1", tokens[5]) == WatchPosition(identity, 5, 7)
+
+
 def test_tokens_show_nothing_of_what_they_hold() -> None:
     # A watch position holds the server-wide sequence number of accepted messages, which
     # would tell one tenant how many messages the others sent; page tokens hold file
@@ -86,18 +97,18 @@ def test_tokens_show_nothing_of_what_they_hold() -> None:
     tokens = [codec.position("s1", WatchPosition(identity, 512, seq)) for seq in (last_seq, 1)]
     assert codec.position("s1", WatchPosition(identity, 512, last_seq)) == tokens[0]
     for token in tokens:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        raw = base64.urlsafe_b64decode(token[1:] + "=" * (-len(token[1:]) % 4))
         for value in (last_seq, identity.dev, identity.ino, identity.head_hash):
             for width in (6, 8):
                 assert value.to_bytes(8, "big")[-width:] not in raw
                 assert value.to_bytes(8, "little")[:width] not in raw
         assert codec.parse_position("s1", token).identity == identity
     # Flipping any byte makes it not ours.
-    raw = bytearray(base64.urlsafe_b64decode(tokens[0] + "=" * (-len(tokens[0]) % 4)))
+    raw = bytearray(base64.urlsafe_b64decode(tokens[0][1:] + "=" * (-len(tokens[0][1:]) % 4)))
     for at in range(len(raw)):
         changed = bytearray(raw)
         changed[at] ^= 1
-        forged = base64.urlsafe_b64encode(bytes(changed)).rstrip(b"=").decode()
+        forged = tokens[0][0] + base64.urlsafe_b64encode(bytes(changed)).rstrip(b"=").decode()
         with pytest.raises(InvalidArgumentError):
             codec.parse_position("s1", forged)
 
