@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, split_addr
-from scrollback.server.grpc_support import BindRefusedError
+from scrollback.server.listening import BindRefusedError
 
 log = logging.getLogger("scrollback.gateway")
 

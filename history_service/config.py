@@ -42,8 +42,8 @@ from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
 )
 from scrollback.server.auth import SecuritySettings
-from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import (
+    DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_TRANSCRIPTS,
     ConfigError,
     check_database_url,

@@ -45,8 +45,8 @@ from typing import Any
 from media_service.decoded import DEFAULT_DECODED_CACHE_BYTES
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
-from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import (
+    DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_TRANSCRIPTS,
     ConfigError,
     check_database_url,

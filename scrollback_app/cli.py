@@ -101,7 +101,7 @@ async def _start_workers(name: str, config: Any) -> _WorkerTree:
     Each worker is configured by the flags `_worker_argv` gives and the
     environment `up` read; raises ConfigError or ListenError.
     """
-    from scrollback.server.grpc_support import ListenError, listen_reason
+    from scrollback.server.listening import ListenError, listen_reason
     from scrollback.server.service_config import ConfigError
     from scrollback.server.workers import Supervisor
 
@@ -165,7 +165,8 @@ async def _run_up(args: argparse.Namespace) -> int:
     """Both services (and the gateway with --gateway), configured as `python -m <service>` is."""
     from history_service.server import start_history_server
     from media_service.server import start_media_server
-    from scrollback.server.grpc_support import ListenError, wait_for_shutdown_signal
+    from scrollback.server.grpc_support import wait_for_shutdown_signal
+    from scrollback.server.listening import ListenError
     from scrollback.server.service_config import ConfigError
 
     history_config, media_config = up_configs(args)
@@ -229,7 +230,7 @@ async def _run_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from scrollback.server.grpc_support import BindRefusedError
+    from scrollback.server.listening import BindRefusedError
     from scrollback.server.service_config import ConfigError
 
     try:

@@ -2,8 +2,8 @@
 
 Each service's `server.py` builds its grpc.aio server through `build_server`,
 so both expose `grpc.health.v1.Health` and server reflection (grpcurl `list`
-works) and refuse to bind a non-loopback address without auth unless told
-`--insecure` (docs/contract.md §6).
+works); the binding rules (a non-loopback address needs auth or `--insecure`,
+docs/contract.md §6) are in scrollback.server.listening.
 
 Each servicer class is decorated with `maps_errors(ERROR_TABLE)`: every RPC
 method, unary or streaming, then turns a domain exception into its status
@@ -14,13 +14,10 @@ message), so no RPC carries its own `try` block for it (docs/contract.md §9).
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import inspect
-import ipaddress
 import logging
 import signal
-import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
@@ -29,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from scrollback.server.listening import ListenError, probe_listen
 from scrollback.server.memory import pin_mmap_threshold
 from scrollback.server.serialized import Serialized
 from scrollback.server.workers import current_role
@@ -48,87 +46,6 @@ class MalformedRequestError(ValueError):
 
     def __init__(self) -> None:
         super().__init__("malformed request message")
-
-
-class BindRefusedError(ValueError):
-    """A non-loopback address without auth and without --insecure."""
-
-
-class ListenError(ValueError):
-    """The server could not listen on its address (port in use, host not of this machine).
-
-    The text names the address and the reason; callers add the flag or
-    variable that moves it, which only they know.
-    """
-
-    def __init__(self, address: str, reason: str) -> None:
-        super().__init__(f"cannot listen on {address}: {reason}")
-        self.address = address
-
-
-_LISTEN_REASONS = {
-    errno.EADDRINUSE: "the port is in use",
-    errno.EADDRNOTAVAIL: "the host is not an address of this machine",
-    errno.EACCES: "permission denied (a port below 1024?)",
-}
-
-
-def listen_reason(error: OSError) -> str:
-    """Why a bind failed, in the words ListenError uses."""
-    return _LISTEN_REASONS.get(error.errno or 0, error.strerror or "bind failed")
-
-
-def _probe_listen(address: str, *, reuse_port: bool = False) -> None:
-    """Try the bind with a plain socket first, for a precise reason (grpc only says "failed")."""
-    host, _, port_text = address.rpartition(":")
-    host = host.strip("[]")
-    if not port_text.isdigit() or int(port_text) == 0:
-        return
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
-        return  # a host name: grpc resolves it, and its failure is reported below
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # As grpc binds: connections of a previous server in TIME_WAIT do not count,
-        # a socket listening on the port does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:  # a worker: its parent and siblings hold the port with SO_REUSEPORT
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            probe.bind((host, int(port_text)))
-        except OSError as error:
-            raise ListenError(address, listen_reason(error)) from None
-
-
-def host_of(address: str) -> str:
-    """The host part of `host:port`, `[v6]:port` or `unix:` addresses."""
-    if address.startswith("unix:"):
-        return "localhost"
-    host, _, _ = address.rpartition(":")
-    return host.strip("[]")
-
-
-def is_loopback(address: str) -> bool:
-    """True for 127.0.0.0/8, ::1, localhost and unix sockets."""
-    host = host_of(address)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind_allowed(address: str, *, auth_configured: bool, insecure: bool) -> None:
-    """Refuse a non-loopback bind without auth unless explicitly insecure."""
-    if is_loopback(address) or auth_configured:
-        return
-    if insecure:
-        log.warning("binding a non-loopback address without auth (--insecure)")
-        return
-    raise BindRefusedError(
-        "refusing to bind a non-loopback address without auth; configure auth or pass --insecure"
-    )
 
 
 @dataclass
@@ -184,7 +101,7 @@ async def build_server(
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    _probe_listen(address, reuse_port=role is not None)
+    probe_listen(address, reuse_port=role is not None)
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

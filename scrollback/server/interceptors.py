@@ -43,7 +43,9 @@ from scrollback.principals import Principal
 from scrollback.server import memory, metrics
 from scrollback.server.auth import SecuritySettings, TokenTable
 from scrollback.server.caller import reset_principal, set_principal
-from scrollback.server.grpc_support import MalformedRequestError, check_bind_allowed, is_loopback
+from scrollback.server.grpc_support import MalformedRequestError
+from scrollback.server.listening import check_bind_allowed, is_loopback
+from scrollback.server.service_config import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.stream_limits import SharedStreamCounter
 from scrollback.server.workers import current_role
 
@@ -65,7 +67,6 @@ HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 # The budget all Health.Watch streams share (no principal can have this name).
 HEALTH_WATCH_KEY = "\0health-watch"
 WORKER_PID_KEY = "scrollback-worker-pid"
-DEFAULT_STALL_TIMEOUT_SECONDS = 60.0
 
 
 class _Malformed:

@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from scrollback.server.auth import SecuritySettings
-from scrollback.server.grpc_support import (
+from scrollback.server.listening import (
     BindRefusedError,
     ListenError,
     check_bind_allowed,
     listen_reason,
 )
-from scrollback.server.interceptors import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.service_config import (
+    DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_STATE_TEXT,
     DEFAULT_TRANSCRIPTS,
     ConfigError,

@@ -49,6 +49,9 @@ TRANSCRIPTS_ENV = "SCROLLBACK_TRANSCRIPTS"
 STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
+# How long a stream may wait for its client to grant flow-control window before it is ended
+# (scrollback.server.interceptors `_StallWatch`).
+DEFAULT_STALL_TIMEOUT_SECONDS = 60.0
 ENV_PREFIX = "SCROLLBACK_"
 
 

@@ -19,7 +19,7 @@ from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.server.auth import SecuritySettings, TokenTable
-from scrollback.server.grpc_support import BindRefusedError
+from scrollback.server.listening import BindRefusedError
 from tests.support.security import (
     auth,
     image_line,
