@@ -19,7 +19,6 @@ Without auth the gateway binds loopback only, unless `insecure`.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from typing import Any
 
 from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from scrollback.server.auth import AuthConfigError, TokenTable
+from scrollback.server.listening import is_loopback_host
 from scrollback.server.service_config import ConfigError, read_fields, with_overrides
 
 SERVICE = "gateway"
@@ -51,16 +51,6 @@ def split_addr(addr: str) -> tuple[str, int]:
     if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ConfigError("the gateway address must be HOST:PORT")
     return host.strip("[]"), int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and 127.0.0.0/8 / ::1."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +88,7 @@ class GatewayConfig:
                 raise ConfigError(f"the {name} service address must be HOST:PORT")
         if not 60 <= self.url_ttl_seconds <= 7 * 86400:
             raise ConfigError("the photo URL lifetime must be from 60 seconds to 7 days")
-        if not self.auth_configured and not self.insecure and not is_loopback(host):
+        if not self.auth_configured and not self.insecure and not is_loopback_host(host):
             raise ConfigError(
                 "without SCROLLBACK_AUTH_TOKENS the gateway listens on loopback only "
                 "(or pass --insecure)"

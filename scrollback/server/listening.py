@@ -76,7 +76,11 @@ def host_of(address: str) -> str:
 
 def is_loopback(address: str) -> bool:
     """True for 127.0.0.0/8, ::1, localhost and unix sockets."""
-    host = host_of(address)
+    return is_loopback_host(host_of(address))
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for localhost, 127.0.0.0/8 and ::1."""
     if host == "localhost":
         return True
     try:
