@@ -22,6 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# (comparison with the offset asked, order) of `lines_before` and `lines_from`, the one
+# difference between the two queries in each backend.
+LINES_BEFORE = ("<", "DESC")
+LINES_FROM = (">=", "ASC")
+
 
 @dataclass(frozen=True, slots=True)
 class FileVersion:

@@ -13,7 +13,13 @@ from typing import Any
 
 import psycopg
 
-from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine
+from scrollback.state.line_index import (
+    LINES_BEFORE,
+    LINES_FROM,
+    FileVersion,
+    IndexedFile,
+    IndexedLine,
+)
 from scrollback.state.line_index_sqlite import state_of
 from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
 
@@ -152,26 +158,24 @@ class PostgresLineIndexStore:
         self, key: str, generation: int, offset: int, limit: int
     ) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT l.line_offset, l.length FROM line_index_line l"
-                " JOIN line_index_file f ON f.file_id = l.file_id"
-                " WHERE f.file_key = %s AND f.generation = %s AND l.line_offset < %s"
-                " ORDER BY l.line_offset DESC LIMIT %s",
-                (key, generation, offset, limit),
-            ).fetchall()
-        return [(int(r[0]), int(r[1])) for r in rows]
+        return self._lines(key, generation, offset, limit, LINES_BEFORE)
 
     def lines_from(
         self, key: str, generation: int, offset: int, limit: int
     ) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
+        return self._lines(key, generation, offset, limit, LINES_FROM)
+
+    def _lines(
+        self, key: str, generation: int, offset: int, limit: int, where: tuple[str, str]
+    ) -> list[tuple[int, int]]:
+        comparison, order = where
         with unavailable_on_failure(), self._pool.connection() as connection:
             rows = connection.execute(
                 "SELECT l.line_offset, l.length FROM line_index_line l"
                 " JOIN line_index_file f ON f.file_id = l.file_id"
-                " WHERE f.file_key = %s AND f.generation = %s AND l.line_offset >= %s"
-                " ORDER BY l.line_offset LIMIT %s",
+                f" WHERE f.file_key = %s AND f.generation = %s AND l.line_offset {comparison} %s"
+                f" ORDER BY l.line_offset {order} LIMIT %s",
                 (key, generation, offset, limit),
             ).fetchall()
         return [(int(r[0]), int(r[1])) for r in rows]

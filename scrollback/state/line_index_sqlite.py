@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine
+from scrollback.state.line_index import (
+    LINES_BEFORE,
+    LINES_FROM,
+    FileVersion,
+    IndexedFile,
+    IndexedLine,
+)
 from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
 
 _STATE = (
@@ -195,28 +201,25 @@ class SqliteLineIndexStore:
         self, key: str, generation: int, offset: int, limit: int
     ) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
-        with self._lock, busy_as_unavailable():
-            file_id = self._file_id(key, generation)
-            if file_id is None:
-                return []
-            rows: list[tuple[int, int]] = self._connection.execute(
-                "SELECT line_offset, length FROM line_index_line WHERE file_id = ?"
-                " AND line_offset < ? ORDER BY line_offset DESC LIMIT ?",
-                (file_id, offset, limit),
-            ).fetchall()
-        return rows  # (INTEGER, INTEGER) rows come back as tuples of ints
+        return self._lines(key, generation, offset, limit, LINES_BEFORE)
 
     def lines_from(
         self, key: str, generation: int, offset: int, limit: int
     ) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
+        return self._lines(key, generation, offset, limit, LINES_FROM)
+
+    def _lines(
+        self, key: str, generation: int, offset: int, limit: int, where: tuple[str, str]
+    ) -> list[tuple[int, int]]:
+        comparison, order = where
         with self._lock, busy_as_unavailable():
             file_id = self._file_id(key, generation)
             if file_id is None:
                 return []
             rows: list[tuple[int, int]] = self._connection.execute(
                 "SELECT line_offset, length FROM line_index_line WHERE file_id = ?"
-                " AND line_offset >= ? ORDER BY line_offset LIMIT ?",
+                f" AND line_offset {comparison} ? ORDER BY line_offset {order} LIMIT ?",
                 (file_id, offset, limit),
             ).fetchall()
         return rows  # (INTEGER, INTEGER) rows come back as tuples of ints
