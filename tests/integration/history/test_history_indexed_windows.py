@@ -27,7 +27,15 @@ import pytest
 
 from scrollback.state.sqlite import database_path
 from tests.support.backends import state_backend
-from tests.support.history import LATEST, OLDEST, HarnessFactory, line, read_all, read_page
+from tests.support.history import (
+    LATEST,
+    OLDEST,
+    HarnessFactory,
+    bytes_read,
+    line,
+    read_all,
+    read_page,
+)
 
 SESSION = "indexed"
 
@@ -37,14 +45,6 @@ def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """History config overrides selecting the state backend (search indexing off)."""
     for overrides in state_backend(request.param):
         yield {**overrides, "search_indexing": False}
-
-
-def bytes_read() -> int:
-    with open("/proc/self/io") as io:
-        for row in io:
-            if row.startswith("rchar:"):
-                return int(row.split()[1])
-    raise AssertionError("no rchar in /proc/self/io")
 
 
 def entry_line(number: int, pad: int = 40) -> bytes:

@@ -15,18 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.history import LATEST, HarnessFactory, line, read_page
+from tests.support.history import LATEST, HarnessFactory, bytes_read, line, read_page
 
 TAIL_BYTES = 2 * 1024**3 + 12345
 MAX_LINE = 1024 * 1024
-
-
-def bytes_read() -> int:
-    with open("/proc/self/io") as io:
-        for row in io:
-            if row.startswith("rchar:"):
-                return int(row.split()[1])
-    raise AssertionError("no rchar in /proc/self/io")
 
 
 def write_with_long_tail(path: Path) -> None:
