@@ -22,10 +22,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-# (comparison with the offset asked, order) of `lines_before` and `lines_from`, the one
-# difference between the two queries in each backend.
+# (comparison with the offset asked, order) of `lines_before` and `lines_from`: the one
+# difference between their queries (`RowQueries._lines`).
 LINES_BEFORE = ("<", "DESC")
 LINES_FROM = (">=", "ASC")
+
+
+class RowQueries:
+    """`lines_before` and `lines_from` of a store, as one query (`_lines`) each backend writes."""
+
+    def _lines(
+        self, key: str, generation: int, offset: int, limit: int, where: tuple[str, str]
+    ) -> list[tuple[int, int]]:
+        """(offset, length) rows whose offset compares to `offset` as `where` says, in its order."""
+        raise NotImplementedError
+
+    def lines_before(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
+        return self._lines(key, generation, offset, limit, LINES_BEFORE)
+
+    def lines_from(
+        self, key: str, generation: int, offset: int, limit: int
+    ) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
+        return self._lines(key, generation, offset, limit, LINES_FROM)
 
 
 @dataclass(frozen=True, slots=True)

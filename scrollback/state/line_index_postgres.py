@@ -14,11 +14,10 @@ from typing import Any
 import psycopg
 
 from scrollback.state.line_index import (
-    LINES_BEFORE,
-    LINES_FROM,
     FileVersion,
     IndexedFile,
     IndexedLine,
+    RowQueries,
 )
 from scrollback.state.line_index_sqlite import state_of
 from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
@@ -31,7 +30,7 @@ _STATE = (
 )
 
 
-class PostgresLineIndexStore:
+class PostgresLineIndexStore(RowQueries):
     """LineIndexStore over a PostgreSQL pool (the caller's pool; closed with the store)."""
 
     def __init__(self, pool: Pool) -> None:
@@ -153,18 +152,6 @@ class PostgresLineIndexStore:
                 (key, generation, offset),
             ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
-
-    def lines_before(
-        self, key: str, generation: int, offset: int, limit: int
-    ) -> list[tuple[int, int]]:
-        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
-        return self._lines(key, generation, offset, limit, LINES_BEFORE)
-
-    def lines_from(
-        self, key: str, generation: int, offset: int, limit: int
-    ) -> list[tuple[int, int]]:
-        """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
-        return self._lines(key, generation, offset, limit, LINES_FROM)
 
     def _lines(
         self, key: str, generation: int, offset: int, limit: int, where: tuple[str, str]

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from scrollback.state.line_index import (
-    LINES_BEFORE,
-    LINES_FROM,
     FileVersion,
     IndexedFile,
     IndexedLine,
+    RowQueries,
 )
 from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
 
@@ -46,7 +45,7 @@ def state_of(row: tuple[Any, ...] | None) -> IndexedFile | None:
     )
 
 
-class SqliteLineIndexStore:
+class SqliteLineIndexStore(RowQueries):
     """LineIndexStore over the state database in a state dir."""
 
     def __init__(self, state_dir: Path) -> None:
@@ -196,18 +195,6 @@ class SqliteLineIndexStore:
                 (file_id, offset),
             ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
-
-    def lines_before(
-        self, key: str, generation: int, offset: int, limit: int
-    ) -> list[tuple[int, int]]:
-        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
-        return self._lines(key, generation, offset, limit, LINES_BEFORE)
-
-    def lines_from(
-        self, key: str, generation: int, offset: int, limit: int
-    ) -> list[tuple[int, int]]:
-        """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
-        return self._lines(key, generation, offset, limit, LINES_FROM)
 
     def _lines(
         self, key: str, generation: int, offset: int, limit: int, where: tuple[str, str]
