@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import stringzilla
@@ -70,8 +70,9 @@ class StrippedImage:
         return self.raw_length * 3 // 4
 
 
-@dataclass(frozen=True, slots=True)
-class StrippedLine:
+# A NamedTuple, not a frozen dataclass: one is built for every line read, and a
+# frozen dataclass's __init__ costs about a microsecond more.
+class StrippedLine(NamedTuple):
     """One transcript line after stripping.
 
     `json` is the stripped line (or the oversize stub); the other fields are
@@ -128,7 +129,9 @@ def is_payload(line: Buffer, start: int, end: int) -> bool:
     )
 
 
-def _validated_run(line: Buffer, view: memoryview, start: int) -> tuple[int, str]:
+def _validated_run(
+    line: Buffer, view: memoryview, text: stringzilla.Str, start: int
+) -> tuple[int, str]:
     """Where a pure-base64 string starting at `start` closes, and its pin; or (-1, "").
 
     One pass over the payload, as it comes from memory: slice after slice is
@@ -136,14 +139,16 @@ def _validated_run(line: Buffer, view: memoryview, start: int) -> tuple[int, str
     while still in the CPU cache. A quote is not a base64 character, so the
     string closes at the first such byte if it is a quote (a backslash before
     it would have come first). Any other byte (an escape), or none before the
-    line ends, answers -1 and the caller takes the exact path.
+    line ends, answers -1 and the caller takes the exact path. `view` and
+    `text` are the line as a memoryview and as StringZilla's wrapper of it.
     """
     digest = xxhash.xxh3_128()
     size = len(line)
     position = start
     while position < size:
         end = min(position + _VALIDATE_SLICE, size)
-        stop = first_not_base64(view, position, end)
+        # The scan `first_not_base64` does, on the caller's one wrapper of the line.
+        stop = int(text.find_first_not_of(_BASE64_CHARS, position, end))
         if stop >= 0:
             if line[stop] != _QUOTE:
                 return -1, ""
@@ -182,48 +187,111 @@ def _payload_spans(
     line: Buffer, inline_limit: int, validate: bool, pins: dict[tuple[int, int], str]
 ) -> list[tuple[int, int]]:
     """`find_payload_spans`; the pins the fast path computed on the way go into `pins`."""
-    spans: list[tuple[int, int]] = []
     if len(line) < inline_limit + 2:
-        return spans
+        return []
+    if validate:
+        return _base64_values(line, inline_limit, pins)
+    return _long_string_values(line, inline_limit)
+
+
+def _closing_quote(line: Buffer, opening: int) -> int:
+    """The quote closing the string opened at `opening` (-1: it never closes): the
+    first quote after it preceded by an even run of backslashes."""
     find = line.find
-    size = len(line)
+    closing = find(b'"', opening + 1)
+    while closing > 0 and line[closing - 1] == _BACKSLASH:
+        run_start = closing - 1
+        while line[run_start - 1] == _BACKSLASH and run_start - 1 > opening:
+            run_start -= 1
+        if (closing - run_start) % 2 == 0:
+            break
+        closing = find(b'"', closing + 1)
+    return closing
+
+
+def _long_string_values(line: Buffer, inline_limit: int) -> list[tuple[int, int]]:
+    """Every string value whose raw text is at least `inline_limit` long, unchecked:
+    string after string, tokenized exactly."""
+    spans: list[tuple[int, int]] = []
     position = 0
+    while (opening := line.find(b'"', position)) >= 0:
+        closing = _closing_quote(line, opening)
+        if closing < 0:
+            break  # an unterminated string: the line is not JSON; nothing more to cut
+        if closing - opening - 1 >= inline_limit and not _is_key(line, closing):
+            spans.append((opening + 1, closing))
+        position = closing + 1
+    return spans
+
+
+def _quote_before_long_run(line: Buffer, position: int, inline_limit: int) -> int:
+    """The first quote at or after `position` that the next `inline_limit` bytes do
+    not follow with another quote, with room for a closing one after them; or -1.
+
+    A payload holds no quote, so it opens at such a quote. The search jumps from
+    a quote to the last quote within `inline_limit` bytes after it: every quote
+    it jumps over has another within that distance, so none can open a payload.
+    """
+    size = len(line)
+    quote = line.find(b'"', position)
+    while quote >= 0 and quote + 1 + inline_limit < size:
+        last = line.rfind(b'"', quote + 1, quote + 1 + inline_limit)
+        if last < 0:
+            return quote
+        quote = last
+    return -1
+
+
+def _base64_values(
+    line: Buffer, inline_limit: int, pins: dict[tuple[int, int], str]
+) -> list[tuple[int, int]]:
+    """Every payload string value: long, base64 only once unescaped, not a key.
+
+    Only the quotes that open a long quote-free run are candidates, so the
+    short strings between payloads are never visited one by one. Whether a
+    candidate opens a string is read from the parity of the quotes before it
+    (all unescaped when no `\\"` is among them) or, when an escaped quote is,
+    from tokenizing the strings up to it exactly.
+    """
+    spans: list[tuple[int, int]] = []
+    position = 0  # always outside any string
     with memoryview(line) as view:
-        while True:
-            opening = find(b'"', position)
-            if opening < 0:
-                break
-            # The next quote within the inline limit (-1: none there), when validating.
-            near = -1
-            if validate and opening + 1 + inline_limit <= size:
-                near = find(b'"', opening + 1, opening + 1 + inline_limit)
-                if near < 0:
-                    # Long enough to be a payload: the fast path validates it and
-                    # finds its closing quote in one pass.
-                    closing, pin = _validated_run(line, view, opening + 1)
-                    if closing >= 0 and not _is_key(line, closing):
-                        spans.append((opening + 1, closing))
-                        pins[(opening + 1, closing)] = pin
+        text = stringzilla.Str(view)  # counts and scans on the line, bytes or mmap
+        try:
+            while (opening := _quote_before_long_run(line, position, inline_limit)) >= 0:
+                if line.find(b'\\"', position, opening + 1) >= 0:
+                    string = line.find(b'"', position)
+                    closing = _closing_quote(line, string)
+                    while 0 <= closing < opening:
+                        string = line.find(b'"', closing + 1)
+                        closing = _closing_quote(line, string)
+                    if closing < 0:
+                        break  # an unterminated string: the line is not JSON
+                    if string != opening:
+                        # The candidate closes, or is escaped in, a string that holds
+                        # an escaped quote or is short: not a payload.
                         position = closing + 1
                         continue
-            # The first quote after the opening one (found already for a short string).
-            closing = near if near >= 0 else find(b'"', opening + 1)
-            while closing > 0 and line[closing - 1] == _BACKSLASH:
-                run_start = closing - 1
-                while line[run_start - 1] == _BACKSLASH and run_start - 1 > opening:
-                    run_start -= 1
-                if (closing - run_start) % 2 == 0:
-                    break
-                closing = find(b'"', closing + 1)
-            if closing < 0:
-                break  # an unterminated string: the line is not JSON; nothing more to cut
-            if (
-                closing - opening - 1 >= inline_limit
-                and not _is_key(line, closing)
-                and (not validate or is_payload(line, opening + 1, closing))
-            ):
-                spans.append((opening + 1, closing))
-            position = closing + 1
+                elif text.count('"', position, opening) % 2:
+                    position = opening + 1  # it closes a string: the run after it is outside
+                    continue
+                # Long enough to be a payload: the fast path validates it and finds
+                # its closing quote in one pass; escapes take the exact path.
+                closing, pin = _validated_run(line, view, text, opening + 1)
+                if closing < 0:
+                    closing = _closing_quote(line, opening)
+                    if closing < 0:
+                        break
+                    if not is_payload(line, opening + 1, closing):
+                        position = closing + 1
+                        continue
+                if not _is_key(line, closing):
+                    spans.append((opening + 1, closing))
+                    if pin:
+                        pins[(opening + 1, closing)] = pin
+                position = closing + 1
+        finally:
+            del text  # the buffer is released with it, before the view
     return spans
 
 
@@ -311,17 +379,16 @@ def strip_line(
     """
     pins: dict[tuple[int, int], str] = {}
     spans = _payload_spans(line, inline_limit, validate_payloads, pins)
-    view = memoryview(line)
 
     def pin(start: int, end: int) -> str:
         # Computed while validating on the fast path; hashed here otherwise.
         known = pins.get((start, end))
-        return known if known is not None else pin_of(view[start:end])
+        if known is not None:
+            return known
+        with memoryview(line) as view:
+            return pin_of(view[start:end])
 
-    try:
-        return _assemble(len(line), spans, lambda start, end: line[start:end], pin, max_line_size)
-    finally:
-        view.release()
+    return _assemble(len(line), spans, lambda start, end: line[start:end], pin, max_line_size)
 
 
 # Reads `length` bytes of the line from `offset` (relative to the line's start),
@@ -460,31 +527,34 @@ def _assemble(
     max_line_size: int,
 ) -> StrippedLine | None:
     """Build the stripped line from the kept segments, parse it, and enumerate its images."""
-    stripped_size = size - sum(end - start for start, end in spans)
-    stripped_size += len(spans) * len(STRIPPED_MEDIA_MARKER_BYTES)
+    stripped_size = size
+    for start, end in spans:
+        stripped_size -= end - start - len(STRIPPED_MEDIA_MARKER_BYTES)
     if stripped_size > max_line_size:
         # Too large even without its payloads: never parsed, never held whole.
         return oversize_line(
             size, lambda start, length: bytes(segment(start, start + length)), len(spans)
         )
+    placeholders: dict[str, int] = {}
     if not spans:
         probe = stripped = bytes(segment(0, size))
-        placeholders: dict[str, int] = {}
     else:
         # A random per-call tag: no line can contain it by design or by chance.
         tag = os.urandom(16).hex()
-        placeholders = {f"{tag}:{k}": k for k in range(len(spans))}
         kept: list[bytes] = []
+        probe_parts: list[bytes] = []
         previous = 0
-        for start, end in spans:
-            kept.append(segment(previous, start))
+        for k, (start, end) in enumerate(spans):
+            part = segment(previous, start)
+            placeholder = f"{tag}:{k}"
+            placeholders[placeholder] = k
+            kept.append(part)
+            probe_parts += (part, placeholder.encode("ascii"))
             previous = end
-        kept.append(segment(previous, size))
+        part = segment(previous, size)
+        kept.append(part)
+        probe_parts.append(part)
         stripped = STRIPPED_MEDIA_MARKER_BYTES.join(kept)
-        probe_parts: list[bytes] = [kept[0]]
-        for k, part in enumerate(kept[1:]):
-            probe_parts.append(f"{tag}:{k}".encode("ascii"))
-            probe_parts.append(part)
         probe = b"".join(probe_parts)
     entry = parse_json_object(probe)
     if entry is None:

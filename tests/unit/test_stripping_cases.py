@@ -348,6 +348,26 @@ def test_escaped_backslash_before_closing_quote() -> None:
     assert [i.index for i in result.images] == [0]
 
 
+@pytest.mark.parametrize(
+    "run",
+    [b"[" + b",".join([b"7"] * LIMIT) + b"]", b" " * (LIMIT + 1) + b"1"],
+    ids=["numbers", "spaces"],
+)
+def test_long_run_outside_strings_keeps_the_tokenizer_in_step(run: bytes) -> None:
+    """A run of the inline limit without a quote, after a key: the quote before it
+    closes a string, and the strings after it (one ending in an escaped
+    backslash, one holding an escaped quote) are still read as what they are."""
+    line = (
+        b'{"sizes":' + run + b',"s":"abc","t":"x\\\\",'
+        b'"message":{"role":"user","content":[' + image_block(PNG_B64) + b"]},"
+        b'"e":"a\\"b","blob":"' + JPEG_B64 + b'"}'
+    )
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None
+    assert result.json == cut(line, PNG_B64, JPEG_B64)
+    assert [(i.index, i.pin) for i in result.images] == [(0, xxhash.xxh3_128_hexdigest(PNG_B64))]
+
+
 def test_long_base64_key_is_not_cut() -> None:
     line = b'{"type":"user","' + PNG_B64 + b'":1,"k":{"' + JPEG_B64 + b'" :"x"}}'
     result = strip_line(line, inline_limit=LIMIT)

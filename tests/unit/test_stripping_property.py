@@ -663,7 +663,11 @@ class Gen:
             # attachment.prompt[] holds an image: outside message.content, cut, no ref
             pairs.append(("attachment", self.obj([("prompt", JArr([self.image()]))])))
         decoys = self.draw(
-            st.sets(st.sampled_from(["key-data", "b64-key", "b64-top", "unicode", "data-top"]))
+            st.sets(
+                st.sampled_from(
+                    ["key-data", "b64-key", "b64-top", "unicode", "data-top", "numbers", "spaces"]
+                )
+            )
         )
         for decoy in sorted(decoys):
             if decoy == "key-data":
@@ -675,6 +679,11 @@ class Gen:
                 pairs.append(("blob", JStr(self.long_b64())))
             elif decoy == "unicode":
                 pairs.append(("\u65e5\u672c\u8a9e \U0001f600", self.prose()))
+            elif decoy == "numbers":
+                # a run longer than the limit without a quote, outside any string
+                pairs.append(("sizes", JLit(b"[" + b",".join([b"0"] * self.limit) + b"]")))
+            elif decoy == "spaces":
+                pairs.append(("blank", JLit(b" " * (self.limit + 1) + b"1")))
             else:
                 pairs.append(("data", JStr(self.long_b64())))
         return self.obj(pairs)
