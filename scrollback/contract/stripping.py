@@ -388,6 +388,9 @@ def strip_line(
         with memoryview(line) as view:
             return pin_of(view[start:end])
 
+    if not spans and len(line) <= max_line_size:
+        text = bytes(line)  # nothing cut, as in most lines: the line is its own stripped text
+        return _read_entry(text, text, {}, spans, pin)
     return _assemble(len(line), spans, lambda start, end: line[start:end], pin, max_line_size)
 
 
@@ -526,7 +529,7 @@ def _assemble(
     pin: Callable[[int, int], str],
     max_line_size: int,
 ) -> StrippedLine | None:
-    """Build the stripped line from the kept segments, parse it, and enumerate its images."""
+    """Build the stripped line from the kept segments, then read it (`_read_entry`)."""
     stripped_size = size
     for start, end in spans:
         stripped_size -= end - start - len(STRIPPED_MEDIA_MARKER_BYTES)
@@ -556,6 +559,19 @@ def _assemble(
         probe_parts.append(part)
         stripped = STRIPPED_MEDIA_MARKER_BYTES.join(kept)
         probe = b"".join(probe_parts)
+    return _read_entry(stripped, probe, placeholders, spans, pin)
+
+
+def _read_entry(
+    stripped: bytes,
+    probe: bytes,
+    placeholders: dict[str, int],
+    spans: list[tuple[int, int]],
+    pin: Callable[[int, int], str],
+) -> StrippedLine | None:
+    """Parse the probe (the stripped line with each cut's placeholder where the
+    marker stands) and enumerate its images: the cut `spans[k]` is the image
+    whose data reads `placeholders`' key for k."""
     entry = parse_json_object(probe)
     if entry is None:
         return None
