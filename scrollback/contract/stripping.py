@@ -299,6 +299,10 @@ def _strict_constant(name: str) -> Any:
     raise ValueError("not JSON")
 
 
+# Built once: json.loads with an argument builds a new decoder on every call.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_strict_constant)
+
+
 def parse_json_object(text: bytes) -> dict[str, Any] | None:
     """Parse one line; return the object, or None if it is not a JSON object.
 
@@ -312,7 +316,7 @@ def parse_json_object(text: bytes) -> dict[str, Any] | None:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         try:
-            value = json.loads(text.decode("utf-8"), parse_constant=_strict_constant)
+            value = _STRICT_DECODER.decode(text.decode("utf-8"))
         except (ValueError, RecursionError):
             return None
     return value if isinstance(value, dict) else None
