@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from history_service.entry_cache import DEFAULT_ENTRY_CACHE_BYTES
-from scrollback.contract.stripping import (
+from scrollback.contract.limits import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
     MIN_INLINE_LIMIT,
@@ -56,6 +55,9 @@ from scrollback.server.service_config import (
 from scrollback.server.workers import MAX_WORKERS, default_workers
 
 SERVICE = "history"
+# The defaults live here, not in the modules that use them: the workers' parent
+# loads this module only, and importing those would load grpc's messages too.
+DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CACHE_BYTES = 1024 * 1024 * 1024
 DEFAULT_ADDR = "127.0.0.1:50051"
 # Read as SCROLLBACK_<FIELD>: every server reads them alike.

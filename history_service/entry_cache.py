@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from history_service.config import DEFAULT_ENTRY_CACHE_BYTES
 from history_service.lines import ROW_EDGE, ServedLine, json_parts
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.history.v1 import history_pb2 as pb
@@ -45,7 +46,6 @@ from scrollback.ref.v1 import ref_pb2
 from scrollback.server.serialized import length_delimited
 from scrollback.transcripts import Stamp
 
-DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 # Bytes of each end of a line that its mark covers (what the index's row checks read).
 MARK_EDGE = ROW_EDGE
 # What an entry costs the budget beyond its encoded bytes (key, record, dict slot).

@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from media_service.decoded import DEFAULT_DECODED_CACHE_BYTES
-from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
+from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.service_config import (
     DEFAULT_STALL_TIMEOUT_SECONDS,
@@ -62,6 +61,9 @@ SERVICE = "media"
 KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_ADDR = "127.0.0.1:50052"
+# The defaults live here, not in the modules that use them: the workers' parent
+# loads this module only, and importing those would load grpc's messages too.
+DEFAULT_DECODED_CACHE_BYTES = 64 * MIB
 DEFAULT_CHUNK_SIZE = 64 * KIB
 MAX_CHUNK_SIZE = 256 * KIB
 DEFAULT_MAX_BLOB_SIZE = 64 * MIB

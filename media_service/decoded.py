@@ -44,7 +44,6 @@ from scrollback.server.serialized import Serialized, field_header
 
 KIB = 1024
 MIB = 1024 * KIB
-DEFAULT_DECODED_CACHE_BYTES = 64 * MIB
 MAX_CACHED_IMAGE_BYTES = 16 * MIB
 # ReadMediaResponse's `bytes data`: the field a chunk is sent in.
 _DATA_FIELD = media_pb2.ReadMediaResponse.DESCRIPTOR.fields_by_name["data"].number

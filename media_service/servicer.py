@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 
 from media_service.blobs import MediaInfo
+from media_service.config import DEFAULT_DECODED_CACHE_BYTES
 from media_service.decoded import (
-    DEFAULT_DECODED_CACHE_BYTES,
     DecodedCache,
     DecodedImage,
     Encoded,

@@ -29,15 +29,15 @@ import stringzilla
 import xxhash
 
 from scrollback.contract.enumeration import image_source_field, iter_image_blocks
+from scrollback.contract.limits import DEFAULT_INLINE_LIMIT as DEFAULT_INLINE_LIMIT
+from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE as DEFAULT_MAX_LINE_SIZE
+from scrollback.contract.limits import MIN_INLINE_LIMIT as MIN_INLINE_LIMIT
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER_BYTES
 from scrollback.contract.top_level import TOP_LEVEL_WINDOW, looks_like_object, top_level_strings
 
 # What the scanner reads: the line's bytes, or a memory map of it.
 Buffer = bytes | mmap.mmap
 
-DEFAULT_INLINE_LIMIT = 32 * 1024
-MIN_INLINE_LIMIT = 1024
-DEFAULT_MAX_LINE_SIZE = 16 * 1024 * 1024
 
 _QUOTE = 0x22
 _BACKSLASH = 0x5C

@@ -131,3 +131,23 @@ def test_a_full_table_refuses_new_keys_and_frees_slots_with_no_calls(tmp_path: P
         assert all(counter.total(f"p{number}") == 0 for number in range(SLOTS))
     finally:
         counter.close()
+
+
+@pytest.mark.parametrize("service", ["history_service", "media_service"])
+def test_the_workers_parent_loads_no_grpc_protobuf_or_stripper(service: str) -> None:
+    """The parent of a service's workers imports its `__main__`'s modules only: not
+    grpc, the protobuf runtime or the stripper, each several MB in a process
+    that serves nothing (the RSS benchmarks count the parent with its workers)."""
+    probe = (
+        "import runpy, sys\n"
+        f"runpy.run_module('{service}.__main__', run_name='not_main')\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+        ).stdout.split()
+    )
+    heavy = {"grpc", "google.protobuf", "scrollback.contract.stripping", f"{service}.server"}
+    assert loaded & heavy == set()
+    assert f"{service}.config" in loaded and "scrollback.server.service_cli" in loaded
