@@ -56,7 +56,7 @@ from scrollback.server.workers import MAX_WORKERS, default_workers
 
 SERVICE = "history"
 # The defaults live here, not in the modules that use them: the workers' parent
-# loads this module only, and importing those would load grpc's messages too.
+# loads this module only, and those modules load the protobuf runtime.
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CACHE_BYTES = 1024 * 1024 * 1024
 DEFAULT_ADDR = "127.0.0.1:50051"

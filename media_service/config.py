@@ -62,7 +62,7 @@ KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_ADDR = "127.0.0.1:50052"
 # The defaults live here, not in the modules that use them: the workers' parent
-# loads this module only, and importing those would load grpc's messages too.
+# loads this module only, and those modules load the protobuf runtime.
 DEFAULT_DECODED_CACHE_BYTES = 64 * MIB
 DEFAULT_CHUNK_SIZE = 64 * KIB
 MAX_CHUNK_SIZE = 256 * KIB

@@ -20,7 +20,8 @@ deeper), several images per entry, documents, toolUseResult copies, `\\/` and
 `\\uXXXX` escapes in payloads, prose that mentions `"data":"<base64>`, a key
 ending in `\\"data`, non-ASCII and lone-surrogate text, failed uploads,
 payloads of exactly limit-1, limit and limit+1 raw bytes, long base64 used as
-a key, long base64 outside message.content, lines without uuid, image blocks
+a key, long base64 outside message.content, runs of the limit without a quote
+outside any string (a number array, spaces), lines without uuid, image blocks
 without source, and decoys that are not walked (tool_use input, arrays nested
 directly in arrays, attachment.prompt).
 """
