@@ -259,7 +259,7 @@ def _base64_values(
         text = stringzilla.Str(view)  # counts and scans on the line, bytes or mmap
         try:
             while (opening := _quote_before_long_run(line, position, inline_limit)) >= 0:
-                if line.find(b'\\"', position, opening + 1) >= 0:
+                if text.find('\\"', position, opening + 1) >= 0:
                     string = line.find(b'"', position)
                     closing = _closing_quote(line, string)
                     while 0 <= closing < opening:
