@@ -3,10 +3,11 @@
 `strip_line` cuts every base64 payload string value whose raw text is at least
 the inline limit out of one transcript line, by byte offsets, while scanning
 the line. A payload never becomes a Python `str` or a JSON value: it is located
-with `bytes.find`, checked to hold base64 characters only (`first_not_base64`,
-one SIMD byte-set scan) or, where it holds escapes, a bytes regex, and hashed
-for its pin, all on the raw bytes; nothing made from it outlives the call. The
-marker stands where each payload was.
+by its quotes (only a quote that the next inline-limit bytes do not follow with
+another can open one, `_quote_before_long_run`), checked to hold base64
+characters only (`first_not_base64`, one SIMD byte-set scan) or, where it holds
+escapes, a bytes regex, and hashed for its pin, all on the raw bytes; nothing
+made from it outlives the call. The marker stands where each payload was.
 
 Only the small remainder of the line is parsed (orjson), with a per-call
 random placeholder in each cut, so that the image-enumeration walk learns
