@@ -39,7 +39,6 @@ from scrollback.contract.top_level import TOP_LEVEL_WINDOW, looks_like_object, t
 # What the scanner reads: the line's bytes, or a memory map of it.
 Buffer = bytes | mmap.mmap
 
-
 _QUOTE = 0x22
 _BACKSLASH = 0x5C
 _COLON = 0x3A
@@ -112,11 +111,14 @@ def first_not_base64(data: Buffer | memoryview, start: int = 0, end: int | None 
     with memoryview(data) as view:
         text = stringzilla.Str(view)
         try:
-            return int(
-                text.find_first_not_of(_BASE64_CHARS, start, len(view) if end is None else end)
-            )
+            return _first_not_base64_in(text, start, len(view) if end is None else end)
         finally:
             del text  # the buffer is released with it, before the view
+
+
+def _first_not_base64_in(text: stringzilla.Str, start: int, end: int) -> int:
+    """`first_not_base64` on a StringZilla wrapper the caller already holds."""
+    return int(text.find_first_not_of(_BASE64_CHARS, start, end))
 
 
 def is_payload(line: Buffer, start: int, end: int) -> bool:
@@ -148,8 +150,7 @@ def _validated_run(
     position = start
     while position < size:
         end = min(position + _VALIDATE_SLICE, size)
-        # The scan `first_not_base64` does, on the caller's one wrapper of the line.
-        stop = int(text.find_first_not_of(_BASE64_CHARS, position, end))
+        stop = _first_not_base64_in(text, position, end)
         if stop >= 0:
             if line[stop] != _QUOTE:
                 return -1, ""
