@@ -96,8 +96,9 @@ def pin_of(raw_payload: bytes | memoryview) -> str:
 
 
 # A long string is checked and hashed in slices of this size, each hashed just
-# after its check read it, while it is still in the CPU cache.
-_VALIDATE_SLICE = 256 * 1024
+# after its check read it, while it is still in the CPU's caches (1 MiB measured
+# a few percent faster than 256 KiB over 1 MB payloads, and no slower than 4 MiB).
+_VALIDATE_SLICE = 1024 * 1024
 # The base64 alphabet, as StringZilla's byte-set search takes it.
 _BASE64_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
 
@@ -233,14 +234,18 @@ def _quote_before_long_run(line: Buffer, position: int, inline_limit: int) -> in
     A payload holds no quote, so it opens at such a quote. The search jumps from
     a quote to the last quote within `inline_limit` bytes after it: every quote
     it jumps over has another within that distance, so none can open a payload.
+    Each byte is searched once: after a jump, the bytes up to the end of the
+    previous search are known to hold no quote.
     """
     size = len(line)
     quote = line.find(b'"', position)
+    searched = 0  # no quote lies between `quote` and here: the previous search saw none
     while quote >= 0 and quote + 1 + inline_limit < size:
-        last = line.rfind(b'"', quote + 1, quote + 1 + inline_limit)
+        end = quote + 1 + inline_limit
+        last = line.rfind(b'"', max(quote + 1, searched), end)
         if last < 0:
             return quote
-        quote = last
+        quote, searched = last, end
     return -1
 
 
@@ -295,6 +300,11 @@ def _base64_values(
         finally:
             del text  # the buffer is released with it, before the view
     return spans
+
+
+def _no_pin(start: int, end: int) -> str:
+    """The pin source of a line with nothing cut: never asked (no image lost a payload)."""
+    raise AssertionError("no payload was cut from this line")
 
 
 def _strict_constant(name: str) -> Any:
@@ -385,6 +395,9 @@ def strip_line(
     """
     pins: dict[tuple[int, int], str] = {}
     spans = _payload_spans(line, inline_limit, validate_payloads, pins)
+    if not spans and len(line) <= max_line_size:
+        text = bytes(line)  # nothing cut, as in most lines: the line is its own stripped text
+        return _read_entry(text, text, {}, spans, _no_pin)
 
     def pin(start: int, end: int) -> str:
         # Computed while validating on the fast path; hashed here otherwise.
@@ -394,9 +407,6 @@ def strip_line(
         with memoryview(line) as view:
             return pin_of(view[start:end])
 
-    if not spans and len(line) <= max_line_size:
-        text = bytes(line)  # nothing cut, as in most lines: the line is its own stripped text
-        return _read_entry(text, text, {}, spans, pin)
     return _assemble(len(line), spans, lambda start, end: line[start:end], pin, max_line_size)
 
 
