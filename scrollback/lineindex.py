@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -53,6 +54,10 @@ _UUID_KEYS = frozenset({"uuid"})
 
 # Builders racing on a file that keeps being rewritten give up after this many resets.
 MAX_RESETS = 4
+# Row queries remembered per process (`LineIndex.lines_before` / `lines_from`), and
+# the fewest rows each asks the store for: a window asks for a page and a few more.
+ROW_RUNS = 64
+ROW_RUN_MIN = 256
 
 
 class FileChangingError(Exception):
@@ -112,6 +117,11 @@ class LineIndex:
         # Bytes the builder read and full builds it started (for tests and benchmarks).
         self.bytes_read = 0
         self.builds = 0
+        # Runs of rows already read from the store, newest used last (`_rows`).
+        self._runs: OrderedDict[tuple[str, int, str, int], tuple[list[tuple[int, int]], bool]]
+        self._runs = OrderedDict()
+        self._runs_lock = threading.Lock()
+        self.row_queries = 0  # store queries `_rows` made (for tests)
 
     def _lock(self, key: str) -> threading.Lock:
         with self._locks_lock:
@@ -179,11 +189,52 @@ class LineIndex:
 
         Rows, not bytes: callers check each against the file before using it.
         """
-        return self.store.lines_before(snapshot.key, snapshot.state.generation, offset, limit)
+        return self._rows(snapshot, "before", offset, limit, self.store.lines_before)
 
     def lines_from(self, snapshot: Snapshot, offset: int, limit: int) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` indexed lines from `offset` on, in file order."""
-        return self.store.lines_from(snapshot.key, snapshot.state.generation, offset, limit)
+        return self._rows(snapshot, "from", offset, limit, self.store.lines_from)
+
+    def _rows(
+        self,
+        snapshot: Snapshot,
+        direction: str,
+        offset: int,
+        limit: int,
+        query: Callable[[str, int, int, int], list[tuple[int, int]]],
+    ) -> list[tuple[int, int]]:
+        """`query`'s rows, remembered: every window at one place asks the same.
+
+        Within a generation the file only grows and rows are only added after
+        `covered`, so the rows before an offset at or below `covered` never
+        change, nor do the first rows from an offset once that many exist: a
+        run answers again for as many rows as it holds (all of them, before an
+        offset, when the store had fewer than asked). A new generation is a new
+        key. Rows stay checked by callers against the file.
+        """
+        state = snapshot.state
+        key = (snapshot.key, state.generation, direction, offset)
+        with self._runs_lock:
+            found = self._runs.get(key)
+            if found is not None:
+                self._runs.move_to_end(key)
+        if found is not None:
+            rows, complete = found
+            if complete or len(rows) >= limit:
+                return rows[:limit]
+        fetch = max(limit, ROW_RUN_MIN)
+        rows = query(snapshot.key, state.generation, offset, fetch)
+        self.row_queries += 1
+        if direction == "from" or offset <= state.covered:
+            # Fewer rows than asked before an offset: there are no more. From an
+            # offset, more may come as the file grows.
+            complete = direction == "before" and len(rows) < fetch
+            with self._runs_lock:
+                self._runs[key] = (rows, complete)
+                self._runs.move_to_end(key)
+                while len(self._runs) > ROW_RUNS:
+                    self._runs.popitem(last=False)
+        return rows[:limit]
 
     def last_line_start(self, key: str, fd: int, size: int) -> int:
         """Where the last line of the file's first `size` bytes starts (`size` if none is open).

@@ -81,7 +81,7 @@ class BenchConfig:
     rss_repeats: int = 2
     clients: int = 16
     throughput_seconds: float = 5.0
-    throughput_rounds: int = 3
+    throughput_rounds: int = 5
     lookup_transcripts: int = 5000
     lookup_samples: int = 101
     lookup_flood_clients: int = 4

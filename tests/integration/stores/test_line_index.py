@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from scrollback.lineindex import LineIndex
+from scrollback.lineindex import LineIndex, Snapshot
 from scrollback.state.line_index import IndexedLine, LineIndexStore
 from scrollback.state.line_index_sqlite import SqliteLineIndexStore
 
@@ -235,6 +235,61 @@ def test_rows_before_and_from_an_offset(make_store: StoreFactory, tmp_path: Path
         assert index.lines_before(snapshot, offset + 1, 1) == [rows[at]]
     assert index.lines_before(snapshot, 0, 10) == []
     assert index.lines_from(snapshot, end, 10) == []
+
+
+def test_remembered_rows_answer_as_the_store_would(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    """Rows asked again come from the process, not the store, and stay what the store holds:
+    through growth (a run from an offset that ended early is asked again) and a rewrite."""
+    path = tmp_path / "t.jsonl"
+    write(path, LINES)
+    index = LineIndex(make_store(), chunk_bytes=4096)
+
+    def snapshot() -> Snapshot:
+        with open(path, "rb") as handle:
+            return index.ensure(KEY, handle.fileno())
+
+    first = snapshot()
+    rows = [(r.offset, r.length) for r in expected(LINES)]
+    end = path.stat().st_size
+    assert index.lines_before(first, end, 3) == rows[::-1][:3]
+    assert index.row_queries == 1
+    assert index.lines_from(first, 0, 100) == rows
+    assert index.row_queries == 2
+    assert index.lines_before(first, end, 5) == rows[::-1][:5]  # one run answers both
+    assert index.lines_from(first, 0, 3) == rows[:3]
+    assert index.row_queries == 2
+
+    grown = LINES + [line(f"g-{n}") for n in range(3)]
+    with open(path, "ab") as handle:
+        handle.write(b"".join(item + b"\n" for item in grown[len(LINES) :]))
+    second = snapshot()
+    assert second.state.generation == first.state.generation
+    all_now = [(r.offset, r.length) for r in expected(grown)]
+    assert index.lines_from(second, 0, 100) == all_now  # ended early before: asked again
+    assert index.lines_before(second, end, 100) == rows[::-1]
+    assert index.lines_before(second, path.stat().st_size, 2) == all_now[::-1][:2]
+
+    # An unterminated tail: rows before an offset past `covered` can still grow.
+    with open(path, "ab") as handle:
+        handle.write(b'{"uuid":"t-1"')
+    tailed = snapshot()
+    size = path.stat().st_size
+    assert tailed.state.covered < size
+    assert index.lines_before(tailed, size, 100) == all_now[::-1]
+    with open(path, "ab") as handle:
+        handle.write(b"}\n")
+    assert index.lines_before(snapshot(), size, 1) == [
+        (tailed.state.covered, size - tailed.state.covered + 1)
+    ]
+
+    write(path, LINES[::-1])  # rewritten: a new generation, nothing remembered applies
+    third = snapshot()
+    assert third.state.generation != first.state.generation
+    reversed_rows = [(r.offset, r.length) for r in expected(LINES[::-1])]
+    assert index.lines_before(third, path.stat().st_size, 100) == reversed_rows[::-1]
+    assert index.lines_from(third, 0, 100) == reversed_rows
 
 
 def test_current_never_builds(make_store: StoreFactory, tmp_path: Path) -> None:
