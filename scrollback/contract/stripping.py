@@ -334,11 +334,6 @@ def parse_json_object(text: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _top_level_string(entry: dict[str, Any], key: str) -> str:
-    value = entry.get(key)
-    return value if isinstance(value, str) else ""
-
-
 _STUB_KEYS = frozenset({"uuid", "type", "timestamp"})
 
 
@@ -616,14 +611,18 @@ def _read_entry(
                 raw_end=end,
             )
         )
+    uuid, type_, timestamp = entry.get("uuid"), entry.get("type"), entry.get("timestamp")
+    # Positional, in the field order (json, uuid, type, timestamp, images,
+    # failed_image_indexes, image_count, cut_count, oversize): built for every
+    # line read, and keywords cost half as much again as the rest of this.
     return StrippedLine(
-        json=stripped,
-        uuid=_top_level_string(entry, "uuid"),
-        type=_top_level_string(entry, "type"),
-        timestamp=_top_level_string(entry, "timestamp"),
-        images=tuple(images),
-        failed_image_indexes=tuple(failed),
-        image_count=index + 1,
-        cut_count=len(spans),
-        oversize=False,
+        stripped,
+        uuid if isinstance(uuid, str) else "",
+        type_ if isinstance(type_, str) else "",
+        timestamp if isinstance(timestamp, str) else "",
+        tuple(images),
+        tuple(failed),
+        index + 1,
+        len(spans),
+        False,
     )
