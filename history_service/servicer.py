@@ -272,10 +272,12 @@ async def _window_responses(
         messages.reverse()
         while messages:
             message = messages.pop()
-            wrapped = (
-                response(entry=message)
-                if isinstance(message, pb.Entry)
-                else response(entry_json_chunk=message)
+            # Sent serialized: while it waits for the client, only these bytes and
+            # grpc's copy of them are held, not a response message besides.
+            wrapped = _wire(
+                response,
+                "entry" if isinstance(message, pb.Entry) else "entry_json_chunk",
+                message.SerializeToString(),
             )
             del message
             yield wrapped
