@@ -29,7 +29,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -118,7 +118,7 @@ class LineIndex:
         self.bytes_read = 0
         self.builds = 0
         # Runs of rows already read from the store, newest used last (`_rows`).
-        self._runs: OrderedDict[tuple[str, int, str, int], tuple[list[tuple[int, int]], bool]]
+        self._runs: OrderedDict[tuple[str, int, bool, int], tuple[list[tuple[int, int]], bool]]
         self._runs = OrderedDict()
         self._runs_lock = threading.Lock()
         self.row_queries = 0  # store queries `_rows` made (for tests)
@@ -189,21 +189,17 @@ class LineIndex:
 
         Rows, not bytes: callers check each against the file before using it.
         """
-        return self._rows(snapshot, "before", offset, limit, self.store.lines_before)
+        return self._rows(snapshot, offset, limit, before=True)
 
     def lines_from(self, snapshot: Snapshot, offset: int, limit: int) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` indexed lines from `offset` on, in file order."""
-        return self._rows(snapshot, "from", offset, limit, self.store.lines_from)
+        return self._rows(snapshot, offset, limit, before=False)
 
     def _rows(
-        self,
-        snapshot: Snapshot,
-        direction: str,
-        offset: int,
-        limit: int,
-        query: Callable[[str, int, int, int], list[tuple[int, int]]],
+        self, snapshot: Snapshot, offset: int, limit: int, *, before: bool
     ) -> list[tuple[int, int]]:
-        """`query`'s rows, remembered: every window at one place asks the same.
+        """The store's rows before (or from) `offset`, remembered: every window at one
+        place asks the same.
 
         Within a generation the file only grows and rows are only added after
         `covered`, so the rows before an offset at or below `covered` never
@@ -213,7 +209,7 @@ class LineIndex:
         key. Rows stay checked by callers against the file.
         """
         state = snapshot.state
-        key = (snapshot.key, state.generation, direction, offset)
+        key = (snapshot.key, state.generation, before, offset)
         with self._runs_lock:
             found = self._runs.get(key)
             if found is not None:
@@ -223,12 +219,13 @@ class LineIndex:
             if complete or len(rows) >= limit:
                 return rows[:limit]
         fetch = max(limit, ROW_RUN_MIN)
+        query = self.store.lines_before if before else self.store.lines_from
         rows = query(snapshot.key, state.generation, offset, fetch)
         self.row_queries += 1
-        if direction == "from" or offset <= state.covered:
+        if not before or offset <= state.covered:
             # Fewer rows than asked before an offset: there are no more. From an
             # offset, more may come as the file grows.
-            complete = direction == "before" and len(rows) < fetch
+            complete = before and len(rows) < fetch
             with self._runs_lock:
                 self._runs[key] = (rows, complete)
                 self._runs.move_to_end(key)
