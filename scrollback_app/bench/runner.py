@@ -6,7 +6,8 @@ as subprocesses (so each one's RSS is its own, read from /proc), plus the
 floor server (`scrollback_app.bench.floor`), and measures every figure beside its
 baseline in the same run, interleaved, median of repeats:
 
-- stripper throughput vs a newline scan (`scrollback_app.bench.stripper.measure`);
+- stripper throughput vs a newline scan, and its payloads' check and pin alone
+  (`scrollback_app.bench.stripper.measure`);
 - latest ReadWindow of the same entries on the large vs the small transcript,
   and a 200-entry one vs the naive reader (`services.naive_latest`);
 - ReadMedia of a 1.3 MB image vs the floor streaming the same bytes;
@@ -222,9 +223,10 @@ class _Run:
 
     def stripper(self) -> None:
         config = self.config
-        result = measure_stripper(
+        measured = measure_stripper(
             total_bytes=config.stripper_bytes, repeats=config.stripper_repeats
         )
+        result = measured.stripper
         self.add(
             Figure(
                 key="stripper_throughput",
@@ -235,6 +237,20 @@ class _Run:
                 baseline_label="newline scan",
                 ratio=result.ratio,
                 target=Target(">=", 0.4),
+            )
+        )
+        kernels = measured.check_and_pin
+        self.add(
+            Figure(
+                key="stripper_check_and_pin",
+                name="the same lines' payloads only checked (StringZilla byte-set scan) and "
+                "pinned (xxh3-128), the stripper's ceiling, vs a bytes.find newline scan",
+                figure=kernels.figure,
+                baseline=kernels.baseline,
+                unit=kernels.unit,
+                baseline_label="newline scan",
+                ratio=kernels.ratio,
+                target=Target(),
             )
         )
 

@@ -18,7 +18,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from media_service.transcript_media import iter_candidate_lines
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback_app.bench.services import naive_latest
-from scrollback_app.bench.stripper import newline_scan, strip_lines
+from scrollback_app.bench.stripper import check_and_pin, newline_scan, payloads_of, strip_lines
 from scrollback_app.bench.transcripts import transcript_lines, write_transcript
 
 ROUNDS = 5
@@ -47,6 +47,11 @@ def transcript(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_strip_image_lines(benchmark: BenchmarkFixture, image_lines: list[bytes]) -> None:
     images = measure(benchmark, strip_lines, image_lines)
     assert images == 2
+
+
+def test_check_and_pin_image_lines(benchmark: BenchmarkFixture, image_lines: list[bytes]) -> None:
+    # The stripper's ceiling checks and pins exactly the payloads the stripper cuts.
+    assert measure(benchmark, check_and_pin, payloads_of(image_lines)) == 2
 
 
 def test_newline_scan_floor(benchmark: BenchmarkFixture, image_lines: list[bytes]) -> None:

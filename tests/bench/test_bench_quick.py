@@ -22,6 +22,7 @@ from scrollback_app.cli import main
 SLACK = 5.0
 EXPECTED = {
     "stripper_throughput",
+    "stripper_check_and_pin",
     "window_large_vs_small",
     "window_vs_naive_large",
     "window_vs_naive_small",
