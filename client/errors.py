@@ -3,11 +3,17 @@
 `from_rpc_error(error)` turns a `grpc.RpcError` (sync or `grpc.aio.AioRpcError`)
 into the matching `ScrollbackError` subclass, carrying the status code, the
 server's message and any rich error details (`google.rpc.Status.details`, read
-with `grpc_status.rpc_status.from_call` when the server sent them). Callers
-catch `ScrollbackError` for "any failure" or a subclass for one cause:
+with `grpc_status.rpc_status.from_call` when the server sent them). Every
+error of the services names its cause in a `google.rpc.ErrorInfo` (its
+`reason`, `scrollback.contract.reasons.Reason`): the exception is then the
+class of that reason (`PinMismatch`, `TranscriptRewritten`, ...), a subclass of
+its status code's class. Callers catch `ScrollbackError` for "any failure", a
+status class for a kind of failure, or a reason class for one cause:
 
     try:
         client.read_window("abc")
+    except TranscriptRewritten:
+        ...  # the page token is stale: start again from the latest window
     except NotFound:
         ...
 """
@@ -17,31 +23,63 @@ from __future__ import annotations
 from typing import Any, cast
 
 import grpc
+from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+
+from scrollback.contract.reasons import DOMAIN, Reason
 
 __all__ = [
     "AlreadyExists",
+    "BlobMismatch",
+    "BlobMissing",
+    "BlobTooLarge",
     "Cancelled",
+    "ChatKeyBound",
     "DataLoss",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "ImageTooLarge",
     "Internal",
     "InvalidArgument",
+    "LineTooLarge",
+    "LookupCancelled",
+    "MalformedRequest",
+    "MediaCorrupt",
+    "MediaNotFound",
+    "NotAnImage",
     "NotFound",
     "OutOfRange",
     "PermissionDenied",
+    "PinMismatch",
+    "RangeNotSatisfiable",
+    "RefInvalid",
     "ResourceExhausted",
     "ScrollbackError",
+    "SessionAmbiguous",
+    "SessionNotFound",
+    "StorageFull",
+    "StoreBusy",
+    "StreamStalled",
+    "TooLarge",
+    "TooManyStreams",
+    "TranscriptRewritten",
+    "TxnConflict",
     "Unauthenticated",
     "Unavailable",
+    "UploadDeadline",
+    "UploadIdle",
+    "error_class",
     "from_rpc_error",
+    "reason_in",
 ]
 
 
 class ScrollbackError(Exception):
-    """A failed Scrollback call: `code` (a grpc.StatusCode), `message`, rich `details`."""
+    """A failed Scrollback call: `code` (a grpc.StatusCode), `reason`, `message`, `details`."""
 
     default_code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    # The ErrorInfo reason of a reason class; None on the status classes.
+    default_reason: Reason | None = None
 
     def __init__(
         self,
@@ -50,11 +88,14 @@ class ScrollbackError(Exception):
         code: grpc.StatusCode | None = None,
         details: tuple[Any, ...] = (),
         addr: str = "",
+        reason: str = "",
     ) -> None:
         super().__init__(message)
         self.code: grpc.StatusCode = code if code is not None else self.default_code
         self.message = message
         self.details = details
+        # The ErrorInfo reason the server sent (a `Reason` value), "" when it sent none.
+        self.reason = reason or reason_in(details)
         # The address the failed call went to ("" when not known).
         self.addr = addr
 
@@ -145,6 +186,156 @@ class Internal(ScrollbackError):
     default_code = grpc.StatusCode.INTERNAL
 
 
+class MalformedRequest(InvalidArgument):
+    """A request message that does not parse (MALFORMED_REQUEST)."""
+
+    default_reason = Reason.MALFORMED_REQUEST
+
+
+class RefInvalid(InvalidArgument):
+    """A malformed media reference or pin (REF_INVALID)."""
+
+    default_reason = Reason.REF_INVALID
+
+
+class BlobMismatch(InvalidArgument):
+    """Uploaded bytes that do not match their declared sha256 or size (BLOB_MISMATCH)."""
+
+    default_reason = Reason.BLOB_MISMATCH
+
+
+class SessionNotFound(NotFound):
+    """An unknown session, or one the caller may not see (SESSION_NOT_FOUND)."""
+
+    default_reason = Reason.SESSION_NOT_FOUND
+
+
+class MediaNotFound(NotFound):
+    """An unknown photo or blob, or one the caller may not see (MEDIA_NOT_FOUND)."""
+
+    default_reason = Reason.MEDIA_NOT_FOUND
+
+
+class SessionAmbiguous(FailedPrecondition):
+    """A session id shared by two transcripts (SESSION_AMBIGUOUS)."""
+
+    default_reason = Reason.SESSION_AMBIGUOUS
+
+
+class TranscriptRewritten(FailedPrecondition):
+    """A page token or watch position of a transcript rewritten or truncated since (TRANSCRIPT_REWRITTEN)."""
+
+    default_reason = Reason.TRANSCRIPT_REWRITTEN
+
+
+class PinMismatch(FailedPrecondition):
+    """A pin that no longer matches the photo its reference names (PIN_MISMATCH)."""
+
+    default_reason = Reason.PIN_MISMATCH
+
+
+class BlobMissing(FailedPrecondition):
+    """An attachment whose blob was not uploaded first (BLOB_MISSING)."""
+
+    default_reason = Reason.BLOB_MISSING
+
+
+class ChatKeyBound(FailedPrecondition):
+    """A chat key already bound to another session (CHAT_KEY_BOUND)."""
+
+    default_reason = Reason.CHAT_KEY_BOUND
+
+
+class NotAnImage(FailedPrecondition):
+    """A thumbnail asked of a medium that is not a decodable image (NOT_AN_IMAGE)."""
+
+    default_reason = Reason.NOT_AN_IMAGE
+
+
+class RangeNotSatisfiable(OutOfRange):
+    """A read offset or limit outside the medium (RANGE_NOT_SATISFIABLE)."""
+
+    default_reason = Reason.RANGE_NOT_SATISFIABLE
+
+
+class TxnConflict(AlreadyExists):
+    """A client_txn_id reused with different content (TXN_CONFLICT)."""
+
+    default_reason = Reason.TXN_CONFLICT
+
+
+class TooLarge(ResourceExhausted):
+    """A request field over its size bound (TOO_LARGE)."""
+
+    default_reason = Reason.TOO_LARGE
+
+
+class LineTooLarge(ResourceExhausted):
+    """An entry's line over the max line size (LINE_TOO_LARGE)."""
+
+    default_reason = Reason.LINE_TOO_LARGE
+
+
+class ImageTooLarge(ResourceExhausted):
+    """An image with more pixels than the thumbnailer decodes (IMAGE_TOO_LARGE)."""
+
+    default_reason = Reason.IMAGE_TOO_LARGE
+
+
+class BlobTooLarge(ResourceExhausted):
+    """An upload over the blob size limit (BLOB_TOO_LARGE)."""
+
+    default_reason = Reason.BLOB_TOO_LARGE
+
+
+class StorageFull(ResourceExhausted):
+    """The blob store's quota is used up (STORAGE_FULL)."""
+
+    default_reason = Reason.STORAGE_FULL
+
+
+class TooManyStreams(ResourceExhausted):
+    """Over the caller's limit of concurrent calls (TOO_MANY_STREAMS)."""
+
+    default_reason = Reason.TOO_MANY_STREAMS
+
+
+class UploadIdle(DeadlineExceeded):
+    """An upload that sent nothing for too long (UPLOAD_IDLE)."""
+
+    default_reason = Reason.UPLOAD_IDLE
+
+
+class UploadDeadline(DeadlineExceeded):
+    """An upload over its total time (UPLOAD_DEADLINE)."""
+
+    default_reason = Reason.UPLOAD_DEADLINE
+
+
+class LookupCancelled(DeadlineExceeded):
+    """A media lookup stopped by the call's deadline (LOOKUP_CANCELLED)."""
+
+    default_reason = Reason.LOOKUP_CANCELLED
+
+
+class StreamStalled(DeadlineExceeded):
+    """A stream whose reader granted no flow-control window for too long (STREAM_STALLED)."""
+
+    default_reason = Reason.STREAM_STALLED
+
+
+class MediaCorrupt(DataLoss):
+    """Stored bytes that are corrupt or undecodable (MEDIA_CORRUPT)."""
+
+    default_reason = Reason.MEDIA_CORRUPT
+
+
+class StoreBusy(Unavailable):
+    """The state store stayed locked; retrying later may succeed (STORE_BUSY)."""
+
+    default_reason = Reason.STORE_BUSY
+
+
 _BY_CODE: dict[grpc.StatusCode, type[ScrollbackError]] = {
     cls.default_code: cls
     for cls in (
@@ -165,9 +356,61 @@ _BY_CODE: dict[grpc.StatusCode, type[ScrollbackError]] = {
 }
 
 
-def error_class(code: grpc.StatusCode) -> type[ScrollbackError]:
-    """The exception class of a status code (ScrollbackError for the others)."""
+_BY_REASON: dict[str, type[ScrollbackError]] = {
+    str(cls.default_reason): cls
+    for cls in (
+        MalformedRequest,
+        RefInvalid,
+        BlobMismatch,
+        SessionNotFound,
+        MediaNotFound,
+        SessionAmbiguous,
+        TranscriptRewritten,
+        PinMismatch,
+        BlobMissing,
+        ChatKeyBound,
+        NotAnImage,
+        RangeNotSatisfiable,
+        TxnConflict,
+        TooLarge,
+        LineTooLarge,
+        ImageTooLarge,
+        BlobTooLarge,
+        StorageFull,
+        TooManyStreams,
+        UploadIdle,
+        UploadDeadline,
+        LookupCancelled,
+        StreamStalled,
+        MediaCorrupt,
+        StoreBusy,
+    )
+}
+
+
+def error_class(code: grpc.StatusCode, reason: str = "") -> type[ScrollbackError]:
+    """The exception class of a reason under its status code, else of the status code.
+
+    A reason class is used only with the status code it belongs to, so a
+    reason a newer server adds, or one sent with an unexpected code, still
+    gives the status code's class.
+    """
+    by_reason = _BY_REASON.get(reason)
+    if by_reason is not None and by_reason.default_code == code:
+        return by_reason
     return _BY_CODE.get(code, ScrollbackError)
+
+
+def reason_in(details: tuple[Any, ...]) -> str:
+    """The reason of the first Scrollback ErrorInfo among a status's details, or ""."""
+    for detail in details:
+        if not detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            continue
+        info = error_details_pb2.ErrorInfo()
+        detail.Unpack(info)
+        if info.domain == DOMAIN:
+            return str(info.reason)
+    return ""
 
 
 def _rich_details(error: grpc.RpcError) -> tuple[Any, ...]:
@@ -193,4 +436,6 @@ def from_rpc_error(error: grpc.RpcError, *, addr: str = "") -> ScrollbackError:
         code = grpc.StatusCode.UNKNOWN
     message = details_method() if callable(details_method) else None
     text = str(message) if message else code.name.lower().replace("_", " ")
-    return error_class(code)(text, code=code, details=_rich_details(error), addr=addr)
+    details = _rich_details(error)
+    reason = reason_in(details)
+    return error_class(code, reason)(text, code=code, details=details, addr=addr, reason=reason)

@@ -52,7 +52,8 @@ def stat_error(result: mpb.StatMediaResult) -> Exception | None:
     if result.WhichOneof("result") != "error":
         return None
     code = getattr(grpc.StatusCode, result.error.code, grpc.StatusCode.UNKNOWN)
-    return error_class(code)(result.error.message, code=code)
+    reason = result.error.reason
+    return error_class(code, reason)(result.error.message, code=code, reason=reason)
 
 
 class MediaStream:

@@ -35,26 +35,31 @@ from history_service.lines import MediaMode, ServedLine
 from history_service.sessions import SessionInfo
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.windows import Window
+from scrollback.contract.reasons import Reason
 from scrollback.contract.refs import RefError
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.server.caller import current_principal
-from scrollback.server.grpc_support import ErrorTable, add_servicer_sending_serialized, maps_errors
+from scrollback.server.grpc_support import (
+    ErrorTable,
+    add_servicer_sending_serialized,
+    maps_errors,
+)
 from scrollback.server.serialized import Serialized, length_delimited
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
 ERROR_TABLE: ErrorTable = {
-    RefError: grpc.StatusCode.INVALID_ARGUMENT,
-    InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
-    SessionNotFoundError: grpc.StatusCode.NOT_FOUND,
-    AmbiguousSessionError: grpc.StatusCode.FAILED_PRECONDITION,
-    FileRewrittenError: grpc.StatusCode.FAILED_PRECONDITION,
-    BlobMissingError: grpc.StatusCode.FAILED_PRECONDITION,
-    ChatKeyBoundError: grpc.StatusCode.FAILED_PRECONDITION,
-    TxnConflictError: grpc.StatusCode.ALREADY_EXISTS,
-    TooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    StoreBusyError: grpc.StatusCode.UNAVAILABLE,
+    RefError: Reason.REF_INVALID,
+    InvalidArgumentError: Reason.INVALID_ARGUMENT,
+    SessionNotFoundError: Reason.SESSION_NOT_FOUND,
+    AmbiguousSessionError: Reason.SESSION_AMBIGUOUS,
+    FileRewrittenError: Reason.TRANSCRIPT_REWRITTEN,
+    BlobMissingError: Reason.BLOB_MISSING,
+    ChatKeyBoundError: Reason.CHAT_KEY_BOUND,
+    TxnConflictError: Reason.TXN_CONFLICT,
+    TooLargeError: Reason.TOO_LARGE,
+    StoreBusyError: Reason.STORE_BUSY,
 }
 
 Context = grpc.aio.ServicerContext[Any, Any]

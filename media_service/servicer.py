@@ -50,6 +50,7 @@ from media_service.library import (
 )
 from media_service.ranges import byte_range
 from media_service.thumbnail_encodes import ThumbnailEncodes
+from scrollback.contract.reasons import STATUS_OF, Reason
 from scrollback.contract.refs import RefError, TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.principals import Principal
@@ -57,8 +58,9 @@ from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import (
     ErrorTable,
     add_servicer_sending_serialized,
+    error_message,
     maps_errors,
-    status_for,
+    reason_for,
 )
 from scrollback.server.lane import Lane
 from scrollback.state.sqlite import StoreBusyError
@@ -98,23 +100,23 @@ class UploadDeadlineError(Exception):
 
 
 ERROR_TABLE: ErrorTable = {
-    RefError: grpc.StatusCode.INVALID_ARGUMENT,
-    InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
-    BlobMismatchError: grpc.StatusCode.INVALID_ARGUMENT,
-    MediaNotFoundError: grpc.StatusCode.NOT_FOUND,
-    PinMismatchError: grpc.StatusCode.FAILED_PRECONDITION,
-    AmbiguousSessionError: grpc.StatusCode.FAILED_PRECONDITION,
-    ReadRangeError: grpc.StatusCode.OUT_OF_RANGE,
-    LineTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ThumbnailTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    NotAnImageError: grpc.StatusCode.FAILED_PRECONDITION,
-    BlobTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    StorageFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    CorruptMediaError: grpc.StatusCode.DATA_LOSS,
-    StoreBusyError: grpc.StatusCode.UNAVAILABLE,
-    UploadIdleError: grpc.StatusCode.DEADLINE_EXCEEDED,
-    UploadDeadlineError: grpc.StatusCode.DEADLINE_EXCEEDED,
-    SearchCancelledError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    RefError: Reason.REF_INVALID,
+    InvalidRequestError: Reason.INVALID_ARGUMENT,
+    BlobMismatchError: Reason.BLOB_MISMATCH,
+    MediaNotFoundError: Reason.MEDIA_NOT_FOUND,
+    PinMismatchError: Reason.PIN_MISMATCH,
+    AmbiguousSessionError: Reason.SESSION_AMBIGUOUS,
+    ReadRangeError: Reason.RANGE_NOT_SATISFIABLE,
+    LineTooLargeError: Reason.LINE_TOO_LARGE,
+    ThumbnailTooLargeError: Reason.IMAGE_TOO_LARGE,
+    NotAnImageError: Reason.NOT_AN_IMAGE,
+    BlobTooLargeError: Reason.BLOB_TOO_LARGE,
+    StorageFullError: Reason.STORAGE_FULL,
+    CorruptMediaError: Reason.MEDIA_CORRUPT,
+    StoreBusyError: Reason.STORE_BUSY,
+    UploadIdleError: Reason.UPLOAD_IDLE,
+    UploadDeadlineError: Reason.UPLOAD_DEADLINE,
+    SearchCancelledError: Reason.LOOKUP_CANCELLED,
 }
 
 
@@ -166,10 +168,10 @@ def thumbnail_pixels(size: media_pb2.ThumbnailSize.ValueType) -> int | None:
 
 def error_to_proto(error: Exception) -> media_pb2.MediaError:
     """A per-item error, through the same table; unknown errors say nothing more."""
-    code = status_for(error, ERROR_TABLE)
-    if code is None:
-        return media_pb2.MediaError(code="INTERNAL", message="internal error")
-    return media_pb2.MediaError(code=code.name, message=str(error) or code.name.lower())
+    reason = reason_for(error, ERROR_TABLE)
+    message = "internal error" if reason is None else error_message(error, reason)
+    reason = reason or Reason.INTERNAL
+    return media_pb2.MediaError(code=STATUS_OF[reason], message=message, reason=reason)
 
 
 def _stat_response(results: list[MediaInfo | Exception | None]) -> media_pb2.StatMediaResponse:

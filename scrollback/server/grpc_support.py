@@ -9,6 +9,8 @@ Each servicer class is decorated with `maps_errors(ERROR_TABLE)`: every RPC
 method, unary or streaming, then turns a domain exception into its status
 through `abort_for`, wherever it is raised (also after a stream's first
 message), so no RPC carries its own `try` block for it (docs/contract.md §9).
+The table gives each error its reason (which fixes its status code), sent as a
+`google.rpc.ErrorInfo` in the status details (`scrollback.server.status`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from scrollback.contract.reasons import Reason
 from scrollback.server.listening import ListenError, probe_listen
 from scrollback.server.memory import pin_mmap_threshold
 from scrollback.server.serialized import Serialized
+from scrollback.server.status import abort_with_reason, status_code
 from scrollback.server.workers import current_role
 
 log = logging.getLogger(__name__)
@@ -132,36 +136,40 @@ async def wait_for_shutdown_signal() -> None:
             loop.remove_signal_handler(sig)
 
 
-ErrorTable = Mapping[type[BaseException], grpc.StatusCode]
+ErrorTable = Mapping[type[BaseException], Reason]
 
 
-def status_for(error: BaseException, table: ErrorTable) -> grpc.StatusCode | None:
-    """The status code the table maps this error (or its nearest base) to."""
+def reason_for(error: BaseException, table: ErrorTable) -> Reason | None:
+    """The reason the table gives this error (or its nearest base); None when it has none."""
     if isinstance(error, MalformedRequestError):
-        return grpc.StatusCode.INVALID_ARGUMENT
+        return Reason.MALFORMED_REQUEST
     for error_type in type(error).__mro__:
-        code = table.get(error_type)
-        if code is not None:
-            return code
+        reason = table.get(error_type)
+        if reason is not None:
+            return reason
     return None
+
+
+def error_message(error: BaseException, reason: Reason) -> str:
+    """The error's own fixed text, or its status code in words when it has none."""
+    return str(error) or status_code(reason).name.lower().replace("_", " ")
 
 
 async def abort_for(
     context: grpc.aio.ServicerContext[Any, Any], error: BaseException, table: ErrorTable
 ) -> NoReturn:
-    """Abort the call with the mapped status and the error's own (path-free) message.
+    """Abort the call with the mapped reason (and its status) and the error's own message.
 
     Errors the table does not know are INTERNAL with a fixed message: internals
     never leak. An abort already under way passes through.
     """
     if isinstance(error, grpc.aio.AbortError):
         raise error
-    code = status_for(error, table)
-    if code is None:
+    reason = reason_for(error, table)
+    if reason is None:
         log.exception("unexpected error", exc_info=error)
-        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-    await context.abort(code, str(error) or code.name.lower().replace("_", " "))
-    raise AssertionError("unreachable")  # context.abort always raises
+        await abort_with_reason(context, Reason.INTERNAL, "internal error")
+    await abort_with_reason(context, reason, error_message(error, reason))
 
 
 ServicerT = TypeVar("ServicerT", bound=type)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
+from scrollback.contract.reasons import Reason
 from scrollback.principals import Principal
 from scrollback.server import memory, metrics
 from scrollback.server.auth import SecuritySettings, TokenTable
@@ -46,6 +47,7 @@ from scrollback.server.caller import reset_principal, set_principal
 from scrollback.server.grpc_support import MalformedRequestError
 from scrollback.server.listening import check_bind_allowed, is_loopback
 from scrollback.server.service_config import DEFAULT_STALL_TIMEOUT_SECONDS
+from scrollback.server.status import abort_with_reason
 from scrollback.server.stream_limits import SharedStreamCounter
 from scrollback.server.workers import current_role
 
@@ -192,9 +194,9 @@ class ServerPolicy(_InterceptorBase):
 
     async def _admit(self, call: _Call, context: Context, request: Any = None) -> None:
         if call.failure:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, call.failure)
+            await abort_with_reason(context, Reason.UNAUTHENTICATED, call.failure)
         if request is _MALFORMED:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE)
+            await abort_with_reason(context, Reason.MALFORMED_REQUEST, MALFORMED_MESSAGE)
         key = call.key
         if self._worker_pid is not None:
             context.set_trailing_metadata(self._worker_pid)
@@ -204,8 +206,9 @@ class ServerPolicy(_InterceptorBase):
             admitted = self._active[key] < self._max_streams
         if not admitted:
             metrics.LIMIT_REFUSALS.labels("max_streams_per_principal").inc()
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            await abort_with_reason(
+                context,
+                Reason.TOO_MANY_STREAMS,
                 f"over the limit of {self._max_streams} concurrent calls per principal"
                 " (max_streams_per_principal)",
             )
@@ -410,12 +413,12 @@ class ServerPolicy(_InterceptorBase):
         if write is not None:
             with contextlib.suppress(Exception):
                 await write
-        await context.abort(
-            grpc.StatusCode.DEADLINE_EXCEEDED,
+        await abort_with_reason(
+            context,
+            Reason.STREAM_STALLED,
             f"the client granted no flow-control window for {self._stall_timeout:g} s"
             " (stall_timeout_seconds)",
         )
-        raise AssertionError("unreachable")  # context.abort always raises
 
 
 class _StallWatch:

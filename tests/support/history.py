@@ -13,8 +13,10 @@ import orjson
 import pytest
 
 from history_service.server import RunningHistoryServer
+from scrollback.contract.reasons import Reason
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
+from tests.support.reasons import assert_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,8 +123,14 @@ def line(**fields: Any) -> bytes:
     return orjson.dumps(fields) + b"\n"
 
 
-async def expect_error(call: Awaitable[Any], code: grpc.StatusCode, tmp: Path) -> str:
-    """Await a unary call or drain a stream; assert its status and that no path leaks."""
+async def expect_error(
+    call: Awaitable[Any], code: grpc.StatusCode, tmp: Path, reason: Reason | None = None
+) -> str:
+    """Await a unary call or drain a stream; assert its status, its reason, that no path leaks.
+
+    Every error carries an ErrorInfo whose reason agrees with the status code;
+    with `reason`, it must be that one.
+    """
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         if hasattr(call, "__aiter__"):
             async for _ in call:  # type: ignore[attr-defined]
@@ -131,6 +139,7 @@ async def expect_error(call: Awaitable[Any], code: grpc.StatusCode, tmp: Path) -
             await call
     error = raised.value
     assert error.code() == code, (error.code(), error.details())
+    assert_reason(error, reason)
     details = error.details() or ""
     assert str(tmp) not in details and ".jsonl" not in details and "/tmp" not in details
     return details

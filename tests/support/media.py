@@ -18,6 +18,7 @@ from scrollback.contract.enumeration import image_source_field, iter_image_block
 from scrollback.contract.stripping import strip_line
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from tests.support.reasons import assert_reason
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -135,10 +136,14 @@ async def read_error(
     read_offset: int = 0,
     read_limit: int = 0,
 ) -> grpc.aio.AioRpcError:
-    """The error of a ReadMedia call that must fail before sending any data."""
+    """The error of a ReadMedia call that must fail before sending any data.
+
+    Like every error, it carries an ErrorInfo whose reason agrees with its status code.
+    """
     try:
         await read_media(stub, selector, read_offset, read_limit)
     except grpc.aio.AioRpcError as error:
+        assert_reason(error)
         return error
     raise AssertionError("ReadMedia succeeded")
 

@@ -5,13 +5,15 @@
 //
 // The .proto files are loaded at run time from ../../../protos (or
 // SCROLLBACK_PROTOS). Prints one JSON line: the entries read, the ref and
-// the bytes written.
+// the bytes written. On a failed call it prints the status code and the
+// error's reason (google.rpc.ErrorInfo) as one JSON line on stderr, exit 1.
 "use strict";
 
 const fs = require("fs");
 const path = require("path");
 const grpc = require("@grpc/grpc-js");
 const protoLoader = require("@grpc/proto-loader");
+const protobuf = require("protobufjs");
 
 // proto-loader drops custom options, so the marker is the literal from the
 // comments of scrollback/ref/v1/options.proto.
@@ -31,6 +33,52 @@ const history = new api.scrollback.history.v1.HistoryService(
   historyAddr, grpc.credentials.createInsecure());
 const media = new api.scrollback.media.v1.MediaService(
   mediaAddr, grpc.credentials.createInsecure());
+
+// google.rpc.Status and ErrorInfo, the two messages of the rich error model,
+// declared inline: every Scrollback error carries one ErrorInfo in the
+// "grpc-status-details-bin" trailer.
+const richErrors = protobuf.Root.fromJSON({
+  nested: {
+    google: {
+      nested: {
+        protobuf: { nested: { Any: { fields: { type_url: { type: "string", id: 1 }, value: { type: "bytes", id: 2 } } } } },
+        rpc: {
+          nested: {
+            Status: {
+              fields: {
+                code: { type: "int32", id: 1 },
+                message: { type: "string", id: 2 },
+                details: { rule: "repeated", type: "google.protobuf.Any", id: 3 },
+              },
+            },
+            ErrorInfo: {
+              fields: {
+                reason: { type: "string", id: 1 },
+                domain: { type: "string", id: 2 },
+                metadata: { keyType: "string", type: "string", id: 3 },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+});
+const Status = richErrors.lookupType("google.rpc.Status");
+const ErrorInfo = richErrors.lookupType("google.rpc.ErrorInfo");
+
+// The reason of a failed call ("PIN_MISMATCH", "SESSION_NOT_FOUND", ...), or "".
+function reasonOf(error) {
+  const [raw] = (error.metadata && error.metadata.get("grpc-status-details-bin")) || [];
+  if (!raw) return "";
+  for (const detail of Status.decode(raw).details) {
+    if (detail.type_url.endsWith("/google.rpc.ErrorInfo")) {
+      const info = ErrorInfo.decode(detail.value);
+      if (info.domain === "scrollback") return info.reason;
+    }
+  }
+  return "";
+}
 
 function readWindow(sessionId) {
   return new Promise((resolve, reject) => {
@@ -83,5 +131,12 @@ async function main() {
 
 main().then(
   () => { history.close(); media.close(); },
-  (error) => { console.error(`read_photo: ${error.message}`); process.exit(1); },
+  (error) => {
+    if (error.code !== undefined) {
+      console.error(JSON.stringify({ code: grpc.status[error.code], reason: reasonOf(error), message: error.details }));
+    } else {
+      console.error(`read_photo: ${error.message}`);
+    }
+    process.exit(1);
+  },
 );

@@ -33,6 +33,18 @@ class HistoryServiceStub:
     """HistoryService reads transcripts under the configured root
     (SCROLLBACK_TRANSCRIPTS) and records accepted messages in the state store.
     No error message ever carries a filesystem path, a token or a payload.
+
+    Every error also carries, in the status details (grpc-status-details-bin,
+    a google.rpc.Status), one google.rpc.ErrorInfo with domain "scrollback" and
+    a stable reason: INVALID_ARGUMENT comes with MALFORMED_REQUEST,
+    INVALID_ARGUMENT or REF_INVALID; NOT_FOUND with SESSION_NOT_FOUND;
+    FAILED_PRECONDITION with SESSION_AMBIGUOUS (a session id shared by two
+    transcripts), TRANSCRIPT_REWRITTEN (a page token or watch position of a
+    file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
+    ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
+    TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    Branch on the reason, not on the message.
     """
 
     @_typing.overload
@@ -96,6 +108,18 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     """HistoryService reads transcripts under the configured root
     (SCROLLBACK_TRANSCRIPTS) and records accepted messages in the state store.
     No error message ever carries a filesystem path, a token or a payload.
+
+    Every error also carries, in the status details (grpc-status-details-bin,
+    a google.rpc.Status), one google.rpc.ErrorInfo with domain "scrollback" and
+    a stable reason: INVALID_ARGUMENT comes with MALFORMED_REQUEST,
+    INVALID_ARGUMENT or REF_INVALID; NOT_FOUND with SESSION_NOT_FOUND;
+    FAILED_PRECONDITION with SESSION_AMBIGUOUS (a session id shared by two
+    transcripts), TRANSCRIPT_REWRITTEN (a page token or watch position of a
+    file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
+    ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
+    TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    Branch on the reason, not on the message.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -155,6 +179,18 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """HistoryService reads transcripts under the configured root
     (SCROLLBACK_TRANSCRIPTS) and records accepted messages in the state store.
     No error message ever carries a filesystem path, a token or a payload.
+
+    Every error also carries, in the status details (grpc-status-details-bin,
+    a google.rpc.Status), one google.rpc.ErrorInfo with domain "scrollback" and
+    a stable reason: INVALID_ARGUMENT comes with MALFORMED_REQUEST,
+    INVALID_ARGUMENT or REF_INVALID; NOT_FOUND with SESSION_NOT_FOUND;
+    FAILED_PRECONDITION with SESSION_AMBIGUOUS (a session id shared by two
+    transcripts), TRANSCRIPT_REWRITTEN (a page token or watch position of a
+    file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
+    ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
+    TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    Branch on the reason, not on the message.
     """
 
     @_abc_1.abstractmethod

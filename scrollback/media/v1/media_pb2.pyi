@@ -314,19 +314,26 @@ class MediaError(_message.Message):
 
     CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     code: _builtins.str
     """The canonical gRPC status code name, for example "NOT_FOUND"."""
     message: _builtins.str
     """A message safe to show: never a path or a payload."""
+    reason: _builtins.str
+    """The stable reason, the same ErrorInfo reason ReadMedia would send for this
+    selector (for example "PIN_MISMATCH", "MEDIA_NOT_FOUND"); see the list at
+    the top of this file.
+    """
     def __init__(
         self,
         *,
         code: _builtins.str = ...,
         message: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

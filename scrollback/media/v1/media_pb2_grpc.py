@@ -31,6 +31,18 @@ class MediaServiceStub:
     by their sha256. Content types come from the bytes, never from the
     transcript. No error message ever carries a filesystem path, a token or a
     payload.
+
+    Every error also carries, in the status details (grpc-status-details-bin,
+    a google.rpc.Status), one google.rpc.ErrorInfo with domain "scrollback" and
+    a stable reason: INVALID_ARGUMENT comes with MALFORMED_REQUEST,
+    INVALID_ARGUMENT, REF_INVALID or BLOB_MISMATCH; NOT_FOUND with
+    MEDIA_NOT_FOUND; FAILED_PRECONDITION with PIN_MISMATCH, SESSION_AMBIGUOUS or
+    NOT_AN_IMAGE; OUT_OF_RANGE with RANGE_NOT_SATISFIABLE; RESOURCE_EXHAUSTED
+    with LINE_TOO_LARGE, IMAGE_TOO_LARGE, BLOB_TOO_LARGE, STORAGE_FULL or
+    TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
+    LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
+    DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
+    INTERNAL. Branch on the reason, not on the message.
     """
 
     def __init__(self, channel):
@@ -67,6 +79,18 @@ class MediaServiceServicer:
     by their sha256. Content types come from the bytes, never from the
     transcript. No error message ever carries a filesystem path, a token or a
     payload.
+
+    Every error also carries, in the status details (grpc-status-details-bin,
+    a google.rpc.Status), one google.rpc.ErrorInfo with domain "scrollback" and
+    a stable reason: INVALID_ARGUMENT comes with MALFORMED_REQUEST,
+    INVALID_ARGUMENT, REF_INVALID or BLOB_MISMATCH; NOT_FOUND with
+    MEDIA_NOT_FOUND; FAILED_PRECONDITION with PIN_MISMATCH, SESSION_AMBIGUOUS or
+    NOT_AN_IMAGE; OUT_OF_RANGE with RANGE_NOT_SATISFIABLE; RESOURCE_EXHAUSTED
+    with LINE_TOO_LARGE, IMAGE_TOO_LARGE, BLOB_TOO_LARGE, STORAGE_FULL or
+    TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
+    LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
+    DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
+    INTERNAL. Branch on the reason, not on the message.
     """
 
     def ReadMedia(self, request, context):
@@ -154,6 +178,18 @@ class MediaService:
     by their sha256. Content types come from the bytes, never from the
     transcript. No error message ever carries a filesystem path, a token or a
     payload.
+
+    Every error also carries, in the status details (grpc-status-details-bin,
+    a google.rpc.Status), one google.rpc.ErrorInfo with domain "scrollback" and
+    a stable reason: INVALID_ARGUMENT comes with MALFORMED_REQUEST,
+    INVALID_ARGUMENT, REF_INVALID or BLOB_MISMATCH; NOT_FOUND with
+    MEDIA_NOT_FOUND; FAILED_PRECONDITION with PIN_MISMATCH, SESSION_AMBIGUOUS or
+    NOT_AN_IMAGE; OUT_OF_RANGE with RANGE_NOT_SATISFIABLE; RESOURCE_EXHAUSTED
+    with LINE_TOO_LARGE, IMAGE_TOO_LARGE, BLOB_TOO_LARGE, STORAGE_FULL or
+    TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
+    LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
+    DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
+    INTERNAL. Branch on the reason, not on the message.
     """
 
     @staticmethod

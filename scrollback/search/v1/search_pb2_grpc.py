@@ -30,7 +30,9 @@ class SearchServiceStub:
     transcripts and decides who sees them. The index follows the transcripts
     as they grow, a few seconds behind; a rewritten transcript is indexed
     again. No error message ever carries a filesystem path, a token or a
-    payload.
+    payload. Every error also carries one google.rpc.ErrorInfo (domain
+    "scrollback") in its status details, with the history service's reasons
+    (INVALID_ARGUMENT, TRANSCRIPT_REWRITTEN for a stale page token, ...).
     """
 
     def __init__(self, channel):
@@ -51,7 +53,9 @@ class SearchServiceServicer:
     transcripts and decides who sees them. The index follows the transcripts
     as they grow, a few seconds behind; a rewritten transcript is indexed
     again. No error message ever carries a filesystem path, a token or a
-    payload.
+    payload. Every error also carries one google.rpc.ErrorInfo (domain
+    "scrollback") in its status details, with the history service's reasons
+    (INVALID_ARGUMENT, TRANSCRIPT_REWRITTEN for a stale page token, ...).
     """
 
     def Search(self, request, context):
@@ -91,7 +95,9 @@ class SearchService:
     transcripts and decides who sees them. The index follows the transcripts
     as they grow, a few seconds behind; a rewritten transcript is indexed
     again. No error message ever carries a filesystem path, a token or a
-    payload.
+    payload. Every error also carries one google.rpc.ErrorInfo (domain
+    "scrollback") in its status details, with the history service's reasons
+    (INVALID_ARGUMENT, TRANSCRIPT_REWRITTEN for a stale page token, ...).
     """
 
     @staticmethod

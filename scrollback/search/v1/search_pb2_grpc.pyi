@@ -34,7 +34,9 @@ class SearchServiceStub:
     transcripts and decides who sees them. The index follows the transcripts
     as they grow, a few seconds behind; a rewritten transcript is indexed
     again. No error message ever carries a filesystem path, a token or a
-    payload.
+    payload. Every error also carries one google.rpc.ErrorInfo (domain
+    "scrollback") in its status details, with the history service's reasons
+    (INVALID_ARGUMENT, TRANSCRIPT_REWRITTEN for a stale page token, ...).
     """
 
     @_typing.overload
@@ -60,7 +62,9 @@ class SearchServiceAsyncStub(SearchServiceStub):
     transcripts and decides who sees them. The index follows the transcripts
     as they grow, a few seconds behind; a rewritten transcript is indexed
     again. No error message ever carries a filesystem path, a token or a
-    payload.
+    payload. Every error also carries one google.rpc.ErrorInfo (domain
+    "scrollback") in its status details, with the history service's reasons
+    (INVALID_ARGUMENT, TRANSCRIPT_REWRITTEN for a stale page token, ...).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -82,7 +86,9 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
     transcripts and decides who sees them. The index follows the transcripts
     as they grow, a few seconds behind; a rewritten transcript is indexed
     again. No error message ever carries a filesystem path, a token or a
-    payload.
+    payload. Every error also carries one google.rpc.ErrorInfo (domain
+    "scrollback") in its status details, with the history service's reasons
+    (INVALID_ARGUMENT, TRANSCRIPT_REWRITTEN for a stale page token, ...).
     """
 
     @_abc_1.abstractmethod

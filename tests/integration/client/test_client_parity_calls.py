@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from client import AsyncClient, Client
-from client.errors import NotFound
+from client.errors import MediaNotFound, SessionNotFound
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
 T = TypeVar("T")
@@ -96,7 +96,15 @@ def test_reads_agree(client_servers: ServerPair) -> None:
     assert part == sync_part
     assert part[1] == png(2)[3:53]
     assert missing == sync_missing == ["0" * 64]
-    assert errors == sync_errors == [("error", NotFound)] * 3
+    assert (
+        errors
+        == sync_errors
+        == [
+            ("error", SessionNotFound),
+            ("error", MediaNotFound),
+            ("error", SessionNotFound),
+        ]
+    )
 
 
 @pytest.mark.parametrize("oldest_first", [False, True])
@@ -155,4 +163,4 @@ def test_search_agrees(client_servers: ServerPair) -> None:
     assert [h.entry_uuid for h in page.hits] == ["e3", "e2"] and page.next_page_token
     assert sync_all == every == ["e3", "e2", "e1"]
     assert sync_photos == photos == ["e3"]
-    assert sync_error == error == ("error", NotFound)
+    assert sync_error == error == ("error", SessionNotFound)

@@ -73,3 +73,27 @@ def test_node_example_reads_a_window_and_a_byte_exact_photo(
     assert summary["entries"] == 2 and summary["ref"] == "node1/p0/0"
     assert summary["content_type"] == "image/png"
     assert out.read_bytes() == photo
+
+
+def test_node_example_reads_the_reason_of_an_error(
+    client_servers: ServerPair, tmp_path: Path
+) -> None:
+    modules = _node_modules()
+    result = subprocess.run(
+        [
+            "node",
+            str(EXAMPLE / "read_photo.js"),
+            "no-such-session",
+            str(tmp_path / "photo.png"),
+            client_servers.history_addr,
+            client_servers.media_addr,
+        ],
+        env={**os.environ, "NODE_PATH": str(modules)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    failure = json.loads(result.stderr.strip().splitlines()[-1])
+    assert failure["code"] == "NOT_FOUND" and failure["reason"] == "SESSION_NOT_FOUND"
