@@ -39,6 +39,9 @@ from tests.integration.deploy.compose_engine import (
 from tests.integration.deploy.test_grpcurl import grpcurl
 from tests.support.servers import ServerPair
 
+# These tests build and run containers: `./scripts/test --quick` leaves them to CI.
+pytestmark = pytest.mark.container
+
 CONTAINER_PORTS = {"history": 50051, "media": 50052}
 SERVICES = {
     "history": "scrollback.history.v1.HistoryService",

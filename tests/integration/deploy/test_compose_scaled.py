@@ -26,6 +26,9 @@ import yaml
 from client import HistoryClient, MediaClient
 from tests.integration.deploy.compose_engine import OWNER, REPO, Engine, Project, free_ports
 
+# These tests build and run containers: `./scripts/test --quick` leaves them to CI.
+pytestmark = pytest.mark.container
+
 REPLICAS = ("history-1", "history-2", "media-1", "media-2")
 
 

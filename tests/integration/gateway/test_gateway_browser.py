@@ -28,6 +28,9 @@ import pytest
 from tests.support.gateway import SESSION, GatewayStack, artifacts_dir, photo_session
 from tests.support.servers import user_line
 
+# These tests drive Chromium: `./scripts/test --quick` leaves them to CI.
+pytestmark = pytest.mark.browser
+
 
 def photo_png(width: int, height: int) -> bytes:
     """A real PNG of these dimensions (Pillow), noisy enough to be cut out of its line."""
