@@ -71,6 +71,11 @@ class Lane:
         self._queued: dict[Hashable, asyncio.Future[Any]] = {}
         self._queued_lock = threading.Lock()
 
+    @property
+    def queued_calls(self) -> int:
+        """Calls on the lane now, queued or running."""
+        return self._queued_calls
+
     async def run(self, work: Callable[[], T]) -> T:
         """`work()` on the lane (or, if the lane is held up, on the default executor)."""
         started = self._started
