@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -25,10 +26,13 @@ import pytest
 from PIL import Image
 
 from media_service.gc import collect_garbage
-from media_service.library import MediaLibrary
-from scrollback.media.v1 import media_pb2
+from media_service.library import MediaLibrary, ThumbnailJob
+from media_service.thumbnail_encodes import ThumbnailEncodes
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.auth import SecuritySettings
+from scrollback_app.bench.procs import proc_status_kib
+from scrollback_app.bench.thumbnails import flat_png
 from tests.support.backends import state_backend
 from tests.support.media import (
     MediaEnv,
@@ -37,10 +41,12 @@ from tests.support.media import (
     entry,
     image_block,
     mint,
+    png_with_empty_chunks,
     read_media,
     write_transcript,
 )
-from tests.support.security import auth, upload, write_token_file
+from tests.support.security import ServerProcess, auth, upload, write_token_file
+from tests.support.stamps import count_calls
 
 SIZES = {
     media_pb2.THUMBNAIL_SIZE_96: 96,
@@ -102,7 +108,7 @@ def blob_selector(data: bytes) -> media_pb2.MediaSelector:
 
 
 async def read_thumbnail(
-    media: MediaEnv,
+    media: MediaEnv | media_pb2_grpc.MediaServiceStub,
     selector: media_pb2.MediaSelector,
     size: media_pb2.ThumbnailSize.ValueType,
     metadata: tuple[tuple[str, str], ...] | None = None,
@@ -110,7 +116,8 @@ async def read_thumbnail(
 ) -> tuple[media_pb2.MediaMetadata, bytes]:
     got: media_pb2.MediaMetadata | None = None
     chunks: list[bytes] = []
-    call = media.stub.ReadMedia(
+    stub = media.stub if isinstance(media, MediaEnv) else media
+    call = stub.ReadMedia(
         media_pb2.ReadMediaRequest(media=selector, size=size), metadata=metadata, timeout=deadline
     )
     async for message in call:
@@ -507,3 +514,172 @@ async def test_stat_media_bounds_sized_calls(media: MediaEnv) -> None:
     )
     assert {r.metadata.width for r in hundred.results} == {96}
     assert library_of(media).thumbnails.encodes == before + 1, "one selector, made once"
+
+
+async def test_dimensions_come_from_fixed_header_fields_not_a_walk_of_the_chunks(
+    start_media: StartMedia,
+) -> None:
+    # 400,000 empty ancillary chunks (4.8 MB) between IHDR and IDAT of a real PNG, and the
+    # baseline: as many after IDAT, where no reader of the header goes.
+    chunky = png_with_empty_chunks(640, 480, 400_000)
+    baseline = png_with_empty_chunks(640, 480, 400_000, before_idat=False, seed=1)
+    assert len(chunky) == len(baseline)
+    media = await start_media()
+    lines = {}
+    for name, data in (("chunky", chunky), ("baseline", baseline)):
+        await upload(media.stub, data)
+        lines[name] = dumps(entry(f"u-{name}", [image_block(data)]))
+        write_transcript(media.root, name, [lines[name]])
+    refs = {name: mint(name, line)[0] for name, line in lines.items()}
+    # A fresh server over the same state: nothing about either image is remembered yet.
+    media = await start_media()
+    before = rchar()
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(chunky)]))
+    read = rchar() - before
+    assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (640, 480)
+    assert read < 256 * 1024, f"StatMedia read {read} bytes of a {len(chunky)} byte blob"
+    # A plain ReadMedia reads what it hashes and sends, the same for both images; a walk of
+    # the chunks before IDAT would read them once more.
+    read_by: dict[str, int] = {}
+    for name, data in (("chunky", chunky), ("baseline", baseline)):
+        for kind, selector in (
+            ("blob", blob_selector(data)),
+            ("transcript", media_pb2.MediaSelector(media_ref=refs[name])),
+        ):
+            before = rchar()
+            got, sent, _ = await read_media(media.stub, selector)
+            read_by[f"{name} {kind}"] = rchar() - before
+            assert sent == data
+            assert (got.width, got.height) == (640, 480)
+    print(read_by)
+    for kind in ("blob", "transcript"):
+        extra = read_by[f"chunky {kind}"] - read_by[f"baseline {kind}"]
+        assert extra < 512 * 1024, f"{kind}: {extra} bytes more than the baseline's read"
+    # Its thumbnail is made as of any PNG.
+    got, _ = await read_thumbnail(media, blob_selector(chunky), media_pb2.THUMBNAIL_SIZE_96)
+    assert (got.width, got.height) == (96, 72)
+
+
+async def test_one_callers_queue_delays_anothers_thumbnail_by_one_encode_at_most(
+    start_media: StartMedia, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = write_token_file(tmp_path / "tokens.yaml")
+    # One encode thread: a turn is exactly one encode.
+    media = await start_media(security=SecuritySettings(auth_tokens=tokens), thumbnail_threads=1)
+    big = [photo(2600, 2600, seed=30 + n) for n in range(6)]
+    for original in big:
+        await upload(media.stub, original, metadata=auth("alice"))
+    small = photo(300, 200, seed=40)
+    await upload(media.stub, small, metadata=auth("bob"))
+    handed = count_calls(monkeypatch, ThumbnailEncodes, "run")
+    finished: list[str] = []
+
+    async def thumbnail(who: str, original: bytes) -> None:
+        await read_thumbnail(
+            media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_960, auth(who), deadline=120
+        )
+        finished.append(who)
+
+    alice = [asyncio.ensure_future(thumbnail("alice", original)) for original in big]
+    try:
+        deadline = time.monotonic() + 30
+        while handed.calls < len(big):  # every one of alice's encodes is queued or running
+            assert time.monotonic() < deadline, "alice's encodes never reached the encoder"
+            await asyncio.sleep(0.005)
+        alice_before = finished.count("alice")
+        await thumbnail("bob", small)
+        overtaken_by = finished.count("alice") - alice_before
+        print(f"bob's thumbnail waited for {overtaken_by} of alice's encodes")
+        assert alice_before < len(big) - 2, "alice's queue was gone before bob asked"
+        # At most the encode running when bob asked: not the rest of alice's queue.
+        assert overtaken_by <= 1
+        await asyncio.gather(*alice)
+        assert finished.count("alice") == len(big)
+    finally:
+        for future in alice:
+            future.cancel()
+
+
+class Overlap:
+    """The most ThumbnailJob.run calls in progress at once (the real method still runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+        real = ThumbnailJob.run
+
+        def run(job: ThumbnailJob) -> Any:
+            with self._lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            try:
+                return real(job)
+            finally:
+                with self._lock:
+                    self.now -= 1
+
+        monkeypatch.setattr(ThumbnailJob, "run", run)
+
+
+async def test_encodes_wait_for_the_memory_budget_and_one_over_it_runs_alone(
+    start_media: StartMedia, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2600 x 2600: 27 MB of RGBA each, reserved before decoding.
+    big = [photo(2600, 2600, seed=50 + n) for n in range(4)]
+    overlap = Overlap(monkeypatch)
+    # The smallest budget, 4 MiB: each encode is over it, so each runs alone, and runs.
+    tight = await start_media(thumbnail_threads=2, thumbnail_memory_bytes=4 * 1024 * 1024)
+    for original in big:
+        await upload(tight.stub, original)
+    results = await asyncio.gather(
+        *(read_thumbnail(tight, blob_selector(o), media_pb2.THUMBNAIL_SIZE_96) for o in big)
+    )
+    assert {(m.width, m.height) for m, _ in results} == {(96, 96)}
+    assert overlap.most == 1, "two encodes ran at once beyond the budget"
+    encodes = tight.server.servicer.thumbnail_encodes if tight.server.servicer else None
+    assert encodes is not None and encodes.reserved == 0 and encodes.queued == 0
+    # The default budget (512 MiB) holds both threads' encodes: they run together.
+    overlap.most = 0
+    roomy = await start_media(thumbnail_threads=2, state_dir=tight.state.parent / "state-2")
+    for original in big:
+        await upload(roomy.stub, original)
+    await asyncio.gather(
+        *(read_thumbnail(roomy, blob_selector(o), media_pb2.THUMBNAIL_SIZE_96) for o in big)
+    )
+    assert overlap.most == 2
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The peak resident set size of a process (VmHWM), KiB."""
+    return proc_status_kib(pid, "VmHWM")
+
+
+async def test_two_concurrent_64_mp_thumbnails_stay_within_the_memory_bound(
+    tmp_path: Path,
+) -> None:
+    # One-colour 8000x8000 RGBA PNGs: 64 MP (the limit), 256 MB each decoded whole.
+    big = [flat_png(8000, 8000, (10 + n, 200, 30, 255)) for n in range(2)]
+    assert all(len(data) < 300_000 for data in big)
+    small = flat_png(300, 200, (1, 2, 3, 255))
+    root, state = tmp_path / "projects", tmp_path / "state"
+    root.mkdir()
+    server = ServerProcess("media_service", root, state)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        stub = media_pb2_grpc.MediaServiceStub(channel)
+        for data in [*big, small]:
+            await upload(stub, data)
+        # The encode path loaded and warm: idle is the server as it serves thumbnails.
+        await read_thumbnail(stub, blob_selector(small), media_pb2.THUMBNAIL_SIZE_96)
+        idle = proc_status_kib(server.pid, "VmRSS")
+        results = await asyncio.gather(
+            *(read_thumbnail(stub, blob_selector(d), media_pb2.THUMBNAIL_SIZE_96) for d in big)
+        )
+        growth_mib = (peak_rss_kib(server.pid) - idle) / 1024
+        print(f"two 64 MP thumbnails: peak {growth_mib:.0f} MiB over idle")
+        assert [(m.width, m.height) for m, _ in results] == [(96, 96), (96, 96)]
+        assert growth_mib * 1.048576 < 350, f"peak {growth_mib:.0f} MiB over idle"
+    finally:
+        await channel.close()
+        server.terminate()
