@@ -48,6 +48,7 @@ EXPECTED = {
     "stall_media_after",
     "stall_history_stalled",
     "stall_history_after",
+    "thumbnail_rss_two_64mp",
     "search_index_build",
     "search_query_p50",
     "search_query_p99",
