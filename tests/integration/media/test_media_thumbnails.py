@@ -177,6 +177,28 @@ async def test_each_size_of_a_blob_is_a_webp_of_that_longest_side(media: MediaEn
     assert plain.thumbnail_size == media_pb2.THUMBNAIL_SIZE_UNSPECIFIED
 
 
+async def test_a_jpeg_is_shrunk_upright_and_a_webp_keeps_its_alpha(media: MediaEnv) -> None:
+    # EXIF orientation 6 (rotate 90): the stored 400 x 200 frame shows as 200 x 400.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    Image.new("RGB", (400, 200), (0, 128, 255)).save(out, "JPEG", exif=exif)
+    jpeg = out.getvalue()
+    out = io.BytesIO()
+    Image.new("RGBA", (300, 150), (255, 0, 0, 64)).save(out, "WEBP")
+    webp = out.getvalue()
+    for data in (jpeg, webp):
+        await upload(media.stub, data)
+    got, data = await read_thumbnail(media, blob_selector(jpeg), media_pb2.THUMBNAIL_SIZE_96)
+    assert (got.width, got.height) == (48, 96)
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "WEBP" and image.size == (48, 96)
+    got, data = await read_thumbnail(media, blob_selector(webp), media_pb2.THUMBNAIL_SIZE_96)
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.size == (96, 48) and image.mode == "RGBA"
+        assert image.getpixel((48, 24))[3] < 100  # type: ignore[index]
+
+
 async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(
     backed_media: MediaEnv,
 ) -> None:
