@@ -134,16 +134,26 @@ def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumb
         raise NotAnImageError()
     if header.pixels > max_pixels:
         raise ThumbnailTooLargeError()
-    stream.seek(0)
-    source = _vips_source(stream)
     try:
+        # The loader's own reading of the header, before any pixel is decoded: its
+        # format must be one of ours, and its frame no larger than the header's (a
+        # GIF frame larger than its logical screen would otherwise enlarge the canvas
+        # past what the pixel limit and the memory budget were checked against).
+        stream.seek(0)
+        probe_source = _vips_source(stream)
+        probe = pyvips.Image.new_from_source(probe_source, "", access="sequential")
+        if probe.get("vips-loader") not in DECODED_LOADERS:
+            raise NotAnImageError()
+        if probe.width * probe.height > header.pixels:
+            raise NotAnImageError()
+        del probe, probe_source
+        stream.seek(0)
         # Shrink-on-load, EXIF orientation applied, never enlarged; libvips decodes lazily,
         # so `source` must outlive the save below.
+        source = _vips_source(stream)
         frame = pyvips.Image.thumbnail_source(
             source, longest, height=longest, size="down", fail_on="truncated"
         )
-        if frame.get("vips-loader") not in DECODED_LOADERS:
-            raise NotAnImageError()
         animated = frame.get_typeof("n-pages") != 0 and int(frame.get("n-pages")) > 1
         data = frame.webpsave_buffer(Q=WEBP_QUALITY, effort=WEBP_EFFORT, keep="none")
         width, height = frame.width, frame.height

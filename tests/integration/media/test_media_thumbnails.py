@@ -361,6 +361,25 @@ async def test_a_decompression_bomb_is_resource_exhausted_without_decoding(
     assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (10_000, 10_000)
 
 
+async def test_a_gif_frame_larger_than_its_screen_is_refused_without_decoding(
+    media: MediaEnv,
+) -> None:
+    # A real 3000 x 3000 GIF whose logical screen claims 10 x 10: the decoder would grow its
+    # canvas to the frame, past what the pixel limit and the memory budget were checked for.
+    out = io.BytesIO()
+    Image.new("P", (3000, 3000)).save(out, "GIF")
+    gif = bytearray(out.getvalue())
+    gif[6:10] = struct.pack("<HH", 10, 10)
+    await upload(media.stub, bytes(gif))
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    error = await thumbnail_error(media, blob_selector(bytes(gif)), media_pb2.THUMBNAIL_SIZE_96)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert cache.encodes == before
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(bytes(gif))]))
+    assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (10, 10)
+
+
 def _max_rss_kib() -> int:
     import resource
 
