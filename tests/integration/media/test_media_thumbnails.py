@@ -46,7 +46,6 @@ from tests.support.media import (
     write_transcript,
 )
 from tests.support.security import ServerProcess, auth, upload, write_token_file
-from tests.support.stamps import count_calls
 
 SIZES = {
     media_pb2.THUMBNAIL_SIZE_96: 96,
@@ -601,6 +600,32 @@ async def test_dimensions_come_from_fixed_header_fields_not_a_walk_of_the_chunks
     assert (got.width, got.height) == (96, 72)
 
 
+class EncodeLog:
+    """The order in which encodes are handed to ThumbnailEncodes and start, by original's
+    sha256 (both real methods still run)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[tuple[str, str]] = []
+        handed, started = ThumbnailEncodes.run, ThumbnailJob.run
+
+        def hand(encodes: ThumbnailEncodes, job: ThumbnailJob, *args: Any) -> Any:
+            self.events.append(("handed", job.source.info.sha256))
+            return handed(encodes, job, *args)
+
+        def start(job: ThumbnailJob) -> Any:
+            self.events.append(("started", job.source.info.sha256))
+            return started(job)
+
+        monkeypatch.setattr(ThumbnailEncodes, "run", hand)
+        monkeypatch.setattr(ThumbnailJob, "run", start)
+
+    def count(self, kind: str) -> int:
+        return sum(event == kind for event, _ in self.events)
+
+    def index(self, kind: str, sha256: str) -> int:
+        return self.events.index((kind, sha256))
+
+
 async def test_one_callers_queue_delays_anothers_thumbnail_by_one_encode_at_most(
     start_media: StartMedia, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -612,7 +637,7 @@ async def test_one_callers_queue_delays_anothers_thumbnail_by_one_encode_at_most
         await upload(media.stub, original, metadata=auth("alice"))
     small = photo(300, 200, seed=40)
     await upload(media.stub, small, metadata=auth("bob"))
-    handed = count_calls(monkeypatch, ThumbnailEncodes, "run")
+    log = EncodeLog(monkeypatch)
     finished: list[str] = []
 
     async def thumbnail(who: str, original: bytes) -> None:
@@ -624,16 +649,18 @@ async def test_one_callers_queue_delays_anothers_thumbnail_by_one_encode_at_most
     alice = [asyncio.ensure_future(thumbnail("alice", original)) for original in big]
     try:
         deadline = time.monotonic() + 30
-        while handed.calls < len(big):  # every one of alice's encodes is queued or running
+        while log.count("handed") < len(big):  # every one of alice's encodes is queued or running
             assert time.monotonic() < deadline, "alice's encodes never reached the encoder"
             await asyncio.sleep(0.005)
-        alice_before = finished.count("alice")
         await thumbnail("bob", small)
-        overtaken_by = finished.count("alice") - alice_before
-        print(f"bob's thumbnail waited for {overtaken_by} of alice's encodes")
-        assert alice_before < len(big) - 2, "alice's queue was gone before bob asked"
-        # At most the encode running when bob asked: not the rest of alice's queue.
-        assert overtaken_by <= 1
+        bob = hashlib.sha256(small).hexdigest()
+        handed_at, started_at = log.index("handed", bob), log.index("started", bob)
+        queued_then = len(big) - sum(event == "started" for event, _ in log.events[:handed_at])
+        overtaken_by = sum(event == "started" for event, _ in log.events[handed_at:started_at])
+        print(f"bob's encode waited for {overtaken_by} of alice's to start, {queued_then} queued")
+        assert queued_then >= 3, "alice's queue was gone before bob asked"
+        # The next turn is bob's: he waits only for the encode running when he asked.
+        assert overtaken_by == 0
         await asyncio.gather(*alice)
         assert finished.count("alice") == len(big)
     finally:
