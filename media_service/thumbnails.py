@@ -10,8 +10,10 @@ Decoding is bounded. The dimensions come from the image's fixed header
 (media_service.image_header) and are checked against `max_pixels` before a
 single pixel is decoded; a larger image (a decompression bomb: a few bytes
 claiming huge dimensions) is ThumbnailTooLargeError and nothing is allocated
-for it. Only PNG, JPEG, GIF and WebP headers pass that check, and libvips
-must pick its loader of that format. libvips then shrinks while it decodes:
+for it. Only PNG, JPEG, GIF and WebP headers pass that check; libvips' own
+reading of the header must then name its loader of one of these formats and a
+frame no larger than the header's (a GIF frame larger than its logical screen
+is NotAnImageError). libvips then shrinks while it decodes:
 JPEG and WebP at a reduced scale in the decoder itself, PNG in strips as the
 rows stream in, so an encode holds a few strips rather than the whole frame
 (a GIF frame is the exception: its decoder renders one whole frame). The

@@ -255,6 +255,43 @@ async def test_concurrent_reads_of_one_new_thumbnail_share_one_encode(media: Med
     assert cache.encodes == before + 1
 
 
+async def test_a_queued_encode_whose_caller_leaves_is_never_made(
+    start_media: StartMedia, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    media = await start_media(thumbnail_threads=1)
+    running, queued = photo(2600, 2600, seed=60), photo(2600, 2600, seed=61)
+    for original in (running, queued):
+        await upload(media.stub, original)
+    log = EncodeLog(monkeypatch)
+    first = asyncio.ensure_future(
+        read_thumbnail(media, blob_selector(running), media_pb2.THUMBNAIL_SIZE_960)
+    )
+    deadline = time.monotonic() + 30
+    while log.count("started") < 1:
+        assert time.monotonic() < deadline, "the first encode never started"
+        await asyncio.sleep(0.005)
+    # The second waits behind the first on the one thread; its caller leaves meanwhile.
+    leaving = asyncio.ensure_future(
+        read_thumbnail(media, blob_selector(queued), media_pb2.THUMBNAIL_SIZE_960)
+    )
+    while log.count("handed") < 2:
+        assert time.monotonic() < deadline, "the second encode was never handed in"
+        await asyncio.sleep(0.005)
+    leaving.cancel()
+    await first
+    encodes = media.server.servicer.thumbnail_encodes if media.server.servicer else None
+    assert encodes is not None
+    while encodes.running or encodes.queued:
+        assert time.monotonic() < deadline, "the encodes never drained"
+        await asyncio.sleep(0.005)
+    assert log.count("started") == 1, "the encode nobody waited for was made"
+    assert encodes.reserved == 0
+    # Asked again, it is made then.
+    got, _ = await read_thumbnail(media, blob_selector(queued), media_pb2.THUMBNAIL_SIZE_960)
+    assert got.thumbnail_size == media_pb2.THUMBNAIL_SIZE_960
+    assert log.count("started") == 2
+
+
 async def test_a_transcript_image_has_thumbnails_and_dimensions(media: MediaEnv) -> None:
     original = photo(2000, 500, seed=2)
     line = dumps(entry("u-photo", [image_block(original)]))
