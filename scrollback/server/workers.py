@@ -268,8 +268,8 @@ class _Workers:
                 process.kill()
                 process.wait()
 
-    def status(self) -> int:
-        """The service's exit status once its workers have ended.
+    def status(self, replaced: set[int] | frozenset[int] = frozenset()) -> int:
+        """The service's exit status once its workers have ended (but the `replaced` pids).
 
         The first status a worker gave itself (e.g. 2, a configuration error);
         else 1 if one died of a signal the supervisor does not use to stop
@@ -277,7 +277,7 @@ class _Workers:
         deaths are clean stops: a worker still starting when the service is
         asked to stop has no handler yet and dies of the forwarded signal.
         """
-        codes = [process.returncode for process in self.processes]
+        codes = [p.returncode for p in self.processes if p.pid not in replaced]
         for code in codes:
             if code is not None and code > 0:
                 return code
@@ -334,6 +334,9 @@ class Supervisor:
         self._lock = threading.RLock()
         self._stopping = False
         self._fatal = 0
+        # Workers whose death was logged and whose replacement is (or was to be)
+        # started: not a failure of the service when it stops.
+        self._replaced: set[int] = set()
         self._ended = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -467,6 +470,7 @@ class Supervisor:
                         self.name, process.pid, describe_exit(code),
                         f" in {delay:g} s" if delay else "",
                     )  # fmt: skip
+                    self._replaced.add(process.pid)
                     restart_at[index] = time.monotonic() + delay
                 now = time.monotonic()
                 for index, when in list(restart_at.items()):
@@ -542,7 +546,7 @@ class Supervisor:
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
-        return self._fatal or self.workers.status()
+        return self._fatal or self.workers.status(self._replaced)
 
 
 def supervise(

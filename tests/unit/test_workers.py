@@ -231,3 +231,25 @@ def test_a_dead_workers_counts_are_forgotten(tmp_path: Path) -> None:
     finally:
         one.close()
         other.close()
+
+
+def test_a_stop_while_a_replacement_waits_its_turn_is_a_clean_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
+    fails = tmp_path / "fails"
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("FAKE_WORKER_FAILS", str(fails))
+    caplog.set_level(logging.INFO, logger="scrollback.server.workers")
+    supervisor = Supervisor("fake_worker", [], address="127.0.0.1:0", count=2)
+    assert supervisor.start()
+    try:
+        fails.touch()
+        os.kill(supervisor.workers.processes[1].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "starting another in 1 s" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+    finally:
+        # The dead workers were replaced or due to be: the stop itself went well.
+        assert supervisor.stop() == 0

@@ -386,3 +386,30 @@ def test_a_replacement_that_cannot_start_stops_the_service_with_its_status(
     assert f"worker {victim} was killed by SIGKILL; starting another" in log
     assert "the transcripts root (SCROLLBACK_TRANSCRIPTS) is not a directory" in log
     assert re.search(r"worker \d+ exited with status 2; stopping the service", log)
+
+
+def test_scrollback_up_ends_when_a_replacement_cannot_start(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrollback_app.cli", "up", "--workers", "2",
+         "--transcripts", str(root), "--state", str(state),
+         "--history-addr", "127.0.0.1:0", "--media-addr", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        found = re.search(r"history on port (\d+)", process.stdout.readline())
+        assert found
+        history_addr = f"127.0.0.1:{found.group(1)}"
+        (_, victim), _ = channels_on_distinct_workers(history_addr, _history_pid)
+        root.rename(tmp_path / "moved")  # a new worker's configuration is invalid
+        os.kill(victim, signal.SIGKILL)
+        _, errors = process.communicate(timeout=60)
+        assert process.returncode == 2
+        assert f"worker {victim} was killed by SIGKILL; starting another" in errors
+        assert "scrollback up: the history service stopped" in errors
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
