@@ -38,13 +38,12 @@ import threading
 from pathlib import Path
 
 SLOTS = 4096
-_DIGEST = struct.Struct("<16s")
 _EMPTY = bytes(16)  # a slot never used: no key lies further along its probe chain
 
 
 def table_bytes(workers: int) -> int:
     """The size of the table of a service of `workers` workers."""
-    return SLOTS * (_DIGEST.size + 8 * workers)
+    return SLOTS * (16 + 8 * workers)
 
 
 def _digest(key: str) -> bytes:
@@ -63,8 +62,8 @@ class SharedStreamCounter:
         if not 0 <= worker < workers:
             raise ValueError(f"worker {worker} is not one of {workers}")
         self._worker = worker
-        self._counts = struct.Struct(f"<{workers}q")
-        self._slot = _DIGEST.size + self._counts.size
+        self._row = struct.Struct(f"<16s{workers}q")  # a slot: key digest, one count per worker
+        self._slot = self._row.size
         self._bytes = table_bytes(workers)
         self._lock = threading.Lock()  # flock does not exclude this process's own threads
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -80,12 +79,12 @@ class SharedStreamCounter:
             os.close(self._fd)
             raise
 
-    def _key(self, slot: int) -> bytes:
-        key: bytes = _DIGEST.unpack_from(self._map, slot * self._slot)[0]
-        return key
+    def _read(self, slot: int) -> tuple[bytes, list[int]]:
+        key, *counts = self._row.unpack_from(self._map, slot * self._slot)
+        return key, counts
 
-    def _counts_of(self, slot: int) -> list[int]:
-        return list(self._counts.unpack_from(self._map, slot * self._slot + _DIGEST.size))
+    def _write(self, slot: int, key: bytes, counts: list[int]) -> None:
+        self._row.pack_into(self._map, slot * self._slot, key, *counts)
 
     def _find(self, digest: bytes, *, insert: bool) -> int:
         """The slot of `digest`; with `insert`, else the first one free; -1 if none (locked)."""
@@ -93,12 +92,12 @@ class SharedStreamCounter:
         free = -1
         for step in range(SLOTS):
             slot = (start + step) % SLOTS
-            key = self._key(slot)
+            key, counts = self._read(slot)
             if key == digest:
                 return slot
             if key == _EMPTY:
                 return slot if free < 0 and insert else free if insert else -1
-            if free < 0 and insert and sum(self._counts_of(slot)) <= 0:
+            if free < 0 and sum(counts) <= 0:
                 free = slot
         return free if insert else -1
 
@@ -111,14 +110,13 @@ class SharedStreamCounter:
                 slot = self._find(digest, insert=True)
                 if slot < 0:
                     return False  # every slot holds calls of other keys
-                counts = self._counts_of(slot)
-                if self._key(slot) != digest:
+                stored, counts = self._read(slot)
+                if stored != digest:
                     counts = [0] * len(counts)
                 if sum(counts) >= limit:
                     return False
                 counts[self._worker] += 1
-                _DIGEST.pack_into(self._map, slot * self._slot, digest)
-                self._counts.pack_into(self._map, slot * self._slot + _DIGEST.size, *counts)
+                self._write(slot, digest, counts)
                 return True
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -131,9 +129,9 @@ class SharedStreamCounter:
             try:
                 slot = self._find(digest, insert=False)
                 if slot >= 0:
-                    counts = self._counts_of(slot)
+                    _, counts = self._read(slot)
                     counts[self._worker] = max(0, counts[self._worker] - 1)
-                    self._counts.pack_into(self._map, slot * self._slot + _DIGEST.size, *counts)
+                    self._write(slot, digest, counts)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -144,7 +142,7 @@ class SharedStreamCounter:
             fcntl.flock(self._fd, fcntl.LOCK_SH)
             try:
                 slot = self._find(digest, insert=False)
-                return 0 if slot < 0 else sum(self._counts_of(slot))
+                return 0 if slot < 0 else sum(self._read(slot)[1])
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -154,11 +152,10 @@ class SharedStreamCounter:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 for slot in range(SLOTS):
-                    counts = self._counts_of(slot)
+                    key, counts = self._read(slot)
                     if counts[worker]:
                         counts[worker] = 0
-                        offset = slot * self._slot + _DIGEST.size
-                        self._counts.pack_into(self._map, offset, *counts)
+                        self._write(slot, key, counts)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
