@@ -1,13 +1,16 @@
 """The scaled search index: PostgreSQL full-text search (tsvector, GIN), shared by replicas.
 
 The same tables as the SQLite backend (history_service.search.sqlite), with
-the text in `search_entry.body` and a generated `tsvector` over it under the
-`simple` configuration (no stemming, no stop words: the same matching as FTS5
-`unicode61`), made from the text with every run of non-alphanumerics turned
-into one space, so words split exactly where the query parser splits them.
-The tables are created on first use under an advisory lock. Replicas may
-all index: `add_entries` writes only when the file's progress is where the
-batch started, so a batch two replicas race on is written once.
+the text in `search_entry.body` and beside it a `tsvector` of its
+project-tagged terms (history_service.search.terms), written as tsvector
+input with their positions, so PostgreSQL's parser never re-cuts them; a
+query is tsquery input over the visible projects' terms, so the GIN index
+reads only their lists. The tables are created on first use under an
+advisory lock, and dropped and created again when `search_schema` holds
+another version (the index is derived: the indexer reads the transcripts
+again). Replicas may all index: `add_entries` writes only when the file's
+progress is where the batch started, so a batch two replicas race on is
+written once.
 """
 
 from __future__ import annotations
@@ -19,20 +22,31 @@ import psycopg
 
 from history_service.search.query import Filters, Query
 from history_service.search.sqlite import sql_filters
-from history_service.search.store import EntryRow, FileState, IndexHit, entry_key, hit_of
+from history_service.search.store import (
+    EntryRow,
+    FileState,
+    IndexHit,
+    entry_key,
+    hit_of,
+    project_scope,
+)
+from history_service.search.terms import index_terms, scope_tags
 from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
 
 SCHEMA_LOCK = 0x5C20_0017
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS search_file (
+SCHEMA_VERSION = 2
+# Positions past this are all this one (PostgreSQL's own limit).
+_MAX_POSITION = 16383
+_SCHEMA = (
+    """CREATE TABLE search_file (
     file_id BIGSERIAL PRIMARY KEY,
     path_key TEXT NOT NULL UNIQUE,
     project_dir TEXT NOT NULL,
     session_id TEXT NOT NULL,
     identity TEXT NOT NULL,
     indexed_to BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS search_entry (
+)""",
+    """CREATE TABLE search_entry (
     key BIGINT PRIMARY KEY,
     file_id BIGINT NOT NULL REFERENCES search_file (file_id) ON DELETE CASCADE,
     line_start BIGINT NOT NULL,
@@ -46,13 +60,25 @@ CREATE TABLE IF NOT EXISTS search_entry (
     ts_ms BIGINT,
     has_photos BOOLEAN NOT NULL,
     body TEXT NOT NULL,
-    tsv TSVECTOR GENERATED ALWAYS AS
-        (to_tsvector('simple', regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))) STORED
-);
-CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
-CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
-CREATE INDEX IF NOT EXISTS search_entry_tsv ON search_entry USING GIN (tsv);
-"""
+    tsv TSVECTOR NOT NULL
+)""",
+    "CREATE INDEX search_entry_file ON search_entry (file_id)",
+    "CREATE INDEX search_entry_session ON search_entry (session_id, key)",
+    "CREATE INDEX search_entry_tsv ON search_entry USING GIN (tsv)",
+)
+
+
+def tsvector_text(project_dir: str, text: str) -> str:
+    """tsvector input of an entry's tagged terms with their positions (from 1)."""
+    positions: dict[str, list[str]] = {}
+    for number, pair in enumerate(index_terms(project_dir, text), start=1):
+        place = str(min(number, _MAX_POSITION))
+        for term in pair:  # the project's term and the ALL_TAG one share the position
+            positions.setdefault(term, []).append(place)
+    # Terms are letters and digits only: nothing in them needs quoting but the quotes.
+    return " ".join(f"'{term}':{','.join(places)}" for term, places in positions.items())
+
+
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
@@ -65,9 +91,17 @@ class PostgresSearchIndex:
 
         def create(connection: Connection) -> None:
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    connection.execute(statement)
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS search_schema (version INTEGER NOT NULL)"
+            )
+            row = connection.execute("SELECT max(version) FROM search_schema").fetchone()
+            if row is not None and row[0] == SCHEMA_VERSION:
+                return
+            connection.execute("DROP TABLE IF EXISTS search_entry, search_file")
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute("DELETE FROM search_schema")
+            connection.execute("INSERT INTO search_schema VALUES (%s)", (SCHEMA_VERSION,))
 
         transaction(pool, create)
 
@@ -123,6 +157,7 @@ class PostgresSearchIndex:
                         row.ts_ms,
                         row.has_photos,
                         row.text.replace("\0", " "),
+                        tsvector_text(project_dir, row.text),
                     )
                     for key, row in pending
                 ]
@@ -130,7 +165,8 @@ class PostgresSearchIndex:
                     cursor.executemany(
                         "INSERT INTO search_entry (key, file_id, line_start, line_end,"
                         " project_dir, session_id, uuid, type, role, timestamp, ts_ms,"
-                        " has_photos, body) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                        " has_photos, body, tsv)"
+                        " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector)"
                         " ON CONFLICT (key) DO NOTHING RETURNING key",
                         values,
                         returning=True,
@@ -168,8 +204,12 @@ class PostgresSearchIndex:
         before_key: int | None,
         limit: int,
     ) -> list[IndexHit]:
-        where = ["e.tsv @@ to_tsquery('simple', ?)"]
-        args: list[Any] = [query.tsquery()]
+        scope = project_scope(filters, projects)
+        if scope is not None and not scope:
+            return []
+        # Only the visible projects' terms are asked for: the match never reads others'.
+        where = ["e.tsv @@ ?::tsquery"]
+        args: list[Any] = [query.tsquery(scope_tags(scope))]
         if before_key is not None:
             where.append("e.key < ?")
             args.append(before_key)
@@ -185,7 +225,9 @@ class PostgresSearchIndex:
         )
         args.append(limit)
         with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(sql.replace("?", "%s"), args).fetchall()
+            # Planned for its own tsquery each time: a prepared statement's generic plan
+            # would walk every project's entries in key order instead of the GIN lists.
+            rows = connection.execute(sql.replace("?", "%s"), args, prepare=False).fetchall()
         return [hit_of(row) for row in rows]
 
     def close(self) -> None:

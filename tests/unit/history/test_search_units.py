@@ -36,9 +36,14 @@ def test_parse_query_words_phrases_prefixes() -> None:
         Term(("qu",), prefix=True),
         Term(("history", "service", "tokens", "py")),
     )
-    assert query.fts5() == '"foo" "bar baz" "qu"* "history service tokens py"'
-    assert query.tsquery() == (
-        "('foo') & ('bar' <-> 'baz') & ('qu':*) & ('history' <-> 'service' <-> 'tokens' <-> 'py')"
+    # Each word under each visible project's tag; an entry matches within its one project.
+    assert query.fts5(["pa", "pb"]) == (
+        '("pafoo" AND "pabar pabaz" AND "paqu"* AND "pahistory paservice patokens papy")'
+        ' OR ("pbfoo" AND "pbbar pbbaz" AND "pbqu"* AND "pbhistory pbservice pbtokens pbpy")'
+    )
+    assert query.tsquery(["pa"]) == (
+        "(('pafoo') & ('pabar' <-> 'pabaz') & ('paqu':*)"
+        " & ('pahistory' <-> 'paservice' <-> 'patokens' <-> 'papy'))"
     )
     # Nothing of the user's text reaches either syntax but the words.
     hostile = parse_query('"a" OR b\' NEAR(c) {d}:* ^e')
@@ -150,7 +155,7 @@ def test_corpus_is_indexed_without_payloads(tmp_path: Path) -> None:
                 pieces.add(match.group(1)[1000:1032].decode())
         assert pieces, "the corpus has images"
         connection = index._connection()
-        bodies = [row[0] for row in connection.execute("SELECT body FROM search_text")]
+        bodies = [row[0] for row in connection.execute("SELECT body FROM search_entry")]
         assert not any(piece in body for body in bodies for piece in pieces)
         assert not any('"type":' in body and '"uuid":' in body for body in bodies)
         # A second pass over unchanged files reads nothing.

@@ -1,0 +1,57 @@
+"""Index terms: every word of an entry's text under its project's tag, for both backends.
+
+The index never holds a bare word. Each word is stored as the tag of the
+entry's project followed by the word (`p` and 12 hex digits of a hash of the
+project dir, then the word, case-folded), and a query asks only for the
+tagged words of the projects the caller may see. So a word's list of entries
+in the index is already one project's list: a search reads nothing of another
+project's entries, and its cost depends only on what the caller may see, not
+on how often a word occurs where they cannot look. Each word is stored a
+second time under `ALL_TAG` (`g`), at the same position, for callers who see
+every project (the loopback default): one list per word for them, instead of
+one per project.
+
+Words are runs of letters and digits (`WORD`), case-folded, cut the same
+way in the indexed text and in a query (`query.parse_query`), so both backends match the same words; a word longer than
+`MAX_WORD_CHARS` (PostgreSQL refuses long lexemes) is kept as the bare tag,
+which no query asks for, so the words around it stay apart in phrases.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import xxhash
+
+WORD = re.compile(r"[^\W_]+")
+TAG_DIGITS = 12
+MAX_WORD_CHARS = 256
+ALL_TAG = "g"
+
+
+def project_tag(project_dir: str) -> str:
+    """The prefix of a project's terms: letters and digits of one fixed length."""
+    return "p" + xxhash.xxh3_64_hexdigest(project_dir.encode())[:TAG_DIGITS]
+
+
+def tagged(tag: str, word: str) -> str:
+    """One term: a (case-folded) word under a project's tag."""
+    return tag + word if len(word) <= MAX_WORD_CHARS else tag
+
+
+def index_terms(project_dir: str, text: str) -> list[tuple[str, str]]:
+    """Per word of an entry's text, in order: its project's term and its ALL_TAG term."""
+    tag = project_tag(project_dir)
+    terms = []
+    for match in WORD.finditer(text):
+        word = match.group().casefold()
+        terms.append((tagged(tag, word), tagged(ALL_TAG, word)))
+    return terms
+
+
+def scope_tags(projects: Iterable[str] | None) -> list[str]:
+    """The tags a search asks for: its projects' (None: every project's, ALL_TAG)."""
+    if projects is None:
+        return [ALL_TAG]
+    return sorted({project_tag(project) for project in projects})
