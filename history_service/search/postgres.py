@@ -64,6 +64,7 @@ _SCHEMA = (
 )""",
     "CREATE INDEX search_entry_file ON search_entry (file_id)",
     "CREATE INDEX search_entry_session ON search_entry (session_id, key)",
+    "CREATE INDEX search_entry_project ON search_entry (project_dir, key)",
     "CREATE INDEX search_entry_tsv ON search_entry USING GIN (tsv)",
 )
 
@@ -213,15 +214,22 @@ class PostgresSearchIndex:
         if before_key is not None:
             where.append("e.key < ?")
             args.append(before_key)
-        if projects is not None:
+        if scope is not None and len(scope) == 1:
+            # One project: its entries newest first are one range of search_entry_project,
+            # so a walk for a frequent word never steps over other projects' entries.
+            where.append("e.project_dir = ?")
+            args.extend(scope)
+        elif scope is not None:
             where.append("e.project_dir = ANY(?)")
-            args.append(sorted(projects))
+            args.append(sorted(scope))
         sql_filters(filters, where, args)
+        # The page first, then its files: a join per matching entry would cost per match.
         sql = (
             "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
             " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, e.body"
-            " FROM search_entry e JOIN search_file f ON f.file_id = e.file_id"
-            f" WHERE {' AND '.join(where)} ORDER BY e.key DESC LIMIT ?"
+            " FROM (SELECT * FROM search_entry e"
+            f" WHERE {' AND '.join(where)} ORDER BY e.key DESC LIMIT ?) e"
+            " JOIN search_file f ON f.file_id = e.file_id ORDER BY e.key DESC"
         )
         args.append(limit)
         with unavailable_on_failure(), self._pool.connection() as connection:

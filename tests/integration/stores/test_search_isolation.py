@@ -8,8 +8,9 @@ not as timed here (benchmarks are not tests; `scrollback bench` prints the
 times), but as the database counts its own work for the store's query:
 SQLite's virtual machine steps (a progress handler on the store's
 connection) and PostgreSQL's buffers (the plan `auto_explain` reports for
-the store's statement). Also: an index written by the previous schema is
-rebuilt, not misread.
+the store's statement). On PostgreSQL a page of bob's own words is read
+from his entries, not by walking everyone's newest first. Also: an index
+written by the previous schema is rebuilt, not misread.
 """
 
 from __future__ import annotations
@@ -148,6 +149,49 @@ def test_postgres_search_buffers_do_not_depend_on_hidden_matches(
         for _ in range(4):
             for frequent, absent in PROBES:
                 assert blocks(frequent) <= blocks(absent) + 2 < 20, (frequent, absent)
+    finally:
+        index.close()
+
+
+def test_postgres_page_of_own_words_does_not_step_over_hidden_entries(
+    make_database: Callable[[], str],
+) -> None:
+    # bob's entries are a tenth of alice's, spread in time among hers, a word in each: a page
+    # of his must be read from his entries, not by walking everyone's newest first.
+    url = make_database()
+    plans: list[dict[str, Any]] = []
+    index = PostgresSearchIndex(_explaining_pool(url, plans))
+    try:
+        for project, count, spacing, text in (
+            ("proj-a", 20_000, 1, "alice writes"),
+            ("proj-b", 2_000, 10, "bob writes pear"),
+        ):
+            file_id = index.reset_file(f"{project}/s.jsonl", project, "s", "1:2:3:4")
+            rows = [
+                EntryRow(
+                    n * 10,
+                    n * 10 + 9,
+                    f"{project}{n}",
+                    "user",
+                    "user",
+                    "t",
+                    1000 + n * spacing,
+                    False,
+                    f"{text} {n}",
+                )
+                for n in range(count)
+            ]
+            for start in range(0, count, 500):
+                assert index.add_entries(
+                    file_id, rows[start : start + 500], start * 10, (start + 500) * 10
+                )
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("VACUUM ANALYZE search_entry")
+        for _ in range(6):
+            plans.clear()
+            assert len(_searches(index, "pear", BOB)) == 20
+            (plan,) = [p for p in plans if "search_entry e" in p["Query Text"]]
+            assert _blocks(plan) < 15
     finally:
         index.close()
 
