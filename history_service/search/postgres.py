@@ -30,7 +30,7 @@ from history_service.search.store import (
     hit_of,
     project_scope,
 )
-from history_service.search.terms import index_terms, scope_tags
+from history_service.search.terms import ALL_TAG, index_words, project_tag, scope_tags, under
 from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
 
 SCHEMA_LOCK = 0x5C20_0017
@@ -72,10 +72,11 @@ _SCHEMA = (
 def tsvector_text(project_dir: str, text: str) -> str:
     """tsvector input of an entry's tagged terms with their positions (from 1)."""
     positions: dict[str, list[str]] = {}
-    for number, pair in enumerate(index_terms(project_dir, text), start=1):
-        place = str(min(number, _MAX_POSITION))
-        for term in pair:  # the project's term and the ALL_TAG one share the position
-            positions.setdefault(term, []).append(place)
+    words = index_words(text)
+    # The project's term and the ALL_TAG one of a word share its position.
+    for terms in (under(project_tag(project_dir), words), under(ALL_TAG, words)):
+        for number, term in enumerate(terms, start=1):
+            positions.setdefault(term, []).append(str(min(number, _MAX_POSITION)))
     # Terms are letters and digits only: nothing in them needs quoting but the quotes.
     return " ".join(f"'{term}':{','.join(places)}" for term, places in positions.items())
 

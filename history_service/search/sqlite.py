@@ -6,11 +6,13 @@ while the indexer writes. The FTS5 table's rowid is the entry's ordering key
 (see history_service.search.store), so a query walks the hits newest first
 and stops at the page size instead of sorting every match.
 
-The FTS5 table is contentless and holds each entry's project-tagged terms
-(history_service.search.terms; the `ascii` tokenizer splits them only at the
-spaces between them), so a MATCH reads only the visible projects' lists; the
-text itself is in `search_entry.body`. A contentless row is deleted by giving
-FTS5 its terms again, recomputed from the body. The schema's version is the
+Two contentless FTS5 tables hold each entry's terms (history_service.search.terms;
+the `ascii` tokenizer splits them only at the spaces between them):
+`search_text` its project-tagged ones, so a MATCH reads only the visible
+projects' lists, and `search_all` its ALL_TAG ones, for callers who see every
+project (one table each: cheaper to build than both in one). The text itself
+is in `search_entry.body`; a contentless row is deleted by giving FTS5 its
+terms again, recomputed from the body. The schema's version is the
 file's `user_version`: a file of another version is the index of other code,
 dropped and rebuilt (the indexer reads the transcripts again).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +34,13 @@ from history_service.search.store import (
     hit_of,
     project_scope,
 )
-from history_service.search.terms import index_terms, scope_tags
+from history_service.search.terms import ALL_TAG, index_words, joined, project_tag, scope_tags
 from scrollback.state.sqlite import use_wal, write_transaction
 
 FILE_NAME = "search.sqlite"
 SCHEMA_VERSION = 2
-_TABLES = ("search_text", "search_entry", "search_file")
+_DROP_BATCH = 500
+_TABLES = ("search_text", "search_all", "search_entry", "search_file")
 _SCHEMA = (
     """CREATE TABLE search_file (
     file_id INTEGER PRIMARY KEY,
@@ -65,17 +68,20 @@ _SCHEMA = (
     "CREATE INDEX search_entry_file ON search_entry (file_id)",
     "CREATE INDEX search_entry_session ON search_entry (session_id, key)",
     "CREATE VIRTUAL TABLE search_text USING fts5 (terms, content = '', tokenize = 'ascii')",
+    "CREATE VIRTUAL TABLE search_all USING fts5 (terms, content = '', tokenize = 'ascii')",
 )
 
 
-def terms_text(project_dir: str, text: str) -> str:
-    """What the FTS5 table is given for an entry: its tagged terms, space-separated.
-
-    The project's terms, then the ALL_TAG ones: a phrase is of one tag, so it
-    never spans the two.
-    """
-    terms = index_terms(project_dir, text)
-    return " ".join([own for own, _ in terms] + [every for _, every in terms])
+def fts_rows(project_dir: str, texts: Iterable[tuple[int, str]]) -> tuple[list[Any], list[Any]]:
+    """The (rowid, terms) rows of search_text and of search_all for some entries' texts."""
+    tag = project_tag(project_dir)
+    own: list[tuple[int, str]] = []
+    every: list[tuple[int, str]] = []
+    for key, text in texts:
+        words = index_words(text)
+        own.append((key, joined(tag, words)))
+        every.append((key, joined(ALL_TAG, words)))
+    return own, every
 
 
 class SqliteSearchIndex:
@@ -147,10 +153,16 @@ class SqliteSearchIndex:
         entries = connection.execute(
             "SELECT key, body FROM search_entry WHERE file_id = ?", (row[0],)
         )
-        connection.executemany(
-            "INSERT INTO search_text (search_text, rowid, terms) VALUES ('delete', ?, ?)",
-            ((key, terms_text(row[1], body)) for key, body in entries),
-        )
+        # A contentless row goes by giving FTS5 the terms it was given; in batches, so
+        # memory stays bounded whatever the file weighs.
+        while batch := entries.fetchmany(_DROP_BATCH):
+            own, every = fts_rows(row[1], batch)
+            connection.executemany(
+                "INSERT INTO search_text (search_text, rowid, terms) VALUES ('delete', ?, ?)", own
+            )
+            connection.executemany(
+                "INSERT INTO search_all (search_all, rowid, terms) VALUES ('delete', ?, ?)", every
+            )
         connection.execute("DELETE FROM search_entry WHERE file_id = ?", (row[0],))
         connection.execute("DELETE FROM search_file WHERE file_id = ?", (row[0],))
 
@@ -225,10 +237,9 @@ class SqliteSearchIndex:
                 for key, row in keyed
             ],
         )
-        connection.executemany(
-            "INSERT INTO search_text (rowid, terms) VALUES (?, ?)",
-            [(key, terms_text(project_dir, row.text)) for key, row in keyed],
-        )
+        own, every = fts_rows(project_dir, [(key, row.text) for key, row in keyed])
+        connection.executemany("INSERT INTO search_text (rowid, terms) VALUES (?, ?)", own)
+        connection.executemany("INSERT INTO search_all (rowid, terms) VALUES (?, ?)", every)
 
     def drop_file(self, path_key: str) -> None:
         connection = self._connection()
@@ -252,7 +263,9 @@ class SqliteSearchIndex:
         if scope is not None and not scope:
             return []
         # Only the visible projects' terms are asked for: the match never reads others'.
-        where = ["search_text MATCH ?"]
+        # Who sees every project asks the one list per word of search_all.
+        table = "search_all" if scope is None else "search_text"
+        where = [f"{table} MATCH ?"]
         args: list[Any] = [query.fts5(scope_tags(scope))]
         if before_key is not None:
             where.append("e.key < ?")
@@ -270,12 +283,12 @@ class SqliteSearchIndex:
             # query (a rowid lookup in FTS5), instead of walking every session's hits.
             source = (
                 " FROM search_entry e INDEXED BY search_entry_session"
-                " CROSS JOIN search_text ON search_text.rowid = e.key"
+                f" CROSS JOIN {table} ON {table}.rowid = e.key"
             )
             order = "e.key"
         else:
-            source = " FROM search_text CROSS JOIN search_entry e ON e.key = search_text.rowid"
-            order = "search_text.rowid"
+            source = f" FROM {table} CROSS JOIN search_entry e ON e.key = {table}.rowid"
+            order = f"{table}.rowid"
         sql = (
             columns
             + source

@@ -28,6 +28,8 @@ WORD = re.compile(r"[^\W_]+")
 TAG_DIGITS = 12
 MAX_WORD_CHARS = 256
 ALL_TAG = "g"
+# Every ASCII character but letters and digits, as a space.
+_ASCII_SPACES = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
 
 
 def project_tag(project_dir: str) -> str:
@@ -40,14 +42,28 @@ def tagged(tag: str, word: str) -> str:
     return tag + word if len(word) <= MAX_WORD_CHARS else tag
 
 
-def index_terms(project_dir: str, text: str) -> list[tuple[str, str]]:
-    """Per word of an entry's text, in order: its project's term and its ALL_TAG term."""
-    tag = project_tag(project_dir)
-    terms = []
-    for match in WORD.finditer(text):
-        word = match.group().casefold()
-        terms.append((tagged(tag, word), tagged(ALL_TAG, word)))
-    return terms
+def index_words(text: str) -> list[str]:
+    """The case-folded words of an entry's text, in order; "" for a word too long to keep."""
+    if text.isascii():
+        # The common case in C: the same words as WORD finds, lower case is the folding.
+        words = text.translate(_ASCII_SPACES).lower().split()
+    else:
+        found = WORD.findall(text)
+        # Case folding maps each character on its own: one call for all the words.
+        words = " ".join(found).casefold().split(" ") if found else []
+    if words and max(map(len, words)) > MAX_WORD_CHARS:
+        words = [word if len(word) <= MAX_WORD_CHARS else "" for word in words]
+    return words
+
+
+def under(tag: str, words: list[str]) -> list[str]:
+    """The terms of some words under one tag (a "" word is the bare tag)."""
+    return [tag + word for word in words]
+
+
+def joined(tag: str, words: list[str]) -> str:
+    """The terms of some words under one tag, space-separated."""
+    return tag + (" " + tag).join(words) if words else ""
 
 
 def scope_tags(projects: Iterable[str] | None) -> list[str]:

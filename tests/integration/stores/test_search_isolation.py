@@ -235,10 +235,11 @@ def test_an_index_of_the_previous_schema_is_rebuilt(old_sqlite_index: Path) -> N
         index.drop_file("proj-b/t.jsonl")
         # A contentless row is deleted by its terms: none may stay behind.
         connection = index._connection()
-        connection.execute(
-            "CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, search_text, row)"
-        )
-        assert connection.execute("SELECT count(*) FROM temp.terms").fetchone() == (0,)
+        for table in ("search_text", "search_all"):
+            connection.execute(
+                f"CREATE VIRTUAL TABLE temp.{table}_terms USING fts5vocab(main, {table}, row)"
+            )
+            assert connection.execute(f"SELECT count(*) FROM temp.{table}_terms").fetchone() == (0,)
     finally:
         index.close()
     # Opening it again keeps it (the version matches).

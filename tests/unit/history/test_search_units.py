@@ -23,6 +23,7 @@ from history_service.search.query import Filters, Term, parse_query
 from history_service.search.snippet import make_snippet
 from history_service.search.sqlite import SqliteSearchIndex
 from history_service.search.store import entry_key, timestamp_ms
+from history_service.search.terms import WORD, index_words
 from history_service.search.text import entry_text
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
@@ -183,6 +184,16 @@ def test_prose_stays_and_wrapped_base64_goes(
     # Of the payload, at most a short last line (under 16 characters, unpadded) may stay.
     kept = [flat[i : i + 16] for i in range(0, len(flat) - 16) if flat[i : i + 16] in text]
     assert kept == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80) | st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_index_words_are_the_query_parsers_words(text: str) -> None:
+    # Indexed and asked for alike: the same words as parse_query cuts, case-folded.
+    assert index_words(text) == [word.casefold() for word in WORD.findall(text)]
+    for word in WORD.findall(text):
+        (term,) = parse_query(word).terms
+        assert term.words == (word.casefold(),)
 
 
 def test_summary_and_empty_entries() -> None:
