@@ -6,15 +6,17 @@ project dir, then the word, case-folded), and a query asks only for the
 tagged words of the projects the caller may see. So a word's list of entries
 in the index is already one project's list: a search reads nothing of another
 project's entries, and its cost depends only on what the caller may see, not
-on how often a word occurs where they cannot look. Each word is stored a
-second time under `ALL_TAG` (`g`), at the same position, for callers who see
-every project (the loopback default): one list per word for them, instead of
-one per project.
+on how often a word occurs where they cannot look (two projects whose tags
+clashed would share lists; their hits are still told apart by project). Each
+word is stored once more under `ALL_TAG` (`g`) for callers who see every
+project (the loopback default): one list per word for them, not one per
+project.
 
-Words are runs of letters and digits (`WORD`), case-folded, cut the same
-way in the indexed text and in a query (`query.parse_query`), so both backends match the same words; a word longer than
-`MAX_WORD_CHARS` (PostgreSQL refuses long lexemes) is kept as the bare tag,
-which no query asks for, so the words around it stay apart in phrases.
+Words are runs of letters and digits (`WORD`), case-folded, cut the same way
+in the indexed text and in a query (`query.parse_query`), so both backends
+match the same words. Words are cut to `MAX_WORD_CHARS` on both sides
+(PostgreSQL refuses long lexemes): a longer word matches the words that begin
+alike.
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ def project_tag(project_dir: str) -> str:
 
 
 def tagged(tag: str, word: str) -> str:
-    """One term: a (case-folded) word under a project's tag."""
-    return tag + word if len(word) <= MAX_WORD_CHARS else tag
+    """One term: a (case-folded) word under a tag."""
+    return tag + word[:MAX_WORD_CHARS]
 
 
 def index_words(text: str) -> list[str]:
-    """The case-folded words of an entry's text, in order; "" for a word too long to keep."""
+    """The case-folded words of an entry's text, in order, cut to MAX_WORD_CHARS."""
     if text.isascii():
         # The common case in C: the same words as WORD finds, lower case is the folding.
         words = text.translate(_ASCII_SPACES).lower().split()
@@ -52,12 +54,12 @@ def index_words(text: str) -> list[str]:
         # Case folding maps each character on its own: one call for all the words.
         words = " ".join(found).casefold().split(" ") if found else []
     if words and max(map(len, words)) > MAX_WORD_CHARS:
-        words = [word if len(word) <= MAX_WORD_CHARS else "" for word in words]
+        words = [word[:MAX_WORD_CHARS] for word in words]
     return words
 
 
 def under(tag: str, words: list[str]) -> list[str]:
-    """The terms of some words under one tag (a "" word is the bare tag)."""
+    """The terms of some words under one tag."""
     return [tag + word for word in words]
 
 

@@ -466,3 +466,9 @@ def test_index_contract(search_index: SearchIndex) -> None:
     index.drop_file("q/t.jsonl")
     assert index.search(parse_query("fig"), Filters(), None, None, 10) == []
     assert set(index.files()) == {"p/s.jsonl"}
+    # A word longer than PostgreSQL keeps a lexeme (2 KiB) is cut alike when indexed and asked.
+    long = index.reset_file("r/u.jsonl", "r", "u", "1:1:1:1")
+    assert index.add_entries(long, [_row(0, "ж" * 1500 + " end")], 0, 10)
+    for projects in (None, frozenset({"r"})):
+        hits = index.search(parse_query("ж" * 900), Filters(), projects, None, 10)
+        assert [h.text[-3:] for h in hits] == ["end"]
