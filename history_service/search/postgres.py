@@ -209,27 +209,35 @@ class PostgresSearchIndex:
         scope = project_scope(filters, projects)
         if scope is not None and not scope:
             return []
-        # Only the visible projects' terms are asked for: the match never reads others'.
-        where = ["e.tsv @@ ?::tsquery"]
-        args: list[Any] = [query.tsquery(scope_tags(scope))]
+        common: list[str] = []
+        common_args: list[Any] = []
         if before_key is not None:
-            where.append("e.key < ?")
-            args.append(before_key)
-        if scope is not None and len(scope) == 1:
-            # One project: its entries newest first are one range of search_entry_project,
-            # so a walk for a frequent word never steps over other projects' entries.
-            where.append("e.project_dir = ?")
-            args.extend(scope)
-        elif scope is not None:
-            where.append("e.project_dir = ANY(?)")
-            args.append(sorted(scope))
-        sql_filters(filters, where, args)
+            common.append("e.key < ?")
+            common_args.append(before_key)
+        sql_filters(filters, common, common_args)
+        # One page per visible project, each of its own terms and from its own entries
+        # (search_entry_project: a project's entries newest first), merged: the match
+        # reads nothing of another project, and a walk never steps over its entries.
+        pages: list[str] = []
+        args: list[Any] = []
+        for project in sorted(scope) if scope is not None else [None]:
+            where = ["e.tsv @@ ?::tsquery", *common]
+            args.append(query.tsquery(scope_tags(None if project is None else [project])))
+            if project is not None:
+                where.append("e.project_dir = ?")
+                args.append(project)
+            args.extend(common_args)
+            args.append(limit)
+            pages.append(
+                f"(SELECT * FROM search_entry e WHERE {' AND '.join(where)}"
+                " ORDER BY e.key DESC LIMIT ?)"
+            )
         # The page first, then its files: a join per matching entry would cost per match.
         sql = (
             "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
             " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, e.body"
-            " FROM (SELECT * FROM search_entry e"
-            f" WHERE {' AND '.join(where)} ORDER BY e.key DESC LIMIT ?) e"
+            f" FROM (SELECT * FROM ({' UNION ALL '.join(pages)}) e"
+            " ORDER BY e.key DESC LIMIT ?) e"
             " JOIN search_file f ON f.file_id = e.file_id ORDER BY e.key DESC"
         )
         args.append(limit)

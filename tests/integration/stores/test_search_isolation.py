@@ -153,8 +153,9 @@ def test_postgres_search_buffers_do_not_depend_on_hidden_matches(
         index.close()
 
 
+@pytest.mark.parametrize("bob", [BOB, BOB | {"proj-c"}], ids=["one-project", "two-projects"])
 def test_postgres_page_of_own_words_does_not_step_over_hidden_entries(
-    make_database: Callable[[], str],
+    make_database: Callable[[], str], bob: frozenset[str]
 ) -> None:
     # bob's entries are a tenth of alice's, spread in time among hers, a word in each: a page
     # of his must be read from his entries, not by walking everyone's newest first.
@@ -165,6 +166,7 @@ def test_postgres_page_of_own_words_does_not_step_over_hidden_entries(
         for project, count, spacing, text in (
             ("proj-a", 20_000, 1, "alice writes"),
             ("proj-b", 2_000, 10, "bob writes pear"),
+            ("proj-c", 100, 200, "bob writes pear too"),
         ):
             file_id = index.reset_file(f"{project}/s.jsonl", project, "s", "1:2:3:4")
             rows = [
@@ -189,9 +191,9 @@ def test_postgres_page_of_own_words_does_not_step_over_hidden_entries(
             connection.execute("VACUUM ANALYZE search_entry")
         for _ in range(6):
             plans.clear()
-            assert len(_searches(index, "pear", BOB)) == 20
+            assert len(_searches(index, "pear", bob)) == 20
             (plan,) = [p for p in plans if "search_entry e" in p["Query Text"]]
-            assert _blocks(plan) < 15
+            assert _blocks(plan) < 15 * len(bob)
     finally:
         index.close()
 
