@@ -29,7 +29,8 @@ baseline in the same run, interleaved, median of repeats:
   64 MP PNGs vs the same idle (`scrollback_app.bench.thumbnails`; target +350 MB).
 - search (`scrollback_app.bench.search`): index build throughput vs a newline
   scan, and Search latency p50/p99 on an index of >= 1 GB of transcripts
-  (quick: 20 MB).
+  (quick: 20 MB); and bob's empty Search for a word in 30,000 of alice's
+  entries vs an absent word (target <= 1.5x).
 - session insight (`scrollback_app.bench.insight`): the first index pass of a
   500 MB session vs a newline scan (reported), and GetSession on it once
   indexed vs a gRPC health check p50 (target <= 10x; quick: 20 MB).

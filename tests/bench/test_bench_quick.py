@@ -52,6 +52,7 @@ EXPECTED = {
     "search_index_build",
     "search_query_p50",
     "search_query_p99",
+    "search_hidden_word_vs_absent",
     "insight_index_build",
     "insight_get_session",
 }
