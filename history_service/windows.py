@@ -47,7 +47,6 @@ from history_service.lines import (
     iter_lines_backward,
     iter_lines_forward,
     serve_line,
-    tail_start,
 )
 from history_service.singleflight import ThreadSingleFlight
 from history_service.tokens import (
@@ -58,6 +57,7 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
+from scrollback.linefile import LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
@@ -447,7 +447,9 @@ class WindowReader:
         skipped = 0
         scanned = 0
         if boundary < 0:
-            start = tail_start(fd, size, self._max_line_size, self._long_tail(opened, size))
+            start = LineFile(fd).tail_start(
+                size, self._max_line_size, self._long_tail(opened, size)
+            )
             newest_end = start
             if start < size and size - start <= self._max_line_size:
                 data = os.pread(fd, size - start, start)

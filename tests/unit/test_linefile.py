@@ -101,7 +101,7 @@ def test_line_from_reads_at_most_the_max_line_size(monkeypatch: pytest.MonkeyPat
         assert sum(reads) <= 5001
         reads.clear()
         assert file.line_from(0, 100_000) == b"z" * 100_000
-        assert len(reads) <= 1 + 4  # the starts_line check, then reads growing fourfold
+        assert sum(reads) <= 100_001 and len(reads) <= 1 + 5  # reads growing fourfold
 
 
 def test_an_exact_reader_refuses_reads_outside_its_line_and_a_shrunk_file() -> None:
@@ -115,3 +115,18 @@ def test_an_exact_reader_refuses_reads_outside_its_line_and_a_shrunk_file() -> N
             read(2, 3)
         with pytest.raises(Shrank):
             file.line_reader(5, 10, Shrank)(0, 10)
+
+
+def test_line_from_cases() -> None:
+    data = b'{"a":1}\n{"b":22}\r\n' + b"x" * 20 + b"\n" + b'{"tail":1}'
+    with opened(data) as file:
+        assert file.line_from(0, 1024) == b'{"a":1}'
+        assert file.line_from(8, 1024) == b'{"b":22}\r'  # a carriage return is the line's
+        assert file.line_from(1, 1024) is None  # not the start of a line
+        assert file.line_from(7, 1024) is None  # the newline itself
+        assert file.line_from(18, 20) == b"x" * 20  # exactly the max line size
+        assert file.line_from(18, 19) is None  # one byte over
+        assert file.line_from(39, 1024) == b'{"tail":1}'  # unterminated last line
+        assert file.line_from(len(data), 1024) is None  # the end of the file
+        assert file.line_from(len(data) + 100, 1024) is None
+        assert file.line_from(-1, 1024) is None
