@@ -247,14 +247,22 @@ def _json(body: Any, status: int = 200) -> Response:
     )
 
 
+# The services' integer query fields (page_size) are int32.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
 def _int_param(params: Mapping[str, str], name: str) -> int:
+    """An int32 query parameter (0 when absent); HttpError 400 when malformed or out of range."""
     text = params.get(name, "")
     if not text:
         return 0
     try:
-        return int(text)
-    except ValueError:
+        value = int(text)
+    except ValueError:  # also a number too long for int() to parse
         raise HttpError(400, "INVALID_ARGUMENT") from None
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise HttpError(400, "INVALID_ARGUMENT")
+    return value
 
 
 def _direction(params: Mapping[str, str]) -> bool:
@@ -346,9 +354,10 @@ def _moment(params: Mapping[str, str], name: str) -> datetime | None:
         return None
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        # In UTC now: a moment whose offset takes it past year 1 or 9999 is refused here.
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
         raise HttpError(400, "INVALID_ARGUMENT") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _photos(params: Mapping[str, str]) -> bool | None:

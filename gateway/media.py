@@ -42,7 +42,13 @@ if TYPE_CHECKING:
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
 CSP = "sandbox; default-src 'none'"
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
+# ReadMedia's read_offset and read_limit are int64: a position past it is past any photo.
+INT64_MAX = 2**63 - 1
+
+
+class RangeTooLargeError(Exception):
+    """A `Range` with a position past int64: no photo is that large (416)."""
 
 
 def _selector(ref_text: str, pin: str) -> mpb.MediaSelector:
@@ -78,13 +84,27 @@ def _size(request: Request) -> int | None:
     return size
 
 
+def _position(digits: str) -> int | None:
+    """A range position (None when absent); RangeTooLargeError past int64."""
+    if not digits:
+        return None
+    # Counted before int(): a number of thousands of digits is refused, not parsed.
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(INT64_MAX)) or int(significant) > INT64_MAX:
+        raise RangeTooLargeError
+    return int(significant)
+
+
 def _parse_range(header: str) -> tuple[int | None, int | None] | None:
-    """(first, last) of a single `bytes=` range; (None, n) is a suffix; None: not one range."""
+    """(first, last) of a single `bytes=` range; (None, n) is a suffix; None: not one range.
+
+    RangeTooLargeError when a position is past int64.
+    """
     match = _RANGE.fullmatch(header.strip())
     if match is None or (not match.group(1) and not match.group(2)):
         return None
-    first = int(match.group(1)) if match.group(1) else None
-    last = int(match.group(2)) if match.group(2) else None
+    first = _position(match.group(1))
+    last = _position(match.group(2))
     if first is not None and last is not None and last < first:
         return None
     return first, last
@@ -144,7 +164,15 @@ async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
     selector = _selector(ref, pin)
     size = _size(request)
     client = gateway.media(_token_for(gateway, request, ref, pin))
-    wanted = _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
+    try:
+        wanted = (
+            _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
+        )
+    except RangeTooLargeError:
+        (result,) = await client.stat_media([selector], size=size)
+        if result.WhichOneof("result") != "metadata":
+            raise HttpError(404, "NOT_FOUND") from None
+        return _unsatisfiable(result.metadata.size_bytes)
 
     first, last = wanted if wanted is not None else (0, None)
     if first is None:

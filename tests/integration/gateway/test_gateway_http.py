@@ -393,3 +393,53 @@ def test_get_session_returns_the_insight(stack: GatewayStack) -> None:
         (f"{stack.url}/api/v1/sessions/bad.id!", _bearer("alice"), 400),
     ):
         assert httpx.get(url, headers=headers).status_code == status, url
+
+
+def test_numbers_past_int64_and_int32_are_416_and_400_on_a_live_connection(
+    stack: GatewayStack,
+) -> None:
+    photo_session(stack, entries=20, photos=2)
+    stack.start_gateway()
+    ref = _first_ref(stack)
+    url = stack.url + ref["url"]
+    window = f"{stack.url}/api/v1/sessions/{SESSION}/window"
+    huge = "9" * 5000
+    with httpx.Client() as client:
+        size = len(client.get(url).content)
+        ports = set()
+        for header in (
+            "bytes=0-18446744073709551616",
+            "bytes=9223372036854775808-",
+            "bytes=-9223372036854775808",
+            f"bytes={huge}-",
+            f"bytes=0-{huge}",
+            f"bytes=0000000000000000000000000{huge}-",
+        ):
+            answer = client.get(url, headers={"Range": header})
+            assert answer.status_code == 416, header[:40]
+            assert answer.headers["content-range"] == f"bytes */{size}"
+            ports.add(_local_port(answer))
+        # The largest int64 position is a valid one, past this photo's end.
+        assert client.get(url, headers={"Range": "bytes=9223372036854775807-"}).status_code == 416
+        for value in ("2147483648", "-2147483649", "18446744073709551616", huge):
+            for where in (window, f"{stack.url}/api/v1/sessions", f"{stack.url}/api/v1/search"):
+                answer = client.get(where, params={"page_size": value, "q": "photo"})
+                assert answer.status_code == 400, (where, value[:20])
+                assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
+                ports.add(_local_port(answer))
+        for moment in ("9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+23:00"):
+            answer = client.get(f"{stack.url}/api/v1/search", params={"q": "x", "since": moment})
+            assert answer.status_code == 400, moment
+            ports.add(_local_port(answer))
+        # A non-ASCII digit in the expiry is a bad signature, not a crash.
+        base, _, query = url.partition("?")
+        fields = dict(item.split("=", 1) for item in query.split("&"))
+        assert client.get(base, params={**fields, "exp": "\u00b2"}).status_code == 403
+        ports.add(_local_port(client.get(url, headers={"Range": "bytes=0-9"})))
+    # One keep-alive connection served them all: none was reset by an uncaught error.
+    assert len(ports) == 1
+
+
+def _local_port(answer: httpx.Response) -> int:
+    stream = answer.extensions["network_stream"]
+    return int(stream.get_extra_info("client_addr")[1])
