@@ -36,6 +36,7 @@ import grpc
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -46,6 +47,7 @@ from client.aio import AsyncHistoryClient, AsyncMediaClient
 from client.errors import ScrollbackError
 from gateway.config import GatewayConfig
 from gateway.errors import HttpError, error_response, http_status
+from gateway.hosts import HostGuard
 from gateway.media import serve_media
 from gateway.signing import UrlSigner
 from scrollback.history.v1 import history_pb2 as hpb
@@ -533,6 +535,11 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/sessions/{session_id}", viewer),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # The Host rule comes first: a rebinding page gets nothing, not even the viewer.
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(HostGuard, rule=config.host_rule())],
+    )
     app.state.gateway = gateway
     return app

@@ -30,6 +30,7 @@ MESSAGES: dict[int, str] = {
     409: "the request conflicts with the current state (a stale pin or page token?)",
     415: "the body must be application/json",
     416: "range not satisfiable",
+    421: "this gateway does not answer for that host name (SCROLLBACK_GATEWAY_ALLOWED_HOSTS)",
     429: "too many requests or too large",
     500: "internal error",
     502: "the stored bytes are corrupt",

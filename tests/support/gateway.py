@@ -87,8 +87,11 @@ class GatewayStack:
         self.pair.start_history(0)
         self.pair.start_media(0)
 
-    def start_gateway(self, *, auth: bool = False, ttl: int = 86400) -> GatewayConfig:
-        """Start the gateway (with a token file and its own token when `auth`)."""
+    def start_gateway(
+        self, *, auth: bool = False, ttl: int = 86400, **settings: Any
+    ) -> GatewayConfig:
+        """Start the gateway (with a token file and its own token when `auth`; `settings`:
+        other GatewayConfig fields)."""
         key = self.tmp / "signing.key"
         key.write_bytes(os.urandom(32).hex().encode())
         fields: dict[str, Any] = {}
@@ -111,6 +114,7 @@ class GatewayStack:
             signing_key_file=key,
             url_ttl_seconds=ttl,
             **fields,
+            **settings,
         ).validate()
         self.config = config
         self.gateway = self.pair.run(start_gateway(config, self.log.wrap))
