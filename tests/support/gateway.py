@@ -3,13 +3,17 @@
 `GatewayStack` runs the history and media servers (client_helpers.ServerPair)
 and the gateway (a real uvicorn server) in one background loop; every HTTP
 request the gateway answers is recorded (method, path, status) by a small
-ASGI wrapper, so tests count photo fetches at the gateway.
+ASGI wrapper, so tests count photo fetches at the gateway. `RawConnection`
+is a client socket that sends what a test says and reads only when asked
+(half-sent requests, downloads that never read their body).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,3 +157,60 @@ def photo_session(stack: GatewayStack, entries: int = 400, photos: int = 60) -> 
             lines.append(user_line(uuid, f"question {number}"))
     stack.pair.transcript(SESSION).write_bytes(b"".join(lines))
     return photo_uuids
+
+
+class RawConnection:
+    """One TCP connection to the gateway, written and read only as the test says."""
+
+    def __init__(self, port: int, *, receive_buffer: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:
+            # Set before connecting, so the window the client offers stays this small.
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setblocking(False)
+        self.received = b""
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        """Send `data` (all of it)."""
+        self.sock.setblocking(True)
+        try:
+            self.sock.sendall(data)
+        finally:
+            self.sock.setblocking(False)
+
+    def poll(self, limit: int = 1 << 16) -> None:
+        """Read what has arrived, up to `limit` bytes in all; note when the server closed."""
+        while not self.closed and len(self.received) < limit:
+            try:
+                data = self.sock.recv(limit - len(self.received))
+            except BlockingIOError:
+                return
+            except ConnectionError:
+                self.closed = True
+                return
+            if not data:
+                self.closed = True
+                return
+            self.received += data
+
+    def close(self) -> None:
+        """Close the client's end."""
+        self.sock.close()
+
+
+def poll_until(
+    connections: list[RawConnection], done: Any, timeout: float, limit: int = 1 << 16
+) -> bool:
+    """Poll every connection until `done(connection)` holds for all, or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for connection in connections:
+            connection.poll(limit)
+        if all(done(connection) for connection in connections):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
