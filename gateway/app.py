@@ -46,13 +46,14 @@ from client._core import channel_target
 from client.aio import AsyncHistoryClient, AsyncMediaClient
 from client.errors import ScrollbackError
 from gateway.config import GatewayConfig
+from gateway.downloads import DownloadLimits
 from gateway.errors import HttpError, error_response, http_status
 from gateway.hosts import HostGuard
 from gateway.media import serve_media
 from gateway.signing import UrlSigner
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.ref.v1 import ref_pb2
-from scrollback.server.auth import TokenTable
+from scrollback.server.auth import ON_BEHALF_OF, TokenTable
 
 log = logging.getLogger("scrollback.gateway")
 STATIC = Path(__file__).parent / "static"
@@ -85,6 +86,9 @@ class Gateway:
         self.signer = UrlSigner(config.signing_key(), config.url_ttl_seconds)
         self.tokens: TokenTable | None = config.token_table()
         self.service_token = config.service_token()
+        self.downloads = DownloadLimits(
+            config.max_downloads_per_url, config.max_downloads_per_client
+        )
         self._history_channel: grpc.aio.Channel | None = None
         self._media_channel: grpc.aio.Channel | None = None
 
@@ -130,10 +134,14 @@ class Gateway:
         client.metadata = self._metadata(token)
         return client
 
-    def media(self, token: str | None) -> AsyncMediaClient:
-        """A media client on the shared channel, calling with `token`."""
+    def media(self, token: str | None, *, acting_for: str | None = None) -> AsyncMediaClient:
+        """A media client on the shared channel, calling with `token` (a delegate's, acting for
+        principal `acting_for`, when given)."""
         client = AsyncMediaClient(self.config.media_addr, channel=self._media_channel)
-        client.metadata = self._metadata(token)
+        metadata = self._metadata(token)
+        if acting_for is not None:
+            metadata = (*metadata, (ON_BEHALF_OF, acting_for))
+        client.metadata = metadata
         return client
 
     def media_url(self, ref: str, pin: str, principal: str) -> str:
@@ -287,8 +295,8 @@ def _errors(handler: Any) -> Any:
         try:
             response: Response = await handler(request)
         except HttpError as error:
-            headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-            return error_response(error.status, error.code, headers)
+            headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else error.headers
+            return error_response(error.status, error.code, headers, error.message)
         except ScrollbackError as error:
             status = http_status(error.code)
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None

@@ -9,7 +9,9 @@ overrides (flags) win and validates. It reads:
   needs `Authorization: Bearer <token>`, which the gateway passes through;
 - `SCROLLBACK_GATEWAY_TOKEN_FILE`: a file holding the gateway's own bearer
   token, sent to the media service when it serves a signed photo URL (an
-  `<img>` cannot send the caller's token); required with auth;
+  `<img>` cannot send the caller's token) with the URL's principal as the one
+  it acts for; required with auth, and the token file must list it with
+  `delegate: true` (scrollback.server.auth);
 - `SCROLLBACK_GATEWAY_SIGNING_KEY_FILE`: the HMAC key of photo URLs (at least
   32 bytes; several replicas share it); unset, a random key per process;
 - `SCROLLBACK_GATEWAY_URL_TTL_SECONDS` (default 3600): how long a photo URL is valid;
@@ -138,7 +140,7 @@ class GatewayConfig:
                 raise ConfigError(
                     "with auth, SCROLLBACK_GATEWAY_TOKEN_FILE must hold the gateway's own token"
                 )
-            self.service_token()
+            self.check_service_token()
         self.signing_key()
         return self
 
@@ -171,6 +173,20 @@ class GatewayConfig:
         if not token:
             raise ConfigError("SCROLLBACK_GATEWAY_TOKEN_FILE is empty")
         return token
+
+    def check_service_token(self) -> None:
+        """The gateway's own token must be in the token file, marked `delegate: true`."""
+        table, token = self.token_table(), self.service_token()
+        found = table.resolve(token) if table is not None and token is not None else None
+        if found is None:
+            raise ConfigError(
+                "the gateway's own token (SCROLLBACK_GATEWAY_TOKEN_FILE) is not in the token file"
+            )
+        if not found[1]:
+            raise ConfigError(
+                "the gateway's own token must be marked 'delegate: true' in the token file:"
+                " it reads each signed photo for the principal the URL was signed for"
+            )
 
     def signing_key(self) -> bytes:
         """The HMAC key of photo URLs."""

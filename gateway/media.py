@@ -7,8 +7,12 @@ thumbnails, which show nothing the original does not. The signature must be
 valid for (ref, pin, p, exp) and unexpired; a request that also carries a
 bearer token must be from principal `p`. A bearer request without a signature
 is allowed too (API clients), and its token is passed through. A signed
-request reads with the gateway's own token (the caller was allowed to see the
-ref when the window that signed it was served).
+request reads with the gateway's own token, a delegate acting for the URL's
+principal (`scrollback-on-behalf-of`, scrollback.server.auth): the media
+service reads as that principal, with its projects, and counts the stream
+against its budget of concurrent calls, never against one all users share.
+Downloads open at once are bounded per grant and per client address
+(gateway.downloads; 429 over a bound).
 
 Answers carry the sniffed `Content-Type` (anything not safe inline is
 `application/octet-stream` with `Content-Disposition: attachment`), `ETag`
@@ -23,13 +27,15 @@ the gateway whatever the photo's size.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from client.aio import AsyncMediaStream
+from client.aio import AsyncMediaClient, AsyncMediaStream
 from client.errors import InvalidArgument, OutOfRange
 from gateway.errors import HttpError
 from gateway.signing import SignatureError
@@ -140,13 +146,25 @@ def _unsatisfiable(size: int) -> Response:
     )
 
 
-def _token_for(gateway: Gateway, request: Request, ref: str, pin: str) -> str | None:
-    """The token to read with, after checking the signature or the bearer token."""
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    """Whom a photo is read for: the token to call with, the principal it acts for, the grant."""
+
+    token: str | None
+    # The principal the gateway's delegate token names (None: the token's own).
+    acting_for: str | None
+    # The principal the read counts for ("" without auth), keying the per-URL bound.
+    principal: str
+
+
+def _reader(gateway: Gateway, request: Request, ref: str, pin: str) -> _Reader:
+    """Whom to read for, after checking the signature or the bearer token."""
     params = request.query_params
     signature = params.get("sig", "")
     bearer = request.headers.get("authorization") if gateway.tokens is not None else None
     if bearer and not signature:
-        return gateway.caller(request).token  # pass-through; 401 when bad
+        caller = gateway.caller(request)  # pass-through; 401 when bad
+        return _Reader(caller.token, None, caller.principal)
     try:
         grant = gateway.signer.check(
             ref, pin, params.get("p", ""), params.get("exp", ""), signature
@@ -155,15 +173,59 @@ def _token_for(gateway: Gateway, request: Request, ref: str, pin: str) -> str | 
         raise HttpError(403, "PERMISSION_DENIED") from None
     if bearer and gateway.caller(request).principal != grant.principal:
         raise HttpError(403, "PERMISSION_DENIED")
-    return gateway.service_token
+    if gateway.service_token is None:
+        return _Reader(None, None, grant.principal)  # no auth: no principals
+    if not grant.principal:
+        raise HttpError(403, "PERMISSION_DENIED")  # signed by a gateway without auth
+    # The gateway's own token acts for the URL's principal: the media service
+    # applies that principal's projects and counts the stream against its budget.
+    return _Reader(gateway.service_token, grant.principal, grant.principal)
+
+
+class _DownloadResponse(StreamingResponse):
+    """A streamed photo that gives its download place back when it ends, however it ends."""
+
+    def __init__(
+        self, stream: AsyncMediaStream, release: Callable[[], None], **kwargs: Any
+    ) -> None:
+        super().__init__(_body(stream), **kwargs)
+        self._stream = stream
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.cancel()  # the browser left: the media stream ends now
+            self._release()
 
 
 async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
-    """Answer one photo GET (or HEAD)."""
+    """Answer one photo GET (or HEAD), within the open-download bounds (gateway.downloads)."""
     pin = request.query_params.get("pin", "")
     selector = _selector(ref, pin)
     size = _size(request)
-    client = gateway.media(_token_for(gateway, request, ref, pin))
+    reader = _reader(gateway, request, ref, pin)
+    client = gateway.media(reader.token, acting_for=reader.acting_for)
+    address = request.client.host if request.client is not None else ""
+    release = gateway.downloads.open("\x1f".join((reader.principal, ref, pin)), address)
+    try:
+        response = await _answer(client, request, selector, size, release)
+    except BaseException:
+        release()
+        raise
+    if not isinstance(response, _DownloadResponse):
+        release()
+    return response
+
+
+async def _answer(
+    client: AsyncMediaClient,
+    request: Request,
+    selector: mpb.MediaSelector,
+    size: int | None,
+    release: Callable[[], None],
+) -> Response:
     try:
         wanted = (
             _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
@@ -192,29 +254,33 @@ async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
             raise
         (result,) = await client.stat_media([selector], size=size)
         return _unsatisfiable(result.metadata.size_bytes)
-    metadata = stream.metadata
-    headers = _headers(metadata)
-    if _etag_matches(request.headers.get("if-none-match", ""), metadata.sha256):
-        stream.cancel()
-        headers.pop("Content-Type", None)
-        headers.pop("Content-Disposition", None)
-        return Response(status_code=304, headers=headers)
-    total = metadata.size_bytes
-    status = 200
-    if wanted is not None:
-        if first >= total:
+    try:
+        metadata = stream.metadata
+        headers = _headers(metadata)
+        if _etag_matches(request.headers.get("if-none-match", ""), metadata.sha256):
             stream.cancel()
-            return _unsatisfiable(total)
-        end = total - 1 if last is None else min(last, total - 1)
-        headers["Content-Range"] = f"bytes {first}-{end}/{total}"
-        headers["Content-Length"] = str(end - first + 1)
-        status = 206
-    else:
-        headers["Content-Length"] = str(total)
-    if request.method == "HEAD":
+            headers.pop("Content-Type", None)
+            headers.pop("Content-Disposition", None)
+            return Response(status_code=304, headers=headers)
+        total = metadata.size_bytes
+        status = 200
+        if wanted is not None:
+            if first >= total:
+                stream.cancel()
+                return _unsatisfiable(total)
+            end = total - 1 if last is None else min(last, total - 1)
+            headers["Content-Range"] = f"bytes {first}-{end}/{total}"
+            headers["Content-Length"] = str(end - first + 1)
+            status = 206
+        else:
+            headers["Content-Length"] = str(total)
+        if request.method == "HEAD":
+            stream.cancel()
+            return Response(status_code=status, headers=headers)
+    except BaseException:
         stream.cancel()
-        return Response(status_code=status, headers=headers)
-    return StreamingResponse(_body(stream), status_code=status, headers=headers)
+        raise
+    return _DownloadResponse(stream, release, status_code=status, headers=headers)
 
 
 async def _body(stream: AsyncMediaStream) -> AsyncIterator[bytes]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gateway.config import GatewayConfig
 from gateway.server import RunningGateway, start_gateway
+from scrollback.server.auth import SecuritySettings
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
 REPO = Path(__file__).resolve().parents[2]  # tests/support/gateway.py -> the repository
@@ -79,11 +80,37 @@ class RequestLog:
         return recorded
 
 
-class GatewayStack:
-    """History, media and the gateway, all on 127.0.0.1 ports picked by the kernel."""
+def write_tokens(path: Path, projects: dict[str, list[str]]) -> Path:
+    """A token file of TOKENS: each principal sees `projects[name]`; the gateway is a delegate."""
+    lines = ["tokens:"]
+    for name, token in TOKENS.items():
+        lines += [f"  - token: {token}", f"    principal: {name}"]
+        lines.append(f"    projects: {projects.get(name, [])!r}")
+        if name == "gateway":
+            lines.append("    delegate: true")
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.pair = ServerPair(tmp_path / "root", tmp_path / "state")
+
+class GatewayStack:
+    """History, media and the gateway, all on 127.0.0.1 ports picked by the kernel.
+
+    With `tenants` (principal -> projects), both services run with that token
+    file too (and `max_streams` calls in flight per principal); otherwise they
+    run without auth and only the gateway checks tokens.
+    """
+
+    def __init__(
+        self, tmp_path: Path, *, tenants: dict[str, list[str]] | None = None, max_streams: int = 64
+    ) -> None:
+        self.tokens_file: Path | None = None
+        security = None
+        if tenants is not None:
+            self.tokens_file = write_tokens(tmp_path / "tenants.yaml", tenants)
+            security = SecuritySettings(
+                auth_tokens=self.tokens_file, max_streams_per_principal=max_streams
+            )
+        self.pair = ServerPair(tmp_path / "root", tmp_path / "state", security)
         self.tmp = tmp_path
         self.log = RequestLog()
         self.gateway: RunningGateway | None = None
@@ -100,13 +127,8 @@ class GatewayStack:
         key.write_bytes(os.urandom(32).hex().encode())
         fields: dict[str, Any] = {}
         if auth:
-            tokens = self.tmp / "tokens.yaml"
-            tokens.write_text(
-                "tokens:\n"
-                + "".join(
-                    f"  - token: {token}\n    principal: {name}\n    projects: ['*']\n"
-                    for name, token in TOKENS.items()
-                )
+            tokens = self.tokens_file or write_tokens(
+                self.tmp / "tokens.yaml", {"alice": ["*"], "bob": ["*"]}
             )
             own = self.tmp / "gateway.token"
             own.write_text(TOKENS["gateway"])
