@@ -25,6 +25,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("scrollback.gateway")
+WARNING_INTERVAL_SECONDS = 10.0
 
 REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -41,6 +42,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     header_timeout: float = 30.0
     max_connections: int = 512
+    # Refusals since the last warning, and when it was logged (per gateway's class).
+    refused: int = 0
+    last_warning: float = float("-inf")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -49,14 +53,24 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
-            log.warning(
-                "gateway: %d connections are open already; refusing one (max_connections)",
-                self.max_connections,
-            )
+            self._warn_refused()
             self.transport.write(TOO_MANY_CONNECTIONS)
             self.transport.close()
             return
         self._await_headers()
+
+    def _warn_refused(self) -> None:
+        # One line per interval, not one per connection of a flood.
+        cls = type(self)
+        now = self.loop.time()
+        cls.refused += 1
+        if now - cls.last_warning >= WARNING_INTERVAL_SECONDS:
+            log.warning(
+                "gateway: %d connections are open; refused %d more (max_connections)",
+                self.max_connections,
+                cls.refused,
+            )
+            cls.last_warning, cls.refused = now, 0
 
     def _await_headers(self) -> None:
         if self._header_timer is None:
