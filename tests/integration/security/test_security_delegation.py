@@ -15,12 +15,13 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
+from client.errors import DelegationNotAllowed, UnknownPrincipal, from_rpc_error
+from scrollback.contract.reasons import Reason
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.server.auth import ON_BEHALF_OF, AuthConfigError, TokenTable
+from tests.support.reasons import assert_reason
 from tests.support.security import (
     PROJECTS,
     TOKENS,
@@ -63,16 +64,6 @@ def _fill(root: Path) -> dict[str, mpb.MediaSelector]:
     }
 
 
-def _reason(error: grpc.aio.AioRpcError) -> str:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    assert status is not None
-    (detail,) = status.details
-    info = error_details_pb2.ErrorInfo()
-    assert detail.Unpack(info)
-    assert info.domain == "scrollback"
-    return str(info.reason)
-
-
 async def test_a_delegate_acting_for_alice_sees_exactly_what_alice_sees(
     secured_pair_factory: Any, tmp_path: Path
 ) -> None:
@@ -104,14 +95,16 @@ async def test_only_a_delegate_may_name_a_principal(
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await read_blob(media, photos["a"], metadata=metadata)
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
-            assert _reason(refused.value) == "DELEGATION_NOT_ALLOWED"
+            assert_reason(refused.value, Reason.DELEGATION_NOT_ALLOWED)
+            assert isinstance(from_rpc_error(refused.value), DelegationNotAllowed)
             assert RELAY not in (refused.value.details() or "")
         # A delegate naming nobody, itself, or two principals: refused.
         for names in (("nobody",), ("relay",), ("alice", "bob"), ("",)):
             with pytest.raises(grpc.aio.AioRpcError) as unknown:
                 await history.ListSessions(hpb.ListSessionsRequest(), metadata=_relay(*names))
             assert unknown.value.code() == grpc.StatusCode.PERMISSION_DENIED
-            assert _reason(unknown.value) == "UNKNOWN_PRINCIPAL"
+            assert_reason(unknown.value, Reason.UNKNOWN_PRINCIPAL)
+            assert isinstance(from_rpc_error(unknown.value), UnknownPrincipal)
         # An unknown token is still UNAUTHENTICATED, header or not.
         with pytest.raises(grpc.aio.AioRpcError) as unknown_token:
             await history.ListSessions(
