@@ -223,6 +223,19 @@ class RawConnection:
         self.sock.close()
 
 
+def has_whole_response(connection: RawConnection) -> bool:
+    """True once a response's head and its whole Content-Length body have arrived."""
+    head, sep, body = connection.received.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    lengths = [
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    ]
+    return bool(lengths) and len(body) >= lengths[0]
+
+
 def poll_until(
     connections: list[RawConnection], done: Any, timeout: float, limit: int = 1 << 16
 ) -> bool:
