@@ -37,6 +37,7 @@ __all__ = [
     "ChatKeyBound",
     "DataLoss",
     "DeadlineExceeded",
+    "DelegationNotAllowed",
     "FailedPrecondition",
     "ImageTooLarge",
     "Internal",
@@ -67,6 +68,7 @@ __all__ = [
     "TxnConflict",
     "Unauthenticated",
     "Unavailable",
+    "UnknownPrincipal",
     "UploadDeadline",
     "UploadIdle",
     "error_class",
@@ -301,6 +303,18 @@ class TooManyStreams(ResourceExhausted):
     default_reason = Reason.TOO_MANY_STREAMS
 
 
+class DelegationNotAllowed(PermissionDenied):
+    """`scrollback-on-behalf-of` from a token not marked `delegate` (DELEGATION_NOT_ALLOWED)."""
+
+    default_reason = Reason.DELEGATION_NOT_ALLOWED
+
+
+class UnknownPrincipal(PermissionDenied):
+    """A delegate naming no principal it may act for (UNKNOWN_PRINCIPAL)."""
+
+    default_reason = Reason.UNKNOWN_PRINCIPAL
+
+
 class UploadIdle(DeadlineExceeded):
     """An upload that sent nothing for too long (UPLOAD_IDLE)."""
 
@@ -386,6 +400,8 @@ _BY_REASON: dict[str, type[ScrollbackError]] = {
         BlobTooLarge,
         StorageFull,
         TooManyStreams,
+        DelegationNotAllowed,
+        UnknownPrincipal,
         UploadIdle,
         UploadDeadline,
         LookupCancelled,

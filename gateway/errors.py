@@ -30,6 +30,7 @@ MESSAGES: dict[int, str] = {
     409: "the request conflicts with the current state (a stale pin or page token?)",
     415: "the body must be application/json",
     416: "range not satisfiable",
+    421: "this gateway does not answer for that host name (SCROLLBACK_GATEWAY_ALLOWED_HOSTS)",
     429: "too many requests or too large",
     500: "internal error",
     502: "the stored bytes are corrupt",
@@ -39,12 +40,21 @@ MESSAGES: dict[int, str] = {
 
 
 class HttpError(Exception):
-    """An HTTP error answer of a handler (status and code name)."""
+    """An HTTP error answer of a handler (status, code name, and a fixed text of the gateway's)."""
 
-    def __init__(self, status: int, code: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(code)
         self.status = status
         self.code = code
+        # None: the status's text of MESSAGES; a handler's own text never carries request data.
+        self.message = message
+        self.headers = headers
 
 
 def http_status(code: grpc.StatusCode) -> int:
@@ -52,7 +62,9 @@ def http_status(code: grpc.StatusCode) -> int:
     return HTTP_STATUS.get(code, 500)
 
 
-def error_response(status: int, code: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """`{"error": {"code": ..., "message": ...}}` with a fixed message per status."""
-    body = {"error": {"code": code, "message": MESSAGES.get(status, "error")}}
+def error_response(
+    status: int, code: str, headers: dict[str, str] | None = None, message: str | None = None
+) -> JSONResponse:
+    """`{"error": {"code": ..., "message": ...}}`: the status's fixed message unless one is given."""
+    body = {"error": {"code": code, "message": message or MESSAGES.get(status, "error")}}
     return JSONResponse(body, status_code=status, headers=headers)
