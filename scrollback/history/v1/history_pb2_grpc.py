@@ -39,9 +39,12 @@ class HistoryServiceStub:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
-    latest window of a transcript ending in a newline-less line over the max
-    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -102,9 +105,12 @@ class HistoryServiceServicer:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
-    latest window of a transcript ending in a newline-less line over the max
-    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -247,9 +253,12 @@ class HistoryService:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
-    latest window of a transcript ending in a newline-less line over the max
-    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
