@@ -974,10 +974,15 @@ def test_probe_streamed_equals_probe() -> None:
     """The streamed probe of a line read in small chunks finds what the held one finds."""
     payload = base64.b64encode(bytes(range(256)) * 20).decode()
     escaped = payload.replace("/", "\\/")  # written as JavaScript may write it
-    line = (
-        '{"uuid":"u","message":{"content":[{"type":"image","source":{"data":"%s"}}]},'
-        '"toolUseResult":{"file":{"base64":"%s"}}}' % (payload, escaped)
-    ).encode()
+    line = b"".join(
+        (
+            b'{"uuid":"u","message":{"content":[{"type":"image","source":{"data":"',
+            payload.encode(),
+            b'"}}]},"toolUseResult":{"file":{"base64":"',
+            escaped.encode(),
+            b'"}}}',
+        )
+    )
     held = probe_line(line)
     streamed = probe_line_streamed(
         lambda start, length: line[start : start + length], len(line), chunk_size=1000
