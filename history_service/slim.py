@@ -41,6 +41,7 @@ from scrollback.contract.refs import ID_PATTERN, validate_id
 from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     ProbedLine,
+    find_payload_spans,
     probe_line,
     probe_line_streamed,
 )
@@ -479,13 +480,14 @@ def _copy_media_type(probed: ProbedLine, cut: int) -> str:
 
 
 def _needs_probe(raw: RawLine, options: SlimOptions) -> bool:
-    """Whether a line may hold something to replace (a small line without any is copied)."""
+    """Whether a line may hold something to replace (a line without any is copied as is)."""
     data = raw.data
     if data is None or options.fork_session_id:
         return True
-    return (
-        len(data) >= MIN_INLINE_LIMIT or b'"image"' in data or b'"document"' in data
-    ) and not data.isspace()
+    if b'"image"' in data or b'"document"' in data:
+        return True
+    # No block of either kind: only a payload elsewhere (a copy) needs the probe.
+    return bool(find_payload_spans(data, MIN_INLINE_LIMIT))
 
 
 def count_content_images(fd: int, size: int, max_line: int) -> int:
@@ -526,8 +528,13 @@ def slim_file(
         )
         stats.lines += 1
         stats.bytes_read += raw.next_start - raw.start
-        position = 0
-        for edit in [*edits, _Edit(raw.size, raw.size, b"")]:
+        if not edits and raw.data is not None:
+            out += raw.data  # nothing to replace: the line as it is
+            position = raw.size
+            edits = []
+        else:
+            position = 0
+        for edit in [*edits, _Edit(raw.size, raw.size, b"")] if position == 0 else []:
             for piece in source.pieces(position, edit.start):
                 out += piece
                 if len(out) >= OUT_CHUNK:
