@@ -37,6 +37,13 @@ def picture(width: int, height: int, fmt: str = "PNG", *, seed: int = 0) -> byte
     return out.getvalue()
 
 
+def noisy_png(width: int, height: int) -> bytes:
+    """A real PNG of that size that does not compress: a large payload for its pixels."""
+    out = io.BytesIO()
+    Image.effect_noise((width, height), 90).convert("RGB").save(out, format="PNG")
+    return out.getvalue()
+
+
 def b64(data: bytes) -> str:
     """Base64 text of bytes."""
     return base64.b64encode(data).decode("ascii")

@@ -1,0 +1,88 @@
+"""SlimSession over a real history server on lines larger than the max line size.
+
+A line over the max line size is never held whole: its payloads are found and
+pinned in bounded reads (`probe_line_streamed`) and the copy is written from
+bounded reads between the replacements. Here the max line size is 64 KiB and
+the image lines are several times that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, find_payload_spans
+from scrollback.history.v1 import history_pb2 as hpb
+from tests.support.history import HarnessFactory
+from tests.support.rescue import b64, image_block, line, noisy_png
+
+MAX_LINE = 64 * 1024
+
+
+async def _slim(stub: Any, session_id: str, **fields: Any) -> tuple[bytes, hpb.SlimFileEnd]:
+    data = bytearray()
+    end = hpb.SlimFileEnd()
+    async for message in stub.SlimSession(hpb.SlimSessionRequest(session_id=session_id, **fields)):
+        if message.HasField("data"):
+            data += message.data
+        elif message.HasField("file_end"):
+            end = message.file_end
+    return bytes(data), end
+
+
+async def test_lines_over_the_max_line_size_are_slimmed_in_bounded_reads(
+    history_server: HarnessFactory,
+) -> None:
+    big = noisy_png(300, 200)  # a real PNG of about 100 KB
+    noise = bytes((i * 131 + 7) % 256 for i in range(150_000))  # not an image
+    async with history_server(max_line_size=MAX_LINE) as harness:
+        first = {
+            "type": "user",
+            "uuid": "big-1",
+            "parentUuid": None,
+            "sessionId": "old",
+            "message": {
+                "role": "user",
+                "content": [{"type": "text", "text": "x"}, image_block(big)],
+            },
+            "toolUseResult": {"file": {"base64": b64(big), "type": "image/png"}},
+        }
+        second = {
+            "type": "user",
+            "uuid": "big-2",
+            "parentUuid": "big-1",
+            "sessionId": "old",
+            "message": {"role": "user", "content": [image_block(noise, "image/png")]},
+        }
+        lines = [line(first), line(second)]
+        assert all(len(raw) > MAX_LINE for raw in lines)
+        path = harness.transcript("huge")
+        tail = b'{"type":"user","message":{"content":"' + b"A" * 90_000  # half-written
+        path.write_bytes(b"".join(lines) + tail)
+        before = hashlib.sha256(path.read_bytes()).hexdigest()
+
+        copy, end = await _slim(harness.stub, "huge", fork_session_id="forked")
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+        assert end.lines == 2 and end.omitted_tail_bytes == len(tail)
+        assert (end.images_replaced, end.copies_replaced) == (2, 1)
+        rows = [json.loads(raw) for raw in copy.splitlines()]
+        assert [r["uuid"] for r in rows] == ["big-1", "big-2"]
+        assert all(r["sessionId"] == "forked" for r in rows)
+        for raw in copy.splitlines():
+            assert find_payload_spans(raw, MIN_INLINE_LIMIT) == []
+        text = rows[0]["message"]["content"][1]["text"]
+        assert "300x200 px" in text and hashlib.sha256(big).hexdigest() in text
+        assert "huge/big-1/0" in text
+        assert hashlib.sha256(big).hexdigest() in rows[0]["toolUseResult"]["file"]["base64"]
+        assert "150,000 bytes" in rows[1]["message"]["content"][0]["text"]
+
+        listed = [
+            m.image
+            async for m in harness.stub.ListImages(hpb.ListImagesRequest(session_id="huge"))
+            if m.HasField("image")
+        ]
+        assert [(i.api_path, i.width, list(i.problems)) for i in listed] == [
+            ("messages.0.content.1", 300, []),
+            ("messages.0.content.2", 0, ["undecodable"]),
+        ]
