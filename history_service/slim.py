@@ -42,6 +42,7 @@ from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     ProbedLine,
     find_payload_spans,
+    first_payload_candidate,
     probe_line,
     probe_line_streamed,
 )
@@ -502,49 +503,143 @@ def count_content_images(fd: int, size: int, max_line: int) -> int:
     return total
 
 
+# A plain run: complete lines [start, end) of a block, newlines included, copied as they are.
+_PlainRun = tuple[int, int, bytes]
+# Bytes read at once when looking for the lines that need more than a copy.
+SCAN_BLOCK = 1024 * 1024
+
+
+class _Candidates:
+    """Where, in one block, a line may need a replacement: each kind's next offset, remembered.
+
+    A block or document has its `"image"` / `"document"` type; a payload opens
+    at a quote followed by at least the inline limit of quote-free bytes
+    (`first_payload_candidate`). Each kind is searched again only once the
+    scan has passed its last answer, so a block is searched about once per kind.
+    """
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.known: dict[int, int] = {}  # kind -> its next offset (-1: none left)
+
+    def _find(self, kind: int, position: int) -> int:
+        if kind == 0:
+            return self.block.find(b'"image"', position)
+        if kind == 1:
+            return self.block.find(b'"document"', position)
+        return first_payload_candidate(self.block, position, MIN_INLINE_LIMIT)
+
+    def next(self, position: int) -> int:
+        """The first offset at or after `position` that may need a look, or -1."""
+        best = -1
+        for kind in (0, 1, 2):
+            at = self.known.get(kind, -2)
+            if at == -2 or 0 <= at < position:
+                at = self._find(kind, position)
+                self.known[kind] = at
+            if at >= 0 and (best < 0 or at < best):
+                best = at
+        return best
+
+
+def _forked_run(data: bytes, fork_session_id: str) -> bytes:
+    """A run of plain lines with each line's top-level sessionId replaced (no parse)."""
+    new_id = fork_session_id.encode("ascii")
+    lines = data.split(b"\n")
+    for k, text in enumerate(lines):
+        if b'"sessionId"' in text:
+            span = top_level_string_span(text, "sessionId")
+            if span is not None:
+                lines[k] = text[: span[0]] + new_id + text[span[1] :]
+    return b"\n".join(lines)
+
+
+def _segments(fd: int, size: int, max_line: int) -> Iterator[_PlainRun | RawLine]:
+    """The file as runs of lines to copy as they are and single lines to look at, in order.
+
+    Reads `SCAN_BLOCK` at a time; a line longer than a block, and the last
+    line when it has no newline, come from `iter_lines_forward` (bounded
+    reads).
+    """
+    position = 0
+    while position < size:
+        block = os.pread(fd, min(SCAN_BLOCK, size - position), position)
+        if not block:
+            return  # the file shrank under us: stop at what we have
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            # A line longer than the block, or the unterminated last line.
+            for raw in iter_lines_forward(fd, position, size, max_line):
+                yield raw
+                position = raw.next_start
+                break
+            continue
+        at = 0
+        candidates = _Candidates(block)
+        while at < cut:
+            candidate = candidates.next(at)
+            if candidate < 0 or candidate >= cut:
+                yield at + position, cut + position, block[at:cut]
+                break
+            start = block.rfind(b"\n", 0, candidate) + 1
+            end = block.find(b"\n", candidate)
+            if start > at:
+                yield at + position, start + position, block[at:start]
+            yield RawLine(position + start, position + end, block[start:end], True, fd)
+            at = end + 1
+        position += cut
+
+
 def slim_file(
     fd: int, size: int, session_id: str, options: SlimOptions, max_line: int, stats: SlimStats
 ) -> Iterator[bytes]:
     """The slim copy of one transcript's first `size` bytes, in pieces of at most OUT_CHUNK.
 
-    A last line without a newline that is not yet a JSON object (being
-    written) is left out, and counted in `stats.omitted_tail_bytes`.
+    Runs of lines with no image, document or payload are copied as they are
+    (`_segments`); each other line is probed and replaced where needed. A last
+    line without a newline that is not yet a JSON object (being written) is
+    left out, and counted in `stats.omitted_tail_bytes`.
     """
     counter = None
     if options.keep_last:
         counter = _ImageCounter(count_content_images(fd, size, max_line), options.keep_last)
     out = bytearray()
-    for raw in iter_lines_forward(fd, 0, size, max_line):
-        source = LineSource(raw)
-        probed = source.probe() if _needs_probe(raw, options) or not raw.terminated else None
-        if not raw.terminated and probed is None:
-            # Being written: no prefix of a line is a JSON object (docs/contract.md §1).
-            stats.omitted_tail_bytes = raw.size
-            break
-        edits = (
-            _line_edits(source, probed, session_id, options, counter, stats)
-            if probed is not None
-            else []
-        )
-        stats.lines += 1
-        stats.bytes_read += raw.next_start - raw.start
-        if not edits and raw.data is not None:
-            out += raw.data  # nothing to replace: the line as it is
-            position = raw.size
-            edits = []
+    for segment in _segments(fd, size, max_line):
+        if isinstance(segment, tuple):
+            start, end, data = segment
+            stats.lines += data.count(b"\n")
+            stats.bytes_read += end - start
+            out += _forked_run(data, options.fork_session_id) if options.fork_session_id else data
         else:
+            raw = segment
+            source = LineSource(raw)
+            probed = source.probe() if _needs_probe(raw, options) or not raw.terminated else None
+            if not raw.terminated and probed is None:
+                # Being written: no prefix of a line is a JSON object (docs/contract.md §1).
+                stats.omitted_tail_bytes = raw.size
+                break
+            edits = (
+                _line_edits(source, probed, session_id, options, counter, stats)
+                if probed is not None
+                else []
+            )
+            stats.lines += 1
+            stats.bytes_read += raw.next_start - raw.start
             position = 0
-        for edit in [*edits, _Edit(raw.size, raw.size, b"")] if position == 0 else []:
-            for piece in source.pieces(position, edit.start):
-                out += piece
-                if len(out) >= OUT_CHUNK:
-                    stats.bytes_written += len(out)
-                    yield bytes(out)
-                    out.clear()
-            out += edit.text
-            position = edit.end
-        if raw.terminated:
-            out += b"\n"
+            for edit in [*edits, _Edit(raw.size, raw.size, b"")]:
+                if not edits and raw.data is not None:
+                    out += raw.data  # nothing to replace: the line as it is
+                else:
+                    for piece in source.pieces(position, edit.start):
+                        out += piece
+                        if len(out) >= OUT_CHUNK:
+                            stats.bytes_written += len(out)
+                            yield bytes(out)
+                            out.clear()
+                out += edit.text
+                position = edit.end
+            if raw.terminated:
+                out += b"\n"
         if len(out) >= OUT_CHUNK:
             stats.bytes_written += len(out)
             yield bytes(out)

@@ -248,6 +248,17 @@ def _quote_before_long_run(line: Buffer, position: int, inline_limit: int) -> in
     return -1
 
 
+def first_payload_candidate(data: Buffer, position: int, inline_limit: int) -> int:
+    """The first offset at or after `position` where a payload could open, or -1.
+
+    Any bytes, several lines included: a payload opens at a quote that the next
+    `inline_limit` bytes do not follow with another, so none can open where
+    this answers -1. A necessary condition only (the line must still be
+    stripped); `scrollback slim` copies the lines before it without a look.
+    """
+    return _quote_before_long_run(data, position, inline_limit)
+
+
 def _base64_values(
     line: Buffer, inline_limit: int, pins: dict[tuple[int, int], str]
 ) -> list[tuple[int, int]]:

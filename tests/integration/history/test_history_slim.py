@@ -86,3 +86,46 @@ async def test_lines_over_the_max_line_size_are_slimmed_in_bounded_reads(
             ("messages.0.content.1", 300, []),
             ("messages.0.content.2", 0, ["undecodable"]),
         ]
+
+
+async def test_a_multi_block_session_keeps_every_plain_line_byte_for_byte(
+    history_server: HarnessFactory,
+) -> None:
+    """Runs of plain lines are copied whole across block boundaries; image lines are not."""
+    picture_bytes = noisy_png(120, 80)
+    lines: list[bytes] = []
+    for number in range(2400):
+        uuid = f"e{number}"
+        if number % 400 == 7:
+            content: list[object] = [image_block(picture_bytes)]
+        elif number % 97 == 3:
+            content = [{"type": "text", "text": "long run without a quote " * 60}]
+        else:
+            content = [{"type": "text", "text": '"quoted" words, ' * 60}]
+        lines.append(
+            line({"type": "user", "uuid": uuid, "sessionId": "s", "message": {"content": content}})
+        )
+    lines.insert(
+        1000, line({"type": "user", "uuid": "huge", "message": {"content": "x " * 700_000}})
+    )
+    lines.insert(
+        1500,
+        line(
+            {
+                "type": "user",
+                "uuid": "huge-image",
+                "message": {"content": [image_block(noisy_png(700, 500))]},
+            }
+        ),
+    )
+    async with history_server() as harness:
+        harness.transcript("blocks").write_bytes(b"".join(lines))
+        copy, end = await _slim(harness.stub, "blocks", fork_session_id="f2")
+    copies = copy.split(b"\n")[:-1]
+    assert len(copies) == len(lines) == end.lines
+    assert end.images_replaced == 7
+    for before, after in zip(lines, copies, strict=True):
+        if b'"image"' in before:
+            assert b"image cut by scrollback slim" in after and len(after) < 2000
+        else:
+            assert after == before.rstrip(b"\n").replace(b'"sessionId":"s"', b'"sessionId":"f2"')
