@@ -202,7 +202,8 @@ class AsyncHistoryClient(AsyncChannelClient):
             keep_last,
             include_subagents,
         )
-        call = self.stub.SlimSession(request, timeout=self.deadlines.stream, metadata=self.metadata)
+        # No deadline, as for a watch: a copy takes as long as its file (cancel to stop).
+        call = self.stub.SlimSession(request, metadata=self.metadata)
         try:
             async for message in call:
                 yield message

@@ -299,8 +299,9 @@ class HistoryClient(SyncChannelClient):
     ) -> Iterator[hpb.SlimSessionResponse]:
         """A slim copy of a session and its sub-agents, as the server streams it.
 
-        Not retried: the caller writes the pieces as they come. Closing the
-        iterator cancels the call.
+        Not retried and without a deadline (a copy takes as long as its file):
+        the caller writes the pieces as they come. Closing the iterator
+        cancels the call.
         """
         request = slim_request(
             session_id,
@@ -311,7 +312,8 @@ class HistoryClient(SyncChannelClient):
             keep_last,
             include_subagents,
         )
-        call = self.stub.SlimSession(request, timeout=self.deadlines.stream, metadata=self.metadata)
+        # No deadline, as for a watch: a copy takes as long as its file (cancel to stop).
+        call = self.stub.SlimSession(request, metadata=self.metadata)
         try:
             yield from call
         except grpc.RpcError as error:
