@@ -42,6 +42,7 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "LineTooLarge",
+    "LongTailPending",
     "LookupCancelled",
     "MalformedRequest",
     "MediaCorrupt",
@@ -336,6 +337,13 @@ class StoreBusy(Unavailable):
     default_reason = Reason.STORE_BUSY
 
 
+class LongTailPending(Unavailable):
+    """The transcript ends in a newline-less line over the max line size, not indexed yet;
+    retrying shortly succeeds (LONG_TAIL_PENDING)."""
+
+    default_reason = Reason.LONG_TAIL_PENDING
+
+
 _BY_CODE: dict[grpc.StatusCode, type[ScrollbackError]] = {
     cls.default_code: cls
     for cls in (
@@ -384,6 +392,7 @@ _BY_REASON: dict[str, type[ScrollbackError]] = {
         StreamStalled,
         MediaCorrupt,
         StoreBusy,
+        LongTailPending,
     )
 }
 

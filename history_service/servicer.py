@@ -24,6 +24,7 @@ from history_service.errors import (
     ChatKeyBoundError,
     FileRewrittenError,
     InvalidArgumentError,
+    LongTailPendingError,
     TooLargeError,
     TxnConflictError,
 )
@@ -58,6 +59,7 @@ ERROR_TABLE: ErrorTable = {
     ChatKeyBoundError: Reason.CHAT_KEY_BOUND,
     TxnConflictError: Reason.TXN_CONFLICT,
     TooLargeError: Reason.TOO_LARGE,
+    LongTailPendingError: Reason.LONG_TAIL_PENDING,
     StoreBusyError: Reason.STORE_BUSY,
 }
 

@@ -33,7 +33,7 @@ from history_service.entry_cache import (
     encode,
     mark_of,
 )
-from history_service.errors import FileRewrittenError, InvalidArgumentError
+from history_service.errors import FileRewrittenError, InvalidArgumentError, LongTailPendingError
 from history_service.lines import (
     FileShrankError,
     IndexRows,
@@ -409,17 +409,26 @@ class WindowReader:
         threading.Thread(target=build, name="line-index-build", daemon=True).start()
 
     def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
-        """Where a tail longer than the max line size starts, from the line index."""
+        """Where a tail longer than the max line size starts, from the line index.
+
+        Only an index that already covers the file answers: finding that start
+        otherwise means reading the whole tail (gigabytes, for a run with no
+        newline), so the window is refused as UNAVAILABLE (`LongTailPendingError`,
+        which clients retry) while a background build indexes the file.
+        """
         index = self._line_index
         if index is None:
             return None
 
         def locate() -> int:
             try:
-                return index.last_line_start(opened.index_key, opened.fd, size)
+                start = index.indexed_last_line_start(opened.index_key, opened.fd, size)
             except INDEX_UNAVAILABLE:
-                # The state store cannot answer: scan back to the newline instead.
-                return tail_start(opened.fd, size, size)
+                start = None
+            if start is None:
+                self._build_later(index, opened)
+                raise LongTailPendingError()
+            return start
 
         return locate
 

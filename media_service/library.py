@@ -31,13 +31,13 @@ from typing import BinaryIO
 from media_service.blobs import BlobStore, MediaInfo
 from media_service.decoded import DecodedKey
 from media_service.errors import CorruptMediaError, MediaNotFoundError, NotAnImageError
+from media_service.image_header import header_dimensions
 from media_service.thumbnails import (
     DEFAULT_MAX_PIXELS,
     THUMBNAIL_CONTENT_TYPE,
     THUMBNAIL_SIZES,
     ThumbnailCache,
     buffered,
-    image_dimensions,
     make_thumbnail,
 )
 from media_service.transcript_media import TranscriptMedia
@@ -148,7 +148,7 @@ def thumbnail_info(
     original: MediaInfo, size: int, data: bytes, *, still_of_animation: bool
 ) -> MediaInfo:
     """The metadata of a thumbnail's bytes, made from `original` at `size`."""
-    width, height = image_dimensions(io.BytesIO(data)) or (0, 0)
+    width, height = header_dimensions(io.BytesIO(data)) or (0, 0)
     return MediaInfo(
         content_type=THUMBNAIL_CONTENT_TYPE,
         declared_media_type=original.declared_media_type,

@@ -62,9 +62,10 @@ from media_service.errors import (
     PinMismatchError,
     SearchCancelledError,
 )
+from media_service.image_header import header_dimensions
 from media_service.lru import LruCache
 from media_service.sniff import SNIFF_BYTES, sniff
-from media_service.thumbnails import buffered, image_dimensions
+from media_service.thumbnails import buffered
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -540,7 +541,7 @@ class TranscriptMedia:
             sniffed = sniff(head)
             width, height = 0, 0
             if sniffed.safe_inline:
-                # The header only, decoded slice by slice from the file: a few KiB.
+                # The fixed header fields only, decoded slice by slice from the file.
                 reader = PayloadReader(
                     _file_reader(fd),
                     found.raw_start,
@@ -549,7 +550,7 @@ class TranscriptMedia:
                     index=located.index,
                 )
                 try:
-                    width, height = image_dimensions(buffered(reader.read, size)) or (0, 0)
+                    width, height = header_dimensions(buffered(reader.read, size)) or (0, 0)
                 except (UndecodablePayloadError, ImageNotStrippedError):
                     raise CorruptMediaError("the transcript's payload changed while read") from None
             info = MediaInfo(

@@ -80,6 +80,11 @@ class _WorkerTree:
         """Stop every worker."""
         await asyncio.to_thread(self.supervisor.stop)
 
+    async def ended(self) -> str:
+        """Return when the service has ended by itself (a worker's fatal status); why."""
+        await asyncio.to_thread(self.supervisor.wait)
+        return f"the {self.supervisor.name.replace('_', ' ')} stopped (see above)"
+
 
 def _worker_argv(config: Any) -> list[str]:
     """The flags that give a worker `config` (the rest it reads from the same environment)."""
@@ -222,9 +227,23 @@ async def _run_up(args: argparse.Namespace) -> int:
     if gateway is not None:
         served += f", gateway and viewer on port {gateway.port}"
     print(f"scrollback up: {served}; Ctrl-C stops", flush=True)
+    # A service of workers ends by itself only on a fatal worker status: then `up` ends too.
+    waits: list[asyncio.Future[str | None]] = [asyncio.ensure_future(wait_for_shutdown_signal())]
+    waits += [
+        asyncio.ensure_future(tree.ended())
+        for tree in (history, media)
+        if isinstance(tree, _WorkerTree)
+    ]
     try:
-        await wait_for_shutdown_signal()
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for finished in done:
+            reason = finished.result()
+            if reason:
+                print(f"scrollback up: {reason}", file=sys.stderr, flush=True)
+                return EXIT_USAGE
     finally:
+        for waiting in waits:
+            waiting.cancel()
         stops = [history.stop(), media.stop()]
         if gateway is not None:
             stops.append(gateway.stop())

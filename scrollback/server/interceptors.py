@@ -538,7 +538,7 @@ def prepare_security(
         max_streams=settings.max_streams_per_principal,
         byte_counted_methods=byte_counted_methods,
         stall_timeout=stall_timeout,
-        shared=SharedStreamCounter(role.streams_db) if role is not None else None,
+        shared=role.stream_counter() if role is not None else None,
         worker_pid=os.getpid() if role is not None else None,
     )
     metrics_port = None

@@ -25,9 +25,12 @@ baseline in the same run, interleaved, median of repeats:
   during a flood of unknown ids;
 - RSS of fresh media and history servers under clients that never grant
   flow-control window, and after they leave (`scrollback_app.bench.stalls`).
+- peak RSS of a fresh media server during two concurrent 96 px thumbnails of
+  64 MP PNGs vs the same idle (`scrollback_app.bench.thumbnails`; target +350 MB).
 - search (`scrollback_app.bench.search`): index build throughput vs a newline
   scan, and Search latency p50/p99 on an index of >= 1 GB of transcripts
-  (quick: 20 MB).
+  (quick: 20 MB); and bob's empty Search for a word in 30,000 of alice's
+  entries vs an absent word (target <= 1.5x).
 - session insight (`scrollback_app.bench.insight`): the first index pass of a
   500 MB session vs a newline scan (reported), and GetSession on it once
   indexed vs a gRPC health check p50 (target <= 10x; quick: 20 MB).
@@ -54,7 +57,7 @@ from client.aio import AsyncClient
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import line_index, lookup, procs, services, stalls
+from scrollback_app.bench import line_index, lookup, procs, services, stalls, thumbnails
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.floor import write_messages
 from scrollback_app.bench.stripper import measure as measure_stripper
@@ -751,6 +754,8 @@ class _Run:
         ):
             self.add(figure)
         for figure in await stalls.measure(self.work, self.config.stalls, self.log):
+            self.add(figure)
+        for figure in await thumbnails.measure(self.work, self.log):
             self.add(figure)
         from scrollback_app.bench import search
 

@@ -39,7 +39,9 @@ class HistoryServiceStub:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
+    latest window of a transcript ending in a newline-less line over the max
+    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -110,7 +112,9 @@ class HistoryServiceServicer:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
+    latest window of a transcript ending in a newline-less line over the max
+    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -290,7 +294,9 @@ class HistoryService:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
+    latest window of a transcript ending in a newline-less line over the max
+    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 

@@ -43,7 +43,9 @@ class HistoryServiceStub:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
+    latest window of a transcript ending in a newline-less line over the max
+    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -137,7 +139,9 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
+    latest window of a transcript ending in a newline-less line over the max
+    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -227,7 +231,9 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a
+    latest window of a transcript ending in a newline-less line over the max
+    line size, before the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
