@@ -43,6 +43,7 @@ from scrollback.contract.stripping import (
     ProbedLine,
     find_payload_spans,
     first_payload_candidate,
+    parse_json_object,
     probe_line,
     probe_line_streamed,
 )
@@ -733,11 +734,24 @@ def api_positions(entries: list[_EntryFacts]) -> dict[int, tuple[int, int]]:
 
 
 def list_images(fd: int, size: int, session_id: str, max_line: int) -> list[ImageRecord]:
-    """Every image and document block of one transcript's message.content, in file order."""
+    """Every image and document block of one transcript's message.content, in file order.
+
+    Lines with no image, document or payload (`_segments`) are parsed only for
+    what the API numbering needs; the others are probed and their payloads decoded.
+    """
     records: list[tuple[int, ImageRecord]] = []
     entries: list[_EntryFacts] = []
     line_number = 0
-    for raw in iter_lines_forward(fd, 0, size, max_line):
+    for segment in _segments(fd, size, max_line):
+        if isinstance(segment, tuple):
+            # Lines with no image, document or payload: only what the numbering needs.
+            for text in segment[2].split(b"\n")[:-1]:
+                line_number += 1
+                entry = parse_json_object(text) if text.strip() else None
+                if entry is not None:
+                    entries.append(_entry_facts(entry))
+            continue
+        raw = segment
         line_number += 1
         source = LineSource(raw)
         probed = source.probe()

@@ -262,6 +262,7 @@ def test_images_json_agrees_with_the_pixels(
         assert info["sha256"] == hashlib.sha256(data).hexdigest()
         assert info["problems"] == []
     assert listing["images"][0]["ref"]["uri"] == f"{SESSION}/u-1/0"
+    assert [i["line_number"] for i in listing["images"]] == [2, 4, 6, 6, 2]
     assert listing["totals"] == {
         "images": 4,
         "documents": 1,

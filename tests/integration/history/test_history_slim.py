@@ -121,6 +121,14 @@ async def test_a_multi_block_session_keeps_every_plain_line_byte_for_byte(
     async with history_server() as harness:
         harness.transcript("blocks").write_bytes(b"".join(lines))
         copy, end = await _slim(harness.stub, "blocks", fork_session_id="f2")
+        listed = [
+            m.image
+            async for m in harness.stub.ListImages(hpb.ListImagesRequest(session_id="blocks"))
+            if m.HasField("image")
+        ]
+    assert [i.line_number for i in listed] == [
+        number + 1 for number, raw in enumerate(lines) if b'"image"' in raw
+    ]
     copies = copy.split(b"\n")[:-1]
     assert len(copies) == len(lines) == end.lines
     assert end.images_replaced == 7
