@@ -495,10 +495,12 @@ def _needs_probe(raw: RawLine, options: SlimOptions) -> bool:
 def count_content_images(fd: int, size: int, max_line: int) -> int:
     """How many image blocks the file's message.content trees hold (a first pass)."""
     total = 0
-    for raw in iter_lines_forward(fd, 0, size, max_line):
-        if raw.data is not None and b'"image"' not in raw.data:
-            continue
-        probed = LineSource(raw).probe()
+    for segment in _segments(fd, size, max_line):
+        if isinstance(segment, tuple) or (
+            segment.data is not None and b'"image"' not in segment.data
+        ):
+            continue  # no image block: nothing to count
+        probed = LineSource(segment).probe()
         if probed is not None:
             total += sum(1 for b in media_blocks(probed) if b.kind == "image" and b.content_path)
     return total

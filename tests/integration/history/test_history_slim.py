@@ -15,7 +15,7 @@ from typing import Any
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, find_payload_spans
 from scrollback.history.v1 import history_pb2 as hpb
 from tests.support.history import HarnessFactory
-from tests.support.rescue import b64, image_block, line, noisy_png
+from tests.support.rescue import b64, image_block, line, noisy_png, picture
 
 MAX_LINE = 64 * 1024
 
@@ -137,3 +137,36 @@ async def test_a_multi_block_session_keeps_every_plain_line_byte_for_byte(
             assert b"image cut by scrollback slim" in after and len(after) < 2000
         else:
             assert after == before.rstrip(b"\n").replace(b'"sessionId":"s"', b'"sessionId":"f2"')
+
+
+async def test_downscale_matches_media_type_to_the_new_bytes(
+    history_server: HarnessFactory,
+) -> None:
+    """Transparency stays PNG; a JPEG declared as PNG is re-encoded and declared as what it is."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    clear = io.BytesIO()
+    Image.new("RGBA", (3000, 1000), (10, 20, 30, 0)).save(clear, format="PNG")
+    mislabelled = picture(800, 600, "JPEG")
+    entry = {
+        "type": "user",
+        "uuid": "d1",
+        "message": {
+            "content": [image_block(clear.getvalue()), image_block(mislabelled, "image/png")]
+        },
+    }
+    async with history_server() as harness:
+        harness.transcript("down").write_bytes(line(entry))
+        copy, end = await _slim(harness.stub, "down", images=hpb.SLIM_IMAGES_DOWNSCALE)
+    assert end.images_downscaled == 2
+    blocks = json.loads(copy)["message"]["content"]
+    sizes = []
+    for block in blocks:
+        data = base64.b64decode(block["source"]["data"], validate=True)
+        with Image.open(io.BytesIO(data)) as image:
+            assert block["source"]["media_type"] == Image.MIME[image.format or ""]
+            sizes.append((image.format, image.size, image.mode))
+    assert sizes == [("PNG", (2000, 667), "RGBA"), ("JPEG", (800, 600), "RGB")]
