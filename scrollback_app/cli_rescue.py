@@ -127,10 +127,22 @@ class _Written:
     end: hpb.SlimFileEnd = field(default_factory=hpb.SlimFileEnd)
 
 
+class UnsafePathError(ValueError):
+    """A server named a place outside the directory the copy goes to."""
+
+
+def _inside(name: str) -> Path:
+    """A relative path the server sent, refused if it could leave its directory."""
+    path = Path(name)
+    if not name or path.is_absolute() or ".." in path.parts:
+        raise UnsafePathError("the server named a file outside the copy's directory")
+    return path
+
+
 def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.SlimFile) -> Path:
-    relative = Path(file.relative_path)
+    relative = _inside(file.relative_path)
     if args.install:
-        return projects_dir(args.projects_dir) / header.project_dir / relative
+        return projects_dir(args.projects_dir) / _inside(header.project_dir) / relative
     output = Path(args.output)
     if not file.is_subagent and relative.parent == Path("."):
         return output

@@ -1,4 +1,4 @@
-"""The API numbering of `scrollback images` (docs/contract.md §14) on constructed chains."""
+"""The pure rules of `scrollback slim` and `images`: API numbering (docs/contract.md §14), stand-ins, install paths."""
 
 from __future__ import annotations
 
@@ -50,3 +50,22 @@ def test_compact_boundary_restarts_the_numbering() -> None:
 
 def test_stand_in_text_is_never_empty() -> None:
     assert stand_in_text("image", "", None).startswith("[image cut by scrollback slim: ")
+
+
+def test_install_paths_from_the_server_stay_inside() -> None:
+    import argparse
+
+    import pytest
+
+    from scrollback.history.v1 import history_pb2 as hpb
+    from scrollback_app.cli_rescue import UnsafePathError, _destination
+
+    args = argparse.Namespace(install=True, projects_dir="/p", output=None)
+    header = hpb.SlimHeader(project_dir="proj")
+    good = hpb.SlimFile(relative_path="id/subagents/agent-a.jsonl", is_subagent=True)
+    assert str(_destination(args, header, good)) == "/p/proj/id/subagents/agent-a.jsonl"
+    for project, relative in (("..", "x.jsonl"), ("proj", "../x.jsonl"), ("proj", "/etc/x")):
+        with pytest.raises(UnsafePathError):
+            _destination(
+                args, hpb.SlimHeader(project_dir=project), hpb.SlimFile(relative_path=relative)
+            )
