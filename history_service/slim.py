@@ -439,14 +439,13 @@ def _line_edits(
             edits.append(_Edit(start, end, _json_string_text(text)))
             covered.add(block.cut)
             continue
+        low, high = probed.line_offset(span[0]), probed.line_offset(span[1])
         if block.cut >= 0:
             covered.add(block.cut)
         covered.update(
-            k
-            for k, (start, end) in enumerate(probed.spans)
-            if probed.line_offset(span[0]) <= start and end <= probed.line_offset(span[1])
+            k for k, (start, end) in enumerate(probed.spans) if low <= start and end <= high
         )
-        edits.append(_Edit(probed.line_offset(span[0]), probed.line_offset(span[1]), replacement))
+        edits.append(_Edit(low, high, replacement))
     for k, (start, end) in enumerate(probed.spans):
         if k in covered:
             continue
