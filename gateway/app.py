@@ -50,6 +50,7 @@ from gateway.downloads import DownloadLimits
 from gateway.errors import HttpError, error_response, http_status
 from gateway.hosts import HostGuard
 from gateway.media import serve_media
+from gateway.rescue import session_images, slim_download
 from gateway.signing import UrlSigner
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.ref.v1 import ref_pb2
@@ -538,6 +539,8 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/api/v1/sessions/{session_id}/bootstrap", _errors(bootstrap)),
         Route("/api/v1/sessions/{session_id}/messages", _errors(accept_message), methods=["POST"]),
         Route("/api/v1/sessions/{session_id}/events", _errors(events)),
+        Route("/api/v1/sessions/{session_id}/images", _errors(session_images)),
+        Route("/api/v1/sessions/{session_id}/slim", _errors(slim_download)),
         Route(MEDIA_PREFIX + "{ref:path}", _errors(media), methods=["GET", "HEAD"]),
         Route("/", viewer),
         Route("/sessions/{session_id}", viewer),

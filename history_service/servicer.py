@@ -31,12 +31,14 @@ from history_service.errors import (
 from history_service.insight import Insight, SessionDetail, Usage
 from history_service.lines import MediaMode
 from history_service.sessions import SessionInfo
+from history_service.slim import ImageRecord, SlimFileStart, SlimStart, SlimStats, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.window_wire import window_responses
 from scrollback.contract.reasons import Reason
-from scrollback.contract.refs import RefError
+from scrollback.contract.refs import RefError, validate_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import (
     ErrorTable,
@@ -153,6 +155,54 @@ def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
         ],
         accepted_time=_timestamp(record.accepted_at),
     )
+
+
+def _file_end(stats: SlimStats) -> pb.SlimFileEnd:
+    return pb.SlimFileEnd(
+        lines=stats.lines,
+        images_replaced=stats.images_replaced,
+        documents_replaced=stats.documents_replaced,
+        copies_replaced=stats.copies_replaced,
+        images_downscaled=stats.images_downscaled,
+        images_kept=stats.images_kept,
+        bytes_read=stats.bytes_read,
+        bytes_written=stats.bytes_written,
+        omitted_tail_bytes=stats.omitted_tail_bytes,
+    )
+
+
+def _image_info(record: ImageRecord) -> pb.ImageInfo:
+    facts = record.facts
+    info = pb.ImageInfo(
+        session_id=record.session_id,
+        entry_uuid=record.entry_uuid,
+        api_path=record.api_path,
+        kind=record.kind,
+        declared_media_type=record.declared_media_type,
+        media_type=facts.header.media_type if facts.header is not None else "",
+        size_bytes=facts.size_bytes,
+        width=facts.header.width if facts.header is not None else 0,
+        height=facts.header.height if facts.header is not None else 0,
+        problems=record.problems,
+        sha256=facts.sha256,
+        line_number=record.line_number,
+    )
+    if record.image_index >= 0:
+        info.index = record.image_index
+    if record.ref:
+        info.ref.CopyFrom(
+            ref_pb2.MediaRef(
+                session_id=record.session_id,
+                entry_uuid=record.entry_uuid,
+                index=record.image_index,
+                pin=record.pin,
+                declared_media_type=record.declared_media_type,
+                approx_size_bytes=facts.size_bytes,
+                uri=record.ref,
+                line_offset_hint=record.byte_offset,
+            )
+        )
+    return info
 
 
 @maps_errors(ERROR_TABLE)
@@ -280,6 +330,61 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
                     position=event.position,
                 )
+
+    async def SlimSession(
+        self, request: pb.SlimSessionRequest, context: Context
+    ) -> AsyncIterator[pb.SlimSessionResponse]:
+        validate_id(request.session_id, "session id")
+        options = slim_options(
+            request.fork_session_id,
+            request.images == pb.SLIM_IMAGES_DOWNSCALE,
+            request.max_side,
+            request.max_bytes,
+            request.keep_last,
+        )
+        events = self._core.slim(
+            current_principal(), request.session_id, options, request.include_subagents
+        )
+        async for event in events:
+            if isinstance(event, bytes):
+                yield pb.SlimSessionResponse(data=event)
+            elif isinstance(event, SlimFileStart):
+                yield pb.SlimSessionResponse(
+                    file=pb.SlimFile(
+                        session_id=event.session_id,
+                        relative_path=event.relative_path,
+                        is_subagent=event.is_subagent,
+                        source_size_bytes=event.source_size_bytes,
+                    )
+                )
+            elif isinstance(event, SlimStart):
+                yield pb.SlimSessionResponse(
+                    header=pb.SlimHeader(
+                        session_id=event.session_id,
+                        project_dir=event.project_dir,
+                        copy_session_id=event.copy_session_id,
+                    )
+                )
+            else:
+                yield pb.SlimSessionResponse(file_end=_file_end(event))
+
+    async def ListImages(
+        self, request: pb.ListImagesRequest, context: Context
+    ) -> AsyncIterator[pb.ListImagesResponse]:
+        records = await self._core.images(
+            current_principal(), request.session_id, request.include_subagents
+        )
+        totals = pb.ImageTotals()
+        for record in records:
+            info = _image_info(record)
+            if record.kind == "image":
+                totals.images += 1
+            else:
+                totals.documents += 1
+            totals.with_problems += 1 if record.problems else 0
+            totals.size_bytes += record.facts.size_bytes
+            yield pb.ListImagesResponse(image=info)
+        yield pb.ListImagesResponse(totals=totals)
 
 
 # The streams whose responses may be sent already serialized (bytes).

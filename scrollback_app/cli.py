@@ -21,6 +21,9 @@
   live, until Ctrl-C.
 - `scrollback gc [--state DIR] [--grace SECONDS]`: collect unreferenced blobs.
 - `scrollback export SESSION --html DIR`: a static HTML page, images as lazy files.
+- `scrollback slim SESSION [-o FILE | --install] [--fork]`: a copy with images cut, to
+  rescue a session that images have broken; `scrollback images SESSION [--at PATH]`:
+  its images with their API positions and problems (scrollback_app/cli_rescue.py).
 
 The client commands take `--history-addr` / `--media-addr` (environment
 SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
@@ -495,6 +498,10 @@ def _add_client_commands(commands: Any) -> None:
     export.add_argument("session")
     export.add_argument("--html", required=True, metavar="DIR", help="output directory")
     export.set_defaults(handler=cc.cmd_export)
+
+    from scrollback_app import cli_rescue
+
+    cli_rescue.add_commands(commands, common)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

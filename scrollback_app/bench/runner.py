@@ -34,6 +34,9 @@ baseline in the same run, interleaved, median of repeats:
 - session insight (`scrollback_app.bench.insight`): the first index pass of a
   500 MB session vs a newline scan (reported), and GetSession on it once
   indexed vs a gRPC health check p50 (target <= 10x; quick: 20 MB).
+- slim copy (`scrollback_app.bench.slim`): SlimSession of a 2 GB session vs a
+  plain copy of the file (reported), and the history server's peak RSS while
+  it streams the copy vs its RSS before (target <= 1.5x; quick: 20 MB).
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class BenchConfig:
     search_samples: int = 300
     insight_bytes: int = 500 * MB
     insight_samples: int = 200
+    slim_bytes: int = 2000 * MB
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -137,6 +141,7 @@ class BenchConfig:
             search_samples=60,
             insight_bytes=20 * MB,
             insight_samples=40,
+            slim_bytes=20 * MB,
             label="quick",
         )
 
@@ -770,6 +775,12 @@ class _Run:
             self.config.image_bytes,
             self.config.insight_samples,
             self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import slim
+
+        for figure in await slim.measure(
+            self.work, self.config.slim_bytes, self.config.image_bytes, self.log
         ):
             self.add(figure)
         return self.figures
