@@ -32,11 +32,11 @@ import pybase64
 from PIL import Image
 
 from history_service.errors import InvalidArgumentError
-from history_service.lines import RawLine, _reader, iter_lines_forward
+from history_service.lines import FileShrankError, RawLine, iter_lines_forward
 from scrollback.contract.blocks import iter_objects, matching_spans, top_level_string_span
 from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.contract.extraction import UndecodablePayloadError, iter_decoded
-from scrollback.contract.image_header import HEADER_BYTES, ImageHeader, read_header
+from scrollback.contract.image_header import ImageHeader, read_header
 from scrollback.contract.refs import ID_PATTERN, validate_id
 from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
@@ -47,6 +47,7 @@ from scrollback.contract.stripping import (
     probe_line,
     probe_line_streamed,
 )
+from scrollback.linefile import LineFile
 
 # The API's limits on one image (its documented maximums).
 API_MAX_SIDE = 2000
@@ -100,6 +101,11 @@ def slim_options(
     return SlimOptions(fork_session_id, downscale, side, size, keep_last)
 
 
+# The decoded bytes of a payload kept for its header: a JPEG's frame header
+# after large EXIF blocks, and the fixed headers of the other formats.
+HEADER_BYTES = 256 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class PayloadFacts:
     """What a payload's decoded bytes are: size, sha256, header; or undecodable."""
@@ -126,7 +132,7 @@ def _facts_of(pieces: Iterator[bytes], keep: bool) -> tuple[PayloadFacts, bytes 
                 whole += piece
     except (UndecodablePayloadError, LookupError, binascii.Error, ValueError):
         return PayloadFacts(size, "", None, False), None
-    facts = PayloadFacts(size, digest.hexdigest(), read_header(bytes(head)), True)
+    facts = PayloadFacts(size, digest.hexdigest(), read_header(io.BytesIO(head)), True)
     return facts, bytes(whole) if whole is not None else None
 
 
@@ -215,7 +221,7 @@ class LineSource:
         self.read: ByteReader = (
             (lambda start, length: data[start : start + length])
             if data is not None
-            else _reader(raw.fd, raw.start, raw.size)
+            else LineFile(raw.fd).line_reader(raw.start, raw.size, FileShrankError)
         )
 
     def probe(self) -> ProbedLine | None:

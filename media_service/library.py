@@ -31,7 +31,6 @@ from typing import BinaryIO
 from media_service.blobs import BlobStore, MediaInfo
 from media_service.decoded import DecodedKey
 from media_service.errors import CorruptMediaError, MediaNotFoundError, NotAnImageError
-from media_service.image_header import header_dimensions
 from media_service.thumbnails import (
     DEFAULT_MAX_PIXELS,
     THUMBNAIL_CONTENT_TYPE,
@@ -46,6 +45,7 @@ from scrollback.contract.extraction import (
     PayloadReader,
     UndecodablePayloadError,
 )
+from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs

@@ -52,7 +52,7 @@ import pyvips
 
 from media_service.blob_paths import BlobPaths
 from media_service.errors import NotAnImageError, ThumbnailTooLargeError
-from media_service.image_header import read_header
+from scrollback.contract.image_header import read_header
 
 THUMBNAIL_SIZES = (96, 320, 960)
 THUMBNAIL_CONTENT_TYPE = "image/webp"

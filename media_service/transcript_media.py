@@ -62,7 +62,6 @@ from media_service.errors import (
     PinMismatchError,
     SearchCancelledError,
 )
-from media_service.image_header import header_dimensions
 from media_service.lru import LruCache
 from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.thumbnails import buffered
@@ -77,6 +76,7 @@ from scrollback.contract.extraction import (
     locate_in_stripped,
     strip_for_extraction,
 )
+from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
 from scrollback.linefile import LineFile

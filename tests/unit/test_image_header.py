@@ -9,7 +9,7 @@ import struct
 import pytest
 from PIL import Image
 
-from media_service.image_header import (
+from scrollback.contract.image_header import (
     FIXED_HEADER_BYTES,
     JPEG_PREFIX_BYTES,
     header_dimensions,
@@ -57,6 +57,7 @@ def test_each_format_gives_its_dimensions(
     header = read_header(io.BytesIO(data))
     assert header is not None
     assert (header.format, header.width, header.height) == (expected, 1234, 567)
+    assert header.media_type == "image/" + expected.lower()
 
 
 def test_a_png_is_read_no_further_than_its_fixed_header() -> None:
