@@ -301,7 +301,7 @@ def _errors(handler: Any) -> Any:
         except ScrollbackError as error:
             status = http_status(error.code)
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-            return error_response(status, error.code_name, headers)
+            return error_response(status, error.code_name, headers, reason=error.reason)
         return response
 
     return wrapped
@@ -496,7 +496,7 @@ async def events(request: Request) -> Response:
         except ScrollbackError as error:
             # The status line is long gone: the error is the stream's last event.
             status = http_status(error.code)
-            body = {"status": status, "code": error.code_name}
+            body = {"status": status, "code": error.code_name, "reason": error.reason}
             yield b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
 
     return StreamingResponse(

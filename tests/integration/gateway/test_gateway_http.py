@@ -528,3 +528,25 @@ def test_the_host_allow_list_is_checked_at_start(stack: GatewayStack) -> None:
         f"{stack.url}/api/v1/sessions", headers={"Host": "anything.example", **_bearer("bob")}
     )
     assert answer.status_code == 200
+
+
+def test_error_bodies_name_the_reason_the_service_sent(stack: GatewayStack) -> None:
+    photo_session(stack, entries=40, photos=2)
+    stack.start_gateway()
+    missing = httpx.get(f"{stack.url}/api/v1/sessions/nope/window")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "NOT_FOUND"
+    assert missing.json()["error"]["reason"] == "SESSION_NOT_FOUND"
+    token = httpx.get(
+        f"{stack.url}/api/v1/sessions/{SESSION}/window", params={"page_size": 10}
+    ).json()["next_page_token"]
+    path = stack.pair.transcript(SESSION)
+    path.write_bytes(path.read_bytes().replace(b"question", b"QUESTION"))
+    stale = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/window", params={"page_token": token})
+    assert stale.status_code == 409
+    error = stale.json()["error"]
+    assert (error["code"], error["reason"]) == ("FAILED_PRECONDITION", "TRANSCRIPT_REWRITTEN")
+    assert "latest window" in error["message"]
+    # The gateway's own refusals have no service reason.
+    bad = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/window?page_size=x")
+    assert bad.status_code == 400 and "reason" not in bad.json()["error"]
