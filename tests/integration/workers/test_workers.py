@@ -93,7 +93,14 @@ def test_watch_on_one_worker_hears_an_accept_made_on_the_other(history: WorkerSe
     )
     assert watch_pid != accept_pid
     stub = history_pb2_grpc.HistoryServiceStub(watching)
-    stream: Any = stub.WatchSession(history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60)
+    # A position taken before the accept: the watch hears it whenever it opens.
+    bootstrap: Any = stub.Bootstrap(history_pb2.BootstrapRequest(session_id=SESSION), timeout=10)
+    header = next(bootstrap).header
+    bootstrap.cancel()
+    stream: Any = stub.WatchSession(
+        history_pb2.WatchSessionRequest(session_id=SESSION, position=header.watch_position),
+        timeout=60,
+    )
     events: queue.Queue[Any] = queue.Queue()
 
     def read() -> None:
@@ -104,7 +111,6 @@ def test_watch_on_one_worker_hears_an_accept_made_on_the_other(history: WorkerSe
             pass
 
     threading.Thread(target=read, daemon=True).start()
-    time.sleep(0.5)  # the watch is open (its start position is before the accept)
     response, pid = _accept(accepting, "txn-cross", "from the other worker")
     assert pid == accept_pid
     sent = time.monotonic()
@@ -150,11 +156,17 @@ def test_the_per_principal_stream_limit_holds_across_workers(history: WorkerServ
             history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
         )
         streams.append(stream)
-    time.sleep(1.0)  # both streams admitted
-    with pytest.raises(grpc.RpcError) as refused:
-        _history_pid(other)
-    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert worker_of(refused.value) == other_pid != one_pid
+    deadline = time.monotonic() + 10
+    while True:  # until both streams are admitted and the other worker refuses a third call
+        try:
+            _history_pid(other)
+        except grpc.RpcError as error:
+            refused = error
+            break
+        assert time.monotonic() < deadline, "the streams were never admitted"
+        time.sleep(0.02)
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert worker_of(refused) == other_pid != one_pid
     for stream in streams:
         stream.cancel()
     deadline = time.monotonic() + 10
