@@ -403,7 +403,11 @@ async def test_list_sessions(history: HistoryHarness) -> None:
     sub.mkdir(parents=True)
     (sub / "agent-1.jsonl").write_bytes(line(type="user", uuid="d", message={"content": "sub"}))
     (sub / "agent-1.meta.json").write_bytes(b"{}")
-    await asyncio.sleep(0.3)  # the root's listing cache
+    deadline = asyncio.get_running_loop().time() + 10
+    while len((await history.stub.ListSessions(pb.ListSessionsRequest())).sessions) < 3:
+        # the root's listing is cached briefly: poll until it shows the new files
+        assert asyncio.get_running_loop().time() < deadline, "the new sessions never listed"
+        await asyncio.sleep(0.02)
     seen = {}
     token = ""
     while True:

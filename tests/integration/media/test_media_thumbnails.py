@@ -486,8 +486,13 @@ async def test_a_flood_of_thumbnails_does_not_starve_plain_reads(media: MediaEnv
         )
         for o in originals
     ]
+    encodes = media.server.servicer.thumbnail_encodes if media.server.servicer else None
+    assert encodes is not None
     try:
-        await asyncio.sleep(0.1)  # the flood is in
+        deadline = time.monotonic() + 30
+        while encodes.queued + encodes.running + cache.encodes - before < len(flood) // 2:
+            assert time.monotonic() < deadline, "the flood never reached the encoder"
+            await asyncio.sleep(0.005)
         started = time.monotonic()
         _, data, _ = await read_media(media.stub, blob_selector(small), deadline_seconds=5)
         waited = time.monotonic() - started
