@@ -9,15 +9,20 @@
 - `media_selector`: a MediaSelector from a ref's string form (and its pin).
 - `client.errors`: one exception class per status code.
 - `TlsOptions`: TLS / mutual TLS (`tls=`, or the SCROLLBACK_TLS_* variables).
+- `DEFAULT_HISTORY_ADDR`, `DEFAULT_MEDIA_ADDR`, `channel_target`: where the services
+  listen by default, and the gRPC target and channel options of an address.
 """
 
 from client._core import (
+    DEFAULT_HISTORY_ADDR,
+    DEFAULT_MEDIA_ADDR,
     Deadlines,
     Media,
     MediaCache,
     RetryPolicy,
     WatchEvent,
     Window,
+    channel_target,
     media_selector,
 )
 from client.aio import AsyncClient, AsyncHistoryClient, AsyncMediaClient
@@ -28,6 +33,8 @@ from client.reconcile import Reconciliation, reconcile_pending
 from client.tls import TlsOptions
 
 __all__ = [
+    "DEFAULT_HISTORY_ADDR",
+    "DEFAULT_MEDIA_ADDR",
     "AsyncClient",
     "AsyncHistoryClient",
     "AsyncMediaClient",
@@ -42,6 +49,7 @@ __all__ = [
     "TlsOptions",
     "WatchEvent",
     "Window",
+    "channel_target",
     "media_selector",
     "reconcile_pending",
 ]

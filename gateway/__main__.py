@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from client import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from gateway.config import DEFAULT_ADDR, GatewayConfig
 from scrollback.server.service_cli import run_service
 

@@ -42,7 +42,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from client._core import channel_target
+from client import channel_target
 from client.aio import AsyncHistoryClient, AsyncMediaClient
 from client.errors import ScrollbackError
 from gateway.config import GatewayConfig

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from client import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from gateway.hosts import ANY_HOST, HostRule, is_host_name
 from scrollback.server.auth import AuthConfigError, TokenTable
 from scrollback.server.listening import is_loopback_host

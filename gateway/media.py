@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -37,14 +37,46 @@ from starlette.types import Receive, Scope, Send
 
 from client.aio import AsyncMediaClient, AsyncMediaStream
 from client.errors import InvalidArgument, OutOfRange
+from gateway.downloads import DownloadLimits
 from gateway.errors import HttpError
-from gateway.signing import SignatureError
+from gateway.signing import SignatureError, UrlSigner
 from scrollback.contract.refs import BlobRef, RefError, parse_ref, validate_pin
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.ref.v1 import ref_pb2
+from scrollback.server.auth import TokenTable
 
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+
+class Asker(Protocol):
+    """Who asks: the principal ("" without auth) and the token to pass on."""
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def token(self) -> str | None: ...
+
+
+class PhotoAccess(Protocol):
+    """What serving a photo needs of the gateway: who asks, signed grants, media reads."""
+
+    @property
+    def tokens(self) -> TokenTable | None: ...
+
+    @property
+    def signer(self) -> UrlSigner: ...
+
+    @property
+    def service_token(self) -> str | None: ...
+
+    @property
+    def downloads(self) -> DownloadLimits: ...
+
+    def caller(self, request: Request) -> Asker:
+        """The caller of a request (401 when its token is bad)."""
+
+    def media(self, token: str | None, *, acting_for: str | None = None) -> AsyncMediaClient:
+        """A media client that calls with `token`, acting for a principal when given."""
+
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
 CSP = "sandbox; default-src 'none'"
@@ -157,7 +189,7 @@ class _Reader:
     principal: str
 
 
-def _reader(gateway: Gateway, request: Request, ref: str, pin: str) -> _Reader:
+def _reader(gateway: PhotoAccess, request: Request, ref: str, pin: str) -> _Reader:
     """Whom to read for, after checking the signature or the bearer token."""
     params = request.query_params
     signature = params.get("sig", "")
@@ -200,7 +232,7 @@ class _DownloadResponse(StreamingResponse):
             self._release()
 
 
-async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
+async def serve_media(gateway: PhotoAccess, request: Request, ref: str) -> Response:
     """Answer one photo GET (or HEAD), within the open-download bounds (gateway.downloads)."""
     pin = request.query_params.get("pin", "")
     selector = _selector(ref, pin)
