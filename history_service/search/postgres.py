@@ -20,7 +20,7 @@ import psycopg
 from history_service.search.query import Filters, Query
 from history_service.search.sqlite import sql_filters
 from history_service.search.store import EntryRow, FileState, IndexHit, entry_key, hit_of
-from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
+from scrollback.state.postgres import Pool, fetch_all, transaction
 
 SCHEMA_LOCK = 0x5C20_0017
 _SCHEMA = """
@@ -72,11 +72,11 @@ class PostgresSearchIndex:
         transaction(pool, create)
 
     def files(self) -> dict[str, FileState]:
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT file_id, path_key, project_dir, session_id, identity, indexed_to"
-                " FROM search_file"
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            "SELECT file_id, path_key, project_dir, session_id, identity, indexed_to"
+            " FROM search_file",
+        )
         return {row[1]: FileState(*row) for row in rows}
 
     def reset_file(self, path_key: str, project_dir: str, session_id: str, identity: str) -> int:
@@ -184,8 +184,7 @@ class PostgresSearchIndex:
             f" WHERE {' AND '.join(where)} ORDER BY e.key DESC LIMIT ?"
         )
         args.append(limit)
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(sql.replace("?", "%s"), args).fetchall()
+        rows = fetch_all(self._pool, sql.replace("?", "%s"), args)
         return [hit_of(row) for row in rows]
 
     def close(self) -> None:

@@ -9,8 +9,17 @@ one applies each version and the others wait, then find it applied.
 
 Errors never carry the URL (it may hold a password): a database that cannot be
 reached at start-up is `DatabaseUnavailableError` with a fixed text, and a
-connection lost or a pool exhausted while serving is `StoreBusyError`, which
-the services answer as UNAVAILABLE.
+pool exhausted, a lock wait timed out or a database still unreachable while
+serving is `StoreBusyError`, which the services answer as UNAVAILABLE.
+
+A restart, a failover or an idle-connection reaper ends pooled connections
+under the services' feet. `transaction` (and `fetch_one`/`fetch_all`, built on
+it) runs its work again, once, on a new connection when the connection broke
+under it (every caller's work is a read, or a write made idempotent by its ids
+and its expected-state checks), and the pool drops the broken one, so no
+client sees the connection go. The pool's `check` callback is not used: after
+a failed check psycopg_pool backs off (1 s, then 2 s, ...) before it tries the
+next idle connection, so a pool of dead connections would time out instead.
 """
 
 from __future__ import annotations
@@ -312,10 +321,63 @@ def unavailable_on_failure() -> Iterator[None]:
         raise StoreBusyError() from None
 
 
-def transaction(pool: Pool, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
-    """Run `work` in one transaction on a pooled connection (committed, or rolled back)."""
-    with unavailable_on_failure(), pool.connection() as connection, connection.transaction():
-        return work(connection)
+class _ConnectionLost(Exception):
+    """The connection broke under a transaction (it was rolled back or never committed)."""
+
+
+Work = Callable[[psycopg.Connection[tuple[Any, ...]]], T]
+
+
+def _attempt(connection: psycopg.Connection[tuple[Any, ...]], work: Work[T]) -> T:
+    try:
+        with connection.transaction():
+            return work(connection)
+    except psycopg.OperationalError as error:
+        if connection.broken:
+            raise _ConnectionLost() from error
+        raise
+
+
+def _on_fresh_connection(pool: Pool, work: Work[T]) -> T:
+    """Run `work` on a connection opened for it: the pool may still hold others about to die."""
+    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    with psycopg.connect(conninfo, **kwargs) as connection:
+        _configure(connection)
+        return _attempt(connection, work)
+
+
+def transaction(pool: Pool, work: Work[T]) -> T:
+    """Run `work` in one transaction on a pooled connection (committed, or rolled back).
+
+    When the connection breaks under it, `work` runs again once, on a new
+    connection (not a pooled one: a restart or failover ends them all), so
+    `work` must be safe to repeat: a read, or a write whose ids or
+    expected-state checks make a second run find the first one's outcome.
+    Anything else that fails (again) is StoreBusyError.
+    """
+    with unavailable_on_failure():
+        try:
+            with pool.connection() as connection:
+                return _attempt(connection, work)
+        except _ConnectionLost:
+            try:
+                return _on_fresh_connection(pool, work)
+            except _ConnectionLost:
+                raise StoreBusyError() from None
+
+
+Params = Sequence[Any]
+
+
+def fetch_one(pool: Pool, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
+    """The first row of one read statement (in `transaction`, so it survives a lost connection)."""
+    return transaction(pool, lambda connection: connection.execute(sql, params).fetchone())
+
+
+def fetch_all(pool: Pool, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+    """The rows of one read statement (in `transaction`, so it survives a lost connection)."""
+    return transaction(pool, lambda connection: connection.execute(sql, params).fetchall())
 
 
 def blob_owned_by(

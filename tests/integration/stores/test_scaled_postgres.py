@@ -7,7 +7,9 @@ ports: an accept answered by one history replica reaches a watch on the
 other with no gap and no duplicate; a blob written through one media replica
 is read through the other; the same client_txn_id racing on both history
 replicas records one message; both media replicas collecting at once delete
-the right blobs, once, with no error.
+the right blobs, once, with no error; and when the database ends every
+connection (a restart, a failover, an idle-connection reaper), idle or under
+load, no client call fails.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
@@ -33,6 +36,8 @@ from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
+from scrollback.search.v1 import search_pb2 as spb
+from scrollback.search.v1 import search_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[3]
 GRACE = 2.0  # the media replicas' GC grace period in these tests
@@ -370,3 +375,141 @@ def test_client_balances_over_both_history_replicas_and_survives_losing_one(
         for _ in range(5):
             client.list_sessions()  # retried on the replica that is left
     assert cluster.history[1].log.read_text().count("method=ListSessions") >= served[1] + 5
+
+
+def _terminate_connections(url: str) -> int:
+    """End every other connection to the test's own database, as a restart or failover does."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return sum(1 for (ended,) in rows if ended)
+
+
+async def _every_rpc_kind(cluster: Cluster, round_: int, photo_ref: str) -> dict[str, list[str]]:
+    """One call of each kind that reaches the database, on each replica: the failures by kind."""
+    failures: dict[str, list[str]] = {}
+    channels = [grpc.aio.insecure_channel(r.address) for r in cluster.history + cluster.media]
+    try:
+        for n, channel in enumerate(channels[:2]):
+            history = history_pb2_grpc.HistoryServiceStub(channel)
+            search = search_pb2_grpc.SearchServiceStub(channel)
+            tag = f"{round_}-{n}"
+            calls: dict[str, Callable[[], Any]] = {
+                "AcceptMessage": lambda h=history, t=tag: h.AcceptMessage(
+                    hpb.AcceptMessageRequest(client_txn_id=f"k{t}", chat_key=f"c{t}", text=t)
+                ),
+                "BindChatKey": lambda h=history, t=tag: h.BindChatKey(
+                    hpb.BindChatKeyRequest(chat_key=f"c{t}", session_id="s1")
+                ),
+                "Bootstrap": lambda h=history: _drain(
+                    h.Bootstrap(hpb.BootstrapRequest(session_id="s1"))
+                ),
+                "ReadWindow": lambda h=history: _drain(
+                    h.ReadWindow(hpb.ReadWindowRequest(session_id="s1"))
+                ),
+                "ListSessions": lambda h=history: h.ListSessions(hpb.ListSessionsRequest()),
+                "GetSession": lambda h=history: h.GetSession(
+                    hpb.GetSessionRequest(session_id="s1")
+                ),
+                "Search": lambda s=search: _drain(s.Search(spb.SearchRequest(query="hello"))),
+            }
+            await _call_all(calls, failures)
+        sha = photo_ref.removeprefix("media:")
+        selector = mpb.MediaSelector(blob_ref=photo_ref)
+        for channel in channels[2:]:
+            media = media_pb2_grpc.MediaServiceStub(channel)
+            calls = {
+                "WriteBlob": lambda m=media: _write_blob(m, os.urandom(64)),
+                "FindMissingBlobs": lambda m=media: m.FindMissingBlobs(
+                    mpb.FindMissingBlobsRequest(sha256=[sha])
+                ),
+                "ReadMedia": lambda m=media: _read_blob(m, photo_ref),
+                "StatMedia": lambda m=media: m.StatMedia(mpb.StatMediaRequest(media=[selector])),
+            }
+            await _call_all(calls, failures)
+    finally:
+        for channel in channels:
+            await channel.close()
+    return failures
+
+
+async def _drain(call: Any) -> None:
+    async for _ in call:
+        pass
+
+
+async def _call_all(calls: dict[str, Callable[[], Any]], failures: dict[str, list[str]]) -> None:
+    for kind, call in calls.items():
+        try:
+            await call()
+        except grpc.RpcError as error:
+            failures.setdefault(kind, []).append(f"{error.code().name}: {error.details()}")
+
+
+async def test_no_client_call_fails_when_the_database_ends_idle_connections(
+    cluster: Cluster,
+    stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[media_pb2_grpc.MediaServiceStub]],
+) -> None:
+    (cluster.root / "proj" / "s1.jsonl").write_bytes(
+        b'{"type":"user","uuid":"u0","message":{"role":"user","content":"hello"}}\n'
+    )
+    (history, _), (media, _) = stubs
+    photo = await _write_blob(media, b"a photo")
+    # Referenced, so the replicas' collection keeps it for the whole test.
+    await history.AcceptMessage(
+        hpb.AcceptMessageRequest(
+            client_txn_id="photo",
+            session_id="s1",
+            text="with a photo",
+            attachments=[hpb.Attachment(ref=photo, name="a.png", media_type="image/png")],
+        )
+    )
+    assert await _every_rpc_kind(cluster, 0, photo) == {}, "the cluster must serve before"
+    for round_ in range(1, 4):
+        assert _terminate_connections(cluster.url) > 0
+        assert await _every_rpc_kind(cluster, round_, photo) == {}
+
+
+async def test_no_accept_fails_when_the_database_ends_connections_under_load(
+    cluster: Cluster, stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[object]]
+) -> None:
+    (one, two), _ = stubs
+    (cluster.root / "proj" / "load.jsonl").write_bytes(b'{"type":"user","uuid":"u0"}\n')
+    total, workers, kills = 300, 12, 6
+    done: list[int] = []
+    progressed = asyncio.Event()
+    failures: list[str] = []
+    ended: list[int] = []
+
+    async def accept(worker: int) -> None:
+        for n in range(worker, total, workers):
+            stub = one if n % 2 else two
+            try:
+                await stub.AcceptMessage(
+                    hpb.AcceptMessageRequest(client_txn_id=f"l{n}", session_id="load", text=f"{n}")
+                )
+            except grpc.RpcError as error:
+                failures.append(f"{error.code().name}: {error.details()}")
+            done.append(n)
+            progressed.set()
+
+    async def terminate() -> None:
+        # Every `total // (kills + 1)` completed accepts, while the others are in flight.
+        for kill in range(1, kills + 1):
+            while len(done) < kill * total // (kills + 1):
+                progressed.clear()
+                await progressed.wait()
+            ended.append(await asyncio.to_thread(_terminate_connections, cluster.url))
+
+    await asyncio.wait_for(
+        asyncio.gather(terminate(), *(accept(w) for w in range(workers))), timeout=120
+    )
+    assert failures == [], f"{len(failures)} of {total} accepts failed: {failures[:5]}"
+    assert len(ended) == kills and all(ended), ended
+    with psycopg.connect(cluster.url) as connection:
+        row = connection.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT client_txn_id) FROM accepted_message"
+        ).fetchone()
+    assert row == (total, total)
