@@ -7,6 +7,9 @@ of SQLite's `BEGIN IMMEDIATE`: writers of all replicas serialize, so seqs
 commit in the order they are assigned (a watcher reading `seq > last` can
 never skip a seq that commits later) and the ageing updates cannot deadlock.
 
+A message's text is stored as its UTF-8 bytes (BYTEA, migration 9), so it
+keeps a U+0000 exactly as SQLite's TEXT does (scrollback.contract.text).
+
 Idempotency across replicas: `client_txn_id` is UNIQUE per principal and the insert is
 `ON CONFLICT DO NOTHING`; a loser re-reads the winner's row and replays it
 (or reports the conflict), so a race of two replicas records one message.
@@ -126,7 +129,7 @@ class PostgresAcceptedMessageStore:
                     request.client_txn_id,
                     session_id or None,
                     request.chat_key or None,
-                    request.text,
+                    request.text.encode(),
                     attachments_json(request),
                     digest,
                     now,

@@ -3,7 +3,8 @@
 Selected by `SCROLLBACK_DATABASE_URL` (or `--database-url`); without it the
 services use the embedded SQLite database (scrollback.state.sqlite). The
 migrations mirror SQLite's, version for version, in PostgreSQL's dialect and are
-recorded in the same `schema_migrations` table. Several replicas may start at
+recorded in the same `schema_migrations` table; version 9 (message text as
+bytes) is PostgreSQL's alone. Several replicas may start at
 once: the migrator takes a transaction-scoped advisory lock first, so exactly
 one applies each version and the others wait, then find it applied.
 
@@ -226,6 +227,14 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE accepted_message ADD COLUMN public_seq BIGINT;
         UPDATE accepted_message SET public_seq = seq;
         CREATE UNIQUE INDEX accepted_message_public_seq ON accepted_message (public_seq)
+        """,
+    ),
+    (
+        9,
+        # A message's text as its UTF-8 bytes: it may hold U+0000 (scrollback.contract.text),
+        # which PostgreSQL's TEXT cannot; SQLite's TEXT holds it, so SQLite has no version 9.
+        """
+        ALTER TABLE accepted_message ALTER COLUMN text TYPE BYTEA USING convert_to(text, 'UTF8')
         """,
     ),
 )
