@@ -25,10 +25,11 @@ next idle connection, so a pool of dead connections would time out instead.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -239,7 +240,70 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     ),
 )
 
-Pool = psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
+# After a connection to the database failed, calls fail at once for this long
+# (DatabaseUnreachableError) instead of each waiting for the pool's timeout.
+UNREACHABLE_RETRY_SECONDS = 1.0
+
+
+class _Reachability:
+    """When each database (by its connection string) last refused a new connection.
+
+    Every connection attempt reports here, the pools' own and `transaction`'s,
+    so all pools on one database learn of an outage from the first failure.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed_at: dict[str, float] = {}
+
+    def failed(self, conninfo: str) -> None:
+        with self._lock:
+            self._failed_at[conninfo] = time.monotonic()
+
+    def succeeded(self, conninfo: str) -> None:
+        with self._lock:
+            self._failed_at.pop(conninfo, None)
+
+    def may_try(self, conninfo: str) -> bool | None:
+        """None: the last attempt worked (use the pool). False: it failed less than
+        UNREACHABLE_RETRY_SECONDS ago (fail at once). True: this caller tries one new
+        connection, and the others fail at once meanwhile."""
+        with self._lock:
+            failed_at = self._failed_at.get(conninfo)
+            if failed_at is None:
+                return None
+            now = time.monotonic()
+            if now - failed_at < UNREACHABLE_RETRY_SECONDS:
+                return False
+            self._failed_at[conninfo] = now
+            return True
+
+
+_REACHABILITY = _Reachability()
+
+
+class StateConnection(psycopg.Connection[tuple[Any, ...]]):
+    """A connection that reports whether the database accepted it (see _Reachability)."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        try:
+            connection = super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError:
+            _REACHABILITY.failed(conninfo)
+            raise
+        _REACHABILITY.succeeded(conninfo)
+        return connection
+
+
+Pool = psycopg_pool.ConnectionPool[StateConnection]
+
+
+class DatabaseUnreachableError(StoreBusyError):
+    """The database refused the last connection attempt: answered at once, not after a wait."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "the state database is unreachable; retry later")
 
 
 class DatabaseUnavailableError(Exception):
@@ -302,6 +366,7 @@ def open_pool(url: str, *, name: str, max_size: int = 8, connect_timeout: float 
         raise DatabaseUnavailableError() from None
     pool: Pool = psycopg_pool.ConnectionPool(
         url,
+        connection_class=StateConnection,
         min_size=1,
         max_size=max(2, max_size),
         name=name,
@@ -334,10 +399,10 @@ class _ConnectionLost(Exception):
     """The connection broke under a transaction (it was rolled back or never committed)."""
 
 
-Work = Callable[[psycopg.Connection[tuple[Any, ...]]], T]
+Work = Callable[[StateConnection], T]
 
 
-def _attempt(connection: psycopg.Connection[tuple[Any, ...]], work: Work[T]) -> T:
+def _attempt(connection: StateConnection, work: Work[T]) -> T:
     try:
         with connection.transaction():
             return work(connection)
@@ -347,11 +412,25 @@ def _attempt(connection: psycopg.Connection[tuple[Any, ...]], work: Work[T]) -> 
         raise
 
 
+def _conninfo(pool: Pool) -> str:
+    return pool.conninfo if isinstance(pool.conninfo, str) else ""
+
+
 def _on_fresh_connection(pool: Pool, work: Work[T]) -> T:
-    """Run `work` on a connection opened for it: the pool may still hold others about to die."""
-    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else ""
-    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
-    with psycopg.connect(conninfo, **kwargs) as connection:
+    """Run `work` on a connection opened for it: the pool may still hold others about to die.
+
+    A database that refuses the connection is DatabaseUnreachableError.
+    """
+    kwargs = dict(pool.kwargs) if isinstance(pool.kwargs, dict) else {}
+    # No longer than the pool would have made the caller wait.
+    kwargs["connect_timeout"] = max(
+        1, min(int(kwargs.get("connect_timeout", 10)), int(pool.timeout))
+    )
+    try:
+        connection = StateConnection.connect(_conninfo(pool), **kwargs)
+    except psycopg.OperationalError:
+        raise DatabaseUnreachableError() from None
+    with connection:
         _configure(connection)
         return _attempt(connection, work)
 
@@ -363,9 +442,17 @@ def transaction(pool: Pool, work: Work[T]) -> T:
     connection (not a pooled one: a restart or failover ends them all), so
     `work` must be safe to repeat: a read, or a write whose ids or
     expected-state checks make a second run find the first one's outcome.
-    Anything else that fails (again) is StoreBusyError.
+    While the database refuses connections, calls do not wait for the pool:
+    within UNREACHABLE_RETRY_SECONDS of the last refusal they fail at once,
+    then one call tries a new connection of its own. Any failure is
+    StoreBusyError (DatabaseUnreachableError when the database is unreachable).
     """
     with unavailable_on_failure():
+        trying = _REACHABILITY.may_try(_conninfo(pool))
+        if trying is False:
+            raise DatabaseUnreachableError()
+        if trying:
+            return _on_fresh_connection(pool, work)
         try:
             with pool.connection() as connection:
                 return _attempt(connection, work)

@@ -32,12 +32,16 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from scrollback.contract.reasons import Reason
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.search.v1 import search_pb2 as spb
 from scrollback.search.v1 import search_pb2_grpc
+from tests.support.backends import ADMIN_URL
+from tests.support.reasons import assert_reason
+from tests.support.servers import png, user_line
 
 REPO = Path(__file__).resolve().parents[3]
 GRACE = 2.0  # the media replicas' GC grace period in these tests
@@ -378,11 +382,11 @@ def test_client_balances_over_both_history_replicas_and_survives_losing_one(
 
 
 def _terminate_connections(url: str) -> int:
-    """End every other connection to the test's own database, as a restart or failover does."""
-    with psycopg.connect(url, autocommit=True) as connection:
-        rows = connection.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    """End every connection to the test's own database, as a restart or failover does."""
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (url.rsplit("/", 1)[1],),
         ).fetchall()
     return sum(1 for (ended,) in rows if ended)
 
@@ -513,3 +517,81 @@ async def test_no_accept_fails_when_the_database_ends_connections_under_load(
             "SELECT COUNT(*), COUNT(DISTINCT client_txn_id) FROM accepted_message"
         ).fetchone()
     assert row == (total, total)
+
+
+def _allow_connections(url: str, allowed: bool) -> None:
+    """Let the test's database accept connections or refuse them all (a database gone)."""
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {str(allowed).lower()}")
+
+
+async def _window(stub: history_pb2_grpc.HistoryServiceStub, **request: Any) -> hpb.WindowEnd:
+    """A window's end, the entries' media refs appended to `request["refs"]` if given."""
+    refs = request.pop("refs", None)
+    end = hpb.WindowEnd()
+    async for message in stub.ReadWindow(hpb.ReadWindowRequest(**request), timeout=3):
+        item = message.WhichOneof("item")
+        entries = [message.entry] if item == "entry" else list(message.entries.entries)
+        if refs is not None:
+            refs.extend(ref for entry in entries for ref in entry.media_refs)
+        if item == "end":
+            end = message.end
+    return end
+
+
+async def test_file_reads_do_not_wait_on_an_unreachable_database(
+    cluster: Cluster,
+    stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[media_pb2_grpc.MediaServiceStub]],
+) -> None:
+    """With the database gone, windows and transcript photos are served from the files at
+    once (a deadline shorter than the pool's timeout), a call that needs the database is
+    UNAVAILABLE at once saying why, and all is served again once the database is back."""
+    (history, other), (media, _) = stubs
+    photo = png(1, 120)
+    lines = [user_line(f"u{n}", f"line {n}", images=(photo,) if n == 35 else ()) for n in range(40)]
+    (cluster.root / "proj" / "f1.jsonl").write_bytes(b"".join(lines))
+    refs: list[Any] = []
+    first = await _window(history, session_id="f1", page_size=10, refs=refs)
+    second = await _window(history, session_id="f1", page_size=10, page_token=first.next_page_token)
+    await _window(
+        history, session_id="f1", page_size=10, page_token=second.next_page_token, refs=refs
+    )
+    assert len(refs) == 1
+    selector = mpb.MediaSelector(media_ref=refs[0])
+    try:
+        _allow_connections(cluster.url, False)
+        _terminate_connections(cluster.url)
+        for stub in (history, other):
+            for _ in range(3):
+                again = await _window(stub, session_id="f1", page_size=10)
+                assert again.next_page_token == first.next_page_token
+                await _window(
+                    stub, session_id="f1", page_size=10, page_token=second.next_page_token
+                )
+        for _ in range(3):
+            data = b""
+            async for message in media.ReadMedia(mpb.ReadMediaRequest(media=selector), timeout=3):
+                data += message.data if message.WhichOneof("item") == "data" else b""
+            assert data == photo
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await history.AcceptMessage(
+                hpb.AcceptMessageRequest(client_txn_id="gone", session_id="f1", text="x"),
+                timeout=3,
+            )
+        assert assert_reason(refused.value, Reason.STORE_BUSY)
+        assert "unreachable" in (refused.value.details() or "")
+    finally:
+        _allow_connections(cluster.url, True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await history.AcceptMessage(
+                hpb.AcceptMessageRequest(client_txn_id="back", session_id="f1", text="x"),
+                timeout=6,
+            )
+            break
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            assert time.monotonic() < deadline, "the database came back, the service did not"
+            await asyncio.sleep(0.1)
