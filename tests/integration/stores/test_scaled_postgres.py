@@ -512,6 +512,9 @@ async def test_no_accept_fails_when_the_database_ends_connections_under_load(
     )
     assert failures == [], f"{len(failures)} of {total} accepts failed: {failures[:5]}"
     assert len(ended) == kills and all(ended), ended
+    # Each accept's NOTIFY went out too (retried like any statement), not only its row.
+    logs = "".join(r.log.read_text() for r in cluster.history)
+    assert "bus notify failed" not in logs
     with psycopg.connect(cluster.url) as connection:
         row = connection.execute(
             "SELECT COUNT(*), COUNT(DISTINCT client_txn_id) FROM accepted_message"
