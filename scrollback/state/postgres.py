@@ -18,9 +18,15 @@ under the services' feet. `transaction` (and `fetch_one`/`fetch_all`, built on
 it) runs its work again, once, on a new connection when the connection broke
 under it (every caller's work is a read, or a write made idempotent by its ids
 and its expected-state checks), and the pool drops the broken one, so no
-client sees the connection go. The pool's `check` callback is not used: after
-a failed check psycopg_pool backs off (1 s, then 2 s, ...) before it tries the
-next idle connection, so a pool of dead connections would time out instead.
+client sees the connection go. While the database refuses connections, no
+call waits for the pool's timeout: every connection attempt reports to one
+reachability record per database (`StateConnection`), and for a second after
+a refusal calls fail at once (`DatabaseUnreachableError`, a StoreBusyError);
+then one call tries a new connection, and the first success ends it.
+
+The pool's `check` callback is not used: after a failed check psycopg_pool
+backs off (1 s, then 2 s, ...) before it tries the next idle connection, so a
+pool of dead connections would time out instead.
 """
 
 from __future__ import annotations
@@ -448,19 +454,20 @@ def transaction(pool: Pool, work: Work[T]) -> T:
     StoreBusyError (DatabaseUnreachableError when the database is unreachable).
     """
     with unavailable_on_failure():
-        trying = _REACHABILITY.may_try(_conninfo(pool))
-        if trying is False:
-            raise DatabaseUnreachableError()
-        if trying:
-            return _on_fresh_connection(pool, work)
         try:
-            with pool.connection() as connection:
-                return _attempt(connection, work)
-        except _ConnectionLost:
-            try:
+            trying = _REACHABILITY.may_try(_conninfo(pool))
+            if trying is False:
+                raise DatabaseUnreachableError()
+            if trying:
                 return _on_fresh_connection(pool, work)
+            try:
+                with pool.connection() as connection:
+                    return _attempt(connection, work)
             except _ConnectionLost:
-                raise StoreBusyError() from None
+                return _on_fresh_connection(pool, work)
+        except _ConnectionLost:
+            # The new connection broke too: the database is going away.
+            raise StoreBusyError() from None
 
 
 Params = Sequence[Any]
