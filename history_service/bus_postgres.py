@@ -29,7 +29,8 @@ import psycopg
 
 from history_service.accept import AcceptedRecord
 from history_service.bus import InProcessBus, Subscription
-from scrollback.state.postgres import Pool
+from scrollback.state.postgres import Pool, fetch_one
+from scrollback.state.sqlite import StoreBusyError
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +79,20 @@ class PostgresBus:
         ).decode()
         try:
             await asyncio.to_thread(self._notify, payload)
-        except (psycopg.Error, OSError) as error:
+        except (psycopg.Error, OSError, StoreBusyError) as error:
             # The accept is committed already; the listeners' resync wakes the watchers.
             log.warning("bus notify failed (%s); watchers catch up by seq", type(error).__name__)
 
     def _notify(self, payload: str) -> None:
-        with self._pool.connection() as connection:
-            connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+        # Through `transaction`: a connection the database ended is retried on a new one.
+        fetch_one(self._pool, "SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
     def subscribe(self) -> Subscription:
         """A new subscription that sees every event heard from now on."""
         return self._local.subscribe()
 
     def _max_seq_from_pool(self) -> int:
-        with self._pool.connection() as connection:
-            row = connection.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
-            ).fetchone()
+        row = fetch_one(self._pool, "SELECT COALESCE(MAX(seq), 0) FROM accepted_message")
         return int(row[0]) if row else 0
 
     def _deliver(self, record: AcceptedRecord | None) -> None:

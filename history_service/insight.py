@@ -42,6 +42,7 @@ from history_service.errors import FileRewrittenError
 from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import parse_json_object
+from scrollback.contract.text import indexable
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
@@ -348,7 +349,11 @@ def subagent_links(entry: dict[str, Any]) -> dict[str, str]:
 def add_entry(
     delta: IndexDelta, entry: dict[str, Any] | None, entry_type: str, photos: int, timestamp: str
 ) -> None:
-    """Count one entry into a delta (entry: the parsed stripped line, None for a stub)."""
+    """Count one entry into a delta (entry: the parsed stripped line, None for a stub).
+
+    Every name kept goes through `indexable` (scrollback.contract.text).
+    """
+    entry_type = indexable(entry_type)
     delta.entry_counts[entry_type] = delta.entry_counts.get(entry_type, 0) + 1
     delta.photos += photos
     moment = timestamp_us(timestamp)
@@ -358,10 +363,13 @@ def add_entry(
         return
     found = message_usage(entry)
     if found is not None:
-        message_id, usage = found
+        message_id, usage = indexable(found[0]), found[1]
+        usage = MessageUsage(indexable(usage.model), usage.usage)
         seen = delta.messages.get(message_id)
         delta.messages[message_id] = usage if seen is None else seen.merge(usage)
-    delta.links.update(subagent_links(entry))
+    delta.links.update(
+        (indexable(tool), indexable(agent)) for tool, agent in subagent_links(entry).items()
+    )
 
 
 class InsightIndex:

@@ -34,10 +34,12 @@ _PHOTOS = {
 
 
 def validate_project_dir(name: str) -> str:
-    """A project dir filter: a plain directory name (InvalidArgumentError otherwise)."""
-    if name and (
-        len(name) > 255 or "/" in name or "\\" in name or "\0" in name or name in (".", "..")
-    ):
+    """A project dir filter: a plain directory name (InvalidArgumentError otherwise).
+
+    A POSIX directory name may hold `\\`, so ListSessions can list such a project:
+    the filter takes every name a listing can show.
+    """
+    if name and (len(name) > 255 or "/" in name or "\0" in name or name in (".", "..")):
         raise InvalidArgumentError("malformed project dir")
     return name
 

@@ -169,10 +169,16 @@ class BlobUpload:
             os.fsync(self._file.fileno())
             target = self._store.paths.blob(self.sha256)
 
+            moved: list[bool] = []
+
             def publish() -> None:
+                # Run again when the database lost the connection mid-transaction.
+                if moved and target.exists():
+                    return
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(self._temp, target)
                 _fsync_dir(target.parent)
+                moved.append(True)
 
             row = BlobRow(self.sha256, self.size_bytes, self.media_type, self._store.clock())
             existed = self._store.metadata.publish(row, publish, self._owner)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from scrollback.contract.text import indexable
 from scrollback.contract.top_level import top_level_strings
 from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine, LineIndexStore
 from scrollback.state.sqlite import StoreBusyError
@@ -423,7 +424,12 @@ def _top_level_uuid(buffer: bytearray, start: int, end: int) -> str | None:
     def read(offset: int, length: int) -> bytes:
         return bytes(view[start + offset : start + offset + length])
 
-    return top_level_strings(read, end - start, _UUID_KEYS).get("uuid")
+    return _kept_uuid(top_level_strings(read, end - start, _UUID_KEYS).get("uuid"))
+
+
+def _kept_uuid(uuid: str | None) -> str | None:
+    """A uuid as the index keeps it (scrollback.contract.text: the same on every backend)."""
+    return None if uuid is None else indexable(uuid)
 
 
 def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
@@ -432,7 +438,7 @@ def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
     def read(offset: int, length: int) -> bytes:
         return os.pread(fd, length, start + offset)
 
-    uuid = top_level_strings(read, end - start, _UUID_KEYS).get("uuid")
+    uuid = _kept_uuid(top_level_strings(read, end - start, _UUID_KEYS).get("uuid"))
     count = 0
     position = start
     while position < end:

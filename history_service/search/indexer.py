@@ -32,6 +32,7 @@ from scrollback.contract.stripping import (
     strip_line,
     strip_line_streamed,
 )
+from scrollback.contract.text import indexable
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -147,13 +148,14 @@ class SearchIndexer:
                     EntryRow(
                         offset=raw.start,
                         line_end=raw.next_start,
-                        uuid=found.uuid,
-                        type=found.type,
-                        role=found.role,
-                        timestamp=found.timestamp,
+                        # The same text on every backend (scrollback.contract.text).
+                        uuid=indexable(found.uuid),
+                        type=indexable(found.type),
+                        role=indexable(found.role),
+                        timestamp=indexable(found.timestamp),
                         ts_ms=timestamp_ms(found.timestamp),
                         has_photos=found.has_photos,
-                        text=found.text,
+                        text=indexable(found.text),
                     )
                 )
                 text_bytes += len(found.text)

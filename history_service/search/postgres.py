@@ -31,7 +31,7 @@ from history_service.search.store import (
     project_scope,
 )
 from history_service.search.terms import ALL_TAG, index_words, project_tag, scope_tags, under
-from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
+from scrollback.state.postgres import Pool, fetch_all, transaction
 
 SCHEMA_LOCK = 0x5C20_0017
 SCHEMA_VERSION = 2
@@ -108,11 +108,11 @@ class PostgresSearchIndex:
         transaction(pool, create)
 
     def files(self) -> dict[str, FileState]:
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT file_id, path_key, project_dir, session_id, identity, indexed_to"
-                " FROM search_file"
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            "SELECT file_id, path_key, project_dir, session_id, identity, indexed_to"
+            " FROM search_file",
+        )
         return {row[1]: FileState(*row) for row in rows}
 
     def reset_file(self, path_key: str, project_dir: str, session_id: str, identity: str) -> int:
@@ -241,10 +241,14 @@ class PostgresSearchIndex:
             " JOIN search_file f ON f.file_id = e.file_id ORDER BY e.key DESC"
         )
         args.append(limit)
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            # Planned for its own tsquery each time: a prepared statement's generic plan
-            # would walk every project's entries in key order instead of the GIN lists.
-            rows = connection.execute(sql.replace("?", "%s"), args, prepare=False).fetchall()
+        # Planned for its own tsquery each time: a prepared statement's generic plan
+        # would walk every project's entries in key order instead of the GIN lists.
+        rows = transaction(
+            self._pool,
+            lambda connection: connection.execute(
+                sql.replace("?", "%s"), args, prepare=False
+            ).fetchall(),
+        )
         return [hit_of(row) for row in rows]
 
     def close(self) -> None:

@@ -7,6 +7,9 @@ of SQLite's `BEGIN IMMEDIATE`: writers of all replicas serialize, so seqs
 commit in the order they are assigned (a watcher reading `seq > last` can
 never skip a seq that commits later) and the ageing updates cannot deadlock.
 
+A message's text is stored as its UTF-8 bytes (BYTEA, migration 9), so it
+keeps a U+0000 exactly as SQLite's TEXT does (scrollback.contract.text).
+
 Idempotency across replicas: `client_txn_id` is UNIQUE per principal and the insert is
 `ON CONFLICT DO NOTHING`; a loser re-reads the winner's row and replays it
 (or reports the conflict), so a race of two replicas records one message.
@@ -42,8 +45,9 @@ from scrollback.state.postgres import (
     Pool,
     blob_owned_by,
     blob_referencing,
+    fetch_all,
+    fetch_one,
     transaction,
-    unavailable_on_failure,
 )
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -125,7 +129,7 @@ class PostgresAcceptedMessageStore:
                     request.client_txn_id,
                     session_id or None,
                     request.chat_key or None,
-                    request.text,
+                    request.text.encode(),
                     attachments_json(request),
                     digest,
                     now,
@@ -193,11 +197,11 @@ class PostgresAcceptedMessageStore:
 
     def binding(self, principal: str, chat_key: str) -> str | None:
         """The session `principal`'s chat key is bound to, if any."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            row = connection.execute(
-                "SELECT session_id FROM chat_binding WHERE principal = %s AND chat_key = %s",
-                (principal, chat_key),
-            ).fetchone()
+        row = fetch_one(
+            self._pool,
+            "SELECT session_id FROM chat_binding WHERE principal = %s AND chat_key = %s",
+            (principal, chat_key),
+        )
         return str(row[0]) if row else None
 
     def pending(
@@ -230,31 +234,26 @@ class PostgresAcceptedMessageStore:
         self, principal: str, session_id: str, chat_key: str, after_seq: int
     ) -> list[AcceptedRecord]:
         """Messages of a session or of `principal`'s chat key with seq > after_seq, oldest first."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                f"SELECT {COLUMNS} FROM accepted_message WHERE seq > %s AND"
-                " (session_id = %s OR (chat_key = %s AND accepted_by = %s))"
-                " ORDER BY seq LIMIT 1000",
-                (after_seq, session_id or None, chat_key or None, principal),
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            f"SELECT {COLUMNS} FROM accepted_message WHERE seq > %s AND"
+            " (session_id = %s OR (chat_key = %s AND accepted_by = %s))"
+            " ORDER BY seq LIMIT 1000",
+            (after_seq, session_id or None, chat_key or None, principal),
+        )
         return [record_of(r) for r in rows]
 
     def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
         """Which of these digests `principal` uploaded (the shared read-rule query)."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            return blob_owned_by(connection, digests, principal)
+        return transaction(self._pool, lambda c: blob_owned_by(c, digests, principal))
 
     def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
         """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            return blob_referencing(connection, sha256)
+        return transaction(self._pool, lambda c: blob_referencing(c, sha256))
 
     def last_seq(self) -> int:
         """The highest seq committed so far."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            row = connection.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
-            ).fetchone()
+        row = fetch_one(self._pool, "SELECT COALESCE(MAX(seq), 0) FROM accepted_message")
         return int(row[0]) if row else 0
 
     def close(self) -> None:

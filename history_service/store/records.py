@@ -30,7 +30,11 @@ REPLAY_COLUMNS = f"{COLUMNS}, accepted_by, content_digest"
 
 
 def record_of(row: tuple[Any, ...]) -> AcceptedRecord:
-    """The record of a row of COLUMNS (NULL session id / chat key read as "")."""
+    """The record of a row of COLUMNS (NULL session id / chat key read as "").
+
+    The text is a str (SQLite's TEXT) or its UTF-8 bytes (PostgreSQL's BYTEA,
+    since PostgreSQL's TEXT cannot hold the U+0000 a message may hold).
+    """
     seq, txn, session_id, chat_key, text, attachments, accepted_at, public_seq = row
     specs = tuple(AttachmentSpec(*item) for item in orjson.loads(attachments))
     return AcceptedRecord(
@@ -38,7 +42,7 @@ def record_of(row: tuple[Any, ...]) -> AcceptedRecord:
         txn,
         session_id or "",
         chat_key or "",
-        text,
+        text if isinstance(text, str) else bytes(text).decode(),
         specs,
         float(accepted_at),
         int(public_seq),

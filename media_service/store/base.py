@@ -58,6 +58,8 @@ class BlobMetadataStore(Protocol):
         created_at (a fresh grace period). Return True if the row existed
         for this caller: with an `owner`, if `owner` had already uploaded it
         (another principal's upload of the same bytes is never revealed).
+        A backend may run the transaction, `publish_file` included, a second
+        time when its connection broke (scrollback.state.postgres.transaction).
         """
         ...
 

@@ -30,6 +30,8 @@ from scrollback.state.postgres import (
     Pool,
     blob_owned_by,
     blob_referencing,
+    fetch_all,
+    fetch_one,
     transaction,
     unavailable_on_failure,
 )
@@ -46,20 +48,22 @@ class PostgresBlobMetadataStore:
 
     def get(self, sha256: str) -> BlobRow | None:
         """The row of one blob, or None."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            row = connection.execute(
-                "SELECT sha256, size_bytes, media_type, created_at FROM blob WHERE sha256 = %s",
-                (sha256,),
-            ).fetchone()
+        row = fetch_one(
+            self._pool,
+            "SELECT sha256, size_bytes, media_type, created_at FROM blob WHERE sha256 = %s",
+            (sha256,),
+        )
         return None if row is None else blob_row(row)
 
     def _batched(self, query: str, digests: Sequence[str], *lead: str) -> set[str]:
-        found: set[str] = set()
-        with unavailable_on_failure(), self._pool.connection() as connection:
+        def work(connection: Connection) -> set[str]:
+            found: set[str] = set()
             for batch in digest_batches(digests):
                 rows = connection.execute(query, (*lead, batch)).fetchall()
                 found.update(str(r[0]) for r in rows)
-        return found
+            return found
+
+        return transaction(self._pool, work)
 
     def existing(self, digests: Sequence[str]) -> set[str]:
         """Which of these digests have a row, QUERY_BATCH per query."""
@@ -100,23 +104,21 @@ class PostgresBlobMetadataStore:
 
     def owned_by(self, digests: Sequence[str], principal: str) -> set[str]:
         """Which of these digests `principal` uploaded (the shared read-rule query)."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            return blob_owned_by(connection, digests, principal)
+        return transaction(self._pool, lambda c: blob_owned_by(c, digests, principal))
 
     def referencing(self, sha256: str) -> list[tuple[str | None, str | None]]:
         """(session_id, accepted_by) of the accepted messages whose blob_ref names the blob."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            return blob_referencing(connection, sha256)
+        return transaction(self._pool, lambda c: blob_referencing(c, sha256))
 
     def unreferenced_before(self, cutoff: float, limit: int) -> list[str]:
         """Digests of blobs created before `cutoff` that no blob_ref row names."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT sha256 FROM blob WHERE created_at < %s AND NOT EXISTS"
-                " (SELECT 1 FROM blob_ref WHERE blob_ref.sha256 = blob.sha256)"
-                " ORDER BY created_at LIMIT %s",
-                (cutoff, limit),
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            "SELECT sha256 FROM blob WHERE created_at < %s AND NOT EXISTS"
+            " (SELECT 1 FROM blob_ref WHERE blob_ref.sha256 = blob.sha256)"
+            " ORDER BY created_at LIMIT %s",
+            (cutoff, limit),
+        )
         return [str(r[0]) for r in rows]
 
     def delete_if_unreferenced(

@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 import yaml
 
+from scrollback.contract.text import NUL
 from scrollback.principals import Principal
 
 _HEX = frozenset("0123456789abcdef")
@@ -116,6 +117,10 @@ class TokenTable:
             name = item.get("principal")
             if not isinstance(name, str) or not name:
                 raise AuthConfigError(f"token entry {number} needs a principal name")
+            if NUL in name:
+                # A name is stored as text (scrollback.contract.text's rule: no U+0000 but in
+                # a message's text), and never collides with the server's own "\0" keys.
+                raise AuthConfigError(f"token entry {number}: the principal name holds U+0000")
             projects = item.get("projects", [])
             if not isinstance(projects, list) or not all(isinstance(p, str) for p in projects):
                 raise AuthConfigError(f"token entry {number}: projects must be a list of names")

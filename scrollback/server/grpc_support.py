@@ -52,6 +52,15 @@ class MalformedRequestError(ValueError):
         super().__init__("malformed request message")
 
 
+class NulInTextError(ValueError):
+    """A request string holding U+0000 where the contract forbids it (scrollback.contract.text)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a request field holds the character U+0000, which only a message's text may hold"
+        )
+
+
 @dataclass
 class RunningServer:
     """A started server, the port it bound and its health servicer."""
@@ -143,6 +152,8 @@ def reason_for(error: BaseException, table: ErrorTable) -> Reason | None:
     """The reason the table gives this error (or its nearest base); None when it has none."""
     if isinstance(error, MalformedRequestError):
         return Reason.MALFORMED_REQUEST
+    if isinstance(error, NulInTextError):
+        return Reason.INVALID_ARGUMENT
     for error_type in type(error).__mro__:
         reason = table.get(error_type)
         if reason is not None:

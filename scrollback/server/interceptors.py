@@ -17,6 +17,10 @@
   ended (DEADLINE_EXCEEDED, one warning log line), its producer closed at once.
   One timer per stream watches its writes after the first (`_StallWatch`): a
   message costs no task, future or timer of its own.
+- request text: a message that does not deserialize is INVALID_ARGUMENT
+  (MALFORMED_REQUEST), and so is one holding U+0000 in any string but a
+  message's text (INVALID_ARGUMENT; the rule is scrollback.contract.text's),
+  checked once per request message before the servicer sees it.
 - `Health.Watch`, open to all, shares one global budget of `max_streams`.
 - served by several worker processes (scrollback.server.workers), the count
   is the whole service's (scrollback.server.stream_limits), and every call
@@ -42,13 +46,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
+from google.protobuf.message import Message
 
 from scrollback.contract.reasons import Reason
+from scrollback.contract.text import nul_field
 from scrollback.principals import Principal
 from scrollback.server import memory, metrics
 from scrollback.server.auth import ON_BEHALF_OF, SecuritySettings, TokenTable
 from scrollback.server.caller import reset_principal, set_principal
-from scrollback.server.grpc_support import MalformedRequestError
+from scrollback.server.grpc_support import MalformedRequestError, NulInTextError
 from scrollback.server.listening import check_bind_allowed, is_loopback
 from scrollback.server.service_config import DEFAULT_STALL_TIMEOUT_SECONDS
 from scrollback.server.status import abort_with_reason
@@ -79,19 +85,29 @@ class _Malformed:
     """Stands for a request message that did not deserialize."""
 
 
+class _NulInText:
+    """Stands for a request message with U+0000 where the contract forbids it."""
+
+
 _MALFORMED = _Malformed()
+_NUL_IN_TEXT = _NulInText()
 
 
 def _safe_deserializer(inner: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    """A deserializer that returns _MALFORMED instead of raising (bad wire format, bad UTF-8)."""
+    """A deserializer that returns _MALFORMED instead of raising (bad wire format, bad UTF-8),
+    and _NUL_IN_TEXT for a message the U+0000 rule refuses (scrollback.contract.text)."""
     if inner is None:
         return None
 
     def deserialize(data: bytes) -> Any:
         try:
-            return inner(data)
+            message = inner(data)
         except Exception:
             return _MALFORMED
+        # A string holding U+0000 puts a zero byte on the wire: most messages skip the walk.
+        if b"\0" in data and isinstance(message, Message) and nul_field(message) is not None:
+            return _NUL_IN_TEXT
+        return message
 
     return deserialize
 
@@ -100,6 +116,8 @@ async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
     async for request in requests:
         if request is _MALFORMED:
             raise MalformedRequestError()
+        if request is _NUL_IN_TEXT:
+            raise NulInTextError()
         yield request
 
 
@@ -250,6 +268,8 @@ class ServerPolicy(_InterceptorBase):
             await abort_with_reason(context, call.failure_reason, call.failure)
         if request is _MALFORMED:
             await abort_with_reason(context, Reason.MALFORMED_REQUEST, MALFORMED_MESSAGE)
+        if request is _NUL_IN_TEXT:
+            await abort_with_reason(context, Reason.INVALID_ARGUMENT, str(NulInTextError()))
         key = call.key
         if self._worker_pid is not None:
             context.set_trailing_metadata(self._worker_pid)

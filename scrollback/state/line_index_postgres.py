@@ -20,7 +20,7 @@ from scrollback.state.line_index import (
     RowQueries,
 )
 from scrollback.state.line_index_sqlite import state_of
-from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
+from scrollback.state.postgres import Pool, fetch_all, fetch_one, transaction
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -38,8 +38,7 @@ class PostgresLineIndexStore(RowQueries):
 
     def state(self, key: str) -> IndexedFile | None:
         """The index state of a file, or None if it was never indexed."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            return state_of(connection.execute(_STATE, (key,)).fetchone())
+        return state_of(fetch_one(self._pool, _STATE, (key,)))
 
     def reset(self, key: str, version: FileVersion) -> IndexedFile:
         """Discard the file's rows and start an empty index of this version."""
@@ -120,61 +119,61 @@ class PostgresLineIndexStore(RowQueries):
 
     def lines_for(self, key: str, generation: int, uuids: Sequence[str]) -> list[IndexedLine]:
         """The indexed lines whose uuid is one of these."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT l.line_offset, l.length, l.uuid, l.images FROM line_index_line l"
-                " JOIN line_index_file f ON f.file_id = l.file_id"
-                " WHERE f.file_key = %s AND f.generation = %s AND l.uuid = ANY(%s)"
-                " ORDER BY l.line_offset",
-                (key, generation, list(dict.fromkeys(uuids))),
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            "SELECT l.line_offset, l.length, l.uuid, l.images FROM line_index_line l"
+            " JOIN line_index_file f ON f.file_id = l.file_id"
+            " WHERE f.file_key = %s AND f.generation = %s AND l.uuid = ANY(%s)"
+            " ORDER BY l.line_offset",
+            (key, generation, list(dict.fromkeys(uuids))),
+        )
         return [IndexedLine(int(r[0]), int(r[1]), r[2], int(r[3])) for r in rows]
 
     def image_lines(self, key: str, generation: int, start: int, end: int) -> list[IndexedLine]:
         """The indexed lines starting in [start, end) that may hold images, in file order."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT l.line_offset, l.length, l.uuid, l.images FROM line_index_line l"
-                " JOIN line_index_file f ON f.file_id = l.file_id"
-                " WHERE f.file_key = %s AND f.generation = %s AND l.line_offset >= %s"
-                " AND l.line_offset < %s AND l.images > 0 ORDER BY l.line_offset",
-                (key, generation, start, end),
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            "SELECT l.line_offset, l.length, l.uuid, l.images FROM line_index_line l"
+            " JOIN line_index_file f ON f.file_id = l.file_id"
+            " WHERE f.file_key = %s AND f.generation = %s AND l.line_offset >= %s"
+            " AND l.line_offset < %s AND l.images > 0 ORDER BY l.line_offset",
+            (key, generation, start, end),
+        )
         return [IndexedLine(int(r[0]), int(r[1]), r[2], int(r[3])) for r in rows]
 
     def line_start_before(self, key: str, generation: int, offset: int) -> int | None:
         """The start of the last indexed line starting at or before `offset`; None if none."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            row = connection.execute(
-                "SELECT MAX(l.line_offset) FROM line_index_line l JOIN line_index_file f"
-                " ON f.file_id = l.file_id WHERE f.file_key = %s AND f.generation = %s"
-                " AND l.line_offset <= %s",
-                (key, generation, offset),
-            ).fetchone()
+        row = fetch_one(
+            self._pool,
+            "SELECT MAX(l.line_offset) FROM line_index_line l JOIN line_index_file f"
+            " ON f.file_id = l.file_id WHERE f.file_key = %s AND f.generation = %s"
+            " AND l.line_offset <= %s",
+            (key, generation, offset),
+        )
         return None if row is None or row[0] is None else int(row[0])
 
     def _lines(
         self, key: str, generation: int, offset: int, limit: int, where: tuple[str, str]
     ) -> list[tuple[int, int]]:
         comparison, order = where
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(
-                "SELECT l.line_offset, l.length FROM line_index_line l"
-                " JOIN line_index_file f ON f.file_id = l.file_id"
-                f" WHERE f.file_key = %s AND f.generation = %s AND l.line_offset {comparison} %s"
-                f" ORDER BY l.line_offset {order} LIMIT %s",
-                (key, generation, offset, limit),
-            ).fetchall()
+        rows = fetch_all(
+            self._pool,
+            "SELECT l.line_offset, l.length FROM line_index_line l"
+            " JOIN line_index_file f ON f.file_id = l.file_id"
+            f" WHERE f.file_key = %s AND f.generation = %s AND l.line_offset {comparison} %s"
+            f" ORDER BY l.line_offset {order} LIMIT %s",
+            (key, generation, offset, limit),
+        )
         return [(int(r[0]), int(r[1])) for r in rows]
 
     def line_count(self, key: str, generation: int) -> int:
         """How many lines are indexed."""
-        with unavailable_on_failure(), self._pool.connection() as connection:
-            row = connection.execute(
-                "SELECT COUNT(*) FROM line_index_line l JOIN line_index_file f"
-                " ON f.file_id = l.file_id WHERE f.file_key = %s AND f.generation = %s",
-                (key, generation),
-            ).fetchone()
+        row = fetch_one(
+            self._pool,
+            "SELECT COUNT(*) FROM line_index_line l JOIN line_index_file f"
+            " ON f.file_id = l.file_id WHERE f.file_key = %s AND f.generation = %s",
+            (key, generation),
+        )
         return int(row[0]) if row else 0
 
     def close(self) -> None:

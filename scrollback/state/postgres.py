@@ -3,22 +3,39 @@
 Selected by `SCROLLBACK_DATABASE_URL` (or `--database-url`); without it the
 services use the embedded SQLite database (scrollback.state.sqlite). The
 migrations mirror SQLite's, version for version, in PostgreSQL's dialect and are
-recorded in the same `schema_migrations` table. Several replicas may start at
+recorded in the same `schema_migrations` table; version 9 (message text as
+bytes) is PostgreSQL's alone. Several replicas may start at
 once: the migrator takes a transaction-scoped advisory lock first, so exactly
 one applies each version and the others wait, then find it applied.
 
 Errors never carry the URL (it may hold a password): a database that cannot be
 reached at start-up is `DatabaseUnavailableError` with a fixed text, and a
-connection lost or a pool exhausted while serving is `StoreBusyError`, which
-the services answer as UNAVAILABLE.
+pool exhausted, a lock wait timed out or a database still unreachable while
+serving is `StoreBusyError`, which the services answer as UNAVAILABLE.
+
+A restart, a failover or an idle-connection reaper ends pooled connections
+under the services' feet. `transaction` (and `fetch_one`/`fetch_all`, built on
+it) runs its work again, once, on a new connection when the connection broke
+under it (every caller's work is a read, or a write made idempotent by its ids
+and its expected-state checks), and the pool drops the broken one, so no
+client sees the connection go. While the database refuses connections, no
+call waits for the pool's timeout: every connection attempt reports to one
+reachability record per database (`StateConnection`), and for a second after
+a refusal calls fail at once (`DatabaseUnreachableError`, a StoreBusyError);
+then one call tries a new connection, and the first success ends it.
+
+The pool's `check` callback is not used: after a failed check psycopg_pool
+backs off (1 s, then 2 s, ...) before it tries the next idle connection, so a
+pool of dead connections would time out instead.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -219,9 +236,80 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE UNIQUE INDEX accepted_message_public_seq ON accepted_message (public_seq)
         """,
     ),
+    (
+        9,
+        # A message's text as its UTF-8 bytes: it may hold U+0000 (scrollback.contract.text),
+        # which PostgreSQL's TEXT cannot; SQLite's TEXT holds it, so SQLite has no version 9.
+        """
+        ALTER TABLE accepted_message ALTER COLUMN text TYPE BYTEA USING convert_to(text, 'UTF8')
+        """,
+    ),
 )
 
-Pool = psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
+# After a connection to the database failed, calls fail at once for this long
+# (DatabaseUnreachableError) instead of each waiting for the pool's timeout.
+UNREACHABLE_RETRY_SECONDS = 1.0
+
+
+class _Reachability:
+    """When each database (by its connection string) last refused a new connection.
+
+    Every connection attempt reports here, the pools' own and `transaction`'s,
+    so all pools on one database learn of an outage from the first failure.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed_at: dict[str, float] = {}
+
+    def failed(self, conninfo: str) -> None:
+        with self._lock:
+            self._failed_at[conninfo] = time.monotonic()
+
+    def succeeded(self, conninfo: str) -> None:
+        with self._lock:
+            self._failed_at.pop(conninfo, None)
+
+    def may_try(self, conninfo: str) -> bool | None:
+        """None: the last attempt worked (use the pool). False: it failed less than
+        UNREACHABLE_RETRY_SECONDS ago (fail at once). True: this caller tries one new
+        connection, and the others fail at once meanwhile."""
+        with self._lock:
+            failed_at = self._failed_at.get(conninfo)
+            if failed_at is None:
+                return None
+            now = time.monotonic()
+            if now - failed_at < UNREACHABLE_RETRY_SECONDS:
+                return False
+            self._failed_at[conninfo] = now
+            return True
+
+
+_REACHABILITY = _Reachability()
+
+
+class StateConnection(psycopg.Connection[tuple[Any, ...]]):
+    """A connection that reports whether the database accepted it (see _Reachability)."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        try:
+            connection = super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError:
+            _REACHABILITY.failed(conninfo)
+            raise
+        _REACHABILITY.succeeded(conninfo)
+        return connection
+
+
+Pool = psycopg_pool.ConnectionPool[StateConnection]
+
+
+class DatabaseUnreachableError(StoreBusyError):
+    """The database refused the last connection attempt: answered at once, not after a wait."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "the state database is unreachable; retry later")
 
 
 class DatabaseUnavailableError(Exception):
@@ -284,6 +372,7 @@ def open_pool(url: str, *, name: str, max_size: int = 8, connect_timeout: float 
         raise DatabaseUnavailableError() from None
     pool: Pool = psycopg_pool.ConnectionPool(
         url,
+        connection_class=StateConnection,
         min_size=1,
         max_size=max(2, max_size),
         name=name,
@@ -312,10 +401,86 @@ def unavailable_on_failure() -> Iterator[None]:
         raise StoreBusyError() from None
 
 
-def transaction(pool: Pool, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
-    """Run `work` in one transaction on a pooled connection (committed, or rolled back)."""
-    with unavailable_on_failure(), pool.connection() as connection, connection.transaction():
-        return work(connection)
+class _ConnectionLost(Exception):
+    """The connection broke under a transaction (it was rolled back or never committed)."""
+
+
+Work = Callable[[StateConnection], T]
+
+
+def _attempt(connection: StateConnection, work: Work[T]) -> T:
+    try:
+        with connection.transaction():
+            return work(connection)
+    except psycopg.OperationalError as error:
+        if connection.broken:
+            raise _ConnectionLost() from error
+        raise
+
+
+def _conninfo(pool: Pool) -> str:
+    return pool.conninfo if isinstance(pool.conninfo, str) else ""
+
+
+def _on_fresh_connection(pool: Pool, work: Work[T]) -> T:
+    """Run `work` on a connection opened for it: the pool may still hold others about to die.
+
+    A database that refuses the connection is DatabaseUnreachableError.
+    """
+    kwargs = dict(pool.kwargs) if isinstance(pool.kwargs, dict) else {}
+    # No longer than the pool would have made the caller wait.
+    kwargs["connect_timeout"] = max(
+        1, min(int(kwargs.get("connect_timeout", 10)), int(pool.timeout))
+    )
+    try:
+        connection = StateConnection.connect(_conninfo(pool), **kwargs)
+    except psycopg.OperationalError:
+        raise DatabaseUnreachableError() from None
+    with connection:
+        _configure(connection)
+        return _attempt(connection, work)
+
+
+def transaction(pool: Pool, work: Work[T]) -> T:
+    """Run `work` in one transaction on a pooled connection (committed, or rolled back).
+
+    When the connection breaks under it, `work` runs again once, on a new
+    connection (not a pooled one: a restart or failover ends them all), so
+    `work` must be safe to repeat: a read, or a write whose ids or
+    expected-state checks make a second run find the first one's outcome.
+    While the database refuses connections, calls do not wait for the pool:
+    within UNREACHABLE_RETRY_SECONDS of the last refusal they fail at once,
+    then one call tries a new connection of its own. Any failure is
+    StoreBusyError (DatabaseUnreachableError when the database is unreachable).
+    """
+    with unavailable_on_failure():
+        try:
+            trying = _REACHABILITY.may_try(_conninfo(pool))
+            if trying is False:
+                raise DatabaseUnreachableError()
+            if trying:
+                return _on_fresh_connection(pool, work)
+            try:
+                with pool.connection() as connection:
+                    return _attempt(connection, work)
+            except _ConnectionLost:
+                return _on_fresh_connection(pool, work)
+        except _ConnectionLost:
+            # The new connection broke too: the database is going away.
+            raise StoreBusyError() from None
+
+
+Params = Sequence[Any]
+
+
+def fetch_one(pool: Pool, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
+    """The first row of one read statement (in `transaction`, so it survives a lost connection)."""
+    return transaction(pool, lambda connection: connection.execute(sql, params).fetchone())
+
+
+def fetch_all(pool: Pool, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+    """The rows of one read statement (in `transaction`, so it survives a lost connection)."""
+    return transaction(pool, lambda connection: connection.execute(sql, params).fetchall())
 
 
 def blob_owned_by(

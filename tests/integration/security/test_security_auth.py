@@ -18,7 +18,7 @@ from history_service.server import start_history_server
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
-from scrollback.server.auth import SecuritySettings, TokenTable
+from scrollback.server.auth import AuthConfigError, SecuritySettings, TokenTable
 from scrollback.server.listening import BindRefusedError
 from tests.support.security import (
     auth,
@@ -320,6 +320,11 @@ async def test_bind_rule_and_token_file_validation(tmp_path: Path) -> None:
     principal = table.lookup("abc")
     assert principal is not None and principal.sees_project("anything")
     assert table.lookup("abd") is None
+    # A name goes into the state database as text: U+0000 is refused at start (rule of §9).
+    json_file.write_text('{"tokens": [{"token": "abc", "principal": "p\\u0000"}]}')
+    with pytest.raises(AuthConfigError) as refused:
+        TokenTable.from_file(json_file)
+    assert "U+0000" in str(refused.value)
 
 
 def _certificates(directory: Path) -> dict[str, Path]:

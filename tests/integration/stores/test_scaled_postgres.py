@@ -7,7 +7,9 @@ ports: an accept answered by one history replica reaches a watch on the
 other with no gap and no duplicate; a blob written through one media replica
 is read through the other; the same client_txn_id racing on both history
 replicas records one message; both media replicas collecting at once delete
-the right blobs, once, with no error.
+the right blobs, once, with no error; and when the database ends every
+connection (a restart, a failover, an idle-connection reaper), idle or under
+load, no client call fails.
 """
 
 from __future__ import annotations
@@ -23,16 +25,23 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from scrollback.contract.reasons import Reason
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.media.v1 import media_pb2_grpc
+from scrollback.search.v1 import search_pb2 as spb
+from scrollback.search.v1 import search_pb2_grpc
+from tests.support.backends import ADMIN_URL
+from tests.support.reasons import assert_reason
+from tests.support.servers import png, user_line
 
 REPO = Path(__file__).resolve().parents[3]
 GRACE = 2.0  # the media replicas' GC grace period in these tests
@@ -370,3 +379,222 @@ def test_client_balances_over_both_history_replicas_and_survives_losing_one(
         for _ in range(5):
             client.list_sessions()  # retried on the replica that is left
     assert cluster.history[1].log.read_text().count("method=ListSessions") >= served[1] + 5
+
+
+def _terminate_connections(url: str) -> int:
+    """End every connection to the test's own database, as a restart or failover does."""
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (url.rsplit("/", 1)[1],),
+        ).fetchall()
+    return sum(1 for (ended,) in rows if ended)
+
+
+async def _every_rpc_kind(cluster: Cluster, round_: int, photo_ref: str) -> dict[str, list[str]]:
+    """One call of each kind that reaches the database, on each replica: the failures by kind."""
+    failures: dict[str, list[str]] = {}
+    channels = [grpc.aio.insecure_channel(r.address) for r in cluster.history + cluster.media]
+    try:
+        for n, channel in enumerate(channels[:2]):
+            history = history_pb2_grpc.HistoryServiceStub(channel)
+            search = search_pb2_grpc.SearchServiceStub(channel)
+            tag = f"{round_}-{n}"
+            calls: dict[str, Callable[[], Any]] = {
+                "AcceptMessage": lambda h=history, t=tag: h.AcceptMessage(
+                    hpb.AcceptMessageRequest(client_txn_id=f"k{t}", chat_key=f"c{t}", text=t)
+                ),
+                "BindChatKey": lambda h=history, t=tag: h.BindChatKey(
+                    hpb.BindChatKeyRequest(chat_key=f"c{t}", session_id="s1")
+                ),
+                "Bootstrap": lambda h=history: _drain(
+                    h.Bootstrap(hpb.BootstrapRequest(session_id="s1"))
+                ),
+                "ReadWindow": lambda h=history: _drain(
+                    h.ReadWindow(hpb.ReadWindowRequest(session_id="s1"))
+                ),
+                "ListSessions": lambda h=history: h.ListSessions(hpb.ListSessionsRequest()),
+                "GetSession": lambda h=history: h.GetSession(
+                    hpb.GetSessionRequest(session_id="s1")
+                ),
+                "Search": lambda s=search: _drain(s.Search(spb.SearchRequest(query="hello"))),
+            }
+            await _call_all(calls, failures)
+        sha = photo_ref.removeprefix("media:")
+        selector = mpb.MediaSelector(blob_ref=photo_ref)
+        for channel in channels[2:]:
+            media = media_pb2_grpc.MediaServiceStub(channel)
+            calls = {
+                "WriteBlob": lambda m=media: _write_blob(m, os.urandom(64)),
+                "FindMissingBlobs": lambda m=media: m.FindMissingBlobs(
+                    mpb.FindMissingBlobsRequest(sha256=[sha])
+                ),
+                "ReadMedia": lambda m=media: _read_blob(m, photo_ref),
+                "StatMedia": lambda m=media: m.StatMedia(mpb.StatMediaRequest(media=[selector])),
+            }
+            await _call_all(calls, failures)
+    finally:
+        for channel in channels:
+            await channel.close()
+    return failures
+
+
+async def _drain(call: Any) -> None:
+    async for _ in call:
+        pass
+
+
+async def _call_all(calls: dict[str, Callable[[], Any]], failures: dict[str, list[str]]) -> None:
+    for kind, call in calls.items():
+        try:
+            await call()
+        except grpc.RpcError as error:
+            failures.setdefault(kind, []).append(f"{error.code().name}: {error.details()}")
+
+
+async def test_no_client_call_fails_when_the_database_ends_idle_connections(
+    cluster: Cluster,
+    stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[media_pb2_grpc.MediaServiceStub]],
+) -> None:
+    (cluster.root / "proj" / "s1.jsonl").write_bytes(
+        b'{"type":"user","uuid":"u0","message":{"role":"user","content":"hello"}}\n'
+    )
+    (history, _), (media, _) = stubs
+    photo = await _write_blob(media, b"a photo")
+    # Referenced, so the replicas' collection keeps it for the whole test.
+    await history.AcceptMessage(
+        hpb.AcceptMessageRequest(
+            client_txn_id="photo",
+            session_id="s1",
+            text="with a photo",
+            attachments=[hpb.Attachment(ref=photo, name="a.png", media_type="image/png")],
+        )
+    )
+    assert await _every_rpc_kind(cluster, 0, photo) == {}, "the cluster must serve before"
+    for round_ in range(1, 4):
+        assert _terminate_connections(cluster.url) > 0
+        assert await _every_rpc_kind(cluster, round_, photo) == {}
+
+
+async def test_no_accept_fails_when_the_database_ends_connections_under_load(
+    cluster: Cluster, stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[object]]
+) -> None:
+    (one, two), _ = stubs
+    (cluster.root / "proj" / "load.jsonl").write_bytes(b'{"type":"user","uuid":"u0"}\n')
+    total, workers, kills = 300, 12, 6
+    done: list[int] = []
+    progressed = asyncio.Event()
+    failures: list[str] = []
+    ended: list[int] = []
+
+    async def accept(worker: int) -> None:
+        for n in range(worker, total, workers):
+            stub = one if n % 2 else two
+            try:
+                await stub.AcceptMessage(
+                    hpb.AcceptMessageRequest(client_txn_id=f"l{n}", session_id="load", text=f"{n}")
+                )
+            except grpc.RpcError as error:
+                failures.append(f"{error.code().name}: {error.details()}")
+            done.append(n)
+            progressed.set()
+
+    async def terminate() -> None:
+        # Every `total // (kills + 1)` completed accepts, while the others are in flight.
+        for kill in range(1, kills + 1):
+            while len(done) < kill * total // (kills + 1):
+                progressed.clear()
+                await progressed.wait()
+            ended.append(await asyncio.to_thread(_terminate_connections, cluster.url))
+
+    await asyncio.wait_for(
+        asyncio.gather(terminate(), *(accept(w) for w in range(workers))), timeout=120
+    )
+    assert failures == [], f"{len(failures)} of {total} accepts failed: {failures[:5]}"
+    assert len(ended) == kills and all(ended), ended
+    # Each accept's NOTIFY went out too (retried like any statement), not only its row.
+    logs = "".join(r.log.read_text() for r in cluster.history)
+    assert "bus notify failed" not in logs
+    with psycopg.connect(cluster.url) as connection:
+        row = connection.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT client_txn_id) FROM accepted_message"
+        ).fetchone()
+    assert row == (total, total)
+
+
+def _allow_connections(url: str, allowed: bool) -> None:
+    """Let the test's database accept connections or refuse them all (a database gone)."""
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {str(allowed).lower()}")
+
+
+async def _window(stub: history_pb2_grpc.HistoryServiceStub, **request: Any) -> hpb.WindowEnd:
+    """A window's end, the entries' media refs appended to `request["refs"]` if given."""
+    refs = request.pop("refs", None)
+    end = hpb.WindowEnd()
+    async for message in stub.ReadWindow(hpb.ReadWindowRequest(**request), timeout=3):
+        item = message.WhichOneof("item")
+        entries = [message.entry] if item == "entry" else list(message.entries.entries)
+        if refs is not None:
+            refs.extend(ref for entry in entries for ref in entry.media_refs)
+        if item == "end":
+            end = message.end
+    return end
+
+
+async def test_file_reads_do_not_wait_on_an_unreachable_database(
+    cluster: Cluster,
+    stubs: tuple[list[history_pb2_grpc.HistoryServiceStub], list[media_pb2_grpc.MediaServiceStub]],
+) -> None:
+    """With the database gone, windows and transcript photos are served from the files at
+    once (a deadline shorter than the pool's timeout), a call that needs the database is
+    UNAVAILABLE at once saying why, and all is served again once the database is back."""
+    (history, other), (media, _) = stubs
+    photo = png(1, 120)
+    lines = [user_line(f"u{n}", f"line {n}", images=(photo,) if n == 35 else ()) for n in range(40)]
+    (cluster.root / "proj" / "f1.jsonl").write_bytes(b"".join(lines))
+    refs: list[Any] = []
+    first = await _window(history, session_id="f1", page_size=10, refs=refs)
+    second = await _window(history, session_id="f1", page_size=10, page_token=first.next_page_token)
+    await _window(
+        history, session_id="f1", page_size=10, page_token=second.next_page_token, refs=refs
+    )
+    assert len(refs) == 1
+    selector = mpb.MediaSelector(media_ref=refs[0])
+    try:
+        _allow_connections(cluster.url, False)
+        _terminate_connections(cluster.url)
+        for stub in (history, other):
+            for _ in range(3):
+                again = await _window(stub, session_id="f1", page_size=10)
+                assert again.next_page_token == first.next_page_token
+                await _window(
+                    stub, session_id="f1", page_size=10, page_token=second.next_page_token
+                )
+        for _ in range(3):
+            data = b""
+            async for message in media.ReadMedia(mpb.ReadMediaRequest(media=selector), timeout=3):
+                data += message.data if message.WhichOneof("item") == "data" else b""
+            assert data == photo
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await history.AcceptMessage(
+                hpb.AcceptMessageRequest(client_txn_id="gone", session_id="f1", text="x"),
+                timeout=3,
+            )
+        assert assert_reason(refused.value, Reason.STORE_BUSY)
+        assert "unreachable" in (refused.value.details() or "")
+    finally:
+        _allow_connections(cluster.url, True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await history.AcceptMessage(
+                hpb.AcceptMessageRequest(client_txn_id="back", session_id="f1", text="x"),
+                timeout=6,
+            )
+            break
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            assert time.monotonic() < deadline, "the database came back, the service did not"
+            await asyncio.sleep(0.1)

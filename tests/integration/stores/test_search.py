@@ -407,6 +407,20 @@ async def test_bad_requests_are_invalid_argument(
         assert "/" not in error.value.details()
 
 
+async def test_a_listed_project_dir_with_a_backslash_is_a_search_filter(
+    search_server: Factory,
+) -> None:
+    """A directory name may hold `\\` on POSIX: what ListSessions lists, Search filters by."""
+    async with search_server() as harness:
+        harness.transcript("s1", "proj\\back").write_bytes(entry("u1", "mango in a backslash dir"))
+        harness.transcript("s2").write_bytes(entry("u2", "mango elsewhere"))
+        await harness.until("mango", 2)
+        listed = await harness.history.ListSessions(hpb.ListSessionsRequest(), metadata=ADMIN)
+        assert "proj\\back" in {s.project_dir for s in listed.sessions}
+        hits, _ = await harness.page("mango", project_dir="proj\\back")
+        assert [(h.entry_uuid, h.project_dir) for h in hits] == [("u1", "proj\\back")]
+
+
 async def test_health_lists_the_search_service(search_server: Factory) -> None:
     async with search_server() as harness:
         health = health_pb2_grpc.HealthStub(harness.channel)

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psycopg
@@ -263,6 +263,55 @@ def test_one_principals_flood_never_retires_anothers_pending(backend: Backend) -
         _accept(store, _request(f"b{n}", f"bob {n}", key="k"), "bob")
     assert [r.text for r in store.pending("alice", "", "k")[0]] == ["alice's"]
     assert len(store.pending("bob", "", "k")[0]) == KEEP
+
+
+# Texts either backend could mangle: U+0000 (PostgreSQL's TEXT cannot hold it), LIKE and
+# escape characters, quotes, astral and non-characters, a BOM, bidi controls, line breaks.
+ODD_TEXTS = (
+    "a\x00b",
+    "\x00",
+    "\x00\x00 ends with NUL\x00",
+    "quote ' double \" back \\ percent % under _ star *",
+    "astral \U0001f642 \U0001d11e, non-character \uffff \ufffe, BOM \ufeff",
+    "bidi \u202e\u2066 zero-width \u200b",
+    "lines\r\nand\ttabs\x01\x1f\x7f",
+    "",
+)
+# What else reaches the database as text (no U+0000: the boundary refuses it there).
+ODD_NAMES = ("ålice", 'o\'brien "q" \\ %_*', "名前 \U0001f642", "\u202edir\u2066")
+
+
+@pytest.mark.parametrize("principal", [ANON, *ODD_NAMES])
+def test_odd_text_is_stored_and_returned_exactly_on_both_backends(
+    backend: Backend, principal: str
+) -> None:
+    """One answer on both backends: every text comes back exactly, U+0000 included."""
+    store = backend.history
+    sha, _, _ = _publish(backend, f"odd photo {principal}", owner=principal)
+    specs = tuple(AttachmentSpec(f"media:{sha}", name, name) for name in ODD_NAMES)
+    records = []
+    for n, text in enumerate(ODD_TEXTS):
+        request = AcceptRequest(f"t{n}", "", f"key{n}", text, specs if n == 0 else ())
+        record, replayed = _accept(store, request, principal)
+        assert not replayed and record.text == text and record.attachments == request.attachments
+        assert _accept(store, request, principal) == (record, True)
+        records.append(record)
+        # Text that differs only after a U+0000 is other content, not a replay.
+        with pytest.raises(TxnConflictError):
+            _accept(store, AcceptRequest(f"t{n}", "", f"key{n}", text + "\x00x", ()), principal)
+    for n, record in enumerate(records):
+        assert store.pending(principal, "", f"key{n}")[0] == [record]
+        assert store.since(principal, "", f"key{n}", 0) == [record]
+    assert store.bind(principal, "key0", "s-odd") == 1
+    assert store.pending(ANON, "s-odd", "")[0] == [replace(records[0], session_id="s-odd")]
+    assert store.referencing(sha) == [("s-odd", principal)]
+    assert store.owned_by([sha], principal) == {sha}
+    for name in ODD_NAMES:
+        row = BlobRow(_sha(name), 1, name, T0)
+        assert not backend.media.publish(row, lambda: None, principal)
+        assert backend.media.get(row.sha256) == row
+        assert backend.media.owned_by([row.sha256], principal) == {row.sha256}
+        assert backend.media.owned_by([row.sha256], name + "x") == set()
 
 
 def test_since_and_last_seq_order_by_seq(backend: Backend) -> None:
