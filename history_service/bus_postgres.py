@@ -29,8 +29,8 @@ import psycopg
 
 from history_service.accept import AcceptedRecord
 from history_service.bus import InProcessBus, Subscription
+from scrollback.state.errors import StoreBusyError
 from scrollback.state.postgres import Pool, fetch_one
-from scrollback.state.sqlite import StoreBusyError
 
 log = logging.getLogger(__name__)
 

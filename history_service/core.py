@@ -65,7 +65,7 @@ from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
 from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
-from scrollback.state.sqlite import StoreBusyError
+from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
 
 T = TypeVar("T")

@@ -46,7 +46,7 @@ from scrollback.server.grpc_support import (
     maps_errors,
 )
 from scrollback.server.serialized import Serialized
-from scrollback.state.sqlite import StoreBusyError
+from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
 ERROR_TABLE: ErrorTable = {

@@ -63,7 +63,7 @@ from scrollback.server.grpc_support import (
     reason_for,
 )
 from scrollback.server.lane import Lane
-from scrollback.state.sqlite import StoreBusyError
+from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -36,8 +36,8 @@ import xxhash
 
 from scrollback.contract.text import indexable
 from scrollback.contract.top_level import top_level_strings
+from scrollback.state.errors import StoreBusyError
 from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine, LineIndexStore
-from scrollback.state.sqlite import StoreBusyError
 
 CHUNK_BYTES = 8 * 1024 * 1024
 # After a quote, this many bytes are searched for markers before the next quote is looked for.

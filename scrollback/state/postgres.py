@@ -41,7 +41,8 @@ import psycopg
 import psycopg_pool
 
 from scrollback.state.blob_access import digest_batches
-from scrollback.state.sqlite import StoreBusyError, busy_timeout_ms, migration_statements
+from scrollback.state.errors import StoreBusyError
+from scrollback.state.sqlite import busy_timeout_ms, migration_statements
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 T = TypeVar("T")
@@ -309,7 +310,7 @@ class DatabaseUnreachableError(StoreBusyError):
     """The database refused the last connection attempt: answered at once, not after a wait."""
 
     def __init__(self) -> None:
-        Exception.__init__(self, "the state database is unreachable; retry later")
+        super().__init__("the state database is unreachable; retry later")
 
 
 class DatabaseUnavailableError(Exception):

@@ -47,18 +47,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from scrollback.state.blob_access import digest_batches
+from scrollback.state.errors import StoreBusyError
 
 DATABASE_FILE_NAME = "scrollback.db"
 BUSY_TIMEOUT_MS = 5000
 BUSY_TIMEOUT_ENV = "SCROLLBACK_STATE_BUSY_TIMEOUT_MS"
 T = TypeVar("T")
-
-
-class StoreBusyError(Exception):
-    """The state database stayed locked by another writer past the busy timeout."""
-
-    def __init__(self) -> None:
-        super().__init__("the state database is busy; retry later")
 
 
 def busy_timeout_ms() -> int:
