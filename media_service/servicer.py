@@ -20,7 +20,13 @@ from typing import Any
 import grpc
 
 from media_service.blobs import MediaInfo
-from media_service.config import DEFAULT_DECODED_CACHE_BYTES, DEFAULT_THUMBNAIL_MEMORY_BYTES
+from media_service.config import (
+    DEFAULT_DECODED_CACHE_BYTES,
+    DEFAULT_THUMBNAIL_MEMORY_BYTES,
+    DEFAULT_THUMBNAIL_THREADS,
+    DEFAULT_WRITE_DEADLINE_SECONDS,
+    DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS,
+)
 from media_service.decoded import (
     DecodedCache,
     DecodedImage,
@@ -75,10 +81,7 @@ MAX_SIZED_STAT_SELECTORS = 100
 # size, then sent in chunks: a stream holds at most one block.
 READ_BLOCK = 256 * 1024
 
-DEFAULT_WRITE_IDLE_TIMEOUT = 30.0
-DEFAULT_WRITE_DEADLINE = 600.0
 DEFAULT_SEARCH_THREADS = 2
-DEFAULT_THUMBNAIL_THREADS = 2
 
 # ThumbnailSize <-> the longest side in pixels (the domain's sizes).
 THUMBNAIL_PIXELS: dict[media_pb2.ThumbnailSize.ValueType, int] = {
@@ -195,8 +198,8 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         library: MediaLibrary,
         *,
         chunk_size: int,
-        write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT,
-        write_deadline: float = DEFAULT_WRITE_DEADLINE,
+        write_idle_timeout: float = DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS,
+        write_deadline: float = DEFAULT_WRITE_DEADLINE_SECONDS,
         search_threads: int = DEFAULT_SEARCH_THREADS,
         thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS,
         thumbnail_memory_bytes: int = DEFAULT_THUMBNAIL_MEMORY_BYTES,
