@@ -15,7 +15,7 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ import imagesize
 import orjson
 from google.protobuf.json_format import MessageToDict
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -35,6 +36,11 @@ from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
+
+
+# The fewest columns a table's main column (a title, a text) gets before the secondary
+# columns move to a line of their own.
+_MAIN_MIN_WIDTH = 32
 
 
 class UsageError(ValueError):
@@ -216,17 +222,29 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             ]
         )
         return 0
+    console = _console()
+    console.print(_sessions_table(console, sessions))
+    return 0
+
+
+def _line(text: str, style: str = "") -> Text:
+    """Text cut with an ellipsis where its column ends, never wrapped."""
+    return Text(text, style=style, overflow="ellipsis", no_wrap=True)
+
+
+def _fits(console: Console, table: Table) -> bool:
+    """Whether `table` fits the console's width with every column at its minimum."""
+    unbounded = console.options.update_width(1_000_000)
+    return Measurement.get(console, unbounded, table).minimum <= console.width
+
+
+def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
+    """One row per session: every column on one line if the terminal is wide enough, else
+    the id and the title on the first line, the other columns in one line under the title."""
     # Ids are never cut (a cut id copied back is NOT_FOUND): the session column
-    # is as wide as the longest id, and the other columns give way.
+    # is as wide as the longest id, and the title gets the room that is left.
     id_width = max((len(s.session_id) for s in sessions), default=7)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("session", no_wrap=True, min_width=id_width)
-    table.add_column("project", overflow="ellipsis", no_wrap=True, min_width=6, max_width=20)
-    size_width = max((len(f"{s.size_bytes:,}") for s in sessions), default=4)
-    table.add_column("size", justify="right", no_wrap=True, min_width=size_width)
-    table.add_column("modified", no_wrap=True, min_width=11)
-    table.add_column("usage", justify="right", no_wrap=True, min_width=5)
-    table.add_column("title", overflow="ellipsis", no_wrap=True, min_width=6, max_width=40)
+    rows = []
     for s in sessions:
         modified = (
             s.modified_time.ToDatetime().strftime("%m-%d %H:%M")
@@ -234,16 +252,32 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             else ""
         )
         title = ("↳ " if s.is_subagent else "") + s.title[:60]
-        table.add_row(
-            Text(s.session_id),
-            Text(s.project_dir),
-            f"{s.size_bytes:,}",
-            modified,
-            _short_usage(s),
-            Text(title),
+        rows.append((s, f"{s.size_bytes:,}", modified, _short_usage(s), title))
+    wide = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    wide.add_column("session", no_wrap=True, min_width=id_width)
+    # Cut cells are single-line Texts in wrapping columns: rich narrows only wrapping columns.
+    wide.add_column("project", overflow="ellipsis", min_width=6, max_width=20)
+    size_width = max((len(size) for _, size, _, _, _ in rows), default=4)
+    usage_width = max((len(usage) for _, _, _, usage, _ in rows), default=5)
+    wide.add_column("size", justify="right", no_wrap=True, min_width=size_width)
+    wide.add_column("modified", no_wrap=True, min_width=11)
+    wide.add_column("usage", justify="right", no_wrap=True, min_width=usage_width)
+    wide.add_column("title", overflow="ellipsis", min_width=_MAIN_MIN_WIDTH)
+    for s, size, modified, usage, title in rows:
+        wide.add_row(
+            Text(s.session_id), _line(s.project_dir), size, modified, usage, _line(title)
         )
-    _console().print(table)
-    return 0
+    if _fits(console, wide):
+        return wide
+    narrow = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    narrow.add_column("session", no_wrap=True, min_width=id_width)
+    narrow.add_column(Text("title\nmodified  usage  size  project"), overflow="ellipsis")
+    for s, size, modified, usage, title in rows:
+        details = "  ".join(part for part in (modified, usage, f"{size} B", s.project_dir) if part)
+        cell = _line(title) if title else _line("(no title)", style="dim")
+        cell.append("\n" + details, style="dim")
+        narrow.add_row(Text(s.session_id), cell)
+    return narrow
 
 
 def _tokens(count: int) -> str:
@@ -446,6 +480,38 @@ def _marked(snippet: spb.Snippet) -> Text:
     return text
 
 
+def _hits_table(console: Console, hits: Sequence[spb.SearchHit]) -> Table:
+    """One row per hit: every column on one line if the snippet keeps enough room, else the
+    session, time and type on one line and the snippet under them, across the width."""
+    wide = Table()
+    wide.add_column("#", justify="right", no_wrap=True)
+    wide.add_column("time", no_wrap=True)
+    wide.add_column("session", no_wrap=True)
+    wide.add_column("type", no_wrap=True)
+    wide.add_column("text", overflow="fold", min_width=_MAIN_MIN_WIDTH)
+    for number, hit in enumerate(hits, 1):
+        wide.add_row(
+            str(number),
+            _hit_time(hit),
+            Text(hit.session_id),
+            Text(hit.type),
+            _marked(hit.snippet),
+        )
+    if _fits(console, wide):
+        return wide
+    narrow = Table(show_lines=True)
+    narrow.add_column("#", justify="right", no_wrap=True)
+    narrow.add_column("session  time  type\ntext", overflow="fold")
+    for number, hit in enumerate(hits, 1):
+        where = Text(f"{hit.session_id}  {_hit_time(hit)}  {hit.type}", style="dim")
+        narrow.add_row(str(number), Group(where, _marked(hit.snippet)))
+    return narrow
+
+
+def _hit_time(hit: spb.SearchHit) -> str:
+    return hit.timestamp[:19].replace("T", " ")
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     """Search every session the caller can read, newest first."""
     if args.limit < 0:
@@ -487,22 +553,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    table = Table()
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("time", no_wrap=True)
-    table.add_column("session", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("text", overflow="fold")
-    for number, hit in enumerate(page.hits, 1):
-        table.add_row(
-            str(number),
-            hit.timestamp[:19].replace("T", " "),
-            Text(hit.session_id),
-            Text(hit.type),
-            _marked(hit.snippet),
-        )
     console = _console()
-    console.print(table)
+    console.print(_hits_table(console, page.hits))
     if not page.hits:
         console.print("no hits")
     else:

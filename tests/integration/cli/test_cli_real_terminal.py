@@ -1,0 +1,73 @@
+"""The CLI in a real terminal: tables laid out for 80 columns, errors that say what happened.
+
+Every test runs the installed console script as a subprocess, against real
+servers; where the terminal's width matters, in a pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from client import Client
+from tests.support.cli import LONG_IDS, in_terminal
+from tests.support.servers import ServerPair, user_line
+
+TITLES = [
+    "Explore the code organization of the viewer project",
+    "Use the Explore task in sub-agents to map the services",
+]
+PROJECT = "-Users-someone-workspace-a-rather-long-project-name"
+
+
+def _sessions(pair: ServerPair) -> None:
+    for n, (session, title) in enumerate(zip(LONG_IDS, TITLES, strict=True)):
+        pair.transcript(session, project=PROJECT).write_bytes(
+            user_line(f"u{n}", title) + user_line(f"v{n}", "more words " * 40)
+        )
+
+
+def _indexed(pair: ServerPair, query: str, hits: int) -> None:
+    """Wait until the search index has `hits` hits for `query` (indexing runs in the background)."""
+    deadline = time.monotonic() + 15
+    with Client(pair.history_addr, pair.media_addr) as sb:
+        while len(sb.history.search(query).hits) < hits:
+            assert time.monotonic() < deadline, "not indexed in time"
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("columns", [80, 100, 140])
+def test_sessions_show_whole_ids_and_the_titles_at_any_width(
+    cli_servers: ServerPair, columns: int
+) -> None:
+    _sessions(cli_servers)
+    code, out = in_terminal(cli_servers, columns, "sessions")
+    assert code == 0, out
+    assert all(len(line) <= columns for line in out.splitlines()), out
+    for session, title in zip(LONG_IDS, TITLES, strict=True):
+        assert session in out, out
+        # The title's first 30 characters at least, and the size, somewhere in the row.
+        assert title[:30] in out, f"title cut at {columns} columns:\n{out}"
+    size = cli_servers.transcript(LONG_IDS[0], project=PROJECT).stat().st_size
+    assert f"{size:,}" in out, f"size dropped at {columns} columns:\n{out}"
+
+
+@pytest.mark.parametrize("columns", [80, 140])
+def test_search_shows_the_snippet_with_its_words_marked(
+    cli_servers: ServerPair, columns: int
+) -> None:
+    _sessions(cli_servers)
+    _indexed(cli_servers, "Explore", 2)
+    code, raw = in_terminal(cli_servers, columns, "search", "Explore", raw=True)
+    assert code == 0, raw
+    _, out = in_terminal(cli_servers, columns, "search", "Explore")
+    # The table fits; the hint under it is one line whatever the width, to copy whole.
+    table = [line for line in out.splitlines() if not line.startswith("open #1:")]
+    assert all(len(line) <= columns for line in table), out
+    for session in LONG_IDS:
+        assert session in out, out
+    # Both snippets, their first words on one line, the matched word in reverse video.
+    assert "Explore the code organization" in out, f"no snippet at {columns} columns:\n{out}"
+    assert "Use the Explore task" in out, f"no snippet at {columns} columns:\n{out}"
+    assert raw.count("\x1b[1;7mExplore\x1b[0m") == 2, raw
