@@ -36,7 +36,7 @@ Exit codes, for scripts:
   a configuration `up` cannot start on, an address it cannot listen on);
 - 3: not found (the service answered NOT_FOUND).
 Errors are one line on stderr, e.g. `scrollback: NOT_FOUND: session not found`; never a
-traceback.
+traceback. gRPC's C-core log lines (GRPC_VERBOSITY) show only with `-v` or the variable set.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
+GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
 
 
 class _WorkerTree:
@@ -478,8 +479,24 @@ def _add_client_commands(commands: Any) -> None:
     export.set_defaults(handler=cc.cmd_export)
 
 
+def _quiet_grpc_core(argv: Sequence[str]) -> None:
+    """Keep gRPC's C-core log lines (a failed handshake, a server's GOAWAY) off stderr.
+
+    The command's own error line says what happened; `-v` (before the command) or
+    GRPC_VERBOSITY set by the user shows them. gRPC reads the variable when it is
+    first imported, so this runs before anything imports grpc.
+    """
+    for token in argv:
+        if token in ("-v", "--verbose"):
+            return
+        if not token.startswith("-"):
+            break  # the command: the flags after it are its own
+    os.environ.setdefault(GRPC_VERBOSITY_ENV, "NONE")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
+    _quiet_grpc_core(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -514,14 +531,22 @@ _SERVICES = (
 )
 
 
-def _unavailable_text(addr: str, args: argparse.Namespace) -> str:
-    """Which service did not answer, where, and how to start it or point elsewhere."""
+def _unavailable_text(addr: str, details: str, args: argparse.Namespace) -> str:
+    """Which service did not answer, where, and how to start it or point elsewhere; or, when
+    it answered but the TLS handshake failed, why it failed."""
+    from client.tls import handshake_failure
+
+    failure = handshake_failure(details)
     for name, attribute, flag, variable in _SERVICES:
         if addr and addr == getattr(args, attribute, None):
+            if failure:
+                return f"the {name} service at {addr}: {failure}"
             return (
                 f"no {name} service answers at {addr}; start the pair with `scrollback up`, "
                 f"or point {flag} (or {variable}) at a running one"
             )
+    if failure:
+        return f"the service at {addr or 'the configured address'}: {failure}"
     return (
         f"no service answers at {addr or 'the configured address'}; start the pair with "
         "`scrollback up`, or point --history-addr / --media-addr at running services"
@@ -542,7 +567,10 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
         print(f"scrollback: usage: {error}", file=sys.stderr)
         return EXIT_USAGE
     if isinstance(error, Unavailable) and args is not None:
-        print(f"scrollback: UNAVAILABLE: {_unavailable_text(error.addr, args)}", file=sys.stderr)
+        print(
+            f"scrollback: UNAVAILABLE: {_unavailable_text(error.addr, error.message, args)}",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     if isinstance(error, ScrollbackError):
         print(f"scrollback: {error.code_name}: {error.message}", file=sys.stderr)

@@ -37,7 +37,6 @@ from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
 
-
 # The fewest columns a table's main column (a title, a text) gets before the secondary
 # columns move to a line of their own.
 _MAIN_MIN_WIDTH = 32
@@ -264,9 +263,7 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     wide.add_column("usage", justify="right", no_wrap=True, min_width=usage_width)
     wide.add_column("title", overflow="ellipsis", min_width=_MAIN_MIN_WIDTH)
     for s, size, modified, usage, title in rows:
-        wide.add_row(
-            Text(s.session_id), _line(s.project_dir), size, modified, usage, _line(title)
-        )
+        wide.add_row(Text(s.session_id), _line(s.project_dir), size, modified, usage, _line(title))
     if _fits(console, wide):
         return wide
     narrow = Table(box=box.SIMPLE_HEAD, pad_edge=False)
