@@ -196,8 +196,9 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         core.close()
         raise
     # The indexer walks its own view of the root (refreshed at each pass), so its
-    # passes never age the snapshot that ListSessions and ReadWindow answer from.
-    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0)
+    # passes never age the snapshot that ListSessions and ReadWindow answer from;
+    # its passes, at start and every few seconds, report the files skipped.
+    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0, report_skipped=True)
     search = SearchParts(
         index, SearchIndexer(indexer_root, index, max_line_size=config.max_line_size)
     )
