@@ -335,7 +335,27 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     loadtest.set_defaults(handler=_cmd_loadtest)
     _add_client_commands(commands)
+    for command in commands.choices.values():
+        command.set_defaults(command_parser=command)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed arguments; an unknown flag is refused by its command's parser, which shows
+    that command's usage and the closest flag it has (argparse would show the top level's)."""
+    import difflib
+
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command: argparse.ArgumentParser = args.command_parser
+        flags = [flag for action in command._actions for flag in action.option_strings]
+        hint = ""
+        typo = next((word for word in unknown if word.startswith("--")), None)
+        if typo is not None:
+            close = difflib.get_close_matches(typo.split("=", 1)[0], flags, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return args
 
 
 def _add_client_commands(commands: Any) -> None:
@@ -498,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     _quiet_grpc_core(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from client import Client
-from tests.support.cli import LONG_IDS, in_terminal
+from tests.support.cli import LONG_IDS, cli, in_terminal
 from tests.support.servers import ServerPair, user_line
 
 TITLES = [
@@ -71,3 +71,16 @@ def test_search_shows_the_snippet_with_its_words_marked(
     assert "Explore the code organization" in out, f"no snippet at {columns} columns:\n{out}"
     assert "Use the Explore task" in out, f"no snippet at {columns} columns:\n{out}"
     assert raw.count("\x1b[1;7mExplore\x1b[0m") == 2, raw
+
+
+def test_a_typod_flag_shows_the_commands_usage_and_the_closest_flag() -> None:
+    window = cli(None, "window", "S", "--page-szie", "5")
+    assert window.returncode == 2
+    assert window.stderr.startswith("usage: scrollback window "), window.stderr
+    assert "did you mean --page-size?" in window.stderr
+    joined = cli(None, "sessions", "--jsno=1")
+    assert joined.returncode == 2 and joined.stderr.startswith("usage: scrollback sessions ")
+    assert "did you mean --json?" in joined.stderr
+    stray = cli(None, "sessions", "extra")
+    assert stray.returncode == 2 and stray.stderr.startswith("usage: scrollback sessions ")
+    assert "did you mean" not in stray.stderr
