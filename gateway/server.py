@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, split_addr
-from scrollback.server.listening import BindRefusedError
+from scrollback.server.listening import BindRefusedError, ListenError, listen_reason
 
 log = logging.getLogger("scrollback.gateway")
 
@@ -53,7 +53,7 @@ def _bind(addr: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as error:
         sock.close()
-        raise BindRefusedError(f"cannot listen on {addr}: {error.strerror}") from None
+        raise ListenError(addr, listen_reason(error)) from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock

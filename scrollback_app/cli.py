@@ -33,7 +33,7 @@ Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
 - 1: failure: an RPC error (other than NOT_FOUND), an unreachable service, an I/O error;
 - 2: bad usage or configuration (argparse errors, a malformed REF, a missing file,
-  a configuration `up` cannot start on, an address it cannot listen on);
+  a configuration `up` or `gateway` cannot start on, an address it cannot listen on);
 - 3: not found (the service answered NOT_FOUND).
 Errors are one line on stderr, e.g. `scrollback: NOT_FOUND: session not found`; never a
 traceback. gRPC's C-core log lines (GRPC_VERBOSITY) show only with `-v` or the variable set.
@@ -167,7 +167,7 @@ async def _run_up(args: argparse.Namespace) -> int:
     from history_service.server import start_history_server
     from media_service.server import start_media_server
     from scrollback.server.grpc_support import wait_for_shutdown_signal
-    from scrollback.server.listening import ListenError
+    from scrollback.server.listening import ListenError, listen_failure
     from scrollback.server.service_config import ConfigError
 
     history_config, media_config = up_configs(args)
@@ -180,7 +180,7 @@ async def _run_up(args: argparse.Namespace) -> int:
             history = await start_history_server(history_config)
     except ListenError as error:
         raise ConfigError(
-            f"{error}; choose another with --history-addr or SCROLLBACK_HISTORY_ADDR"
+            listen_failure(error, "--history-addr", "SCROLLBACK_HISTORY_ADDR")
         ) from None
     try:
         if media_config.workers > 1:
@@ -191,7 +191,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         await history.stop()
         if isinstance(error, ListenError):
             raise ConfigError(
-                f"{error}; choose another with --media-addr or SCROLLBACK_MEDIA_ADDR"
+                listen_failure(error, "--media-addr", "SCROLLBACK_MEDIA_ADDR")
             ) from None
         raise
     gateway = None
@@ -242,17 +242,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
+    """The gateway, run as `python -m gateway` runs it (its errors, exit codes and messages)."""
     from gateway.__main__ import config_from_args
-    from gateway.server import serve
-    from scrollback.server.service_config import ConfigError
+    from scrollback.server.service_cli import run_service
 
-    try:
-        config = config_from_args(args)
-    except ConfigError as error:
-        print(f"scrollback: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    asyncio.run(serve(config))
-    return EXIT_OK
+    return run_service(
+        "gateway", lambda: config_from_args(args), addr_env="SCROLLBACK_GATEWAY_ADDR"
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -579,6 +575,8 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
 
     from client.errors import NotFound, ScrollbackError, Unavailable, from_rpc_error
     from client.tls import TlsConfigError
+    from scrollback.server.listening import BindRefusedError, ListenError
+    from scrollback.server.service_config import ConfigError
     from scrollback_app.cli_client import UsageError
 
     if isinstance(error, grpc.RpcError):
@@ -600,7 +598,12 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
         where = f": {error.filename}" if error.filename else ""
         print(f"scrollback: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"scrollback: error: {type(error).__name__}: {error}", file=sys.stderr)
+    if isinstance(error, ListenError | BindRefusedError | ConfigError):
+        print(f"scrollback: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    # No class name: the words are the user's; -v logs the traceback.
+    logging.getLogger("scrollback").debug("failed", exc_info=error)
+    print(f"scrollback: error: {error or 'an unexpected failure (-v shows it)'}", file=sys.stderr)
     return EXIT_FAILURE
 
 

@@ -32,6 +32,13 @@ class ListenError(ValueError):
         self.address = address
 
 
+def listen_failure(error: ListenError, flag: str, variable: str) -> str:
+    """The one line every server command prints when it cannot listen: where, why, and the
+    flag or variable that moves it (`cannot listen on A: the port is in use; choose another
+    with --addr or SCROLLBACK_HISTORY_ADDR`); the command then exits 2."""
+    return f"{error}; choose another with {flag} or {variable}"
+
+
 _LISTEN_REASONS = {
     errno.EADDRINUSE: "the port is in use",
     errno.EADDRNOTAVAIL: "the host is not an address of this machine",

@@ -6,13 +6,17 @@ servers; where the terminal's width matters, in a pseudo-terminal.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from client import Client
-from tests.support.cli import LONG_IDS, cli, in_terminal
-from tests.support.servers import ServerPair, user_line
+from tests.support.cli import LONG_IDS, cli, cli_env, in_terminal
+from tests.support.servers import ServerPair, free_port, user_line
 
 TITLES = [
     "Explore the code organization of the viewer project",
@@ -84,3 +88,65 @@ def test_a_typod_flag_shows_the_commands_usage_and_the_closest_flag() -> None:
     stray = cli(None, "sessions", "extra")
     assert stray.returncode == 2 and stray.stderr.startswith("usage: scrollback sessions ")
     assert "did you mean" not in stray.stderr
+
+
+def test_every_server_command_says_port_in_use_alike_and_exits_2(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        addr = f"127.0.0.1:{taken.getsockname()[1]}"
+        runs = {
+            "--addr or SCROLLBACK_GATEWAY_ADDR": [
+                cli(None, "gateway", "--addr", addr),
+                _module("gateway", "--addr", addr),
+            ],
+            "--addr or SCROLLBACK_HISTORY_ADDR": [
+                _module(
+                    "history_service",
+                    "--transcripts",
+                    str(root),
+                    "--state",
+                    str(tmp_path / "s"),
+                    "--addr",
+                    addr,
+                    "--workers",
+                    "1",
+                ),
+            ],
+            "--history-addr or SCROLLBACK_HISTORY_ADDR": [
+                cli(
+                    None,
+                    "up",
+                    "--transcripts",
+                    str(root),
+                    "--state",
+                    str(tmp_path / "s"),
+                    "--history-addr",
+                    addr,
+                    "--media-addr",
+                    f"127.0.0.1:{free_port()}",
+                    "--workers",
+                    "1",
+                ),
+            ],
+        }
+        for moved_by, results in runs.items():
+            for result in results:
+                assert result.returncode == 2, result.stderr
+                line = (
+                    f"cannot listen on {addr}: the port is in use; choose another with {moved_by}"
+                )
+                assert result.stderr.strip().endswith(line), result.stderr
+                assert "Error" not in result.stderr and "Traceback" not in result.stderr
+    exposed = cli(None, "gateway", "--addr", "0.0.0.0:0")
+    assert exposed.returncode == 2 and "--insecure" in exposed.stderr
+    assert "Error" not in exposed.stderr
+
+
+def _module(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", name, *argv],
+        capture_output=True, text=True, env=cli_env(), timeout=60, check=False,
+    )  # fmt: skip
