@@ -63,7 +63,6 @@ from media_service.errors import (
     SearchCancelledError,
 )
 from media_service.lru import LruCache
-from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.thumbnails import buffered, image_dimensions
 from scrollback.contract.extraction import (
     ImageNotFoundError,
@@ -77,6 +76,7 @@ from scrollback.contract.extraction import (
     strip_for_extraction,
 )
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
+from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal

@@ -15,8 +15,9 @@
 - `scrollback window SESSION [--older TOKEN | --oldest-first] [--page-size N]`: one page.
 - `scrollback media REF -o FILE`: one photo; REF is `<session>/<uuid>/<index>` with
   `--pin PIN`, or `media:<sha256>`; `--size 96|320|960` for a WebP thumbnail.
-- `scrollback send SESSION TEXT [--image PATH ...]` (or `--chat-key KEY TEXT`): send a
-  message, uploading its images first.
+- `scrollback send SESSION TEXT [--image PATH ...] [--file PATH ...]` (or `--chat-key KEY
+  TEXT`): send a message, uploading its images (checked by their bytes) and files first;
+  prints each attachment's `media:<sha256>`.
 - `scrollback tail SESSION`: the last entries, then new entries and accepted messages
   live, until Ctrl-C.
 - `scrollback gc [--state DIR] [--grace SECONDS]`: collect unreferenced blobs.
@@ -467,7 +468,16 @@ def _add_client_commands(commands: Any) -> None:
     send.add_argument("text", help="the message text")
     send.add_argument("--chat-key", help="a client-chosen key for a new chat with no session yet")
     send.add_argument(
-        "--image", action="append", metavar="PATH", help="attach an image (repeatable)"
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="attach an image: PNG, JPEG, GIF, WebP, AVIF or HEIC, by its bytes (repeatable)",
+    )
+    send.add_argument(
+        "--file",
+        action="append",
+        metavar="PATH",
+        help="attach any file as a plain attachment, not shown inline (repeatable)",
     )
     send.set_defaults(handler=cc.cmd_send)
 

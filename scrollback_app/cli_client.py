@@ -34,6 +34,7 @@ from client import Client, Deadlines, Media, media_selector
 from client.errors import InvalidArgument
 from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
 
@@ -614,13 +615,15 @@ def cmd_send(args: argparse.Namespace) -> int:
             "missing the message TEXT: scrollback send SESSION TEXT (or --chat-key KEY TEXT)"
         )
     for image in args.image or []:
-        if not Path(image).is_file():
-            raise UsageError(f"no such image file: {image}")
+        _check_image(Path(image))
+    for attachment in args.file or []:
+        if not Path(attachment).is_file():
+            raise UsageError(f"no such file: {attachment}")
     with _client(args) as sb:
         accepted = sb.send(
             args.session or None,
             args.text,
-            [Path(p) for p in args.image or []],
+            [Path(p) for p in [*(args.image or []), *(args.file or [])]],
             chat_key=args.chat_key or None,
         )
     if args.json:
@@ -630,7 +633,26 @@ def cmd_send(args: argparse.Namespace) -> int:
             f"accepted #{accepted.seq} ({accepted.client_txn_id}) with "
             f"{len(accepted.attachments)} attachment(s)"
         )
+        for attachment in accepted.attachments:
+            # plain print: the ref is copied back whole (`scrollback media REF -o FILE`).
+            print(f"  {attachment.ref}  {attachment.media_type}  {attachment.name}")
     return 0
+
+
+def _check_image(path: Path) -> None:
+    """Refuse an --image that is not a file or whose bytes are not an image the viewer shows."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(SNIFF_BYTES)
+    except IsADirectoryError:
+        raise UsageError(f"--image {path} is a directory") from None
+    except FileNotFoundError:
+        raise UsageError(f"no such image file: {path}") from None
+    if not sniff(head).safe_inline:
+        raise UsageError(
+            f"--image {path} is not an image (PNG, JPEG, GIF, WebP, AVIF or HEIC by its bytes); "
+            f"to send it as a plain attachment: --file {path}"
+        )
 
 
 def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json: bool) -> None:

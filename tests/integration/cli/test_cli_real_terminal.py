@@ -6,6 +6,8 @@ servers; where the terminal's width matters, in a pseudo-terminal.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import pytest
 
 from client import Client
 from tests.support.cli import LONG_IDS, cli, cli_env, in_terminal
-from tests.support.servers import ServerPair, free_port, user_line
+from tests.support.servers import ServerPair, free_port, png, user_line
 
 TITLES = [
     "Explore the code organization of the viewer project",
@@ -150,3 +152,38 @@ def _module(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", name, *argv],
         capture_output=True, text=True, env=cli_env(), timeout=60, check=False,
     )  # fmt: skip
+
+
+def test_send_image_refuses_what_is_not_an_image_and_file_sends_it(
+    cli_servers: ServerPair, tmp_path: Path
+) -> None:
+    cli_servers.transcript("s").write_bytes(user_line("u0", "hello"))
+    fake = tmp_path / "fake.png"
+    fake.write_text("just some text, named like a picture\n")
+    opaque = tmp_path / "hostname"
+    opaque.write_bytes(b"\x00\x01machine\n")
+    for path in (fake, opaque):
+        refused = cli(cli_servers, "send", "s", "look", "--image", str(path))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "is not an image" in refused.stderr
+        assert f"--file {path}" in refused.stderr and refused.stdout == ""
+    with Client(cli_servers.history_addr, cli_servers.media_addr) as sb:
+        assert not sb.history.bootstrap("s").header.pending  # nothing was sent
+
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(png(9, 40))
+    sent = cli(cli_servers, "send", "s", "both", "--image", str(photo), "--file", str(fake))
+    assert sent.returncode == 0, sent.stderr
+    refs = re.findall(r"media:[0-9a-f]{64}", sent.stdout)
+    assert refs == [
+        f"media:{hashlib.sha256(photo.read_bytes()).hexdigest()}",
+        f"media:{hashlib.sha256(fake.read_bytes()).hexdigest()}",
+    ], sent.stdout
+    lines = sent.stdout.splitlines()
+    assert "image/png" in lines[1] and "photo.png" in lines[1]
+    assert "image/" not in lines[2] and "fake.png" in lines[2]  # declared by its bytes
+    for ref, original in zip(refs, (photo, fake), strict=True):
+        out = tmp_path / "out.bin"
+        fetched = cli(cli_servers, "media", ref, "-o", str(out))
+        assert fetched.returncode == 0, fetched.stderr
+        assert out.read_bytes() == original.read_bytes()
