@@ -19,7 +19,13 @@ from starlette.types import ASGIApp
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, split_addr
-from scrollback.server.listening import BindRefusedError, ListenError, listen_reason
+from scrollback.server.listening import (
+    BindRefusedError,
+    ListenError,
+    listen_reason,
+    listening_line,
+    url_of,
+)
 
 log = logging.getLogger("scrollback.gateway")
 
@@ -81,7 +87,7 @@ async def start_gateway(
             task.result()
             raise BindRefusedError("the gateway did not start")
         await asyncio.sleep(0.01)
-    log.info("gateway listening on port %d", port)
+    log.info("%s", listening_line("gateway", config.addr, port))
     return RunningGateway(server, task, port)
 
 
@@ -90,7 +96,7 @@ async def serve(config: GatewayConfig) -> None:
     from scrollback.server.grpc_support import wait_for_shutdown_signal
 
     running = await start_gateway(config)
-    print(f"gateway: listening on port {running.port}", flush=True)
+    print(f"gateway: open the viewer at {url_of(config.addr, running.port)}", flush=True)
     try:
         await wait_for_shutdown_signal()
     finally:

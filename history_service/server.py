@@ -40,6 +40,7 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
+from scrollback.server.listening import listening_line
 from scrollback.server.service_config import (
     ConfigError,
     auth_errors_as_config_errors,
@@ -228,7 +229,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
 async def serve(config: HistoryConfig) -> None:
     """Run the history server until SIGINT or SIGTERM, then stop gracefully."""
     server = await start_history_server(config)
-    log.info("history service listening on port %d", server.port)
+    log.info("%s", listening_line("history service", config.addr, server.port))
     try:
         await wait_for_shutdown_signal()
     finally:

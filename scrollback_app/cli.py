@@ -168,7 +168,13 @@ async def _run_up(args: argparse.Namespace) -> int:
     from history_service.server import start_history_server
     from media_service.server import start_media_server
     from scrollback.server.grpc_support import wait_for_shutdown_signal
-    from scrollback.server.listening import ListenError, listen_failure
+    from scrollback.server.listening import (
+        ListenError,
+        listen_failure,
+        listening_at,
+        listening_line,
+        url_of,
+    )
     from scrollback.server.service_config import ConfigError
 
     history_config, media_config = up_configs(args)
@@ -215,11 +221,14 @@ async def _run_up(args: argparse.Namespace) -> int:
     log = logging.getLogger("scrollback")
     log.info("serving transcripts from %s", history_config.transcripts)
     log.info("state dir %s", history_config.state_dir)
-    log.info("history service listening on port %d", history.port)
-    log.info("media service listening on port %d", media.port)
-    served = f"history on port {history.port}, media on port {media.port}"
+    log.info("%s", listening_line("history service", history_config.addr, history.port))
+    log.info("%s", listening_line("media service", media_config.addr, media.port))
+    served = (
+        f"history on {listening_at(history_config.addr, history.port)}, "
+        f"media on {listening_at(media_config.addr, media.port)}"
+    )
     if gateway is not None:
-        served += f", gateway and viewer on port {gateway.port}"
+        served += f", the viewer at {url_of(gateway_config.addr, gateway.port)}"
     print(f"scrollback up: {served}; Ctrl-C stops", flush=True)
     try:
         await wait_for_shutdown_signal()

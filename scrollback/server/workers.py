@@ -7,7 +7,7 @@ here, before any worker starts), then starts N workers, each a plain
 `grpc.so_reuseport` option; the kernel spreads incoming connections over
 them. The parent starts no grpc machinery of its own (grpc does not survive
 a fork, so workers are fresh interpreters), waits until every worker
-reports ready on a pipe, logs `listening on port N`, forwards SIGINT/SIGTERM
+reports ready on a pipe, logs `listening on HOST:PORT`, forwards SIGINT/SIGTERM
 and exits when the workers have exited (with the first failure's status; a
 worker that dies takes the others down, for the supervisor above to restart
 the whole service on a clean slate).
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from scrollback.server.listening import listening_at
 from scrollback.server.stream_limits import SharedStreamCounter
 
 log = logging.getLogger(__name__)
@@ -288,7 +289,12 @@ class Supervisor:
         if self._metrics_addr:
             self.metrics_port = _serve_metrics(self._metrics_addr, metrics_dir)
             log.info("%s: metrics on port %d", self.name, self.metrics_port)
-        log.info("%s: %d workers listening on port %d", self.name, self.count, self.port)
+        log.info(
+            "%s: %d workers listening on %s",
+            self.name,
+            self.count,
+            listening_at(self._address, self.port),
+        )
         return True
 
     def signal(self, sig: int) -> None:

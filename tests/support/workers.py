@@ -2,7 +2,7 @@
 
 `WorkerService` runs `python -m <service> --workers N` on 127.0.0.1:0, drains
 its stderr in a thread (the workers log every RPC there), and learns the port
-from the parent's `N workers listening on port P` line. `channel_on_new_worker`
+from the parent's `N workers listening on HOST:PORT` line. `channel_on_new_worker`
 opens channels with their own connection until one lands on a worker not
 seen yet, told by the `scrollback-worker-pid` trailing metadata.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-LISTENING = re.compile(r"(\d+) workers listening on port (\d+)")
+LISTENING = re.compile(r"(\d+) workers listening on \S*:(\d+)")
 METRICS = re.compile(r"metrics on port (\d+)")
 WORKER_PID_KEY = "scrollback-worker-pid"
 

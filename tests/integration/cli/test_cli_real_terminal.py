@@ -12,13 +12,16 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from client import Client
-from tests.support.cli import LONG_IDS, cli, cli_env, in_terminal
+from tests.support.cli import LONG_IDS, SCROLLBACK, cli, cli_env, in_terminal
+from tests.support.security import ServerProcess
 from tests.support.servers import ServerPair, free_port, png, user_line
+from tests.support.workers import WorkerService
 
 TITLES = [
     "Explore the code organization of the viewer project",
@@ -187,3 +190,54 @@ def test_send_image_refuses_what_is_not_an_image_and_file_sends_it(
         fetched = cli(cli_servers, "media", ref, "-o", str(out))
         assert fetched.returncode == 0, fetched.stderr
         assert out.read_bytes() == original.read_bytes()
+
+
+def _lines_until(lines: list[str], pattern: str, count: int) -> list[str]:
+    """The lines matching `pattern` once `count` of them have come (a 30 s deadline)."""
+    deadline = time.monotonic() + 30
+    while len(found := [line for line in lines if re.search(pattern, line)]) < count:
+        assert time.monotonic() < deadline, "".join(lines[-20:])
+        time.sleep(0.05)
+    return found
+
+
+def test_start_up_lines_name_host_port_the_url_and_the_worker(
+    tmp_path: Path, cli_servers: ServerPair
+) -> None:
+    root = tmp_path / "own-root"
+    root.mkdir()
+    for module, service in (("history_service", "history"), ("media_service", "media")):
+        server = ServerProcess(module, root, tmp_path / "own-state")
+        try:
+            line = _lines_until(server.lines, "listening on", 1)[0]
+            assert f"{service} service listening on 127.0.0.1:{server.port}" in line, line
+            assert "worker" not in line
+        finally:
+            server.terminate()
+    tree = WorkerService("history_service", root, tmp_path / "own-state", workers=2)
+    try:
+        workers = _lines_until(tree.lines, r"\(worker pid \d+ of 2\)", 2)
+        for line in workers:
+            assert f"history service listening on 127.0.0.1:{tree.port} (worker pid" in line
+        assert len({re.search(r"pid (\d+)", line).group(1) for line in workers}) == 2  # type: ignore[union-attr]
+        assert any(f"2 workers listening on 127.0.0.1:{tree.port}" in x for x in tree.lines)
+    finally:
+        tree.stop()
+    gateway = subprocess.Popen(
+        [SCROLLBACK, "gateway", "--addr", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env(SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr,
+                    SCROLLBACK_MEDIA_ADDR=cli_servers.media_addr),
+    )  # fmt: skip
+    try:
+        assert gateway.stdout is not None
+        opened = re.search(
+            r"open the viewer at (http://127\.0\.0\.1:\d+/)", gateway.stdout.readline()
+        )
+        assert opened is not None
+        with urllib.request.urlopen(opened.group(1), timeout=10) as page:
+            assert page.status == 200 and b"<html" in page.read().lower()
+    finally:
+        gateway.terminate()
+        _, stderr = gateway.communicate(timeout=30)
+    assert f"gateway listening on {opened.group(1)[len('http://') : -1]}" in stderr
