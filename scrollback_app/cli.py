@@ -32,8 +32,10 @@ environment (docs/contract.md §6).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
-- 1: failure: an RPC error (other than NOT_FOUND), an unreachable service, an I/O error;
-- 2: bad usage or configuration (argparse errors, a malformed REF, a missing file,
+- 1: failure: an RPC error (other than NOT_FOUND and INVALID_ARGUMENT), an unreachable
+  service, an I/O error;
+- 2: bad usage or configuration (argparse errors, a malformed REF or session id, a
+  request the service refused as INVALID_ARGUMENT, a missing file,
   a configuration `up` or `gateway` cannot start on, an address it cannot listen on);
 - 3: not found (the service answered NOT_FOUND).
 Errors are one line on stderr, e.g. `scrollback: NOT_FOUND: session not found`; never a
@@ -592,7 +594,14 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
     """One line on stderr for a failed command; the exit code for it."""
     import grpc
 
-    from client.errors import NotFound, ScrollbackError, Unavailable, from_rpc_error
+    from client.errors import (
+        InvalidArgument,
+        NotFound,
+        PinMismatch,
+        ScrollbackError,
+        Unavailable,
+        from_rpc_error,
+    )
     from client.tls import TlsConfigError
     from scrollback.server.listening import BindRefusedError, ListenError
     from scrollback.server.service_config import ConfigError
@@ -609,8 +618,18 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+    if isinstance(error, PinMismatch):
+        # The pin is the user's input: a typo is likelier than a rewritten transcript.
+        print(
+            f"scrollback: {error.code_name}: the pin does not match the photo the reference "
+            "names; copy REF and --pin from `scrollback window SESSION --json`",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     if isinstance(error, ScrollbackError):
         print(f"scrollback: {error.code_name}: {error.message}", file=sys.stderr)
+        if isinstance(error, InvalidArgument):
+            return EXIT_USAGE  # the arguments as given can never succeed
         return EXIT_NOT_FOUND if isinstance(error, NotFound) else EXIT_FAILURE
     if isinstance(error, OSError):
         # The user's own file names the failure (not a server's path: servers never send one).

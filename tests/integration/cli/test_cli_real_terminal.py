@@ -241,3 +241,18 @@ def test_start_up_lines_name_host_port_the_url_and_the_worker(
         gateway.terminate()
         _, stderr = gateway.communicate(timeout=30)
     assert f"gateway listening on {opened.group(1)[len('http://') : -1]}" in stderr
+
+
+def test_a_malformed_id_is_usage_and_a_wrong_pin_says_so(cli_servers: ServerPair) -> None:
+    for argv in (["window", "../../etc/passwd"], ["session", "a b"], ["tail", "x" * 65]):
+        refused = cli(cli_servers, *argv)
+        assert refused.returncode == 2, (argv, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and "[A-Za-z0-9_-]{1,64}" in refused.stderr
+    cli_servers.transcript("ph").write_bytes(user_line("p0", "a photo", images=(png(5, 120),)))
+    with Client(cli_servers.history_addr, cli_servers.media_addr) as sb:
+        ref = sb.history.read_window("ph").entries[0].media_refs[0]
+    uri = f"{ref.session_id}/{ref.entry_uuid}/{ref.index}"
+    typo = ref.pin[:-1] + ("0" if ref.pin[-1] != "0" else "1")
+    wrong = cli(cli_servers, "media", uri, "--pin", typo, "-o", "-")
+    assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1
+    assert "the pin does not match" in wrong.stderr and "minted" not in wrong.stderr
