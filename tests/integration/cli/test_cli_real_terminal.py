@@ -171,7 +171,8 @@ def test_send_image_refuses_what_is_not_an_image_and_file_sends_it(
         assert refused.stderr.count("\n") == 1 and "is not an image" in refused.stderr
         assert f"--file {path}" in refused.stderr and refused.stdout == ""
     with Client(cli_servers.history_addr, cli_servers.media_addr) as sb:
-        assert not sb.history.bootstrap("s").header.pending  # nothing was sent
+        header = sb.history.bootstrap("s").header
+        assert header is not None and not header.pending  # nothing was sent
 
     photo = tmp_path / "photo.png"
     photo.write_bytes(png(9, 40))
