@@ -84,3 +84,13 @@ def in_terminal(
         text += process.stderr.read().decode()
         process.stderr.close()
     return code, text
+
+
+def fresh_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a fresh machine: HOME at `home`, no SCROLLBACK_* or XDG_* variables."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SCROLLBACK_") and not k.startswith("XDG_")
+    }
+    return env | {"HOME": str(home)} | extra
