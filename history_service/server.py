@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -151,9 +152,25 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
     return pg_store, pg_bus
 
 
+def _warn_if_empty(root: Path) -> None:
+    """Say at start that a transcripts root with no project directory serves nothing."""
+    try:
+        empty = not any(entry.is_dir() for entry in root.iterdir())
+    except OSError:
+        return  # unreadable: the listing says so on each call
+    if empty:
+        log.warning(
+            "the transcripts root %s holds no project directory: no session to serve "
+            "(SCROLLBACK_TRANSCRIPTS; in a container, a host directory that does not exist, "
+            "such as a missing ~/.claude/projects, is mounted as an empty one)",
+            root,
+        )
+
+
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
+    _warn_if_empty(config.transcripts)
     with auth_errors_as_config_errors():
         security = prepare_security(
             "history",

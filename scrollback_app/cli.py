@@ -5,6 +5,8 @@
   transcripts root configured and none at ~/.claude/projects, it says so and
   serves the bundled sample sessions (scrollback.samples).
 - `scrollback up --gateway`: the same, plus the HTTP gateway and viewer (SCROLLBACK_GATEWAY_ADDR).
+- `scrollback up --container`: the container image's default command: listening on 0.0.0.0,
+  with auth when a token file is mounted, else without (--insecure), said in the log.
 - `scrollback up --workers N`: each service from N worker processes on its port
   (SCROLLBACK_HISTORY_WORKERS / SCROLLBACK_MEDIA_WORKERS; default the number of cores).
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
@@ -242,10 +244,45 @@ async def _run_up(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# Where `up --container` looks for a mounted token file (docker run -v FILE:/run/secrets/...).
+CONTAINER_TOKENS = Path("/run/secrets/scrollback-tokens")
+
+
+def _container_defaults(args: argparse.Namespace) -> None:
+    """`up --container`, the image's default command: reachable through published ports.
+
+    The services listen on 0.0.0.0 unless an address is set; with a token file
+    (--auth-tokens, SCROLLBACK_AUTH_TOKENS, or one mounted at CONTAINER_TOKENS)
+    they require it, and without one they serve without auth (--insecure), which
+    the log says with how to publish the ports on the host's loopback only.
+    """
+    log = logging.getLogger("scrollback")
+    if args.history_addr is None and not os.environ.get("SCROLLBACK_HISTORY_ADDR"):
+        args.history_addr = "0.0.0.0:50051"
+    if args.media_addr is None and not os.environ.get("SCROLLBACK_MEDIA_ADDR"):
+        args.media_addr = "0.0.0.0:50052"
+    tokens_given = args.auth_tokens is not None or bool(os.environ.get("SCROLLBACK_AUTH_TOKENS"))
+    if not tokens_given and CONTAINER_TOKENS.is_file():
+        args.auth_tokens = CONTAINER_TOKENS
+        tokens_given = True
+    if tokens_given:
+        log.info("container: callers need a bearer token of the token file")
+        return
+    args.insecure = True
+    log.warning(
+        "container: no token file (mount one at %s or set SCROLLBACK_AUTH_TOKENS): serving "
+        "without auth (--insecure) to whoever reaches the published ports; publish them on the "
+        "host's loopback only: docker run -p 127.0.0.1:50051:50051 -p 127.0.0.1:50052:50052 ...",
+        CONTAINER_TOKENS,
+    )
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from scrollback.server.listening import BindRefusedError
     from scrollback.server.service_config import ConfigError
 
+    if args.container:
+        _container_defaults(args)
     try:
         return asyncio.run(_run_up(args))
     except (ConfigError, BindRefusedError) as error:
@@ -317,6 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes per service (SCROLLBACK_HISTORY_WORKERS / "
         "SCROLLBACK_MEDIA_WORKERS, default: the number of cores)",
+    )
+    up.add_argument(
+        "--container",
+        action="store_true",
+        help="the container image's default: listen on 0.0.0.0 unless an address is set; "
+        f"auth when a token file is given or mounted at {CONTAINER_TOKENS}, else --insecure "
+        "(said in the log)",
     )
     up.set_defaults(handler=_cmd_up)
 
