@@ -233,9 +233,33 @@ def _line(text: str, style: str = "") -> Text:
 
 
 def _fits(console: Console, table: Table) -> bool:
-    """Whether `table` fits the console's width with every column at its minimum."""
+    """Whether `table` fits the console's width with every no-wrap column whole, every
+    column with a max_width at it (as rich keeps them) and the others at their min_width.
+
+    rich measures a no-wrap cell by its longest word (a time is two), so the check
+    measures a probe table of the same borders and padding, one one-word cell a column.
+    """
     unbounded = console.options.update_width(1_000_000)
-    return Measurement.get(console, unbounded, table).minimum <= console.width
+    probe = Table(
+        box=table.box,
+        show_edge=table.show_edge,
+        pad_edge=table.pad_edge,
+        padding=table.padding,
+        show_header=False,
+    )
+    widths = []
+    for column in table.columns:
+        cells = [column.header, *column.cells]
+        natural = max(Measurement.get(console, unbounded, c).maximum for c in cells)
+        if column.no_wrap:
+            widths.append(natural)
+        elif column.max_width is not None:
+            widths.append(max(column.min_width or 1, min(column.max_width, natural)))
+        else:
+            widths.append(column.min_width or 1)
+        probe.add_column(no_wrap=True)
+    probe.add_row(*("x" * width for width in widths))
+    return Measurement.get(console, unbounded, probe).maximum <= console.width
 
 
 def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
@@ -427,23 +451,8 @@ def cmd_window(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    table = Table()
-    table.add_column("time", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("uuid", no_wrap=True)
-    table.add_column("text", overflow="fold")
-    table.add_column("photos", justify="right", no_wrap=True)
-    for entry in window.entries:
-        # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
-        table.add_row(
-            entry.timestamp[:19].replace("T", " "),
-            Text(entry.type),
-            Text(entry.uuid[:8]),
-            Text(entry_text(entry, 160)),
-            str(len(entry.media_refs)) if entry.media_refs else "",
-        )
     console = _console()
-    console.print(table)
+    console.print(_entries_table(console, window.entries))
     if window.next_page_token:
         # plain print: a wrapped token could not be copied back. The token keeps the
         # direction; the flag names it, and the page size carries over.
@@ -457,6 +466,39 @@ def cmd_window(args: argparse.Namespace) -> int:
     if window.skipped_lines:
         console.print(f"{window.skipped_lines} line(s) skipped (not JSON objects)")
     return 0
+
+
+def _entries_table(console: Console, entries: Sequence[hpb.Entry]) -> Table:
+    """One row per entry: every column on one line if the text keeps enough room, else the
+    time over the type, uuid and photo count, beside the text."""
+    wide = Table()
+    wide.add_column("time", no_wrap=True)
+    wide.add_column("type", no_wrap=True)
+    wide.add_column("uuid", no_wrap=True)
+    wide.add_column("text", overflow="fold", min_width=_MAIN_MIN_WIDTH)
+    wide.add_column("photos", justify="right", no_wrap=True)
+    rows = [
+        (
+            entry.timestamp[:19].replace("T", " "),
+            entry.type,
+            entry.uuid[:8],
+            # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
+            Text(entry_text(entry, 160)),
+            str(len(entry.media_refs)) if entry.media_refs else "",
+        )
+        for entry in entries
+    ]
+    for time, kind, uuid, text, photos in rows:
+        wide.add_row(time, Text(kind), Text(uuid), text, photos)
+    if _fits(console, wide):
+        return wide
+    narrow = Table()
+    narrow.add_column(Text("time\ntype uuid photos"), overflow="fold")
+    narrow.add_column("text", overflow="fold")
+    for time, kind, uuid, text, photos in rows:
+        second = " ".join(part for part in (kind, uuid, f"[{photos}]" if photos else "") if part)
+        narrow.add_row(Text(f"{time}\n{second}"), text)
+    return narrow
 
 
 def _moment(value: str | None, flag: str) -> datetime | None:

@@ -82,6 +82,21 @@ def test_search_shows_the_snippet_with_its_words_marked(
     assert raw.count("\x1b[1;7mExplore\x1b[0m") == 2, raw
 
 
+@pytest.mark.parametrize("columns", [80, 140])
+def test_window_gives_the_text_the_room(cli_servers: ServerPair, columns: int) -> None:
+    text = "the text a reader came for, forty-five wide"
+    cli_servers.transcript("w").write_bytes(
+        user_line("first-uuid", text, timestamp="2026-05-01T10:00:00.000Z")
+        + user_line("second-uuid", "with a photo", images=(png(3, 120),))
+    )
+    code, out = in_terminal(cli_servers, columns, "window", "w")
+    assert code == 0, out
+    table = [line for line in out.splitlines() if not line.startswith("photo refs")]
+    assert all(len(line) <= columns for line in table), out
+    assert text in out, f"text folded at {columns} columns:\n{out}"
+    assert "2026-05-01 10:00:00" in out and "first-u" in out and "second-" in out
+
+
 def test_a_typod_flag_shows_the_commands_usage_and_the_closest_flag() -> None:
     window = cli(None, "window", "S", "--page-szie", "5")
     assert window.returncode == 2
