@@ -565,8 +565,11 @@ def _quiet_grpc_core(argv: Sequence[str]) -> None:
 
     The command's own error line says what happened; `-v` (before the command) or
     GRPC_VERBOSITY set by the user shows them. gRPC reads the variable when it is
-    first imported, so this runs before anything imports grpc.
+    first imported, so this runs before anything imports grpc, and does nothing in a
+    process that imported it already (main called as a function).
     """
+    if "grpc" in sys.modules:
+        return
     for token in argv:
         if token in ("-v", "--verbose"):
             return
