@@ -51,9 +51,12 @@ from client.errors import DataLoss, from_rpc_error
 from client.history import (
     WATCH_RESUME_CODES,
     WATCH_RETRY,
+    ImageList,
     SearchPage,
+    image_list,
     search_page,
     search_request,
+    slim_request,
     window_request,
 )
 from client.media import ImageSource, MediaTarget, stat_error
@@ -177,6 +180,49 @@ class AsyncHistoryClient(AsyncChannelClient):
             token = page.next_page_token
             if not token:
                 return
+
+    async def slim_session(
+        self,
+        session_id: str,
+        *,
+        fork_session_id: str = "",
+        downscale: bool = False,
+        max_side: int = 0,
+        max_bytes: int = 0,
+        keep_last: int = 0,
+        include_subagents: bool = True,
+    ) -> AsyncIterator[hpb.SlimSessionResponse]:
+        """A slim copy of a session and its sub-agents, as the server streams it (not retried)."""
+        request = slim_request(
+            session_id,
+            fork_session_id,
+            downscale,
+            max_side,
+            max_bytes,
+            keep_last,
+            include_subagents,
+        )
+        # No deadline, as for a watch: a copy takes as long as its file (cancel to stop).
+        call = self.stub.SlimSession(request, metadata=self.metadata)
+        try:
+            async for message in call:
+                yield message
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, addr=self.addr) from None
+        finally:
+            call.cancel()
+
+    async def list_images(self, session_id: str, *, include_subagents: bool = True) -> ImageList:
+        """Every image and document of a session (and its sub-agents), with their problems."""
+        request = hpb.ListImagesRequest(session_id=session_id, include_subagents=include_subagents)
+
+        async def attempt() -> ImageList:
+            call = self.stub.ListImages(
+                request, timeout=self.deadlines.stream, metadata=self.metadata
+            )
+            return image_list([message async for message in call])
+
+        return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def read_window(
         self,

@@ -37,11 +37,13 @@ __all__ = [
     "ChatKeyBound",
     "DataLoss",
     "DeadlineExceeded",
+    "DelegationNotAllowed",
     "FailedPrecondition",
     "ImageTooLarge",
     "Internal",
     "InvalidArgument",
     "LineTooLarge",
+    "LongTailPending",
     "LookupCancelled",
     "MalformedRequest",
     "MediaCorrupt",
@@ -66,6 +68,7 @@ __all__ = [
     "TxnConflict",
     "Unauthenticated",
     "Unavailable",
+    "UnknownPrincipal",
     "UploadDeadline",
     "UploadIdle",
     "error_class",
@@ -300,6 +303,18 @@ class TooManyStreams(ResourceExhausted):
     default_reason = Reason.TOO_MANY_STREAMS
 
 
+class DelegationNotAllowed(PermissionDenied):
+    """`scrollback-on-behalf-of` from a token not marked `delegate` (DELEGATION_NOT_ALLOWED)."""
+
+    default_reason = Reason.DELEGATION_NOT_ALLOWED
+
+
+class UnknownPrincipal(PermissionDenied):
+    """A delegate naming no principal it may act for (UNKNOWN_PRINCIPAL)."""
+
+    default_reason = Reason.UNKNOWN_PRINCIPAL
+
+
 class UploadIdle(DeadlineExceeded):
     """An upload that sent nothing for too long (UPLOAD_IDLE)."""
 
@@ -334,6 +349,13 @@ class StoreBusy(Unavailable):
     """The state store stayed locked; retrying later may succeed (STORE_BUSY)."""
 
     default_reason = Reason.STORE_BUSY
+
+
+class LongTailPending(Unavailable):
+    """The transcript ends in a newline-less line over the max line size, not indexed yet;
+    retrying shortly succeeds (LONG_TAIL_PENDING)."""
+
+    default_reason = Reason.LONG_TAIL_PENDING
 
 
 _BY_CODE: dict[grpc.StatusCode, type[ScrollbackError]] = {
@@ -378,12 +400,15 @@ _BY_REASON: dict[str, type[ScrollbackError]] = {
         BlobTooLarge,
         StorageFull,
         TooManyStreams,
+        DelegationNotAllowed,
+        UnknownPrincipal,
         UploadIdle,
         UploadDeadline,
         LookupCancelled,
         StreamStalled,
         MediaCorrupt,
         StoreBusy,
+        LongTailPending,
     )
 }
 

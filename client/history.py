@@ -133,6 +133,47 @@ def search_page(messages: Iterable[spb.SearchResponse]) -> SearchPage:
     return SearchPage(hits, token)
 
 
+@dataclass(frozen=True, slots=True)
+class ImageList:
+    """Every image and document of a session, in file order, and their totals."""
+
+    images: list[hpb.ImageInfo]
+    totals: hpb.ImageTotals
+
+
+def image_list(messages: Iterable[hpb.ListImagesResponse]) -> ImageList:
+    """An image list from the messages of one ListImages stream."""
+    images: list[hpb.ImageInfo] = []
+    totals = hpb.ImageTotals()
+    for message in messages:
+        if message.HasField("image"):
+            images.append(message.image)
+        elif message.HasField("totals"):
+            totals = message.totals
+    return ImageList(images, totals)
+
+
+def slim_request(
+    session_id: str,
+    fork_session_id: str,
+    downscale: bool,
+    max_side: int,
+    max_bytes: int,
+    keep_last: int,
+    include_subagents: bool,
+) -> hpb.SlimSessionRequest:
+    """The SlimSessionRequest of `slim_session` (sync and asyncio)."""
+    return hpb.SlimSessionRequest(
+        session_id=session_id,
+        fork_session_id=fork_session_id,
+        images=hpb.SLIM_IMAGES_DOWNSCALE if downscale else hpb.SLIM_IMAGES_TEXT,
+        max_side=max_side,
+        max_bytes=max_bytes,
+        keep_last=keep_last,
+        include_subagents=include_subagents,
+    )
+
+
 class HistoryClient(SyncChannelClient):
     """A typed, retrying client of scrollback.history.v1.HistoryService."""
 
@@ -244,6 +285,53 @@ class HistoryClient(SyncChannelClient):
             token = page.next_page_token
             if not token:
                 return
+
+    def slim_session(
+        self,
+        session_id: str,
+        *,
+        fork_session_id: str = "",
+        downscale: bool = False,
+        max_side: int = 0,
+        max_bytes: int = 0,
+        keep_last: int = 0,
+        include_subagents: bool = True,
+    ) -> Iterator[hpb.SlimSessionResponse]:
+        """A slim copy of a session and its sub-agents, as the server streams it.
+
+        Not retried and without a deadline (a copy takes as long as its file):
+        the caller writes the pieces as they come. Closing the iterator
+        cancels the call.
+        """
+        request = slim_request(
+            session_id,
+            fork_session_id,
+            downscale,
+            max_side,
+            max_bytes,
+            keep_last,
+            include_subagents,
+        )
+        # No deadline, as for a watch: a copy takes as long as its file (cancel to stop).
+        call = self.stub.SlimSession(request, metadata=self.metadata)
+        try:
+            yield from call
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, addr=self.addr) from None
+        finally:
+            call.cancel()  # type: ignore[no-untyped-call]
+
+    def list_images(self, session_id: str, *, include_subagents: bool = True) -> ImageList:
+        """Every image and document of a session (and its sub-agents), with their problems."""
+        request = hpb.ListImagesRequest(session_id=session_id, include_subagents=include_subagents)
+        return retry_sync(
+            lambda: image_list(
+                self.stub.ListImages(request, timeout=self.deadlines.stream, metadata=self.metadata)
+            ),
+            self.retry,
+            self._rng,
+            self.addr,
+        )
 
     def read_window(
         self,

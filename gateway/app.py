@@ -36,6 +36,7 @@ import grpc
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -45,12 +46,15 @@ from client._core import channel_target
 from client.aio import AsyncHistoryClient, AsyncMediaClient
 from client.errors import ScrollbackError
 from gateway.config import GatewayConfig
+from gateway.downloads import DownloadLimits
 from gateway.errors import HttpError, error_response, http_status
+from gateway.hosts import HostGuard
 from gateway.media import serve_media
+from gateway.rescue import session_images, slim_download
 from gateway.signing import UrlSigner
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.ref.v1 import ref_pb2
-from scrollback.server.auth import TokenTable
+from scrollback.server.auth import ON_BEHALF_OF, TokenTable
 
 log = logging.getLogger("scrollback.gateway")
 STATIC = Path(__file__).parent / "static"
@@ -83,6 +87,9 @@ class Gateway:
         self.signer = UrlSigner(config.signing_key(), config.url_ttl_seconds)
         self.tokens: TokenTable | None = config.token_table()
         self.service_token = config.service_token()
+        self.downloads = DownloadLimits(
+            config.max_downloads_per_url, config.max_downloads_per_client
+        )
         self._history_channel: grpc.aio.Channel | None = None
         self._media_channel: grpc.aio.Channel | None = None
 
@@ -128,10 +135,14 @@ class Gateway:
         client.metadata = self._metadata(token)
         return client
 
-    def media(self, token: str | None) -> AsyncMediaClient:
-        """A media client on the shared channel, calling with `token`."""
+    def media(self, token: str | None, *, acting_for: str | None = None) -> AsyncMediaClient:
+        """A media client on the shared channel, calling with `token` (a delegate's, acting for
+        principal `acting_for`, when given)."""
         client = AsyncMediaClient(self.config.media_addr, channel=self._media_channel)
-        client.metadata = self._metadata(token)
+        metadata = self._metadata(token)
+        if acting_for is not None:
+            metadata = (*metadata, (ON_BEHALF_OF, acting_for))
+        client.metadata = metadata
         return client
 
     def media_url(self, ref: str, pin: str, principal: str) -> str:
@@ -247,14 +258,22 @@ def _json(body: Any, status: int = 200) -> Response:
     )
 
 
+# The services' integer query fields (page_size) are int32.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
 def _int_param(params: Mapping[str, str], name: str) -> int:
+    """An int32 query parameter (0 when absent); HttpError 400 when malformed or out of range."""
     text = params.get(name, "")
     if not text:
         return 0
     try:
-        return int(text)
-    except ValueError:
+        value = int(text)
+    except ValueError:  # also a number too long for int() to parse
         raise HttpError(400, "INVALID_ARGUMENT") from None
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise HttpError(400, "INVALID_ARGUMENT")
+    return value
 
 
 def _direction(params: Mapping[str, str]) -> bool:
@@ -277,12 +296,12 @@ def _errors(handler: Any) -> Any:
         try:
             response: Response = await handler(request)
         except HttpError as error:
-            headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-            return error_response(error.status, error.code, headers)
+            headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else error.headers
+            return error_response(error.status, error.code, headers, error.message)
         except ScrollbackError as error:
             status = http_status(error.code)
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-            return error_response(status, error.code_name, headers)
+            return error_response(status, error.code_name, headers, reason=error.reason)
         return response
 
     return wrapped
@@ -346,9 +365,10 @@ def _moment(params: Mapping[str, str], name: str) -> datetime | None:
         return None
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        # In UTC now: a moment whose offset takes it past year 1 or 9999 is refused here.
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
         raise HttpError(400, "INVALID_ARGUMENT") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _photos(params: Mapping[str, str]) -> bool | None:
@@ -476,7 +496,7 @@ async def events(request: Request) -> Response:
         except ScrollbackError as error:
             # The status line is long gone: the error is the stream's last event.
             status = http_status(error.code)
-            body = {"status": status, "code": error.code_name}
+            body = {"status": status, "code": error.code_name, "reason": error.reason}
             yield b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
 
     return StreamingResponse(
@@ -519,11 +539,18 @@ def create_app(config: GatewayConfig) -> Starlette:
         Route("/api/v1/sessions/{session_id}/bootstrap", _errors(bootstrap)),
         Route("/api/v1/sessions/{session_id}/messages", _errors(accept_message), methods=["POST"]),
         Route("/api/v1/sessions/{session_id}/events", _errors(events)),
+        Route("/api/v1/sessions/{session_id}/images", _errors(session_images)),
+        Route("/api/v1/sessions/{session_id}/slim", _errors(slim_download)),
         Route(MEDIA_PREFIX + "{ref:path}", _errors(media), methods=["GET", "HEAD"]),
         Route("/", viewer),
         Route("/sessions/{session_id}", viewer),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # The Host rule comes first: a rebinding page gets nothing, not even the viewer.
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(HostGuard, rule=config.host_rule())],
+    )
     app.state.gateway = gateway
     return app

@@ -9,10 +9,24 @@ overrides (flags) win and validates. It reads:
   needs `Authorization: Bearer <token>`, which the gateway passes through;
 - `SCROLLBACK_GATEWAY_TOKEN_FILE`: a file holding the gateway's own bearer
   token, sent to the media service when it serves a signed photo URL (an
-  `<img>` cannot send the caller's token); required with auth;
+  `<img>` cannot send the caller's token) with the URL's principal as the one
+  it acts for; required with auth, and the token file must list it with
+  `delegate: true` (scrollback.server.auth);
 - `SCROLLBACK_GATEWAY_SIGNING_KEY_FILE`: the HMAC key of photo URLs (at least
   32 bytes; several replicas share it); unset, a random key per process;
-- `SCROLLBACK_GATEWAY_URL_TTL_SECONDS` (default 3600): how long a photo URL is valid.
+- `SCROLLBACK_GATEWAY_URL_TTL_SECONDS` (default 3600): how long a photo URL is valid;
+- `SCROLLBACK_GATEWAY_ALLOWED_HOSTS` (comma-separated names, default none): the `Host`
+  names answered besides the loopback names and the listening address's host
+  (gateway.hosts); `*` answers every name and needs auth;
+- `SCROLLBACK_GATEWAY_HEADER_TIMEOUT_SECONDS` (default 30): a connection whose
+  request headers have not all arrived this long after it opened (or after its
+  next request began) is closed (gateway.server);
+- `SCROLLBACK_GATEWAY_MAX_CONNECTIONS` (default 512): connections open at once;
+  one more is answered 503 and closed at once;
+- `SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_URL` (default 8) and
+  `SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_CLIENT` (default 32): photo downloads
+  open at once of one photo URL's grant, and from one client address; more are
+  429 (gateway.media).
 Without auth the gateway binds loopback only, unless `insecure`.
 `validate()` raises the shared ConfigError at start-up; no error shows a token or a key.
 """
@@ -27,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from client._core import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from gateway.hosts import ANY_HOST, HostRule, is_host_name
 from scrollback.server.auth import AuthConfigError, TokenTable
 from scrollback.server.listening import is_loopback_host
 from scrollback.server.service_config import ConfigError, read_fields, with_overrides
@@ -34,6 +49,10 @@ from scrollback.server.service_config import ConfigError, read_fields, with_over
 SERVICE = "gateway"
 DEFAULT_ADDR = "127.0.0.1:8080"
 DEFAULT_URL_TTL_SECONDS = 3600
+DEFAULT_HEADER_TIMEOUT_SECONDS = 30.0
+DEFAULT_MAX_CONNECTIONS = 512
+DEFAULT_MAX_DOWNLOADS_PER_URL = 8
+DEFAULT_MAX_DOWNLOADS_PER_CLIENT = 32
 MIN_KEY_BYTES = 32
 # The services' own addresses and the services' token file: read under their names.
 SHARED_NAMES = {
@@ -65,6 +84,11 @@ class GatewayConfig:
     signing_key_file: Path | None = None
     url_ttl_seconds: int = DEFAULT_URL_TTL_SECONDS
     insecure: bool = False
+    allowed_hosts: str = ""
+    header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_downloads_per_url: int = DEFAULT_MAX_DOWNLOADS_PER_URL
+    max_downloads_per_client: int = DEFAULT_MAX_DOWNLOADS_PER_CLIENT
     # A random key when no key file is configured: photo URLs then last one process.
     generated_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
@@ -88,6 +112,23 @@ class GatewayConfig:
                 raise ConfigError(f"the {name} service address must be HOST:PORT")
         if not 60 <= self.url_ttl_seconds <= 7 * 86400:
             raise ConfigError("the photo URL lifetime must be from 60 seconds to 7 days")
+        if not 0 < self.header_timeout_seconds <= 3600:
+            raise ConfigError("the header timeout must be from above 0 to 3600 seconds")
+        if self.max_connections < 1:
+            raise ConfigError("the gateway's max connections must be at least 1")
+        if self.max_downloads_per_url < 1 or self.max_downloads_per_client < 1:
+            raise ConfigError(
+                "the gateway's max downloads per URL and per client must be at least 1"
+            )
+        for name in self.allowed_host_names:
+            if name != ANY_HOST and not is_host_name(name):
+                raise ConfigError(
+                    "SCROLLBACK_GATEWAY_ALLOWED_HOSTS must list host names (no scheme, path or port)"
+                )
+        if ANY_HOST in self.allowed_host_names and not self.auth_configured:
+            raise ConfigError(
+                "SCROLLBACK_GATEWAY_ALLOWED_HOSTS may be '*' only with auth (SCROLLBACK_AUTH_TOKENS)"
+            )
         if not self.auth_configured and not self.insecure and not is_loopback_host(host):
             raise ConfigError(
                 "without SCROLLBACK_AUTH_TOKENS the gateway listens on loopback only "
@@ -99,9 +140,18 @@ class GatewayConfig:
                 raise ConfigError(
                     "with auth, SCROLLBACK_GATEWAY_TOKEN_FILE must hold the gateway's own token"
                 )
-            self.service_token()
+            self.check_service_token()
         self.signing_key()
         return self
+
+    @property
+    def allowed_host_names(self) -> tuple[str, ...]:
+        """The names of `allowed_hosts`, as listed."""
+        return tuple(name.strip() for name in self.allowed_hosts.split(",") if name.strip())
+
+    def host_rule(self) -> HostRule:
+        """The `Host` names this gateway answers for."""
+        return HostRule(split_addr(self.addr)[0], self.allowed_host_names)
 
     def token_table(self) -> TokenTable | None:
         """The callers' token table, or None without auth."""
@@ -123,6 +173,20 @@ class GatewayConfig:
         if not token:
             raise ConfigError("SCROLLBACK_GATEWAY_TOKEN_FILE is empty")
         return token
+
+    def check_service_token(self) -> None:
+        """The gateway's own token must be in the token file, marked `delegate: true`."""
+        table, token = self.token_table(), self.service_token()
+        found = table.resolve(token) if table is not None and token is not None else None
+        if found is None:
+            raise ConfigError(
+                "the gateway's own token (SCROLLBACK_GATEWAY_TOKEN_FILE) is not in the token file"
+            )
+        if not found[1]:
+            raise ConfigError(
+                "the gateway's own token must be marked 'delegate: true' in the token file:"
+                " it reads each signed photo for the principal the URL was signed for"
+            )
 
     def signing_key(self) -> bytes:
         """The HMAC key of photo URLs."""

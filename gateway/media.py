@@ -7,8 +7,12 @@ thumbnails, which show nothing the original does not. The signature must be
 valid for (ref, pin, p, exp) and unexpired; a request that also carries a
 bearer token must be from principal `p`. A bearer request without a signature
 is allowed too (API clients), and its token is passed through. A signed
-request reads with the gateway's own token (the caller was allowed to see the
-ref when the window that signed it was served).
+request reads with the gateway's own token, a delegate acting for the URL's
+principal (`scrollback-on-behalf-of`, scrollback.server.auth): the media
+service reads as that principal, with its projects, and counts the stream
+against its budget of concurrent calls, never against one all users share.
+Downloads open at once are bounded per grant and per client address
+(gateway.downloads; 429 over a bound).
 
 Answers carry the sniffed `Content-Type` (anything not safe inline is
 `application/octet-stream` with `Content-Disposition: attachment`), `ETag`
@@ -23,13 +27,15 @@ the gateway whatever the photo's size.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from client.aio import AsyncMediaStream
+from client.aio import AsyncMediaClient, AsyncMediaStream
 from client.errors import InvalidArgument, OutOfRange
 from gateway.errors import HttpError
 from gateway.signing import SignatureError
@@ -42,7 +48,13 @@ if TYPE_CHECKING:
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
 CSP = "sandbox; default-src 'none'"
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
+# ReadMedia's read_offset and read_limit are int64: a position past it is past any photo.
+INT64_MAX = 2**63 - 1
+
+
+class RangeTooLargeError(Exception):
+    """A `Range` with a position past int64: no photo is that large (416)."""
 
 
 def _selector(ref_text: str, pin: str) -> mpb.MediaSelector:
@@ -78,13 +90,27 @@ def _size(request: Request) -> int | None:
     return size
 
 
+def _position(digits: str) -> int | None:
+    """A range position (None when absent); RangeTooLargeError past int64."""
+    if not digits:
+        return None
+    # Counted before int(): a number of thousands of digits is refused, not parsed.
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(INT64_MAX)) or int(significant) > INT64_MAX:
+        raise RangeTooLargeError
+    return int(significant)
+
+
 def _parse_range(header: str) -> tuple[int | None, int | None] | None:
-    """(first, last) of a single `bytes=` range; (None, n) is a suffix; None: not one range."""
+    """(first, last) of a single `bytes=` range; (None, n) is a suffix; None: not one range.
+
+    RangeTooLargeError when a position is past int64.
+    """
     match = _RANGE.fullmatch(header.strip())
     if match is None or (not match.group(1) and not match.group(2)):
         return None
-    first = int(match.group(1)) if match.group(1) else None
-    last = int(match.group(2)) if match.group(2) else None
+    first = _position(match.group(1))
+    last = _position(match.group(2))
     if first is not None and last is not None and last < first:
         return None
     return first, last
@@ -120,13 +146,25 @@ def _unsatisfiable(size: int) -> Response:
     )
 
 
-def _token_for(gateway: Gateway, request: Request, ref: str, pin: str) -> str | None:
-    """The token to read with, after checking the signature or the bearer token."""
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    """Whom a photo is read for: the token to call with, the principal it acts for, the grant."""
+
+    token: str | None
+    # The principal the gateway's delegate token names (None: the token's own).
+    acting_for: str | None
+    # The principal the read counts for ("" without auth), keying the per-URL bound.
+    principal: str
+
+
+def _reader(gateway: Gateway, request: Request, ref: str, pin: str) -> _Reader:
+    """Whom to read for, after checking the signature or the bearer token."""
     params = request.query_params
     signature = params.get("sig", "")
     bearer = request.headers.get("authorization") if gateway.tokens is not None else None
     if bearer and not signature:
-        return gateway.caller(request).token  # pass-through; 401 when bad
+        caller = gateway.caller(request)  # pass-through; 401 when bad
+        return _Reader(caller.token, None, caller.principal)
     try:
         grant = gateway.signer.check(
             ref, pin, params.get("p", ""), params.get("exp", ""), signature
@@ -135,16 +173,68 @@ def _token_for(gateway: Gateway, request: Request, ref: str, pin: str) -> str | 
         raise HttpError(403, "PERMISSION_DENIED") from None
     if bearer and gateway.caller(request).principal != grant.principal:
         raise HttpError(403, "PERMISSION_DENIED")
-    return gateway.service_token
+    if gateway.service_token is None:
+        return _Reader(None, None, grant.principal)  # no auth: no principals
+    if not grant.principal:
+        raise HttpError(403, "PERMISSION_DENIED")  # signed by a gateway without auth
+    # The gateway's own token acts for the URL's principal: the media service
+    # applies that principal's projects and counts the stream against its budget.
+    return _Reader(gateway.service_token, grant.principal, grant.principal)
+
+
+class _DownloadResponse(StreamingResponse):
+    """A streamed photo that gives its download place back when it ends, however it ends."""
+
+    def __init__(
+        self, stream: AsyncMediaStream, release: Callable[[], None], **kwargs: Any
+    ) -> None:
+        super().__init__(_body(stream), **kwargs)
+        self._stream = stream
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.cancel()  # the browser left: the media stream ends now
+            self._release()
 
 
 async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
-    """Answer one photo GET (or HEAD)."""
+    """Answer one photo GET (or HEAD), within the open-download bounds (gateway.downloads)."""
     pin = request.query_params.get("pin", "")
     selector = _selector(ref, pin)
     size = _size(request)
-    client = gateway.media(_token_for(gateway, request, ref, pin))
-    wanted = _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
+    reader = _reader(gateway, request, ref, pin)
+    client = gateway.media(reader.token, acting_for=reader.acting_for)
+    address = request.client.host if request.client is not None else ""
+    release = gateway.downloads.open("\x1f".join((reader.principal, ref, pin)), address)
+    try:
+        response = await _answer(client, request, selector, size, release)
+    except BaseException:
+        release()
+        raise
+    if not isinstance(response, _DownloadResponse):
+        release()
+    return response
+
+
+async def _answer(
+    client: AsyncMediaClient,
+    request: Request,
+    selector: mpb.MediaSelector,
+    size: int | None,
+    release: Callable[[], None],
+) -> Response:
+    try:
+        wanted = (
+            _parse_range(request.headers.get("range", "")) if "range" in request.headers else None
+        )
+    except RangeTooLargeError:
+        (result,) = await client.stat_media([selector], size=size)
+        if result.WhichOneof("result") != "metadata":
+            raise HttpError(404, "NOT_FOUND") from None
+        return _unsatisfiable(result.metadata.size_bytes)
 
     first, last = wanted if wanted is not None else (0, None)
     if first is None:
@@ -164,29 +254,33 @@ async def serve_media(gateway: Gateway, request: Request, ref: str) -> Response:
             raise
         (result,) = await client.stat_media([selector], size=size)
         return _unsatisfiable(result.metadata.size_bytes)
-    metadata = stream.metadata
-    headers = _headers(metadata)
-    if _etag_matches(request.headers.get("if-none-match", ""), metadata.sha256):
-        stream.cancel()
-        headers.pop("Content-Type", None)
-        headers.pop("Content-Disposition", None)
-        return Response(status_code=304, headers=headers)
-    total = metadata.size_bytes
-    status = 200
-    if wanted is not None:
-        if first >= total:
+    try:
+        metadata = stream.metadata
+        headers = _headers(metadata)
+        if _etag_matches(request.headers.get("if-none-match", ""), metadata.sha256):
             stream.cancel()
-            return _unsatisfiable(total)
-        end = total - 1 if last is None else min(last, total - 1)
-        headers["Content-Range"] = f"bytes {first}-{end}/{total}"
-        headers["Content-Length"] = str(end - first + 1)
-        status = 206
-    else:
-        headers["Content-Length"] = str(total)
-    if request.method == "HEAD":
+            headers.pop("Content-Type", None)
+            headers.pop("Content-Disposition", None)
+            return Response(status_code=304, headers=headers)
+        total = metadata.size_bytes
+        status = 200
+        if wanted is not None:
+            if first >= total:
+                stream.cancel()
+                return _unsatisfiable(total)
+            end = total - 1 if last is None else min(last, total - 1)
+            headers["Content-Range"] = f"bytes {first}-{end}/{total}"
+            headers["Content-Length"] = str(end - first + 1)
+            status = 206
+        else:
+            headers["Content-Length"] = str(total)
+        if request.method == "HEAD":
+            stream.cancel()
+            return Response(status_code=status, headers=headers)
+    except BaseException:
         stream.cancel()
-        return Response(status_code=status, headers=headers)
-    return StreamingResponse(_body(stream), status_code=status, headers=headers)
+        raise
+    return _DownloadResponse(stream, release, status_code=status, headers=headers)
 
 
 async def _body(stream: AsyncMediaStream) -> AsyncIterator[bytes]:

@@ -2,7 +2,9 @@
 
 `start_gateway(config)` binds (port 0 picks a free one), serves in the
 current event loop and returns a `RunningGateway` with the bound port and a
-`stop()`; `serve(config)` runs until SIGINT/SIGTERM.
+`stop()`; `serve(config)` runs until SIGINT/SIGTERM. Connections are served by
+`gateway.protocol` (uvicorn's httptools protocol with a header timeout and a
+connection cap).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from starlette.types import ASGIApp
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, split_addr
+from gateway.protocol import guarded_protocol
 from scrollback.server.listening import (
     BindRefusedError,
     ListenError,
@@ -79,6 +82,7 @@ async def start_gateway(
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=1,
+            http=guarded_protocol(config.header_timeout_seconds, config.max_connections),
         )
     )
     task = asyncio.create_task(server.serve(sockets=[sock]))

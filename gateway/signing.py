@@ -54,7 +54,7 @@ class UrlSigner:
 
     def check(self, ref: str, pin: str, principal: str, expires: str, signature: str) -> Grant:
         """The grant of a valid, unexpired signature; SignatureError otherwise."""
-        if not signature or not expires.isdigit() or len(expires) > 12:
+        if not signature or not (expires.isascii() and expires.isdigit()) or len(expires) > 12:
             raise SignatureError("missing signature")
         expected = self._mac(ref, pin, principal, int(expires))
         if not hmac.compare_digest(expected, signature):

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
@@ -31,6 +33,17 @@ from history_service.insight import (
     subagents_of,
 )
 from history_service.sessions import SessionInfo, SessionLister
+from history_service.slim import (
+    ImageRecord,
+    SlimEvent,
+    SlimFileStart,
+    SlimOptions,
+    SlimStart,
+    SlimStats,
+    file_size,
+    list_images,
+    slim_file,
+)
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
@@ -54,6 +67,21 @@ from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
+
+T = TypeVar("T")
+
+
+async def iterate_in_thread(iterator: Iterator[T]) -> AsyncIterator[T]:
+    """A blocking iterator's items, each taken in a worker thread; closed there at the end."""
+    done = object()
+    try:
+        while True:
+            item = await asyncio.to_thread(next, iterator, done)
+            if item is done:
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        await asyncio.to_thread(getattr(iterator, "close", lambda: None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +396,93 @@ class HistoryCore:
         self._target(session_id, chat_key)
         if session_id and principal is not None:
             self.root.resolve(session_id, principal)
+
+    def _with_subagents(
+        self, principal: Principal | None, session_id: str, include_subagents: bool
+    ) -> list[TranscriptFile]:
+        """A session's transcript, then (if asked) its sub-agents' the caller can see (blocking)."""
+        validate_id(session_id, "session id")
+        transcript = self.root.resolve(session_id, principal)
+        if not include_subagents:
+            return [transcript]
+        try:
+            links = self.insight.links(transcript)
+        except (LookupError, ValueError, StoreBusyError):
+            links = {}
+        return [transcript, *subagents_of(transcript, self.root.list(principal), links)]
+
+    def slim_events(
+        self,
+        principal: Principal | None,
+        session_id: str,
+        options: SlimOptions,
+        include_subagents: bool,
+    ) -> Iterator[SlimEvent]:
+        """A slim copy of a session (and its sub-agents), file by file, in pieces (blocking).
+
+        Each file is read up to its size when its copy starts; a sub-agent gone
+        since the listing is left out.
+        """
+        files = self._with_subagents(principal, session_id, include_subagents)
+        copy_id = options.fork_session_id or session_id
+        yield SlimStart(session_id, files[0].project_dir, copy_id)
+        for transcript in files:
+            try:
+                handle = self.root.open(transcript)
+            except SessionNotFoundError:
+                if transcript is files[0]:
+                    raise
+                continue
+            with handle:
+                fd = handle.fileno()
+                size = file_size(fd)
+                relative = (
+                    f"{copy_id}/subagents/{transcript.session_id}.jsonl"
+                    if transcript is not files[0]
+                    else f"{copy_id}.jsonl"
+                )
+                yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
+                stats = SlimStats()
+                yield from slim_file(
+                    fd, size, transcript.session_id, options, self.config.max_line_size, stats
+                )
+                yield stats
+
+    def slim(
+        self,
+        principal: Principal | None,
+        session_id: str,
+        options: SlimOptions,
+        include_subagents: bool,
+    ) -> AsyncIterator[SlimEvent]:
+        """`slim_events`, each piece read in a worker thread."""
+        return iterate_in_thread(
+            self.slim_events(principal, session_id, options, include_subagents)
+        )
+
+    async def images(
+        self, principal: Principal | None, session_id: str, include_subagents: bool
+    ) -> list[ImageRecord]:
+        """Every image and document of a session's message.content (and its sub-agents')."""
+
+        def work() -> list[ImageRecord]:
+            records: list[ImageRecord] = []
+            files = self._with_subagents(principal, session_id, include_subagents)
+            for transcript in files:
+                try:
+                    handle = self.root.open(transcript)
+                except SessionNotFoundError:
+                    if transcript is files[0]:
+                        raise
+                    continue
+                with handle:
+                    fd = handle.fileno()
+                    records += list_images(
+                        fd, file_size(fd), transcript.session_id, self.config.max_line_size
+                    )
+            return records
+
+        return await asyncio.to_thread(work)
 
     def close(self) -> None:
         """Release the bus, then the stores."""

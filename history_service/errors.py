@@ -41,3 +41,14 @@ class ChatKeyBoundError(Exception):
 
     def __init__(self) -> None:
         super().__init__("the chat key is already bound to another session")
+
+
+class LongTailPendingError(Exception):
+    """The transcript ends in an unterminated line longer than the max line size, and where
+    that line starts is not indexed yet (it is being indexed: retry shortly)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the transcript ends in a line longer than the max line size; "
+            "its start is being located, retry shortly"
+        )

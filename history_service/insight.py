@@ -1,4 +1,4 @@
-"""Session insight (issue 17, docs/contract.md §13): what a transcript holds, kept in an index.
+"""Session insight (docs/contract.md §13): what a transcript holds, kept in an index.
 
 Per transcript the index keeps entry counts by type, the photo count, the
 time span, one row per assistant `message.id` (model and usage) and the links

@@ -31,13 +31,13 @@ import xxhash
 
 from history_service.errors import FileRewrittenError
 from scrollback.contract.stripping import (
-    LineReader,
     StrippedLine,
     oversize_line,
     strip_line,
     strip_line_streamed,
 )
 from scrollback.history.v1 import history_pb2
+from scrollback.linefile import LineFile
 from scrollback.server import metrics
 
 BLOCK_BYTES = 256 * 1024
@@ -401,7 +401,7 @@ def _indexed_line(
     before = 1 if offset > 0 else 0
     if length > max_line:
         edges = read(before, offset - before) + read(1, offset + length)
-        if edges != b"\n" * (before + 1) or _has_newline(fd, offset, length):
+        if edges != b"\n" * (before + 1) or LineFile(fd).has_newline(offset, length):
             return None
         return 0, RawLine(offset, offset + length, None, True, fd)
     if length <= BLOCK_BYTES:
@@ -428,19 +428,6 @@ def _indexed_line(
         LONG_LINE_BUDGET.release(held)
         raise
     return held, RawLine(offset, offset + length, data, True, fd)
-
-
-def _has_newline(fd: int, start: int, length: int) -> bool:
-    """True if [start, start + length) holds a newline (or is cut short), read block by block."""
-    block = bytearray(BLOCK_BYTES)
-    view = memoryview(block)
-    position, end = start, start + length
-    while position < end:
-        read = os.preadv(fd, [view[: min(BLOCK_BYTES, end - position)]], position)
-        if read <= 0 or block.find(b"\n", 0, read) >= 0:
-            return True
-        position += read
-    return False
 
 
 class LineMemoryBudget:
@@ -481,20 +468,6 @@ class FileShrankError(FileRewrittenError):
     """The file became shorter while it was being read (rewritten or truncated)."""
 
 
-def _reader(fd: int, start: int, size: int) -> LineReader:
-    """Reads of one line's bytes by offset within the line, each exact or FileShrankError."""
-
-    def read(offset: int, length: int) -> bytes:
-        if offset < 0 or offset + length > size:
-            raise ValueError("read outside the line")
-        data = os.pread(fd, length, start + offset)
-        if len(data) != length:
-            raise FileShrankError()
-        return data
-
-    return read
-
-
 def _hold(block_start: int, block_end: int, start: int, end: int, max_line: int) -> int:
     """Take a long line's size from the budget until it is served; 0 for others."""
     if end - start > max_line or (block_start <= start and end <= block_end):
@@ -516,32 +489,6 @@ def _line_bytes(
     return data
 
 
-def tail_start(
-    fd: int, size: int, max_line: int, long_tail: Callable[[], int] | None = None
-) -> int:
-    """The start of the file's unterminated last line, or `size` if it ends with a newline.
-
-    At most `max_line + 1` bytes are read back: a tail longer than the max line
-    size is never served, only its start matters. Past that bound `long_tail`
-    answers (the persisted line index, scrollback.lineindex, built forward once);
-    without it the scan goes on back to the previous newline.
-    """
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    floor = max(0, size - max_line - 1)
-    position = size
-    while position > 0:
-        if position <= floor and long_tail is not None:
-            return long_tail()
-        read_from = max(0, position - BLOCK_BYTES)
-        chunk = os.pread(fd, position - read_from, read_from)
-        found = chunk.rfind(b"\n")
-        if found >= 0:
-            return read_from + found + 1
-        position = read_from
-    return 0
-
-
 def is_blank(raw: RawLine) -> bool:
     """True for an empty or whitespace-only line (ignored, not counted)."""
     return raw.data is not None and (not raw.data or raw.data.isspace())
@@ -558,7 +505,10 @@ def serve_line(
     """
     if raw.data is None and raw.fd >= 0:
         stripped = strip_line_streamed(
-            _reader(raw.fd, raw.start, raw.size), raw.size, inline_limit, max_line_size
+            LineFile(raw.fd).line_reader(raw.start, raw.size, FileShrankError),
+            raw.size,
+            inline_limit,
+            max_line_size,
         )
         if stripped is None:
             return None

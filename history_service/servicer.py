@@ -8,9 +8,8 @@ interceptor) is read here, once per call, and passed to the core explicitly.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -18,34 +17,35 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from history_service.accept import AcceptedRecord
 from history_service.core import HistoryCore
 from history_service.entry_cache import (
-    EncodedEntry,
     entry_messages,
-    links_in,
 )
 from history_service.errors import (
     BlobMissingError,
     ChatKeyBoundError,
     FileRewrittenError,
     InvalidArgumentError,
+    LongTailPendingError,
     TooLargeError,
     TxnConflictError,
 )
 from history_service.insight import Insight, SessionDetail, Usage
-from history_service.lines import MediaMode, ServedLine
+from history_service.lines import MediaMode
 from history_service.sessions import SessionInfo
+from history_service.slim import ImageRecord, SlimFileStart, SlimStart, SlimStats, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
-from history_service.windows import Window
+from history_service.window_wire import window_responses
 from scrollback.contract.reasons import Reason
-from scrollback.contract.refs import RefError
+from scrollback.contract.refs import RefError, validate_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import (
     ErrorTable,
     add_servicer_sending_serialized,
     maps_errors,
 )
-from scrollback.server.serialized import Serialized, length_delimited
+from scrollback.server.serialized import Serialized
 from scrollback.state.sqlite import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
@@ -59,6 +59,7 @@ ERROR_TABLE: ErrorTable = {
     ChatKeyBoundError: Reason.CHAT_KEY_BOUND,
     TxnConflictError: Reason.TXN_CONFLICT,
     TooLargeError: Reason.TOO_LARGE,
+    LongTailPendingError: Reason.LONG_TAIL_PENDING,
     StoreBusyError: Reason.STORE_BUSY,
 }
 
@@ -156,140 +157,52 @@ def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
     )
 
 
-def _window_end(window: Window) -> pb.WindowEnd:
-    return pb.WindowEnd(
-        next_page_token=window.next_page_token,
-        skipped_lines=window.skipped_lines,
-        file_size_bytes=window.file_size,
+def _file_end(stats: SlimStats) -> pb.SlimFileEnd:
+    return pb.SlimFileEnd(
+        lines=stats.lines,
+        images_replaced=stats.images_replaced,
+        documents_replaced=stats.documents_replaced,
+        copies_replaced=stats.copies_replaced,
+        images_downscaled=stats.images_downscaled,
+        images_kept=stats.images_kept,
+        bytes_read=stats.bytes_read,
+        bytes_written=stats.bytes_written,
+        omitted_tail_bytes=stats.omitted_tail_bytes,
     )
 
 
-WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapResponse)
-
-# The largest EntryBatch message sent, whatever a client asks for: well below
-# the 4 MiB message bound, and small enough that a stream holds little more
-# than its window's small entries (which the window holds anyway).
-MAX_BATCH_BYTES = 1024 * 1024
-
-
-_ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
-
-
-def _wire(response: type[WindowResponse], item: str, payload: bytes) -> Serialized:
-    """A serialized response holding one already-encoded field.
-
-    Sent as it is: ReadWindow and Bootstrap are registered so that grpc sends
-    a `Serialized` unchanged (`add_history_servicer`), so entries encoded
-    once are never parsed or serialized again.
-    """
-    return Serialized(length_delimited(response.DESCRIPTOR.fields_by_name[item].number, payload))
-
-
-def _entry_of(item: bytes) -> bytes:
-    """The Entry's own bytes in an EntryBatch item (after its one-byte tag and its length)."""
-    at = 1
-    while item[at] & 0x80:
-        at += 1
-    return item[at + 1 :]
-
-
-def _batch_item(entry: EncodedEntry, links: Mapping[str, str] | None) -> bytes:
-    """The entry as an EntryBatch item, with the session's sub-agent links it names added."""
-    if not links:
-        return entry.item
-    message = pb.Entry.FromString(entry.data)
-    found = links_in(message.json.encode(), links)
-    if not found:
-        return entry.item
-    message.subagent_links.extend(found)
-    return length_delimited(_ENTRIES, message.SerializeToString())
-
-
-async def _window_responses(
-    response: type[WindowResponse],
-    session_id: str,
-    window: Window,
-    links: Mapping[str, str] | None = None,
-    max_batch_bytes: int = 0,
-) -> AsyncIterator[WindowResponse | Serialized]:
-    """A window as `response` messages: entries (alone or batched), then the end.
-
-    With `max_batch_bytes` 0 each Entry is its own message (then its json
-    chunks). Otherwise runs of small entries (those the window holds anyway,
-    each under the budget) are packed into EntryBatch messages of at most
-    min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone as before.
-    Entries the window holds already encoded (history_service.entry_cache) go
-    on the wire as they are: a batch is their bytes joined. Only the entry
-    being sent (or one batch) is held beyond the window: a held-back entry is
-    served again from the window's file (in a thread) just before it is sent,
-    and dropped after; it is never batched.
-    """
-    budget = min(max_batch_bytes, MAX_BATCH_BYTES)
-    if budget and not links:
-        # The common case: every entry already encoded and all of them within one
-        # batch: that batch, joined in C, without the per-entry loop below (which
-        # costs the event loop ~1 us per entry, a fifth of a window's loop time).
-        entries = window.entries
-        items = [entry.item for entry in entries if type(entry) is EncodedEntry]
-        if items and len(items) == len(entries) and sum(map(len, items)) <= budget:
-            yield _wire(response, "entries", b"".join(items))
-            yield response(end=_window_end(window))
-            return
-    batch: list[bytes] = []
-    batch_bytes = 0
-    for entry in window.entries:
-        item: bytes | None = None
-        if isinstance(entry, EncodedEntry):
-            item = _batch_item(entry, links)
-        elif budget and isinstance(entry, ServedLine) and len(entry.stripped.json) < budget:
-            first = next(entry_messages(session_id, entry, links))
-            item = length_delimited(_ENTRIES, first.SerializeToString())
-        if item is not None:
-            if budget and len(item) <= budget:
-                if batch_bytes + len(item) > budget:
-                    yield _wire(response, "entries", b"".join(batch))
-                    batch = []
-                    batch_bytes = 0
-                batch.append(item)
-                batch_bytes += len(item)
-                continue
-            if isinstance(entry, EncodedEntry):
-                if batch_bytes:
-                    yield _wire(response, "entries", b"".join(batch))
-                    batch = []
-                    batch_bytes = 0
-                yield _wire(response, "entry", _entry_of(item))
-                continue
-        if batch_bytes:
-            yield _wire(response, "entries", b"".join(batch))
-            batch = []
-            batch_bytes = 0
-        assert not isinstance(entry, EncodedEntry)
-        served = (
-            entry
-            if isinstance(entry, ServedLine)
-            else await asyncio.to_thread(window.materialize, entry)
-        )
-        # Built at once and then dropped one by one, so that while a message
-        # waits for the client only it and the entry's later chunks are held.
-        messages = list(entry_messages(session_id, served, links))
-        del served
-        messages.reverse()
-        while messages:
-            message = messages.pop()
-            # Sent serialized: while it waits for the client, only these bytes and
-            # grpc's copy of them are held, not a response message besides.
-            wrapped = _wire(
-                response,
-                "entry" if isinstance(message, pb.Entry) else "entry_json_chunk",
-                message.SerializeToString(),
+def _image_info(record: ImageRecord) -> pb.ImageInfo:
+    facts = record.facts
+    info = pb.ImageInfo(
+        session_id=record.session_id,
+        entry_uuid=record.entry_uuid,
+        api_path=record.api_path,
+        kind=record.kind,
+        declared_media_type=record.declared_media_type,
+        media_type=facts.header.media_type if facts.header is not None else "",
+        size_bytes=facts.size_bytes,
+        width=facts.header.width if facts.header is not None else 0,
+        height=facts.header.height if facts.header is not None else 0,
+        problems=record.problems,
+        sha256=facts.sha256,
+        line_number=record.line_number,
+    )
+    if record.image_index >= 0:
+        info.index = record.image_index
+    if record.ref:
+        info.ref.CopyFrom(
+            ref_pb2.MediaRef(
+                session_id=record.session_id,
+                entry_uuid=record.entry_uuid,
+                index=record.image_index,
+                pin=record.pin,
+                declared_media_type=record.declared_media_type,
+                approx_size_bytes=facts.size_bytes,
+                uri=record.ref,
+                line_offset_hint=record.byte_offset,
             )
-            del message
-            yield wrapped
-            del wrapped
-    if batch_bytes:
-        yield _wire(response, "entries", b"".join(batch))
-    yield response(end=_window_end(window))
+        )
+    return info
 
 
 @maps_errors(ERROR_TABLE)
@@ -329,7 +242,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         )
         principal = current_principal()
         window, links = await self._core.read_window_with_links(principal, params)
-        async for response in _window_responses(
+        async for response in window_responses(
             pb.ReadWindowResponse, params.session_id, window, links, request.max_batch_bytes
         ):
             yield response
@@ -356,7 +269,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         if window is None:
             yield pb.BootstrapResponse(end=pb.WindowEnd())
             return
-        async for response in _window_responses(
+        async for response in window_responses(
             pb.BootstrapResponse, result.session_id, window, None, request.max_batch_bytes
         ):
             yield response
@@ -417,6 +330,61 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
                     position=event.position,
                 )
+
+    async def SlimSession(
+        self, request: pb.SlimSessionRequest, context: Context
+    ) -> AsyncIterator[pb.SlimSessionResponse]:
+        validate_id(request.session_id, "session id")
+        options = slim_options(
+            request.fork_session_id,
+            request.images == pb.SLIM_IMAGES_DOWNSCALE,
+            request.max_side,
+            request.max_bytes,
+            request.keep_last,
+        )
+        events = self._core.slim(
+            current_principal(), request.session_id, options, request.include_subagents
+        )
+        async for event in events:
+            if isinstance(event, bytes):
+                yield pb.SlimSessionResponse(data=event)
+            elif isinstance(event, SlimFileStart):
+                yield pb.SlimSessionResponse(
+                    file=pb.SlimFile(
+                        session_id=event.session_id,
+                        relative_path=event.relative_path,
+                        is_subagent=event.is_subagent,
+                        source_size_bytes=event.source_size_bytes,
+                    )
+                )
+            elif isinstance(event, SlimStart):
+                yield pb.SlimSessionResponse(
+                    header=pb.SlimHeader(
+                        session_id=event.session_id,
+                        project_dir=event.project_dir,
+                        copy_session_id=event.copy_session_id,
+                    )
+                )
+            else:
+                yield pb.SlimSessionResponse(file_end=_file_end(event))
+
+    async def ListImages(
+        self, request: pb.ListImagesRequest, context: Context
+    ) -> AsyncIterator[pb.ListImagesResponse]:
+        records = await self._core.images(
+            current_principal(), request.session_id, request.include_subagents
+        )
+        totals = pb.ImageTotals()
+        for record in records:
+            info = _image_info(record)
+            if record.kind == "image":
+                totals.images += 1
+            else:
+                totals.documents += 1
+            totals.with_problems += 1 if record.problems else 0
+            totals.size_bytes += record.facts.size_bytes
+            yield pb.ListImagesResponse(image=info)
+        yield pb.ListImagesResponse(totals=totals)
 
 
 # The streams whose responses may be sent already serialized (bytes).

@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
+from scrollback.linefile import LineFile
 
 HEAD_BYTES = 4096
 KEY_FILE_NAME = "history-token.key"
@@ -111,7 +112,7 @@ class FileIdentity:
         head = os.pread(fd, self.head_len, 0)
         if len(head) != self.head_len or xxhash.xxh3_64_intdigest(head) != self.head_hash:
             raise FileRewrittenError()
-        if boundary > 0 and os.pread(fd, 1, boundary - 1) not in (b"\n",):
+        if boundary > 0 and not LineFile(fd).starts_line(boundary):
             raise FileRewrittenError()
         return current
 

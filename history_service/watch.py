@@ -29,11 +29,11 @@ from history_service.lines import (
     is_blank,
     iter_lines_forward,
     serve_line,
-    tail_start,
 )
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
 from history_service.windows import open_transcript
+from scrollback.linefile import LineFile
 from scrollback.principals import Principal, namespace
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
@@ -76,7 +76,7 @@ def position_scope(session_id: str, chat_key: str) -> str:
 
 def complete_end(fd: int, size: int, max_line_size: int) -> int:
     """Where the complete lines end now: after the tail if it is a complete object."""
-    start = tail_start(fd, size, size)
+    start = LineFile(fd).tail_start(size, size)
     if start < size and size - start <= max_line_size:
         data = os.pread(fd, size - start, start)
         if serve_line(

@@ -33,7 +33,7 @@ from history_service.entry_cache import (
     encode,
     mark_of,
 )
-from history_service.errors import FileRewrittenError, InvalidArgumentError
+from history_service.errors import FileRewrittenError, InvalidArgumentError, LongTailPendingError
 from history_service.lines import (
     FileShrankError,
     IndexRows,
@@ -47,7 +47,6 @@ from history_service.lines import (
     iter_lines_backward,
     iter_lines_forward,
     serve_line,
-    tail_start,
 )
 from history_service.singleflight import ThreadSingleFlight
 from history_service.tokens import (
@@ -58,6 +57,7 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
+from scrollback.linefile import LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
@@ -409,17 +409,26 @@ class WindowReader:
         threading.Thread(target=build, name="line-index-build", daemon=True).start()
 
     def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
-        """Where a tail longer than the max line size starts, from the line index."""
+        """Where a tail longer than the max line size starts, from the line index.
+
+        Only an index that already covers the file answers: finding that start
+        otherwise means reading the whole tail (gigabytes, for a run with no
+        newline), so the window is refused as UNAVAILABLE (`LongTailPendingError`,
+        which clients retry) while a background build indexes the file.
+        """
         index = self._line_index
         if index is None:
             return None
 
         def locate() -> int:
             try:
-                return index.last_line_start(opened.index_key, opened.fd, size)
+                start = index.indexed_last_line_start(opened.index_key, opened.fd, size)
             except INDEX_UNAVAILABLE:
-                # The state store cannot answer: scan back to the newline instead.
-                return tail_start(opened.fd, size, size)
+                start = None
+            if start is None:
+                self._build_later(index, opened)
+                raise LongTailPendingError()
+            return start
 
         return locate
 
@@ -438,7 +447,9 @@ class WindowReader:
         skipped = 0
         scanned = 0
         if boundary < 0:
-            start = tail_start(fd, size, self._max_line_size, self._long_tail(opened, size))
+            start = LineFile(fd).tail_start(
+                size, self._max_line_size, self._long_tail(opened, size)
+            )
             newest_end = start
             if start < size and size - start <= self._max_line_size:
                 data = os.pread(fd, size - start, start)

@@ -39,7 +39,7 @@ from media_service.errors import (
 )
 from media_service.lru import LruCache
 from media_service.store.base import BlobMetadataStore, BlobRow
-from media_service.thumbnails import image_dimensions
+from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BLOB_REF_PREFIX, validate_sha256
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.principals import Principal
@@ -288,9 +288,9 @@ class BlobStore:
         if sniffed.safe_inline:
             dimensions = self._dimensions.get(row.sha256)
             if dimensions is None:
-                # The header only (Pillow opens lazily): a few KiB, never the whole blob.
+                # The fixed header fields only: a bounded prefix, never the whole blob.
                 handle.seek(0)
-                dimensions = image_dimensions(handle) or (0, 0)
+                dimensions = header_dimensions(handle) or (0, 0)
                 handle.seek(0)
                 self._dimensions.put(row.sha256, dimensions)
             width, height = dimensions

@@ -23,6 +23,9 @@ steadily it drips), `STALL_TIMEOUT_SECONDS` (default 60, flag
 `--stall-timeout-seconds`: a stream whose client grants no flow-control window
 that long is ended with DEADLINE_EXCEEDED), `THUMBNAIL_THREADS` (default 2: the
 threads that encode thumbnails, apart from those that serve reads),
+`THUMBNAIL_MEMORY_BYTES` (default 512 MiB per worker: the memory budget that
+thumbnail encodes reserve from before they decode, one RGBA frame of the
+original each, media_service.thumbnail_encodes),
 `DECODED_CACHE_BYTES` (default 64 MiB per worker, 0: off: decoded transcript
 images up to 16 MiB kept ready to send, media_service.decoded), `WORKERS`
 (default: the cores this process may use, flag `--workers`: worker processes
@@ -73,6 +76,10 @@ DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
 DEFAULT_WRITE_DEADLINE_SECONDS = 600.0
 DEFAULT_THUMBNAIL_THREADS = 2
 MAX_THUMBNAIL_THREADS = 64
+DEFAULT_THUMBNAIL_MEMORY_BYTES = 512 * MIB
+# A budget under one 1 MP frame would serialize every encode of a photo.
+MIN_THUMBNAIL_MEMORY_BYTES = 4 * MIB
+MAX_THUMBNAIL_MEMORY_BYTES = 64 * 1024 * MIB
 # Per worker: a bound that keeps a mistyped size from taking the machine's memory.
 MAX_DECODED_CACHE_BYTES = 4096 * MIB
 # Read as SCROLLBACK_<FIELD>: every server reads them alike.
@@ -105,6 +112,8 @@ class MediaConfig:
     write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS
+    # The memory thumbnail encodes reserve from, per worker (media_service.thumbnail_encodes).
+    thumbnail_memory_bytes: int = DEFAULT_THUMBNAIL_MEMORY_BYTES
     # Decoded transcript images kept per worker, ready to send (media_service.decoded); 0: off.
     decoded_cache_bytes: int = DEFAULT_DECODED_CACHE_BYTES
     # Worker processes serving one port (scrollback.server.workers); 1: this process.
@@ -169,6 +178,15 @@ class MediaConfig:
             raise ConfigError(f"workers must be from 1 to {MAX_WORKERS}")
         if not 1 <= self.thumbnail_threads <= MAX_THUMBNAIL_THREADS:
             raise ConfigError(f"thumbnail threads must be from 1 to {MAX_THUMBNAIL_THREADS}")
+        if (
+            not MIN_THUMBNAIL_MEMORY_BYTES
+            <= self.thumbnail_memory_bytes
+            <= MAX_THUMBNAIL_MEMORY_BYTES
+        ):
+            raise ConfigError(
+                f"thumbnail memory must be from {MIN_THUMBNAIL_MEMORY_BYTES} "
+                f"to {MAX_THUMBNAIL_MEMORY_BYTES} bytes"
+            )
         if not 0 <= self.decoded_cache_bytes <= MAX_DECODED_CACHE_BYTES:
             raise ConfigError(
                 f"decoded cache size must be from 0 (off) to {MAX_DECODED_CACHE_BYTES} bytes"

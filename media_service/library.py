@@ -37,7 +37,6 @@ from media_service.thumbnails import (
     THUMBNAIL_SIZES,
     ThumbnailCache,
     buffered,
-    image_dimensions,
     make_thumbnail,
 )
 from media_service.transcript_media import TranscriptMedia
@@ -46,6 +45,7 @@ from scrollback.contract.extraction import (
     PayloadReader,
     UndecodablePayloadError,
 )
+from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs
@@ -148,7 +148,7 @@ def thumbnail_info(
     original: MediaInfo, size: int, data: bytes, *, still_of_animation: bool
 ) -> MediaInfo:
     """The metadata of a thumbnail's bytes, made from `original` at `size`."""
-    width, height = image_dimensions(io.BytesIO(data)) or (0, 0)
+    width, height = header_dimensions(io.BytesIO(data)) or (0, 0)
     return MediaInfo(
         content_type=THUMBNAIL_CONTENT_TYPE,
         declared_media_type=original.declared_media_type,

@@ -162,6 +162,7 @@ async def start_media_server(
         write_idle_timeout=config.write_idle_timeout_seconds,
         write_deadline=config.write_deadline_seconds,
         thumbnail_threads=config.thumbnail_threads,
+        thumbnail_memory_bytes=config.thumbnail_memory_bytes,
         decoded_cache_bytes=config.decoded_cache_bytes,
     )
 

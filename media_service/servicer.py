@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from media_service.blobs import MediaInfo
-from media_service.config import DEFAULT_DECODED_CACHE_BYTES
+from media_service.config import DEFAULT_DECODED_CACHE_BYTES, DEFAULT_THUMBNAIL_MEMORY_BYTES
 from media_service.decoded import (
     DecodedCache,
     DecodedImage,
@@ -199,14 +199,16 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         write_deadline: float = DEFAULT_WRITE_DEADLINE,
         search_threads: int = DEFAULT_SEARCH_THREADS,
         thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS,
+        thumbnail_memory_bytes: int = DEFAULT_THUMBNAIL_MEMORY_BYTES,
         decoded_cache_bytes: int = DEFAULT_DECODED_CACHE_BYTES,
     ) -> None:
         self._library = library
         # StatMedia's transcript searches run here, apart from the default pool
         # that serves ReadMedia, so a flood of searches cannot starve reads.
         self._search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="media-search")
-        # Thumbnail encodes (CPU-bound), bounded and shared per (original, size).
-        self._thumbnail_encodes = ThumbnailEncodes(thumbnail_threads)
+        # Thumbnail encodes (CPU-bound): bounded in threads and memory, fair between
+        # callers, shared per (original, size).
+        self.thumbnail_encodes = ThumbnailEncodes(thumbnail_threads, thumbnail_memory_bytes)
         self._chunk_size = chunk_size
         # Decoded transcript images, ready to send (media_service.decoded); 0 bytes: off.
         self.decoded = DecodedCache(decoded_cache_bytes)
@@ -349,13 +351,13 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         """The thumbnail: checks and the cache on `checks` (default: the read threads),
         an encode on the thumbnail pool."""
         loop = asyncio.get_running_loop()
+        principal = current_principal()
         found = await loop.run_in_executor(
-            checks,
-            functools.partial(self._library.thumbnail, current_principal(), selector, pixels),
+            checks, functools.partial(self._library.thumbnail, principal, selector, pixels)
         )
         if not isinstance(found, ThumbnailJob):
             return found
-        return await self._thumbnail_encodes.run(found)
+        return await self.thumbnail_encodes.run(found, principal)
 
     async def StatMedia(
         self, request: media_pb2.StatMediaRequest, context: Context

@@ -1,4 +1,4 @@
-"""Image dimensions and thumbnails (docs/contract.md §13), with Pillow; no gRPC here.
+"""Thumbnails (docs/contract.md §13), with libvips (pyvips); no gRPC here.
 
 Thumbnails come in a fixed set of sizes (`THUMBNAIL_SIZES`, the longest side
 in pixels): a fixed set keeps the cache to one file per medium and size. They
@@ -6,11 +6,19 @@ are WebP, never larger than the original (an image already within the size is
 re-encoded at its own size), and an animated GIF or WebP gives a still of its
 first frame, marked `still_of_animation`.
 
-Decoding is bounded: Pillow opens lazily (it reads the header only), so the
-pixel count is checked against `max_pixels` before a single pixel is
-decoded; a larger image (a decompression bomb: a few bytes claiming huge
-dimensions) is ThumbnailTooLargeError and nothing is allocated for it.
-`image_dimensions` reads the width and height from the header the same way.
+Decoding is bounded. The dimensions come from the image's fixed header
+(media_service.image_header) and are checked against `max_pixels` before a
+single pixel is decoded; a larger image (a decompression bomb: a few bytes
+claiming huge dimensions) is ThumbnailTooLargeError and nothing is allocated
+for it. Only PNG, JPEG, GIF and WebP headers pass that check; libvips' own
+reading of the header must then name its loader of one of these formats and a
+frame no larger than the header's (a GIF frame larger than its logical screen
+is NotAnImageError). libvips then shrinks while it decodes:
+JPEG and WebP at a reduced scale in the decoder itself, PNG in strips as the
+rows stream in, so an encode holds a few strips rather than the whole frame
+(a GIF frame is the exception: its decoder renders one whole frame). The
+worker-wide memory budget that encodes reserve before decoding is
+media_service.thumbnail_encodes'.
 
 Sources are read through `ReaderStream`, a seekable file over a
 `read(offset, length)` function, so a transcript image is decoded slice by
@@ -35,31 +43,36 @@ import contextlib
 import io
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from PIL import Image, ImageOps
+import pyvips
 
 from media_service.blob_paths import BlobPaths
 from media_service.errors import NotAnImageError, ThumbnailTooLargeError
+from scrollback.contract.image_header import read_header
 
 THUMBNAIL_SIZES = (96, 320, 960)
 THUMBNAIL_CONTENT_TYPE = "image/webp"
-# The only decoders Pillow may run: the photo formats transcripts carry. Others
-# (EPS, which runs Ghostscript, and many rarely fuzzed ones) are never tried.
-DECODED_FORMATS = ("PNG", "JPEG", "GIF", "WEBP")
-# 64 megapixels: any real photo or screenshot (an 8K frame is 33 MP); one
-# decoded RGBA frame at the limit is 256 MiB, which the bounded executor
-# caps at `threads` frames at once.
+# The only loaders libvips may run: the photo formats transcripts carry. Others
+# (TIFF, SVG, PDF and many rarely fuzzed ones) are never tried.
+DECODED_LOADERS = frozenset(
+    {"pngload_source", "jpegload_source", "gifload_source", "webpload_source"}
+)
+# 64 megapixels: any real photo or screenshot (an 8K frame is 33 MP).
 DEFAULT_MAX_PIXELS = 64_000_000
 WEBP_QUALITY = 80
-# Pillow's WebP encoder method: 4 is its default balance of speed and size.
-WEBP_METHOD = 4
-# Pillow reads its source through a buffer of this size.
+# libvips' WebP encoder effort: 4 is its default balance of speed and size.
+WEBP_EFFORT = 4
+# The decoders read their source through a buffer of this size.
 READ_BUFFER = 64 * 1024
+
+# libvips keeps no operation cache here (it would hold decoded sources between
+# encodes) and refuses its loaders that are not fuzzed for untrusted input.
+pyvips.cache_set_max(0)
+pyvips.block_untrusted_set(True)
 
 
 class ReaderStream(io.RawIOBase):
@@ -105,35 +118,9 @@ class Thumbnail:
     still_of_animation: bool
 
 
-def _open(stream: IO[bytes]) -> Image.Image:
-    """Pillow's lazy open (header only).
-
-    NotAnImageError for bytes it cannot identify; ThumbnailTooLargeError when
-    Pillow itself refuses the header's dimensions as a bomb.
-    """
-    try:
-        with warnings.catch_warnings():
-            # Our own, lower pixel limit applies; Pillow's warning is noise here.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            return Image.open(stream, formats=DECODED_FORMATS)
-    except Image.DecompressionBombError:
-        raise ThumbnailTooLargeError() from None
-    except (OSError, ValueError, SyntaxError, EOFError):
-        raise NotAnImageError() from None
-
-
 def buffered(read: Callable[[int, int], bytes], size: int) -> IO[bytes]:
-    """A buffered, seekable file over `read(offset, length)`, for Pillow."""
+    """A buffered, seekable file over `read(offset, length)`, for the decoders."""
     return io.BufferedReader(ReaderStream(read, size), buffer_size=READ_BUFFER)
-
-
-def image_dimensions(stream: IO[bytes]) -> tuple[int, int] | None:
-    """(width, height) from the image's header only; None if not an image Pillow knows."""
-    try:
-        with _open(stream) as image:
-            return image.width, image.height
-    except (NotAnImageError, ThumbnailTooLargeError):
-        return None
 
 
 def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumbnail:
@@ -144,29 +131,45 @@ def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumb
     """
     if longest not in THUMBNAIL_SIZES:
         raise ValueError("not a thumbnail size")
-    with _open(stream) as image:
-        if image.width * image.height > max_pixels:
-            raise ThumbnailTooLargeError()
-        animated = bool(getattr(image, "is_animated", False))
-        try:
-            # JPEG decodes at a reduced scale directly (much less work and memory).
-            image.draft("RGB", (longest, longest))
-            image.seek(0)
-            frame = ImageOps.exif_transpose(image)
-            frame.thumbnail((longest, longest), Image.Resampling.LANCZOS)
-            if frame.mode not in ("RGB", "RGBA"):
-                frame = frame.convert("RGBA" if _has_alpha(frame) else "RGB")
-            out = io.BytesIO()
-            frame.save(out, "WEBP", quality=WEBP_QUALITY, method=WEBP_METHOD)
-        except Image.DecompressionBombError:
-            raise ThumbnailTooLargeError() from None
-        except (OSError, ValueError, SyntaxError, EOFError):
-            raise NotAnImageError() from None
-        return Thumbnail(out.getvalue(), frame.width, frame.height, animated)
+    header = read_header(stream)
+    if header is None:
+        raise NotAnImageError()
+    if header.pixels > max_pixels:
+        raise ThumbnailTooLargeError()
+    try:
+        # The loader's own reading of the header, before any pixel is decoded: its
+        # format must be one of ours, and its frame no larger than the header's (a
+        # GIF frame larger than its logical screen would otherwise enlarge the canvas
+        # past what the pixel limit and the memory budget were checked against).
+        stream.seek(0)
+        probe_source = _vips_source(stream)
+        probe = pyvips.Image.new_from_source(probe_source, "", access="sequential")
+        if probe.get("vips-loader") not in DECODED_LOADERS:
+            raise NotAnImageError()
+        if probe.width * probe.height > header.pixels:
+            raise NotAnImageError()
+        del probe, probe_source
+        stream.seek(0)
+        # Shrink-on-load, EXIF orientation applied, never enlarged; libvips decodes lazily,
+        # so `source` must outlive the save below.
+        source = _vips_source(stream)
+        frame = pyvips.Image.thumbnail_source(
+            source, longest, height=longest, size="down", fail_on="truncated"
+        )
+        animated = frame.get_typeof("n-pages") != 0 and int(frame.get("n-pages")) > 1
+        data = frame.webpsave_buffer(Q=WEBP_QUALITY, effort=WEBP_EFFORT, keep="none")
+        width, height = frame.width, frame.height
+    except pyvips.Error:
+        raise NotAnImageError() from None
+    return Thumbnail(data, width, height, animated)
 
 
-def _has_alpha(image: Image.Image) -> bool:
-    return image.mode in ("LA", "PA", "La") or "transparency" in image.info
+def _vips_source(stream: IO[bytes]) -> pyvips.SourceCustom:
+    """A libvips source reading `stream` (seekable) from where it stands."""
+    source = pyvips.SourceCustom()
+    source.on_read(stream.read)
+    source.on_seek(stream.seek)
+    return source
 
 
 @dataclass(frozen=True, slots=True)

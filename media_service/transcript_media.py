@@ -63,7 +63,7 @@ from media_service.errors import (
     SearchCancelledError,
 )
 from media_service.lru import LruCache
-from media_service.thumbnails import buffered, image_dimensions
+from media_service.thumbnails import buffered
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -75,9 +75,11 @@ from scrollback.contract.extraction import (
     locate_in_stripped,
     strip_for_extraction,
 )
+from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
-from scrollback.contract.stripping import MIN_INLINE_LIMIT, LineReader, strip_line_streamed
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
+from scrollback.linefile import LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.server import metrics
@@ -94,8 +96,6 @@ SCAN_CHUNK = 1024 * 1024
 # A candidate line up to this size is read whole to be stripped (fastest);
 # a longer one is stripped streaming, so that no read holds a large line.
 HOLD_LINE_BYTES = 4 * 1024 * 1024
-# The first read of a hinted line; later reads grow fourfold (bounded by the max line size).
-HINT_FIRST_READ = 256 * 1024
 _MAX_SPACE = 16
 # The longest `"uuid"<spaces>:<spaces>` before a value.
 _KEY_REACH = 6 + _MAX_SPACE + 1 + _MAX_SPACE
@@ -141,21 +141,6 @@ def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int
     return bool(before) and before[-1] in b"{,"
 
 
-def _line_end(fd: int, start: int, search_from: int, max_line_size: int) -> int | None:
-    """The offset of the newline (or EOF) ending the line at `start`; None if oversize."""
-    position = search_from
-    while position - start <= max_line_size:
-        block = os.pread(fd, SCAN_CHUNK, position)
-        if not block:
-            return position  # an unterminated last line
-        newline = block.find(b"\n")
-        if newline >= 0:
-            end = position + newline
-            return end if end - start <= max_line_size else None
-        position += len(block)
-    return None
-
-
 def iter_candidate_lines(fd: int, entry_uuid: str, max_line_size: int) -> Iterator[Candidate]:
     """Every line with a `"uuid"` key equal to `entry_uuid` preceded by `{` or `,`.
 
@@ -193,7 +178,7 @@ def iter_candidate_lines(fd: int, entry_uuid: str, max_line_size: int) -> Iterat
                     if start != oversize_start and _preceded_by_object_start(
                         fd, buffer, key_start, buf_base
                     ):
-                        end = _line_end(fd, start, at + len(needle), max_line_size)
+                        end = LineFile(fd).line_end(start, max_line_size, at + len(needle))
                         if end is None:
                             oversize_start = start
                             yield Candidate(start, None)
@@ -250,7 +235,9 @@ def iter_candidate_lines_many(
                             fd, buffer, hit, buf_base
                         ):
                             seen.add((entry_id, start))
-                            end = _line_end(fd, start, buf_base + match.end(), max_line_size)
+                            end = LineFile(fd).line_end(
+                                start, max_line_size, buf_base + match.end()
+                            )
                             if end is None:
                                 yield entry_id, Candidate(start, None)
                             else:
@@ -267,53 +254,6 @@ def iter_candidate_lines_many(
             read_at += count
     finally:
         view.release()
-
-
-def _line_at(fd: int, start: int, length: int) -> bytes | None:
-    """The whole line at a cached offset, or None if the file no longer has it there."""
-    if start > 0 and os.pread(fd, 1, start - 1) != b"\n":
-        return None
-    # The line's bytes exactly (no slicing copy of a megabyte line), then what follows it.
-    data = os.pread(fd, length, start)
-    if len(data) < length or data.find(b"\n") >= 0:
-        return None
-    if os.pread(fd, 1, start + length) not in (b"\n", b""):
-        return None
-    return data
-
-
-def line_from(fd: int, start: int, max_line_size: int) -> bytes | None:
-    """The line starting at `start` (a hint), read up to its newline; None if there is none.
-
-    None when `start` does not start a line (not 0 and not just after a
-    newline), is at or past EOF, or the line is over `max_line_size` (at most
-    `max_line_size + 1` bytes are ever read). An unterminated last line is
-    returned as it is.
-    """
-    if start < 0 or (start > 0 and os.pread(fd, 1, start - 1) != b"\n"):
-        return None
-    parts: list[bytes] = []
-    total = 0
-    position = start
-    block = HINT_FIRST_READ
-    budget = max_line_size + 1  # the line and its newline
-    while total < budget:
-        data = os.pread(fd, min(block, budget - total), position)
-        if not data:
-            break
-        newline = data.find(b"\n")
-        if newline >= 0:
-            if not parts:
-                return data[:newline]
-            parts.append(data[:newline])
-            return b"".join(parts)
-        parts.append(data)
-        total += len(data)
-        position += len(data)
-        block *= 4
-    if total == 0 or total > max_line_size:
-        return None
-    return b"".join(parts)
 
 
 # (device, inode, entry uuid) -> (line offset, line length)
@@ -355,33 +295,11 @@ def _file_reader(fd: int) -> RawReader:
     return read
 
 
-def _line_length(fd: int, start: int) -> int:
-    """The length of the line at `start` (to its newline or EOF), however long."""
-    position = start
-    while True:
-        block = os.pread(fd, SCAN_CHUNK, position)
-        newline = block.find(b"\n")
-        if newline >= 0:
-            return position + newline - start
-        if len(block) < SCAN_CHUNK:
-            return position + len(block) - start
-        position += len(block)
+class _LineChanged(ValueError):
+    """A line that shrank while it was read: read as not JSON, like any other broken line."""
 
-
-def _line_reader(fd: int, start: int, size: int) -> LineReader:
-    """Exact reads of one line by offset within it (a line that shrank is not JSON)."""
-
-    def read(offset: int, length: int) -> bytes:
-        data = os.pread(fd, length, start + offset)
-        if len(data) != length or offset + length > size:
-            raise ValueError("the line changed while read")
-        return data
-
-    return read
-
-
-def _starts_line(fd: int, offset: int) -> bool:
-    return offset == 0 or (offset > 0 and os.pread(fd, 1, offset - 1) == b"\n")
+    def __init__(self) -> None:
+        super().__init__("the line changed while read")
 
 
 def _has_backslash(fd: int, start: int, end: int) -> bool:
@@ -460,13 +378,13 @@ class TranscriptMedia:
         long one is stripped streaming from the file, never held.
         """
         if indexed.length <= hold:
-            line = _line_at(fd, indexed.offset, indexed.length)
+            line = LineFile(fd).line_at(indexed.offset, indexed.length, terminated=False)
             if line is None:
                 return None
             return self._try_line(line, indexed.offset, ref, pin, _Outcome(), fd)
-        if not _starts_line(fd, indexed.offset):
+        if not LineFile(fd).starts_line(indexed.offset):
             return None
-        if _line_length(fd, indexed.offset) != indexed.length:
+        if LineFile(fd).line_length(indexed.offset) != indexed.length:
             return None
         return self._try_line(None, indexed.offset, ref, pin, _Outcome(), fd)
 
@@ -487,9 +405,9 @@ class TranscriptMedia:
         if line is not None:
             stripped = strip_for_extraction(line)
         else:
-            size = _line_length(fd, start)
+            size = LineFile(fd).line_length(start)
             stripped = strip_line_streamed(
-                _line_reader(fd, start, size),
+                LineFile(fd).line_reader(start, size, _LineChanged),
                 size,
                 MIN_INLINE_LIMIT,
                 self._max_line_size,
@@ -540,7 +458,7 @@ class TranscriptMedia:
             sniffed = sniff(head)
             width, height = 0, 0
             if sniffed.safe_inline:
-                # The header only, decoded slice by slice from the file: a few KiB.
+                # The fixed header fields only, decoded slice by slice from the file.
                 reader = PayloadReader(
                     _file_reader(fd),
                     found.raw_start,
@@ -549,7 +467,7 @@ class TranscriptMedia:
                     index=located.index,
                 )
                 try:
-                    width, height = image_dimensions(buffered(reader.read, size)) or (0, 0)
+                    width, height = header_dimensions(buffered(reader.read, size)) or (0, 0)
                 except (UndecodablePayloadError, ImageNotStrippedError):
                     raise CorruptMediaError("the transcript's payload changed while read") from None
             info = MediaInfo(
@@ -614,18 +532,18 @@ class TranscriptMedia:
             and 0 <= line_offset_hint < size
             and (cached is None or cached[0] != line_offset_hint)
         ):
-            line = line_from(fd, line_offset_hint, hold)
+            line = LineFile(fd).line_from(line_offset_hint, hold)
             if line is not None:
                 found = self._try_line(line, line_offset_hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     self.cache.put(key, (line_offset_hint, len(line)))
                     return found
-            elif _starts_line(fd, line_offset_hint):
+            elif LineFile(fd).starts_line(line_offset_hint):
                 found = self._try_line(None, line_offset_hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     return found
         if cached is not None:
-            line = _line_at(fd, *cached)
+            line = LineFile(fd).line_at(*cached, terminated=False)
             if line is not None:
                 found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
                 if found is not None:
@@ -765,14 +683,14 @@ class TranscriptMedia:
         key = (*file_id, ref.entry_uuid)
         cached = self.cache.get(key)
         if hint is not None and 0 <= hint < size and (cached is None or cached[0] != hint):
-            line = line_from(fd, hint, min(self._max_line_size, HOLD_LINE_BYTES))
+            line = LineFile(fd).line_from(hint, min(self._max_line_size, HOLD_LINE_BYTES))
             if line is not None:
                 found = self._try_line(line, hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     self.cache.put(key, (hint, len(line)))
                     return self._info(fd, found, file_id, ref)
         if cached is not None:
-            line = _line_at(fd, *cached)
+            line = LineFile(fd).line_at(*cached, terminated=False)
             if line is not None:
                 found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
                 if found is not None:

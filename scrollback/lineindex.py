@@ -246,6 +246,20 @@ class LineIndex:
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
+    def indexed_last_line_start(self, key: str, fd: int, size: int) -> int | None:
+        """`last_line_start` from an index that already covers `size` bytes; else None.
+
+        Never builds nor extends the index, so it costs a store query or two
+        whatever the file holds (a caller bounded to O(window) asks this).
+        """
+        state = self.store.state(key)
+        if state is None or state.scanned < size or not _continues(fd, state):
+            return None
+        if state.covered <= size:
+            return state.covered
+        start = self.store.line_start_before(key, state.generation, size - 1)
+        return 0 if start is None else start
+
     def _extend(self, key: str, fd: int, state: IndexedFile) -> IndexedFile | None:
         """Index from where `state` stopped to EOF; None if another builder moved it first."""
         if state.scanned >= os.fstat(fd).st_size:

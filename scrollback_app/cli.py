@@ -24,6 +24,9 @@
   live, until Ctrl-C.
 - `scrollback gc [--state DIR] [--grace SECONDS]`: collect unreferenced blobs.
 - `scrollback export SESSION --html DIR`: a static HTML page, images as lazy files.
+- `scrollback slim SESSION [-o FILE | --install] [--fork]`: a copy with images cut, to
+  rescue a session that images have broken; `scrollback images SESSION [--at PATH]`:
+  its images with their API positions and problems (scrollback_app/cli_rescue.py).
 
 The client commands take `--history-addr` / `--media-addr` (environment
 SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
@@ -82,6 +85,11 @@ class _WorkerTree:
     async def stop(self) -> None:
         """Stop every worker."""
         await asyncio.to_thread(self.supervisor.stop)
+
+    async def ended(self) -> str:
+        """Return when the service has ended by itself (a worker's fatal status); why."""
+        await asyncio.to_thread(self.supervisor.wait)
+        return f"the {self.supervisor.name.replace('_', ' ')} stopped (see above)"
 
 
 def _worker_argv(config: Any) -> list[str]:
@@ -234,9 +242,23 @@ async def _run_up(args: argparse.Namespace) -> int:
     if gateway is not None:
         served += f", the viewer at {url_of(gateway_config.addr, gateway.port)}"
     print(f"scrollback up: {served}; Ctrl-C stops", flush=True)
+    # A service of workers ends by itself only on a fatal worker status: then `up` ends too.
+    waits: list[asyncio.Future[str | None]] = [asyncio.ensure_future(wait_for_shutdown_signal())]
+    waits += [
+        asyncio.ensure_future(tree.ended())
+        for tree in (history, media)
+        if isinstance(tree, _WorkerTree)
+    ]
     try:
-        await wait_for_shutdown_signal()
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for finished in done:
+            reason = finished.result()
+            if reason:
+                print(f"scrollback up: {reason}", file=sys.stderr, flush=True)
+                return EXIT_USAGE
     finally:
+        for waiting in waits:
+            waiting.cancel()
         stops = [history.stop(), media.stop()]
         if gateway is not None:
             stops.append(gateway.stop())
@@ -558,6 +580,10 @@ def _add_client_commands(commands: Any) -> None:
     export.add_argument("session")
     export.add_argument("--html", required=True, metavar="DIR", help="output directory")
     export.set_defaults(handler=cc.cmd_export)
+
+    from scrollback_app import cli_rescue
+
+    cli_rescue.add_commands(commands, common)
 
 
 def _quiet_grpc_core(argv: Sequence[str]) -> None:

@@ -14,7 +14,9 @@ import io
 import json
 import re
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -717,6 +719,11 @@ def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     """Print the last entries, then entries and accepted messages live; Ctrl-C stops."""
+    # SIGINT is how tail is stopped, also when started where it was ignored (a
+    # script's background job inherits SIG_IGN, and Python then never raises
+    # KeyboardInterrupt).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with _client(args) as sb:
         boot = sb.history.bootstrap(args.session, page_size=max(args.last, 1))
         assert boot.header is not None

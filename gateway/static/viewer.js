@@ -30,9 +30,13 @@ async function api(path, options) {
     if (entered) { sessionStorage.setItem(TOKEN_KEY, entered); return api(path, options); }
   }
   if (!response.ok) {
-    let code = String(response.status);
-    try { code = (await response.json()).error.code; } catch (e) { /* not JSON */ }
-    throw new Error(code);
+    // The gateway's fixed text for the cause (its reason), else the status.
+    let text = String(response.status);
+    try {
+      const error = (await response.json()).error;
+      text = error.message || error.reason || error.code;
+    } catch (e) { /* not JSON */ }
+    throw new Error(text);
   }
   return response.json();
 }

@@ -1,13 +1,16 @@
 """The scaled search index: PostgreSQL full-text search (tsvector, GIN), shared by replicas.
 
 The same tables as the SQLite backend (history_service.search.sqlite), with
-the text in `search_entry.body` and a generated `tsvector` over it under the
-`simple` configuration (no stemming, no stop words: the same matching as FTS5
-`unicode61`), made from the text with every run of non-alphanumerics turned
-into one space, so words split exactly where the query parser splits them.
-The tables are created on first use under an advisory lock. Replicas may
-all index: `add_entries` writes only when the file's progress is where the
-batch started, so a batch two replicas race on is written once.
+the text in `search_entry.body` and beside it a `tsvector` of its
+project-tagged terms (history_service.search.terms), written as tsvector
+input with their positions, so PostgreSQL's parser never re-cuts them; a
+query is tsquery input over the visible projects' terms, so the GIN index
+reads only their lists. The tables are created on first use under an
+advisory lock, and dropped and created again when `search_schema` holds
+another version (the index is derived: the indexer reads the transcripts
+again). Replicas may all index: `add_entries` writes only when the file's
+progress is where the batch started, so a batch two replicas race on is
+written once.
 """
 
 from __future__ import annotations
@@ -19,20 +22,31 @@ import psycopg
 
 from history_service.search.query import Filters, Query
 from history_service.search.sqlite import sql_filters
-from history_service.search.store import EntryRow, FileState, IndexHit, entry_key, hit_of
+from history_service.search.store import (
+    EntryRow,
+    FileState,
+    IndexHit,
+    entry_key,
+    hit_of,
+    project_scope,
+)
+from history_service.search.terms import ALL_TAG, index_words, project_tag, scope_tags, under
 from scrollback.state.postgres import Pool, transaction, unavailable_on_failure
 
 SCHEMA_LOCK = 0x5C20_0017
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS search_file (
+SCHEMA_VERSION = 2
+# Positions past this are all this one (PostgreSQL's own limit).
+_MAX_POSITION = 16383
+_SCHEMA = (
+    """CREATE TABLE search_file (
     file_id BIGSERIAL PRIMARY KEY,
     path_key TEXT NOT NULL UNIQUE,
     project_dir TEXT NOT NULL,
     session_id TEXT NOT NULL,
     identity TEXT NOT NULL,
     indexed_to BIGINT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS search_entry (
+)""",
+    """CREATE TABLE search_entry (
     key BIGINT PRIMARY KEY,
     file_id BIGINT NOT NULL REFERENCES search_file (file_id) ON DELETE CASCADE,
     line_start BIGINT NOT NULL,
@@ -46,13 +60,27 @@ CREATE TABLE IF NOT EXISTS search_entry (
     ts_ms BIGINT,
     has_photos BOOLEAN NOT NULL,
     body TEXT NOT NULL,
-    tsv TSVECTOR GENERATED ALWAYS AS
-        (to_tsvector('simple', regexp_replace(body, '[^[:alnum:]]+', ' ', 'g'))) STORED
-);
-CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
-CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
-CREATE INDEX IF NOT EXISTS search_entry_tsv ON search_entry USING GIN (tsv);
-"""
+    tsv TSVECTOR NOT NULL
+)""",
+    "CREATE INDEX search_entry_file ON search_entry (file_id)",
+    "CREATE INDEX search_entry_session ON search_entry (session_id, key)",
+    "CREATE INDEX search_entry_project ON search_entry (project_dir, key)",
+    "CREATE INDEX search_entry_tsv ON search_entry USING GIN (tsv)",
+)
+
+
+def tsvector_text(project_dir: str, text: str) -> str:
+    """tsvector input of an entry's tagged terms with their positions (from 1)."""
+    positions: dict[str, list[str]] = {}
+    words = index_words(text)
+    # The project's term and the ALL_TAG one of a word share its position.
+    for terms in (under(project_tag(project_dir), words), under(ALL_TAG, words)):
+        for number, term in enumerate(terms, start=1):
+            positions.setdefault(term, []).append(str(min(number, _MAX_POSITION)))
+    # Terms are letters and digits only: nothing in them needs quoting but the quotes.
+    return " ".join(f"'{term}':{','.join(places)}" for term, places in positions.items())
+
+
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
@@ -65,9 +93,17 @@ class PostgresSearchIndex:
 
         def create(connection: Connection) -> None:
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    connection.execute(statement)
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS search_schema (version INTEGER NOT NULL)"
+            )
+            row = connection.execute("SELECT max(version) FROM search_schema").fetchone()
+            if row is not None and row[0] == SCHEMA_VERSION:
+                return
+            connection.execute("DROP TABLE IF EXISTS search_entry, search_file")
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute("DELETE FROM search_schema")
+            connection.execute("INSERT INTO search_schema VALUES (%s)", (SCHEMA_VERSION,))
 
         transaction(pool, create)
 
@@ -123,6 +159,7 @@ class PostgresSearchIndex:
                         row.ts_ms,
                         row.has_photos,
                         row.text.replace("\0", " "),
+                        tsvector_text(project_dir, row.text),
                     )
                     for key, row in pending
                 ]
@@ -130,7 +167,8 @@ class PostgresSearchIndex:
                     cursor.executemany(
                         "INSERT INTO search_entry (key, file_id, line_start, line_end,"
                         " project_dir, session_id, uuid, type, role, timestamp, ts_ms,"
-                        " has_photos, body) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                        " has_photos, body, tsv)"
+                        " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::tsvector)"
                         " ON CONFLICT (key) DO NOTHING RETURNING key",
                         values,
                         returning=True,
@@ -168,24 +206,45 @@ class PostgresSearchIndex:
         before_key: int | None,
         limit: int,
     ) -> list[IndexHit]:
-        where = ["e.tsv @@ to_tsquery('simple', ?)"]
-        args: list[Any] = [query.tsquery()]
+        scope = project_scope(filters, projects)
+        if scope is not None and not scope:
+            return []
+        common: list[str] = []
+        common_args: list[Any] = []
         if before_key is not None:
-            where.append("e.key < ?")
-            args.append(before_key)
-        if projects is not None:
-            where.append("e.project_dir = ANY(?)")
-            args.append(sorted(projects))
-        sql_filters(filters, where, args)
+            common.append("e.key < ?")
+            common_args.append(before_key)
+        sql_filters(filters, common, common_args)
+        # One page per visible project, each of its own terms and from its own entries
+        # (search_entry_project: a project's entries newest first), merged: the match
+        # reads nothing of another project, and a walk never steps over its entries.
+        pages: list[str] = []
+        args: list[Any] = []
+        for project in sorted(scope) if scope is not None else [None]:
+            where = ["e.tsv @@ ?::tsquery", *common]
+            args.append(query.tsquery(scope_tags(None if project is None else [project])))
+            if project is not None:
+                where.append("e.project_dir = ?")
+                args.append(project)
+            args.extend(common_args)
+            args.append(limit)
+            pages.append(
+                f"(SELECT * FROM search_entry e WHERE {' AND '.join(where)}"
+                " ORDER BY e.key DESC LIMIT ?)"
+            )
+        # The page first, then its files: a join per matching entry would cost per match.
         sql = (
             "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
             " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, e.body"
-            " FROM search_entry e JOIN search_file f ON f.file_id = e.file_id"
-            f" WHERE {' AND '.join(where)} ORDER BY e.key DESC LIMIT ?"
+            f" FROM (SELECT * FROM ({' UNION ALL '.join(pages)}) e"
+            " ORDER BY e.key DESC LIMIT ?) e"
+            " JOIN search_file f ON f.file_id = e.file_id ORDER BY e.key DESC"
         )
         args.append(limit)
         with unavailable_on_failure(), self._pool.connection() as connection:
-            rows = connection.execute(sql.replace("?", "%s"), args).fetchall()
+            # Planned for its own tsquery each time: a prepared statement's generic plan
+            # would walk every project's entries in key order instead of the GIN lists.
+            rows = connection.execute(sql.replace("?", "%s"), args, prepare=False).fetchall()
         return [hit_of(row) for row in rows]
 
     def close(self) -> None:

@@ -1,19 +1,20 @@
 """Search queries: parsing, the filters, and the two backends' query syntax.
 
 A query is words (all must match), "quoted phrases" and prefixes (word*).
-Words are runs of letters and digits, compared case-insensitively, exactly as
-both backends tokenize the indexed text (SQLite FTS5 `unicode61`, PostgreSQL
-`simple` over the text with everything else turned into spaces). The query is
-rebuilt from the parsed words, so no user text ever reaches FTS5 or tsquery
-syntax.
+Words are runs of letters and digits, compared case-insensitively, cut as
+the indexed text is cut (`search.terms`). The backends' query is rebuilt from
+the parsed words, each under the tag of a project the caller may see, so no
+user text ever reaches FTS5 or tsquery syntax.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from history_service.errors import InvalidArgumentError
+from history_service.search.terms import WORD, tagged
 
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 32
@@ -21,7 +22,6 @@ MAX_FILTER_VALUES = 16
 MAX_FILTER_CHARS = 64
 DEFAULT_PAGE_SIZE = 20
 MAX_PAGE_SIZE = 100
-WORD = re.compile(r"[^\W_]+")
 _PART = re.compile(r'"([^"]*)"?|(\S+)')
 
 
@@ -39,23 +39,25 @@ class Query:
 
     terms: tuple[Term, ...]
 
-    def fts5(self) -> str:
-        """The FTS5 MATCH expression."""
-        parts = []
-        for term in self.terms:
-            quoted = '"' + " ".join(term.words) + '"'
-            parts.append(quoted + "*" if term.prefix else quoted)
-        return " ".join(parts)
+    def fts5(self, tags: Sequence[str]) -> str:
+        """The FTS5 MATCH expression over the terms of the projects with these tags."""
+        return " OR ".join("(" + " AND ".join(self._fts5_terms(tag)) + ")" for tag in tags)
 
-    def tsquery(self) -> str:
-        """The PostgreSQL to_tsquery('simple', ...) expression."""
-        parts = []
+    def _fts5_terms(self, tag: str) -> Iterator[str]:
         for term in self.terms:
-            lexemes = [f"'{word}'" for word in term.words]
+            quoted = '"' + " ".join(tagged(tag, word) for word in term.words) + '"'
+            yield quoted + "*" if term.prefix else quoted
+
+    def tsquery(self, tags: Sequence[str]) -> str:
+        """The PostgreSQL tsquery (input syntax, no normalization) over the same terms."""
+        return " | ".join("(" + " & ".join(self._tsquery_terms(tag)) + ")" for tag in tags)
+
+    def _tsquery_terms(self, tag: str) -> Iterator[str]:
+        for term in self.terms:
+            lexemes = [f"'{tagged(tag, word)}'" for word in term.words]
             if term.prefix:
                 lexemes[-1] += ":*"
-            parts.append("(" + " <-> ".join(lexemes) + ")")
-        return " & ".join(parts)
+            yield "(" + " <-> ".join(lexemes) + ")"
 
 
 def parse_query(text: str) -> Query:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from history_service.search.query import WORD, Query
+from history_service.search.query import Query
+from history_service.search.terms import WORD
 
 CONTEXT_WORDS = 10
 ELLIPSIS = "…"

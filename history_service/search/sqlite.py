@@ -5,31 +5,52 @@ transcript is indexed. WAL mode: searches (one connection per thread) read
 while the indexer writes. The FTS5 table's rowid is the entry's ordering key
 (see history_service.search.store), so a query walks the hits newest first
 and stops at the page size instead of sorting every match.
+
+Two contentless FTS5 tables hold each entry's terms (history_service.search.terms;
+the `ascii` tokenizer splits them only at the spaces between them):
+`search_text` its project-tagged ones, so a MATCH reads only the visible
+projects' lists, and `search_all` its ALL_TAG ones, for callers who see every
+project (one table each: cheaper to build than both in one). The text itself
+is in `search_entry.body`; a contentless row is deleted by giving FTS5 its
+terms again, recomputed from the body. The schema's version is the
+file's `user_version`: a file of another version is the index of other code,
+dropped and rebuilt (the indexer reads the transcripts again).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from history_service.search.query import Filters, Query
-from history_service.search.store import EntryRow, FileState, IndexHit, entry_key, hit_of
-from scrollback.state.sqlite import use_wal
+from history_service.search.store import (
+    EntryRow,
+    FileState,
+    IndexHit,
+    entry_key,
+    hit_of,
+    project_scope,
+)
+from history_service.search.terms import ALL_TAG, index_words, joined, project_tag, scope_tags
+from scrollback.state.sqlite import use_wal, write_transaction
 
 FILE_NAME = "search.sqlite"
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS search_file (
+SCHEMA_VERSION = 2
+_DROP_BATCH = 500
+_TABLES = ("search_text", "search_all", "search_entry", "search_file")
+_SCHEMA = (
+    """CREATE TABLE search_file (
     file_id INTEGER PRIMARY KEY,
     path_key TEXT NOT NULL UNIQUE,
     project_dir TEXT NOT NULL,
     session_id TEXT NOT NULL,
     identity TEXT NOT NULL,
     indexed_to INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS search_entry (
+)""",
+    """CREATE TABLE search_entry (
     key INTEGER PRIMARY KEY,
     file_id INTEGER NOT NULL,
     line_start INTEGER NOT NULL,
@@ -41,14 +62,26 @@ CREATE TABLE IF NOT EXISTS search_entry (
     role TEXT NOT NULL,
     timestamp TEXT NOT NULL,
     ts_ms INTEGER,
-    has_photos INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS search_entry_file ON search_entry (file_id);
-CREATE INDEX IF NOT EXISTS search_entry_session ON search_entry (session_id, key);
-CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING fts5 (
-    body, tokenize = 'unicode61 remove_diacritics 0'
-);
-"""
+    has_photos INTEGER NOT NULL,
+    body TEXT NOT NULL
+)""",
+    "CREATE INDEX search_entry_file ON search_entry (file_id)",
+    "CREATE INDEX search_entry_session ON search_entry (session_id, key)",
+    "CREATE VIRTUAL TABLE search_text USING fts5 (terms, content = '', tokenize = 'ascii')",
+    "CREATE VIRTUAL TABLE search_all USING fts5 (terms, content = '', tokenize = 'ascii')",
+)
+
+
+def fts_rows(project_dir: str, texts: Iterable[tuple[int, str]]) -> tuple[list[Any], list[Any]]:
+    """The (rowid, terms) rows of search_text and of search_all for some entries' texts."""
+    tag = project_tag(project_dir)
+    own: list[tuple[int, str]] = []
+    every: list[tuple[int, str]] = []
+    for key, text in texts:
+        words = index_words(text)
+        own.append((key, joined(tag, words)))
+        every.append((key, joined(ALL_TAG, words)))
+    return own, every
 
 
 class SqliteSearchIndex:
@@ -60,8 +93,18 @@ class SqliteSearchIndex:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        connection = self._connection()
-        connection.executescript(_SCHEMA)
+        write_transaction(self._connection(), self._create)
+
+    @staticmethod
+    def _create(connection: sqlite3.Connection) -> None:
+        (version,) = connection.execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return
+        for table in _TABLES:
+            connection.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in _SCHEMA:
+            connection.execute(statement)
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -103,15 +146,23 @@ class SqliteSearchIndex:
     @staticmethod
     def _drop(connection: sqlite3.Connection, path_key: str) -> None:
         row = connection.execute(
-            "SELECT file_id FROM search_file WHERE path_key = ?", (path_key,)
+            "SELECT file_id, project_dir FROM search_file WHERE path_key = ?", (path_key,)
         ).fetchone()
         if row is None:
             return
-        connection.execute(
-            "DELETE FROM search_text WHERE rowid IN"
-            " (SELECT key FROM search_entry WHERE file_id = ?)",
-            (row[0],),
+        entries = connection.execute(
+            "SELECT key, body FROM search_entry WHERE file_id = ?", (row[0],)
         )
+        # A contentless row goes by giving FTS5 the terms it was given; in batches, so
+        # memory stays bounded whatever the file weighs.
+        while batch := entries.fetchmany(_DROP_BATCH):
+            own, every = fts_rows(row[1], batch)
+            connection.executemany(
+                "INSERT INTO search_text (search_text, rowid, terms) VALUES ('delete', ?, ?)", own
+            )
+            connection.executemany(
+                "INSERT INTO search_all (search_all, rowid, terms) VALUES ('delete', ?, ?)", every
+            )
         connection.execute("DELETE FROM search_entry WHERE file_id = ?", (row[0],))
         connection.execute("DELETE FROM search_file WHERE file_id = ?", (row[0],))
 
@@ -166,7 +217,7 @@ class SqliteSearchIndex:
         keyed: Sequence[tuple[int, EntryRow]],
     ) -> None:
         connection.executemany(
-            "INSERT INTO search_entry VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO search_entry VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     key,
@@ -181,14 +232,14 @@ class SqliteSearchIndex:
                     row.timestamp,
                     row.ts_ms,
                     int(row.has_photos),
+                    row.text,
                 )
                 for key, row in keyed
             ],
         )
-        connection.executemany(
-            "INSERT INTO search_text (rowid, body) VALUES (?, ?)",
-            [(key, row.text) for key, row in keyed],
-        )
+        own, every = fts_rows(project_dir, [(key, row.text) for key, row in keyed])
+        connection.executemany("INSERT INTO search_text (rowid, terms) VALUES (?, ?)", own)
+        connection.executemany("INSERT INTO search_all (rowid, terms) VALUES (?, ?)", every)
 
     def drop_file(self, path_key: str) -> None:
         connection = self._connection()
@@ -208,8 +259,14 @@ class SqliteSearchIndex:
         before_key: int | None,
         limit: int,
     ) -> list[IndexHit]:
-        where = ["search_text MATCH ?"]
-        args: list[Any] = [query.fts5()]
+        scope = project_scope(filters, projects)
+        if scope is not None and not scope:
+            return []
+        # Only the visible projects' terms are asked for: the match never reads others'.
+        # Who sees every project asks the one list per word of search_all.
+        table = "search_all" if scope is None else "search_text"
+        where = [f"{table} MATCH ?"]
+        args: list[Any] = [query.fts5(scope_tags(scope))]
         if before_key is not None:
             where.append("e.key < ?")
             args.append(before_key)
@@ -219,19 +276,19 @@ class SqliteSearchIndex:
         sql_filters(filters, where, args)
         columns = (
             "SELECT e.key, e.file_id, f.identity, e.project_dir, e.session_id, e.line_start,"
-            " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, search_text.body"
+            " e.line_end, e.uuid, e.type, e.role, e.timestamp, e.has_photos, e.body"
         )
         if filters.session_id:
             # One session: walk its entries newest first and test each against the
             # query (a rowid lookup in FTS5), instead of walking every session's hits.
             source = (
                 " FROM search_entry e INDEXED BY search_entry_session"
-                " CROSS JOIN search_text ON search_text.rowid = e.key"
+                f" CROSS JOIN {table} ON {table}.rowid = e.key"
             )
             order = "e.key"
         else:
-            source = " FROM search_text CROSS JOIN search_entry e ON e.key = search_text.rowid"
-            order = "search_text.rowid"
+            source = f" FROM {table} CROSS JOIN search_entry e ON e.key = {table}.rowid"
+            order = f"{table}.rowid"
         sql = (
             columns
             + source

@@ -88,6 +88,15 @@ def hit_of(row: Sequence[Any]) -> IndexHit:
     )
 
 
+def project_scope(filters: Filters, projects: frozenset[str] | None) -> frozenset[str] | None:
+    """The projects a search may read: the caller's (None: all), narrowed by the filter."""
+    if not filters.project_dir:
+        return projects
+    if projects is not None and filters.project_dir not in projects:
+        return frozenset()
+    return frozenset({filters.project_dir})
+
+
 def timestamp_ms(timestamp: str) -> int | None:
     """Milliseconds since the epoch of an ISO 8601 timestamp, None if it is not one."""
     if not timestamp:

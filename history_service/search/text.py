@@ -5,7 +5,9 @@ inline limit), so only its small remainder is parsed. From it we take message
 text, thinking, tool inputs (their string values, not their keys) and tool
 results as text, and summaries; never the JSON envelope (keys, ids, usage),
 never an image block, and never a string that looks like a base64 payload
-even when it was too short for the stripper to cut.
+even when it was too short for the stripper to cut: one long run, or a run of
+lines as MIME and PEM wrap base64 (full lines of 60 characters or more, then
+a last line that is padded or too long to be a word).
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ from scrollback.contract.stripping import StrippedLine
 MAX_TEXT_CHARS = 64 * 1024
 # A run of base64 alphabet this long with no space is a payload, not prose.
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{200,}")
+# A full line of wrapped base64 (MIME writes 76 characters, PEM 64), and the
+# shorter last line: padded, or too long to be a word.
+_FULL_LINE = r"[ \t]*+[A-Za-z0-9+/]{60,}+={0,2}[ \t]*+\r?"
+_LAST_LINE = r"[ \t]*+(?:[A-Za-z0-9+/]{16,}+={0,2}|[A-Za-z0-9+/]++={1,2})[ \t]*+\r?"
+_BASE64_LINES = re.compile(rf"(?m)^{_FULL_LINE}(?:\n{_FULL_LINE})*\n{_LAST_LINE}(?=\n|\Z)")
+# Lines of hex digits, letters and digits both, are hashes or dumps people search for.
+_HEX = frozenset("0123456789abcdefABCDEF \t\r\n")
+_DIGITS = frozenset("0123456789")
+_HEX_LETTERS = frozenset("abcdefABCDEF")
 _MARKER = STRIPPED_MEDIA_MARKER
 _MEDIA_BLOCKS = frozenset({"image", "document"})
 
@@ -75,8 +86,16 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
     )
 
 
+def _payload_lines(match: re.Match[str]) -> str:
+    run = match.group()
+    if _HEX.issuperset(run) and not _DIGITS.isdisjoint(run) and not _HEX_LETTERS.isdisjoint(run):
+        return run
+    return " "
+
+
 def _clean(text: str) -> str:
-    return _BASE64_RUN.sub(" ", text.replace(_MARKER, " ")).strip()
+    text = _BASE64_LINES.sub(_payload_lines, text.replace(_MARKER, " "))
+    return _BASE64_RUN.sub(" ", text).strip()
 
 
 def _texts(entry: dict[str, Any]) -> Iterator[str]:

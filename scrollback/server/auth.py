@@ -16,8 +16,21 @@ Token file (YAML or JSON, `SCROLLBACK_AUTH_TOKENS` / `--auth-tokens`)::
       - token: "plain-token-text"                            # accepted, discouraged
         principal: ops
         projects: ["*"]                                      # every project
+      - token_sha256: "<64 hex>"
+        principal: gateway
+        delegate: true                                       # may act for another principal
 
 Tokens are compared by their sha256 in constant time, against every entry.
+
+A delegate (the HTTP gateway, serving a photo URL it signed for alice) may
+send `scrollback-on-behalf-of: alice` beside its token: the call is then
+alice's in every respect, her projects and her budget of concurrent calls,
+never wider than what alice's own token gets. The name must belong to exactly
+one principal of the file: one that is no delegate, whose entries (a name may
+have several tokens) all list the same projects. A token not marked
+`delegate` that sends the header is refused (PERMISSION_DENIED, reason
+`DELEGATION_NOT_ALLOWED`), as is a delegate naming no such principal (reason
+`UNKNOWN_PRINCIPAL`); without auth the header means nothing and is ignored.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ from scrollback.principals import Principal
 
 _HEX = frozenset("0123456789abcdef")
 DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
+# The call metadata in which a delegate token names the principal it acts for.
+ON_BEHALF_OF = "scrollback-on-behalf-of"
 
 
 class AuthConfigError(ValueError):
@@ -51,24 +66,42 @@ def token_digest(token: str) -> bytes:
 class TokenTable:
     """Token digests -> principals, looked up in constant time per entry."""
 
-    def __init__(self, entries: list[tuple[bytes, Principal]]) -> None:
+    def __init__(
+        self, entries: list[tuple[bytes, Principal]], delegates: frozenset[bytes] = frozenset()
+    ) -> None:
         if not entries:
             raise AuthConfigError("the token file lists no tokens")
         self._entries = entries
+        # Digests of the tokens marked `delegate`.
+        self._delegates = delegates
+        self._by_name = _principals_by_name(entries, delegates)
 
     @property
     def principals(self) -> list[Principal]:
         """Every principal in the table."""
         return [principal for _, principal in self._entries]
 
-    def lookup(self, token: str) -> Principal | None:
-        """The principal of a token, or None; compares against every entry."""
+    def _find(self, token: str) -> tuple[bytes, Principal] | None:
         digest = token_digest(token)
-        found: Principal | None = None
+        found: tuple[bytes, Principal] | None = None
         for stored, principal in self._entries:
             if hmac.compare_digest(stored, digest) and found is None:
-                found = principal
+                found = (stored, principal)
         return found
+
+    def lookup(self, token: str) -> Principal | None:
+        """The principal of a token, or None; compares against every entry."""
+        found = self._find(token)
+        return None if found is None else found[1]
+
+    def resolve(self, token: str) -> tuple[Principal, bool] | None:
+        """The principal of a token and whether it is marked `delegate`, or None."""
+        found = self._find(token)
+        return None if found is None else (found[1], found[0] in self._delegates)
+
+    def delegated(self, name: str) -> Principal | None:
+        """The principal a delegate may act for under `name`, or None (see the module doc)."""
+        return self._by_name.get(name)
 
     @classmethod
     def from_data(cls, data: Any) -> TokenTable:
@@ -76,6 +109,7 @@ class TokenTable:
         if not isinstance(data, Mapping) or not isinstance(data.get("tokens"), list):
             raise AuthConfigError("the token file must hold a 'tokens' list")
         entries: list[tuple[bytes, Principal]] = []
+        delegates: set[bytes] = set()
         for number, item in enumerate(data["tokens"], 1):
             if not isinstance(item, Mapping):
                 raise AuthConfigError(f"token entry {number} is not a mapping")
@@ -92,8 +126,13 @@ class TokenTable:
                 digest = token_digest(plain)
             else:
                 raise AuthConfigError(f"token entry {number} needs token_sha256 (64 hex) or token")
+            delegate = item.get("delegate", False)
+            if not isinstance(delegate, bool):
+                raise AuthConfigError(f"token entry {number}: delegate must be true or false")
+            if delegate:
+                delegates.add(digest)
             entries.append((digest, Principal(name, frozenset(projects))))
-        return cls(entries)
+        return cls(entries, frozenset(delegates))
 
     @classmethod
     def from_file(cls, path: Path) -> TokenTable:
@@ -109,6 +148,23 @@ class TokenTable:
         except (orjson.JSONDecodeError, yaml.YAMLError):
             raise AuthConfigError("the token file is not valid YAML or JSON") from None
         return cls.from_data(data)
+
+
+def _principals_by_name(
+    entries: list[tuple[bytes, Principal]], delegates: frozenset[bytes]
+) -> dict[str, Principal]:
+    """The principals a delegate may name: no delegate, one project list across their entries."""
+    seen: dict[str, set[Principal]] = {}
+    excluded: set[str] = set()
+    for digest, principal in entries:
+        seen.setdefault(principal.name, set()).add(principal)
+        if digest in delegates:
+            excluded.add(principal.name)
+    return {
+        name: next(iter(found))
+        for name, found in seen.items()
+        if len(found) == 1 and name not in excluded
+    }
 
 
 def _optional_path(env: Mapping[str, str], name: str) -> Path | None:

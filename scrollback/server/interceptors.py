@@ -5,7 +5,11 @@
 - auth: with a token table, `authorization: Bearer <token>` is required;
   missing or unknown is UNAUTHENTICATED. The caller's principal is set in
   `scrollback.server.auth`'s context variable for the whole call (domain code reads
-  it; `asyncio.to_thread` carries it into worker threads).
+  it; `asyncio.to_thread` carries it into worker threads). A delegate token
+  may name the principal it acts for (`scrollback-on-behalf-of`,
+  scrollback.server.auth): the call is then that principal's, its projects
+  and its budget; from any other token the header is PERMISSION_DENIED with
+  an `ErrorInfo` reason.
 - limits: at most `max_streams` calls in flight per principal (anonymous
   callers share one budget); over it is RESOURCE_EXHAUSTED naming the limit.
 - stalls: each streamed message is sent with `context.write`; a client that
@@ -42,7 +46,7 @@ import grpc
 from scrollback.contract.reasons import Reason
 from scrollback.principals import Principal
 from scrollback.server import memory, metrics
-from scrollback.server.auth import SecuritySettings, TokenTable
+from scrollback.server.auth import ON_BEHALF_OF, SecuritySettings, TokenTable
 from scrollback.server.caller import reset_principal, set_principal
 from scrollback.server.grpc_support import MalformedRequestError
 from scrollback.server.listening import check_bind_allowed, is_loopback
@@ -111,6 +115,20 @@ class _Call:
     token: Any = None
     # Whose budget of concurrent calls it takes ("" = anonymous).
     key: str = ""
+    # Why the call is refused (with `failure`), its status code following from it.
+    failure_reason: Reason = Reason.UNAUTHENTICATED
+    # The delegate that made the call for `principal` ("" = the principal itself).
+    via: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """Who a call's metadata says is calling, or why it is refused."""
+
+    principal: Principal | None
+    failure: str = ""
+    failure_reason: Reason = Reason.UNAUTHENTICATED
+    via: str = ""
 
 
 def _bearer(metadata: Sequence[Any] | None) -> str | None:
@@ -123,6 +141,16 @@ def _bearer(metadata: Sequence[Any] | None) -> str | None:
                 return token.strip()
             return ""
     return None
+
+
+def _on_behalf_of(metadata: Sequence[Any] | None) -> list[str]:
+    """Every value of the `scrollback-on-behalf-of` metadata."""
+    values = []
+    for item in metadata or ():
+        if item[0] == ON_BEHALF_OF:
+            value = item[1]
+            values.append(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+    return values
 
 
 class ServerPolicy(_InterceptorBase):
@@ -156,16 +184,33 @@ class ServerPolicy(_InterceptorBase):
             return self._shared.total(principal)
         return self._active[principal]
 
-    def _authenticate(self, metadata: Sequence[Any] | None) -> tuple[Principal | None, str]:
+    def _authenticate(self, metadata: Sequence[Any] | None) -> _Identity:
         if self._tokens is None:
-            return None, ""
+            return _Identity(None)  # no principals: `scrollback-on-behalf-of` means nothing
         token = _bearer(metadata)
         if token is None:
-            return None, "missing bearer token"
-        principal = self._tokens.lookup(token)
-        if principal is None:
-            return None, "unknown bearer token"
-        return principal, ""
+            return _Identity(None, "missing bearer token")
+        found = self._tokens.resolve(token)
+        if found is None:
+            return _Identity(None, "unknown bearer token")
+        principal, delegate = found
+        names = _on_behalf_of(metadata)
+        if not names:
+            return _Identity(principal)
+        if not delegate:
+            return _Identity(
+                None,
+                f"only a delegate token may send {ON_BEHALF_OF}",
+                Reason.DELEGATION_NOT_ALLOWED,
+            )
+        acting = self._tokens.delegated(names[0]) if len(names) == 1 else None
+        if acting is None:
+            return _Identity(
+                None,
+                f"{ON_BEHALF_OF} must name one principal a delegate may act for",
+                Reason.UNKNOWN_PRINCIPAL,
+            )
+        return _Identity(acting, via=principal.name)
 
     async def intercept_service(
         self,
@@ -188,13 +233,21 @@ class ServerPolicy(_InterceptorBase):
     def _start(self, method: str, metadata: Sequence[Any] | None, anonymous_key: str) -> _Call:
         if anonymous_key:
             return _Call(method, None, "", time.perf_counter(), key=anonymous_key)
-        principal, failure = self._authenticate(metadata)
-        key = principal.name if principal else ""
-        return _Call(method, principal, failure, time.perf_counter(), key=key)
+        identity = self._authenticate(metadata)
+        principal = identity.principal
+        return _Call(
+            method,
+            principal,
+            identity.failure,
+            time.perf_counter(),
+            key=principal.name if principal else "",
+            failure_reason=identity.failure_reason,
+            via=identity.via,
+        )
 
     async def _admit(self, call: _Call, context: Context, request: Any = None) -> None:
         if call.failure:
-            await abort_with_reason(context, Reason.UNAUTHENTICATED, call.failure)
+            await abort_with_reason(context, call.failure_reason, call.failure)
         if request is _MALFORMED:
             await abort_with_reason(context, Reason.MALFORMED_REQUEST, MALFORMED_MESSAGE)
         key = call.key
@@ -237,12 +290,13 @@ class ServerPolicy(_InterceptorBase):
         metrics.RPC_REQUESTS.labels(self._service, call.method, code.name).inc()
         metrics.RPC_LATENCY.labels(self._service, call.method).observe(duration)
         rpc_log.info(
-            "rpc service=%s method=%s code=%s duration_ms=%.1f principal=%s",
+            "rpc service=%s method=%s code=%s duration_ms=%.1f principal=%s%s",
             self._service,
             call.method,
             code.name,
             duration * 1000,
             name,
+            f" via={call.via}" if call.via else "",
         )
 
     def _wrap(
@@ -538,7 +592,7 @@ def prepare_security(
         max_streams=settings.max_streams_per_principal,
         byte_counted_methods=byte_counted_methods,
         stall_timeout=stall_timeout,
-        shared=SharedStreamCounter(role.streams_db) if role is not None else None,
+        shared=role.stream_counter() if role is not None else None,
         worker_pid=os.getpid() if role is not None else None,
     )
     metrics_port = None

@@ -1,24 +1,19 @@
 """`Lane`: short blocking calls on one thread of their own, overflowing when it is held up.
 
 Used for the history service's window reads and for ReadMedia's open-and-verify
-(the blocking step before an image's first byte). A window's blocking part
-(open, checks, index rows, cached entries, sub-agent links) is ~1 ms of Python
-with dozens of syscalls, each of which releases the GIL. Run on asyncio's
-default executor, 16 concurrent windows occupy its several threads at once,
-which then take the GIL from each other and from the event loop at every
-syscall: under 16 clients that contention cost about as much CPU as the
-windows' own work. On one thread they run one after another (the GIL would
-serialize their Python anyway), and only that thread and the loop share the
-GIL: the same run measured 2.2 ms of server CPU per window instead of 2.9 ms,
-and 1.3x the windows/s (2 threads gained about half of that). ReadMedia's
-open gains less (one hop of ~0.3 ms per image): 0.65x -> 0.67x and 0.61x ->
-0.69x of the floor's MB/s in two runs.
+(the blocking step before an image's first byte). Such a call is a little
+Python with dozens of syscalls, each of which releases the GIL. On asyncio's
+default executor, concurrent calls occupy several threads at once, which then
+take the GIL from each other and from the event loop at every syscall; on one
+thread they run one after another (the GIL would serialize their Python anyway)
+and only that thread and the loop share the GIL. The README's benchmark section
+has what that saves.
 
 One thread must not let one slow call (a page token's first use building a
 file's line index, a byte scan of a file never indexed, a hintless media ref's
 search, a cold disk) hold up every other: when the call running on the lane has
 run longer than `stuck_after` (20 ms, some twenty fast calls), new calls go to
-the default executor instead, as they did before, until it ends. A call thus
+the default executor instead until it ends. A call thus
 waits on the lane only behind those queued while the running one was still
 young. Nor may many fast calls (one caller's flood) make the queue long: with
 `max_queued` (16) calls on the lane, new ones overflow the same way.
@@ -75,6 +70,11 @@ class Lane:
         # run_shared calls queued and not started yet, by key (the lock: loop and lane thread).
         self._queued: dict[Hashable, asyncio.Future[Any]] = {}
         self._queued_lock = threading.Lock()
+
+    @property
+    def queued_calls(self) -> int:
+        """Calls on the lane now, queued or running."""
+        return self._queued_calls
 
     async def run(self, work: Callable[[], T]) -> T:
         """`work()` on the lane (or, if the lane is held up, on the default executor)."""

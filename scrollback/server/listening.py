@@ -57,7 +57,9 @@ def listening_line(service: str, address: str, port: int) -> str:
     from scrollback.server.workers import current_role
 
     role = current_role()
-    worker = f" (worker pid {os.getpid()} of {role.count})" if role is not None else ""
+    worker = (
+        f" (worker {role.index + 1} of {role.count}, pid {os.getpid()})" if role is not None else ""
+    )
     return f"{service} listening on {listening_at(address, port)}{worker}"
 
 

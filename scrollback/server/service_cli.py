@@ -43,7 +43,7 @@ from scrollback.server.service_config import (
     ConfigError,
     env_name,
 )
-from scrollback.server.workers import can_share_port, current_role, supervise
+from scrollback.server.workers import FATAL_STATUS, can_share_port, current_role, supervise
 
 
 @runtime_checkable
@@ -83,7 +83,7 @@ class ServedConfig(Protocol):
 ConfigT = TypeVar("ConfigT")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-EXIT_CONFIG = 2
+EXIT_CONFIG = FATAL_STATUS
 
 
 def version() -> str:

@@ -7,17 +7,31 @@ here, before any worker starts), then starts N workers, each a plain
 `grpc.so_reuseport` option; the kernel spreads incoming connections over
 them. The parent starts no grpc machinery of its own (grpc does not survive
 a fork, so workers are fresh interpreters), waits until every worker
-reports ready on a pipe, logs `listening on HOST:PORT`, forwards SIGINT/SIGTERM
-and exits when the workers have exited (with the first failure's status; a
-worker that dies takes the others down, for the supervisor above to restart
-the whole service on a clean slate).
+reports ready on a pipe, logs `listening on HOST:PORT` and forwards
+SIGINT/SIGTERM.
+
+Only the workers of one service share its port: before its workers start,
+the parent claims the port (`claim_port`, an abstract unix socket named by
+the port on Linux, released by the kernel when the parent dies), so a second
+service started on a port in use fails at once with "the port is in use"
+instead of silently taking half the connections (any process of the same
+user may bind a port with `SO_REUSEPORT`). A service of one process binds
+without `SO_REUSEPORT`, which the kernel refuses to share.
+
+Once the service is up the parent supervises its workers: a worker that dies
+is logged (its pid and exit status or signal) and replaced by a new one with
+the same index, at once if it had served, after a doubling delay (1 s to
+30 s) while replacements keep dying before they serve. A worker that exits
+with status 2 (a configuration or listen error, its message on stderr) stops
+the service with that status, as a worker failing during the first start does.
 
 What the workers share lives in the state store (SQLite WAL or PostgreSQL)
 or in the parent's run directory (`WorkerRole.run_dir`, removed on exit):
 
 - `streams.table`: the calls in flight per principal (a memory-mapped table), so
   `SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL` holds for the whole service, not per
-  worker (scrollback.server.stream_limits);
+  worker (scrollback.server.stream_limits); the parent forgets a dead worker's
+  counts there before replacing it;
 - `metrics/`: prometheus_client's multiprocess directory; the parent serves
   the metrics endpoint, summing every worker's counters.
 
@@ -28,6 +42,8 @@ process may run on) chooses N; 1 serves in the one process, as before.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import select
@@ -52,6 +68,7 @@ log = logging.getLogger(__name__)
 RUN_DIR_ENV = "SCROLLBACK_WORKER_RUN_DIR"
 READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
 COUNT_ENV = "SCROLLBACK_WORKER_COUNT"
+INDEX_ENV = "SCROLLBACK_WORKER_INDEX"
 PARENT_ENV = "SCROLLBACK_WORKER_PARENT"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STREAMS_DB = "streams.table"
@@ -59,6 +76,12 @@ READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 20.0
 PARENT_CHECK_SECONDS = 0.5
 MAX_WORKERS = 64
+# The status a server gives a configuration or listen error (service_cli): not worth a retry.
+FATAL_STATUS = 2
+RESTART_DELAY_SECONDS = 1.0
+MAX_RESTART_DELAY_SECONDS = 30.0
+# How often the parent looks at its workers where it cannot wait on them (no pidfd).
+POLL_SECONDS = 0.2
 
 
 def default_workers() -> int:
@@ -71,17 +94,22 @@ def default_workers() -> int:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRole:
-    """This process is one of `count` workers started by a parent (`run_dir` is shared)."""
+    """This process is worker `index` of `count` started by a parent (`run_dir` is shared)."""
 
     run_dir: Path
     count: int
     ready_fd: int
     parent: int = 0
+    index: int = 0
 
     @property
     def streams_db(self) -> Path:
         """The shared count of calls in flight per principal."""
         return self.run_dir / STREAMS_DB
+
+    def stream_counter(self) -> SharedStreamCounter:
+        """This worker's view of the shared count (its own column)."""
+        return SharedStreamCounter(self.streams_db, workers=self.count, worker=self.index)
 
     def announce_ready(self) -> None:
         """Tell the parent this worker serves (its pid on the ready pipe); follow it out.
@@ -117,6 +145,7 @@ def current_role() -> WorkerRole | None:
         int(os.environ.get(COUNT_ENV, "1")),
         int(os.environ.get(READY_FD_ENV, "-1")),
         int(os.environ.get(PARENT_ENV, "0")),
+        int(os.environ.get(INDEX_ENV, "0")),
     )
 
 
@@ -146,6 +175,44 @@ def reserve_port(address: str) -> tuple[socket.socket, int]:
     return sock, int(sock.getsockname()[1])
 
 
+class PortClaim:
+    """A service's exclusive claim on a TCP port, whatever the host part; `close` gives it up.
+
+    Linux: a unix socket bound to an abstract name made of the port, unique per
+    network namespace (as the port is) and released by the kernel when its
+    holder dies. Elsewhere: an flock on a file of the temporary directory.
+    Raises OSError(EADDRINUSE) when another service holds the claim.
+    """
+
+    def __init__(self, port: int) -> None:
+        self._handle: socket.socket | int
+        if sys.platform.startswith("linux"):
+            claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                claim.bind(f"\0scrollback-port-{port}")
+            except BaseException:
+                claim.close()
+                raise
+            self._handle = claim
+            return
+        path = Path(tempfile.gettempdir()) / f"scrollback-port-{port}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE)) from None
+        self._handle = fd
+
+    def close(self) -> None:
+        """Give the port up."""
+        if isinstance(self._handle, socket.socket):
+            self._handle.close()
+        elif self._handle >= 0:
+            os.close(self._handle)
+            self._handle = -1
+
+
 def with_port(address: str, port: int) -> str:
     """`address` with its port replaced."""
     host, _, _ = address.rpartition(":")
@@ -164,6 +231,16 @@ def _serve_metrics(metrics_addr: str, directory: Path) -> int:
         int(port_text), addr=host.strip("[]") or "127.0.0.1", registry=registry
     )
     return int(server.server_port)
+
+
+def describe_exit(code: int) -> str:
+    """A worker's end in words: its exit status or the signal that killed it."""
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 @dataclass
@@ -192,8 +269,8 @@ class _Workers:
                 process.kill()
                 process.wait()
 
-    def status(self) -> int:
-        """The service's exit status once its workers have ended.
+    def status(self, replaced: set[int] | frozenset[int] = frozenset()) -> int:
+        """The service's exit status once its workers have ended (but the `replaced` pids).
 
         The first status a worker gave itself (e.g. 2, a configuration error);
         else 1 if one died of a signal the supervisor does not use to stop
@@ -201,7 +278,7 @@ class _Workers:
         deaths are clean stops: a worker still starting when the service is
         asked to stop has no handler yet and dies of the forwarded signal.
         """
-        codes = [process.returncode for process in self.processes]
+        codes = [p.returncode for p in self.processes if p.pid not in replaced]
         for code in codes:
             if code is not None and code > 0:
                 return code
@@ -209,11 +286,21 @@ class _Workers:
         return 1 if any(code and code not in clean for code in codes) else 0
 
 
+def _pidfd(pid: int) -> int:
+    """A descriptor that turns readable when `pid` exits; -1 where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 class Supervisor:
     """`count` workers of `python -m <name> argv` on one port, started and stopped as one.
 
     `metrics_env` is the service's metrics variable: workers get it empty (the
-    parent serves the summed metrics on `metrics_addr` instead).
+    parent serves the summed metrics on `metrics_addr` instead). Once started,
+    a thread of the parent replaces workers that die; `wait` returns when the
+    service has ended (stopped, or a fatal worker status).
     """
 
     def __init__(
@@ -236,59 +323,76 @@ class Supervisor:
         self.metrics_port: int | None = None
         self.workers = _Workers([])
         self._reserved: socket.socket | None = None
+        self._claim: PortClaim | None = None
         self._run_dir: Path | None = None
+        self._env: dict[str, str] = {}
+        self._worker_argv: list[str] = []
+        self._ready_pipe = (-1, -1)
+        self._wake_pipe = (-1, -1)
+        self._counter: SharedStreamCounter | None = None
+        # Guards the worker list and `_stopping` between the supervising thread and stop/signal;
+        # reentrant because a signal handler may run while this thread holds it.
+        self._lock = threading.RLock()
+        self._stopping = False
+        self._fatal = 0
+        # Workers whose death was logged and whose replacement is (or was to be)
+        # started: not a failure of the service when it stops.
+        self._replaced: set[int] = set()
+        self._ended = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
-        """Reserve the port and start the workers; True once all serve.
+        """Claim the port and start the workers; True once all serve.
 
         False when one exited first (its own message is on stderr) or none
         came up in time; the others are stopped then. Raises OSError when
-        the port cannot be reserved.
+        the port cannot be reserved or another service holds it.
         """
         self._reserved, self.port = reserve_port(self._address)
+        try:
+            self._claim = PortClaim(self.port)
+        except OSError:
+            self._reserved.close()
+            self._reserved = None
+            raise
         self._run_dir = Path(tempfile.mkdtemp(prefix=f"scrollback-{self.name}-"))
         metrics_dir = self._run_dir / "metrics"
         metrics_dir.mkdir()
         # The shared stream counter's table is made here, once, before any worker maps it.
-
-        SharedStreamCounter(self._run_dir / STREAMS_DB).close()
-        env = dict(os.environ)
-        env.update(
+        self._counter = SharedStreamCounter(self._run_dir / STREAMS_DB, workers=self.count)
+        self._env = dict(os.environ)
+        self._env.update(
             {
                 RUN_DIR_ENV: str(self._run_dir),
                 COUNT_ENV: str(self.count),
                 PARENT_ENV: str(os.getpid()),
             }
         )
-        env[MULTIPROC_ENV] = str(metrics_dir)
+        self._env[MULTIPROC_ENV] = str(metrics_dir)
         if self._metrics_env:
-            env[self._metrics_env] = ""
-        worker_argv = [
+            self._env[self._metrics_env] = ""
+        self._worker_argv = [
             sys.executable, "-m", self.name, *self._argv,
             "--addr", with_port(self._address, self.port), "--workers", "1",
         ]  # fmt: skip
-        read_end, write_end = os.pipe()
-        try:
-            env[READY_FD_ENV] = str(write_end)
-            for _ in range(self.count):
-                # Their own process group: a terminal's Ctrl-C reaches the
-                # parent only, which forwards it once.
-                self.workers.processes.append(
-                    subprocess.Popen(worker_argv, env=env, pass_fds=(write_end,), process_group=0)
-                )
-            os.close(write_end)
-            write_end = -1
-            ready = _wait_ready(read_end, self.workers, self.count)
-        finally:
-            if write_end >= 0:
-                os.close(write_end)
-            os.close(read_end)
+        # Both pipes live as long as the service: replacements announce
+        # themselves on the same ready pipe, and stop() wakes the supervising thread.
+        self._ready_pipe = os.pipe()
+        self._wake_pipe = os.pipe()
+        with self._lock:
+            for index in range(self.count):
+                self.workers.processes.append(self._spawn(index))
+        ready = _wait_ready(self._ready_pipe[0], self.workers, self.count)
         if not ready:
             self.stop()
             return False
         if self._metrics_addr:
             self.metrics_port = _serve_metrics(self._metrics_addr, metrics_dir)
             log.info("%s: metrics on port %d", self.name, self.metrics_port)
+        self._thread = threading.Thread(
+            target=self._supervise, name=f"{self.name}-workers", daemon=True
+        )
+        self._thread.start()
         log.info(
             "%s: %d workers listening on %s",
             self.name,
@@ -297,22 +401,158 @@ class Supervisor:
         )
         return True
 
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+        """Start worker `index` (the lock held)."""
+        env = {
+            **self._env,
+            INDEX_ENV: str(index),
+            READY_FD_ENV: str(self._ready_pipe[1]),
+        }
+        # Their own process group: a terminal's Ctrl-C reaches the parent
+        # only, which forwards it once.
+        return subprocess.Popen(
+            self._worker_argv, env=env, pass_fds=(self._ready_pipe[1],), process_group=0
+        )
+
+    def _supervise(self) -> None:
+        """Replace workers that die until the service stops (the supervising thread)."""
+        served = {p.pid for p in self.workers.processes}  # pids that announced themselves
+        restart_at: dict[int, float] = {}  # index -> when its replacement starts
+        failures = 0  # replacements in a row that died before serving
+        pidfds = {p.pid: _pidfd(p.pid) for p in self.workers.processes}
+        buffer = b""
+        try:
+            while True:
+                with self._lock:
+                    processes = list(self.workers.processes)
+                    stopping = self._stopping
+                if stopping and all(p.poll() is not None for p in processes):
+                    return
+                waits = [self._ready_pipe[0], self._wake_pipe[0]]
+                waits += [fd for pid, fd in pidfds.items() if fd >= 0]
+                timeout: float | None = None
+                if restart_at and not stopping:
+                    timeout = max(0.0, min(restart_at.values()) - time.monotonic())
+                if any(fd < 0 for fd in pidfds.values()):
+                    timeout = POLL_SECONDS if timeout is None else min(timeout, POLL_SECONDS)
+                readable, _, _ = select.select(waits, [], [], timeout)
+                if self._ready_pipe[0] in readable:
+                    buffer += os.read(self._ready_pipe[0], 4096)
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        served.add(int(line))
+                        failures = 0
+                        log.info("%s: worker %s serving", self.name, line.decode())
+                if self._wake_pipe[0] in readable:
+                    os.read(self._wake_pipe[0], 4096)
+                for index, process in enumerate(processes):
+                    code = process.poll()
+                    if code is None or process.pid not in pidfds:
+                        continue
+                    fd = pidfds.pop(process.pid)
+                    if fd >= 0:
+                        os.close(fd)
+                    with self._lock:
+                        stopping = self._stopping
+                    if stopping:
+                        continue
+                    self._forget(index, process.pid)
+                    if code == FATAL_STATUS:
+                        log.error(
+                            "%s: worker %d %s; stopping the service",
+                            self.name, process.pid, describe_exit(code),
+                        )  # fmt: skip
+                        self._fatal = code
+                        self._begin_stop()
+                        continue
+                    delay = 0.0
+                    if process.pid not in served:
+                        failures += 1
+                        delay = min(
+                            RESTART_DELAY_SECONDS * 2 ** (failures - 1), MAX_RESTART_DELAY_SECONDS
+                        )
+                    log.warning(
+                        "%s: worker %d %s; starting another%s",
+                        self.name, process.pid, describe_exit(code),
+                        f" in {delay:g} s" if delay else "",
+                    )  # fmt: skip
+                    self._replaced.add(process.pid)
+                    restart_at[index] = time.monotonic() + delay
+                now = time.monotonic()
+                for index, when in list(restart_at.items()):
+                    if when > now:
+                        continue
+                    del restart_at[index]
+                    with self._lock:
+                        if self._stopping:
+                            continue
+                        replacement = self._spawn(index)
+                        self.workers.processes[index] = replacement
+                    pidfds[replacement.pid] = _pidfd(replacement.pid)
+        except Exception:
+            # The service cannot be kept whole any more: end it rather than serve short.
+            log.exception("%s: supervising the workers failed; stopping the service", self.name)
+            self._fatal = self._fatal or 1
+            self._begin_stop()
+        finally:
+            for fd in pidfds.values():
+                if fd >= 0:
+                    os.close(fd)
+            self._ended.set()
+
+    def _forget(self, index: int, pid: int) -> None:
+        """What a dead worker left in the shared state: its stream counts, its live gauges."""
+        if self._counter is not None:
+            self._counter.forget_worker(index)
+        if self._run_dir is not None and self._metrics_addr:
+            from prometheus_client.multiprocess import mark_process_dead
+
+            mark_process_dead(pid, str(self._run_dir / "metrics"))  # type: ignore[no-untyped-call]
+
+    def _begin_stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop replacing workers and forward `sig` to each (once)."""
+        with self._lock:
+            self._stopping = True
+            self.workers.signal_all(sig)
+        if self._wake_pipe[1] >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_pipe[1], b"x")
+
     def signal(self, sig: int) -> None:
-        """Forward a signal to every worker (once each)."""
-        self.workers.signal_all(sig)
+        """Forward a signal to every worker (once each); the service is stopping."""
+        self._begin_stop(sig)
+
+    def wait(self) -> None:
+        """Return when the service has ended: every worker stopped, or a fatal worker status."""
+        if self._thread is not None:
+            self._ended.wait()
 
     def stop(self) -> int:
         """Stop every worker (SIGTERM, then SIGKILL after a grace), release all; the status."""
-        self.workers.signal_all(signal.SIGTERM)
-        self.workers.wait_all(STOP_TIMEOUT_SECONDS)
-        self.workers.signal_all(signal.SIGKILL)
+        self._begin_stop()
+        with self._lock:
+            workers = _Workers(list(self.workers.processes), self.workers.signalled)
+        workers.wait_all(STOP_TIMEOUT_SECONDS)
+        workers.signal_all(signal.SIGKILL)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        for end in (*self._ready_pipe, *self._wake_pipe):
+            if end >= 0:
+                os.close(end)
+        self._ready_pipe = self._wake_pipe = (-1, -1)
+        if self._counter is not None:
+            self._counter.close()
+            self._counter = None
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
         if self._reserved is not None:
             self._reserved.close()
             self._reserved = None
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
-        return self.workers.status()
+        return self._fatal or self.workers.status(self._replaced)
 
 
 def supervise(
@@ -326,9 +566,9 @@ def supervise(
 ) -> int:
     """Run a `Supervisor` in the foreground: forward SIGINT/SIGTERM; its exit status.
 
-    Returns when the workers have exited: 0 after a signal they obeyed; a
-    worker that ended on its own stops the others and gives the status.
-    Raises OSError when the port cannot be reserved.
+    Returns when the service has ended: 0 after a signal its workers obeyed;
+    a worker's fatal status (2) stops the others and gives the status.
+    Raises OSError when the port cannot be reserved or is another service's.
     """
     supervisor = Supervisor(
         name,
@@ -347,9 +587,8 @@ def supervise(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if not supervisor.start():
-            return 0 if stop_requested else (supervisor.workers.status() or 2)
-        _wait_any_exit(supervisor.workers)
-        # One worker ended (a signal we forwarded, or a failure): end the others.
+            return 0 if stop_requested else (supervisor.workers.status() or FATAL_STATUS)
+        supervisor.wait()
         return supervisor.stop()
     finally:
         supervisor.stop()
@@ -376,10 +615,3 @@ def _wait_ready(read_end: int, workers: _Workers, count: int) -> bool:
             buffer += chunk
             ready = buffer.count(b"\n")
     return ready >= count
-
-
-def _wait_any_exit(workers: _Workers) -> None:
-    """Return when any worker has exited."""
-    while all(p.poll() is None for p in workers.processes):
-        with contextlib.suppress(ChildProcessError, InterruptedError):
-            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)

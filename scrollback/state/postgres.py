@@ -33,7 +33,7 @@ T = TypeVar("T")
 MIGRATION_LOCK = 0x5C20_0001
 ACCEPT_LOCK = 0x5C20_0002
 GC_LOCK = 0x5C20_0003
-INSIGHT_LOCK = 0x5C20_0017  # writers of the session insight index (issue 17)
+INSIGHT_LOCK = 0x5C20_0017  # writers of the session insight index
 
 # (version, SQL). Append only: never edit a released migration.
 MIGRATIONS: tuple[tuple[int, str], ...] = (

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--insight-mb", type=float, help="the session the insight bench indexes, MB (500; quick 20)"
     )
+    parser.add_argument(
+        "--slim-mb", type=float, help="the session the slim bench copies, MB (2000; quick 20)"
+    )
     parser.add_argument("--repeats", type=int, help="interleaved repeats per figure (15; quick 7)")
     parser.add_argument(
         "--throughput-seconds", type=float, help="seconds per throughput sample (5; quick 1.5)"
@@ -78,6 +81,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         index_bytes=_mb(args.index_mb),
         search_bytes=_mb(args.search_mb),
         insight_bytes=_mb(args.insight_mb),
+        slim_bytes=_mb(args.slim_mb),
         image_bytes=None if args.image_kb is None else int(args.image_kb * 1000),
         repeats=args.repeats,
         throughput_seconds=args.throughput_seconds,

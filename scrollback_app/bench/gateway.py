@@ -28,8 +28,11 @@ from scrollback_app.bench.procs import free_port, proc_status_kib
 MB = 1_000_000
 
 
-def _spawn(args: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _spawn(
+    args: list[str], log: IO[bytes], settings: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    env.update(settings or {})
     return subprocess.Popen(
         [sys.executable, "-m", "gateway", *args],
         stdin=subprocess.DEVNULL,
@@ -40,9 +43,22 @@ def _spawn(args: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
 
 
 @asynccontextmanager
-async def gateway_process(history_addr: str, media_addr: str) -> AsyncIterator[tuple[str, int]]:
-    """`python -m gateway` on a free port; yields its base URL and pid."""
+async def gateway_process(
+    history_addr: str, media_addr: str, downloads: int = 0
+) -> AsyncIterator[tuple[str, int]]:
+    """`python -m gateway` on a free port; yields its base URL and pid.
+
+    `downloads`: the downloads of one photo, and from this one client, the
+    gateway lets be open at once (0: its defaults), since the bench fetches
+    few photos many times at once.
+    """
     port = free_port()
+    settings = {}
+    if downloads:
+        settings = {
+            "SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_URL": str(downloads),
+            "SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_CLIENT": str(downloads),
+        }
     with tempfile.TemporaryFile() as log:
         process = _spawn(
             [
@@ -50,6 +66,7 @@ async def gateway_process(history_addr: str, media_addr: str) -> AsyncIterator[t
                 *("--history-addr", history_addr, "--media-addr", media_addr),
             ],
             log,
+            settings,
         )
         url = f"http://127.0.0.1:{port}"
         try:
@@ -110,8 +127,10 @@ async def gateway_figures(
     """The three gateway figures."""
     figures: list[Figure] = []
     limits = httpx.Limits(max_connections=rss_streams * 2)
+    # Every download the bench opens at once may be of one photo, from this one client.
+    downloads = max(clients, rss_streams)
     async with (
-        gateway_process(history_addr, media_addr) as (url, _pid),
+        gateway_process(history_addr, media_addr, downloads) as (url, _pid),
         httpx.AsyncClient(limits=limits, timeout=60) as client,
     ):
         urls = await photo_urls(client, url, photo_session)
@@ -173,7 +192,7 @@ async def gateway_figures(
     peaks: dict[str, float] = {}
     for session_id in (photo_session, big_session):
         async with (
-            gateway_process(history_addr, media_addr) as (url, pid),
+            gateway_process(history_addr, media_addr, downloads) as (url, pid),
             httpx.AsyncClient(limits=limits, timeout=120) as client,
         ):
             urls = await photo_urls(client, url, session_id)

@@ -1,4 +1,4 @@
-"""Line index figures (issue 16): hintless refs at any depth, and the index's build speed.
+"""Line index figures: hintless refs at any depth, and the index's build speed.
 
 - **Build on first touch**: the persisted line index (scrollback.lineindex) of
   the big transcript built into a fresh SQLite state database, vs a bare

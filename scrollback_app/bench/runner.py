@@ -25,12 +25,18 @@ baseline in the same run, interleaved, median of repeats:
   during a flood of unknown ids;
 - RSS of fresh media and history servers under clients that never grant
   flow-control window, and after they leave (`scrollback_app.bench.stalls`).
+- peak RSS of a fresh media server during two concurrent 96 px thumbnails of
+  64 MP PNGs vs the same idle (`scrollback_app.bench.thumbnails`; target +350 MB).
 - search (`scrollback_app.bench.search`): index build throughput vs a newline
   scan, and Search latency p50/p99 on an index of >= 1 GB of transcripts
-  (quick: 20 MB).
+  (quick: 20 MB); and bob's empty Search for a word in 30,000 of alice's
+  entries vs an absent word (target <= 1.5x).
 - session insight (`scrollback_app.bench.insight`): the first index pass of a
   500 MB session vs a newline scan (reported), and GetSession on it once
   indexed vs a gRPC health check p50 (target <= 10x; quick: 20 MB).
+- slim copy (`scrollback_app.bench.slim`): SlimSession of a 2 GB session vs a
+  plain copy of the file (reported), and the history server's peak RSS while
+  it streams the copy vs its RSS before (target <= 1.5x; quick: 20 MB).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from client.aio import AsyncClient
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import line_index, lookup, procs, services, stalls
+from scrollback_app.bench import line_index, lookup, procs, services, stalls, thumbnails
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.floor import write_messages
 from scrollback_app.bench.stripper import measure as measure_stripper
@@ -93,6 +99,7 @@ class BenchConfig:
     search_samples: int = 300
     insight_bytes: int = 500 * MB
     insight_samples: int = 200
+    slim_bytes: int = 2000 * MB
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -134,6 +141,7 @@ class BenchConfig:
             search_samples=60,
             insight_bytes=20 * MB,
             insight_samples=40,
+            slim_bytes=20 * MB,
             label="quick",
         )
 
@@ -747,6 +755,8 @@ class _Run:
             self.add(figure)
         for figure in await stalls.measure(self.work, self.config.stalls, self.log):
             self.add(figure)
+        for figure in await thumbnails.measure(self.work, self.log):
+            self.add(figure)
         from scrollback_app.bench import search
 
         for figure in await search.measure(
@@ -765,6 +775,12 @@ class _Run:
             self.config.image_bytes,
             self.config.insight_samples,
             self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import slim
+
+        for figure in await slim.measure(
+            self.work, self.config.slim_bytes, self.config.image_bytes, self.log
         ):
             self.add(figure)
         return self.figures

@@ -1,6 +1,6 @@
 """A hostile HTTP/2 client: opens gRPC streams and never grants flow-control window.
 
-`StalledClient` speaks raw HTTP/2 (the `h2` package, a dev dependency) over
+`StalledClient` speaks raw HTTP/2 (the `h2` package) over
 one loopback socket. It opens unary-request streaming calls and then only
 answers the protocol's own SETTINGS and PING frames: it never sends a
 WINDOW_UPDATE, so the server can send each stream (and the connection) at

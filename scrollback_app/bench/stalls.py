@@ -1,4 +1,4 @@
-"""Memory figures under stalled clients (issue 11): RSS while they stall, and after they leave.
+"""Memory figures under stalled clients: RSS while they stall, and after they leave.
 
 A hostile HTTP/2 client (`scrollback_app.bench.stalled.StalledClient`) opens
 streams and never grants flow-control window. Against a fresh
@@ -35,7 +35,7 @@ from scrollback_app.bench.transcripts import PNG_SIGNATURE
 MB = 1_000_000
 READ_MEDIA = "/scrollback.media.v1.MediaService/ReadMedia"
 READ_WINDOW = "/scrollback.history.v1.HistoryService/ReadWindow"
-# Growth over the idle baseline that each figure must stay under (issue 11).
+# Growth over the idle baseline that each figure must stay under.
 MEDIA_STALLED_MAX_MB = 150
 HISTORY_STALLED_MAX_MB = 200
 AFTER_MAX_MB = 60

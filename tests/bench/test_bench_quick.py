@@ -48,11 +48,15 @@ EXPECTED = {
     "stall_media_after",
     "stall_history_stalled",
     "stall_history_after",
+    "thumbnail_rss_two_64mp",
     "search_index_build",
     "search_query_p50",
     "search_query_p99",
+    "search_hidden_word_vs_absent",
     "insight_index_build",
     "insight_get_session",
+    "slim_copy",
+    "slim_server_rss",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 25x target cannot show, so only "not much slower than the
@@ -80,6 +84,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             "--index-mb=12",
             "--search-mb=4",
             "--insight-mb=4",
+            "--slim-mb=4",
             "--repeats=3",
             "--throughput-seconds=0.4",
             f"--workdir={tmp_path / 'work'}",

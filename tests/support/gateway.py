@@ -3,19 +3,24 @@
 `GatewayStack` runs the history and media servers (client_helpers.ServerPair)
 and the gateway (a real uvicorn server) in one background loop; every HTTP
 request the gateway answers is recorded (method, path, status) by a small
-ASGI wrapper, so tests count photo fetches at the gateway.
+ASGI wrapper, so tests count photo fetches at the gateway. `RawConnection`
+is a client socket that sends what a test says and reads only when asked
+(half-sent requests, downloads that never read their body).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gateway.config import GatewayConfig
 from gateway.server import RunningGateway, start_gateway
+from scrollback.server.auth import SecuritySettings
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
 REPO = Path(__file__).resolve().parents[2]  # tests/support/gateway.py -> the repository
@@ -75,11 +80,37 @@ class RequestLog:
         return recorded
 
 
-class GatewayStack:
-    """History, media and the gateway, all on 127.0.0.1 ports picked by the kernel."""
+def write_tokens(path: Path, projects: dict[str, list[str]]) -> Path:
+    """A token file of TOKENS: each principal sees `projects[name]`; the gateway is a delegate."""
+    lines = ["tokens:"]
+    for name, token in TOKENS.items():
+        lines += [f"  - token: {token}", f"    principal: {name}"]
+        lines.append(f"    projects: {projects.get(name, [])!r}")
+        if name == "gateway":
+            lines.append("    delegate: true")
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.pair = ServerPair(tmp_path / "root", tmp_path / "state")
+
+class GatewayStack:
+    """History, media and the gateway, all on 127.0.0.1 ports picked by the kernel.
+
+    With `tenants` (principal -> projects), both services run with that token
+    file too (and `max_streams` calls in flight per principal); otherwise they
+    run without auth and only the gateway checks tokens.
+    """
+
+    def __init__(
+        self, tmp_path: Path, *, tenants: dict[str, list[str]] | None = None, max_streams: int = 64
+    ) -> None:
+        self.tokens_file: Path | None = None
+        security = None
+        if tenants is not None:
+            self.tokens_file = write_tokens(tmp_path / "tenants.yaml", tenants)
+            security = SecuritySettings(
+                auth_tokens=self.tokens_file, max_streams_per_principal=max_streams
+            )
+        self.pair = ServerPair(tmp_path / "root", tmp_path / "state", security)
         self.tmp = tmp_path
         self.log = RequestLog()
         self.gateway: RunningGateway | None = None
@@ -87,19 +118,17 @@ class GatewayStack:
         self.pair.start_history(0)
         self.pair.start_media(0)
 
-    def start_gateway(self, *, auth: bool = False, ttl: int = 86400) -> GatewayConfig:
-        """Start the gateway (with a token file and its own token when `auth`)."""
+    def start_gateway(
+        self, *, auth: bool = False, ttl: int = 86400, **settings: Any
+    ) -> GatewayConfig:
+        """Start the gateway (with a token file and its own token when `auth`; `settings`:
+        other GatewayConfig fields)."""
         key = self.tmp / "signing.key"
         key.write_bytes(os.urandom(32).hex().encode())
         fields: dict[str, Any] = {}
         if auth:
-            tokens = self.tmp / "tokens.yaml"
-            tokens.write_text(
-                "tokens:\n"
-                + "".join(
-                    f"  - token: {token}\n    principal: {name}\n    projects: ['*']\n"
-                    for name, token in TOKENS.items()
-                )
+            tokens = self.tokens_file or write_tokens(
+                self.tmp / "tokens.yaml", {"alice": ["*"], "bob": ["*"]}
             )
             own = self.tmp / "gateway.token"
             own.write_text(TOKENS["gateway"])
@@ -111,6 +140,7 @@ class GatewayStack:
             signing_key_file=key,
             url_ttl_seconds=ttl,
             **fields,
+            **settings,
         ).validate()
         self.config = config
         self.gateway = self.pair.run(start_gateway(config, self.log.wrap))
@@ -149,3 +179,73 @@ def photo_session(stack: GatewayStack, entries: int = 400, photos: int = 60) -> 
             lines.append(user_line(uuid, f"question {number}"))
     stack.pair.transcript(SESSION).write_bytes(b"".join(lines))
     return photo_uuids
+
+
+class RawConnection:
+    """One TCP connection to the gateway, written and read only as the test says."""
+
+    def __init__(self, port: int, *, receive_buffer: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:
+            # Set before connecting, so the window the client offers stays this small.
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.setblocking(False)
+        self.received = b""
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        """Send `data` (all of it)."""
+        self.sock.setblocking(True)
+        try:
+            self.sock.sendall(data)
+        finally:
+            self.sock.setblocking(False)
+
+    def poll(self, limit: int = 1 << 16) -> None:
+        """Read what has arrived, up to `limit` bytes in all; note when the server closed."""
+        while not self.closed and len(self.received) < limit:
+            try:
+                data = self.sock.recv(limit - len(self.received))
+            except BlockingIOError:
+                return
+            except ConnectionError:
+                self.closed = True
+                return
+            if not data:
+                self.closed = True
+                return
+            self.received += data
+
+    def close(self) -> None:
+        """Close the client's end."""
+        self.sock.close()
+
+
+def has_whole_response(connection: RawConnection) -> bool:
+    """True once a response's head and its whole Content-Length body have arrived."""
+    head, sep, body = connection.received.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    lengths = [
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    ]
+    return bool(lengths) and len(body) >= lengths[0]
+
+
+def poll_until(
+    connections: list[RawConnection], done: Any, timeout: float, limit: int = 1 << 16
+) -> bool:
+    """Poll every connection until `done(connection)` holds for all, or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for connection in connections:
+            connection.poll(limit)
+        if all(done(connection) for connection in connections):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)

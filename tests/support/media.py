@@ -18,6 +18,7 @@ from scrollback.contract.enumeration import image_source_field, iter_image_block
 from scrollback.contract.stripping import strip_line
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from scrollback_app.bench.thumbnails import flat_png, png_chunk
 from tests.support.reasons import assert_reason
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -31,6 +32,17 @@ def png_bytes(size: int = 40_000, seed: int = 0) -> bytes:
         else bytes((i * 31 + seed * 7) % 251 for i in range(size - len(PNG_MAGIC)))
     )
     return PNG_MAGIC + body
+
+
+def png_with_empty_chunks(
+    width: int, height: int, chunks: int, *, before_idat: bool = True, seed: int = 0
+) -> bytes:
+    """A real one-colour PNG with `chunks` empty private ancillary chunks between IHDR and
+    IDAT (or, `before_idat` false, between IDAT and IEND, where a reader stops before)."""
+    png = flat_png(width, height, (9, 99, seed % 256, 255))
+    # After the signature and IHDR (length, type, 13 bytes of data, CRC); or before IEND.
+    at = 8 + 12 + 13 if before_idat else len(png) - 12
+    return png[:at] + png_chunk(b"scRb", b"") * chunks + png[at:]
 
 
 def image_block(data: bytes, media_type: str = "image/png") -> dict[str, Any]:

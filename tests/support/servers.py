@@ -26,6 +26,7 @@ from history_service.config import HistoryConfig
 from history_service.server import RunningHistoryServer, start_history_server
 from media_service.config import MediaConfig
 from media_service.server import RunningMediaServer, start_media_server
+from scrollback.server.auth import SecuritySettings
 
 T = TypeVar("T")
 
@@ -104,9 +105,11 @@ def assistant_line(uuid: str, text: str) -> bytes:
 class ServerPair:
     """Both services on 127.0.0.1, served from a background event loop."""
 
-    def __init__(self, root: Path, state: Path) -> None:
+    def __init__(self, root: Path, state: Path, security: SecuritySettings | None = None) -> None:
         self.root = root
         self.state = state
+        # Auth and limits of both servers (None: none, the loopback default).
+        self.security = security or SecuritySettings()
         root.mkdir(parents=True, exist_ok=True)
         state.mkdir(parents=True, exist_ok=True)
         self.loop = asyncio.new_event_loop()
@@ -148,6 +151,7 @@ class ServerPair:
             rescan_interval_seconds=0.2,
             watch_poll_seconds=0.05,
             heartbeat_seconds=0.5,
+            security=self.security,
         )
         self.history = self.run(start_history_server(config))
         self.history_port = self.history.port
@@ -160,6 +164,7 @@ class ServerPair:
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",
             gc_interval_seconds=3600,
+            security=self.security,
         )
         self.media = self.run(start_media_server(config))
         self.media_port = self.media.port

@@ -1,14 +1,16 @@
 """Helpers of the multi-worker tests: a service started as a real process tree, and its workers.
 
-`WorkerService` runs `python -m <service> --workers N` on 127.0.0.1:0, drains
-its stderr in a thread (the workers log every RPC there), and learns the port
-from the parent's `N workers listening on HOST:PORT` line. `channel_on_new_worker`
+`WorkerService` runs `python -m <service> --workers N` (on 127.0.0.1:0 unless
+told), drains its stderr in a thread (the workers log every RPC there), and
+learns the port from the parent's `N workers listening on HOST:PORT` line (a
+service of one process logs `... service listening on HOST:PORT`). `channel_on_new_worker`
 opens channels with their own connection until one lands on a worker not
 seen yet, told by the `scrollback-worker-pid` trailing metadata.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -23,6 +25,8 @@ from typing import Any
 import grpc
 
 LISTENING = re.compile(r"(\d+) workers listening on \S*:(\d+)")
+# A service of one process (the history service's line).
+LISTENING_ALONE = re.compile(r"() service listening on \S*:(\d+)")
 METRICS = re.compile(r"metrics on port (\d+)")
 WORKER_PID_KEY = "scrollback-worker-pid"
 
@@ -38,19 +42,22 @@ class WorkerService:
         *,
         workers: int = 2,
         env: Mapping[str, str] | None = None,
+        addr: str = "127.0.0.1:0",
     ) -> None:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
         full_env.update(env or {})
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, "--transcripts", str(root), "--state", str(state),
-             "--addr", "127.0.0.1:0", "--workers", str(workers)],
+             "--addr", addr, "--workers", str(workers)],
             env=full_env, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        self._listening = LISTENING if workers > 1 else LISTENING_ALONE
         self.port = 0
         self.metrics_port = 0
         self._ready = threading.Event()
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
         if not self._ready.wait(60) or not self.port:
             self.stop()
             raise AssertionError("the service did not start:\n" + "".join(self.lines[-30:]))
@@ -62,7 +69,7 @@ class WorkerService:
             metrics = METRICS.search(line)
             if metrics:
                 self.metrics_port = int(metrics.group(1))
-            found = LISTENING.search(line)
+            found = self._listening.search(line)
             if found:
                 self.port = int(found.group(2))
                 self._ready.set()
@@ -74,19 +81,25 @@ class WorkerService:
         return f"127.0.0.1:{self.port}"
 
     def worker_pids(self) -> set[int]:
-        """The parent's live child processes (its workers)."""
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-        try:
-            return {int(p) for p in children.read_text().split()}
-        except FileNotFoundError:
-            return set()
+        """The parent's live child processes (its workers), whichever of its threads started them."""
+        pids: set[int] = set()
+        for children in Path(f"/proc/{self.process.pid}/task").glob("*/children"):
+            with contextlib.suppress(FileNotFoundError):
+                pids.update(int(p) for p in children.read_text().split())
+        return pids
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the parent to exit by itself and for its last lines; its exit status."""
+        status = self.process.wait(timeout)
+        self._drainer.join(timeout)
+        return status
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         """Signal the parent and wait; its exit status."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
         try:
-            return self.process.wait(timeout)
+            return self.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()

@@ -14,6 +14,24 @@ from scrollback.server.lane import Lane
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("lane_test", default="")
 
 
+def holding(started: threading.Event, release: threading.Event) -> Callable[[], bool]:
+    """Work that says it has started on its thread, then holds it until released."""
+
+    def hold() -> bool:
+        started.set()
+        return release.wait(10)
+
+    return hold
+
+
+async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    """Poll the loop until `condition()` holds, failing after `seconds`."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.001)
+
+
 async def test_calls_run_on_the_lane_thread_with_the_callers_context() -> None:
     lane = Lane(name="window-lane")
     try:
@@ -44,10 +62,12 @@ async def test_an_error_reaches_the_caller() -> None:
 
 async def test_a_held_up_window_does_not_hold_up_the_next() -> None:
     lane = Lane(stuck_after=0.02, name="window-lane")
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
     try:
-        slow = asyncio.ensure_future(lane.run(lambda: release.wait(10)))
-        await asyncio.sleep(0.1)  # the slow one has run past stuck_after
+        slow = asyncio.ensure_future(lane.run(holding(started, release)))
+        await asyncio.to_thread(started.wait, 5)
+        # What is tested is a duration: the call has now run past stuck_after.
+        await asyncio.sleep(0.05)
         fast = await asyncio.wait_for(lane.run(lambda: threading.current_thread().name), 2)
         assert not fast.startswith("window-lane")  # the default executor took it
         assert lane.overflows == 1
@@ -62,11 +82,13 @@ async def test_a_held_up_window_does_not_hold_up_the_next() -> None:
 
 
 async def test_identical_queued_calls_share_one_run_and_started_ones_are_not_joined() -> None:
-    lane = Lane(name="window-lane")
-    release = threading.Event()
+    # stuck_after far off: however long the blocker runs, the lane stays the lane.
+    lane = Lane(stuck_after=60, name="window-lane")
+    started, release = threading.Event(), threading.Event()
     runs: list[str] = []
 
     def blocker() -> str:
+        started.set()
         release.wait(10)
         return "blocker"
 
@@ -79,7 +101,7 @@ async def test_identical_queued_calls_share_one_run_and_started_ones_are_not_joi
 
     try:
         first = asyncio.ensure_future(lane.run_shared("other", blocker))
-        await asyncio.sleep(0.005)  # the blocker has started: the lane is busy, not yet stuck
+        await asyncio.to_thread(started.wait, 5)  # the lane is busy
         queued = [asyncio.ensure_future(lane.run_shared("same", work(f"w{i}"))) for i in range(5)]
         await asyncio.sleep(0)
         release.set()
@@ -96,15 +118,15 @@ async def test_identical_queued_calls_share_one_run_and_started_ones_are_not_joi
 
 
 async def test_a_shared_call_that_fails_fails_every_caller_and_is_forgotten() -> None:
-    lane = Lane(name="window-lane")
-    release = threading.Event()
+    lane = Lane(stuck_after=60, name="window-lane")
+    started, release = threading.Event(), threading.Event()
 
     def fail() -> None:
         raise LookupError("gone")
 
     try:
-        busy = asyncio.ensure_future(lane.run(lambda: release.wait(10)))
-        await asyncio.sleep(0.005)
+        busy = asyncio.ensure_future(lane.run(holding(started, release)))
+        await asyncio.to_thread(started.wait, 5)
         calls = [asyncio.ensure_future(lane.run_shared("k", fail)) for _ in range(3)]
         await asyncio.sleep(0)
         release.set()
@@ -123,7 +145,7 @@ async def test_a_full_queue_of_fast_calls_does_not_hold_up_the_next() -> None:
     release = threading.Event()
     try:
         queued = [asyncio.ensure_future(lane.run(lambda: release.wait(10))) for _ in range(3)]
-        await asyncio.sleep(0.05)
+        await until(lambda: lane.queued_calls == 3)
         name = await asyncio.wait_for(lane.run(lambda: threading.current_thread().name), 2)
         assert not name.startswith("window-lane")  # the default executor took it
         assert lane.overflows == 1

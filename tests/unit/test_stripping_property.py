@@ -42,6 +42,7 @@ import xxhash
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from scrollback.contract.blocks import iter_objects, matching_spans, top_level_string_span
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -53,6 +54,10 @@ from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     DEFAULT_MAX_LINE_SIZE,
     MIN_INLINE_LIMIT,
+    find_payload_spans,
+    pin_of,
+    probe_line,
+    probe_line_streamed,
     strip_line,
 )
 from scrollback.contract.top_level import TOP_LEVEL_WINDOW
@@ -905,3 +910,84 @@ def test_strip_line_matches_reference_at_other_limits(case: tuple[bytes, int], l
     """Lines built around 1024 stripped at other limits: refs are a subset, same pins."""
     line, max_line_size = case
     check_line(line, limit, max_line_size)
+
+
+# =============================================================================
+# The probe and the objects' byte spans (scrollback slim's block ranges).
+# =============================================================================
+
+
+def _unprobed(value: Any, payloads: dict[str, str]) -> Any:
+    """A probed value with each placeholder replaced by the payload it stands for."""
+    if isinstance(value, str):
+        return payloads.get(value, value)
+    if isinstance(value, list):
+        return [_unprobed(item, payloads) for item in value]
+    if isinstance(value, dict):
+        return {key: _unprobed(item, payloads) for key, item in value.items()}
+    return value
+
+
+def check_probe(line: bytes, limit: int) -> None:
+    """probe_line cuts what strip_line cuts; every object's span maps back to its original bytes."""
+    probed = probe_line(line, limit)
+    stripped = strip_line(line, limit, len(line) + 1)
+    assert (probed is None) == (stripped is None)
+    if probed is None:
+        return
+    assert probed.spans == find_payload_spans(line, limit)
+    assert probed.pins == [pin_of(line[s:e]) for s, e in probed.spans]
+    payloads = {
+        placeholder: json.loads(b'"' + line[start:end] + b'"')
+        for placeholder, (start, end) in zip(probed.placeholders, probed.spans, strict=True)
+    }
+    objects = list(iter_objects(probed.entry))
+    spans = matching_spans(probed.probe, probed.entry, objects)
+    for obj, span in zip(objects, spans, strict=True):
+        if span is None:
+            event("an object whose span cannot be told (duplicate keys)")
+            continue
+        start, end = probed.line_offset(span[0]), probed.line_offset(span[1])
+        assert json.loads(line[start:end]) == _unprobed(obj, payloads)
+    uuid_span = top_level_string_span(probed.probe, "uuid")
+    if isinstance(probed.entry.get("uuid"), str) and uuid_span is not None:
+        start, end = probed.line_offset(uuid_span[0]), probed.line_offset(uuid_span[1])
+        assert json.loads(b'"' + line[start:end] + b'"') == probed.entry["uuid"]
+    elif uuid_span is not None:
+        event("a uuid member the parser did not keep")
+
+
+@given(line=transcript_lines(MIN_INLINE_LIMIT))
+@settings(
+    max_examples=max(10, settings.default.max_examples // 2),
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
+def test_probe_spans_map_back_to_the_line(line: bytes) -> None:
+    check_probe(line, MIN_INLINE_LIMIT)
+
+
+def test_probe_streamed_equals_probe() -> None:
+    """The streamed probe of a line read in small chunks finds what the held one finds."""
+    payload = base64.b64encode(bytes(range(256)) * 20).decode()
+    escaped = payload.replace("/", "\\/")  # written as JavaScript may write it
+    line = b"".join(
+        (
+            b'{"uuid":"u","message":{"content":[{"type":"image","source":{"data":"',
+            payload.encode(),
+            b'"}}]},"toolUseResult":{"file":{"base64":"',
+            escaped.encode(),
+            b'"}}}',
+        )
+    )
+    held = probe_line(line)
+    streamed = probe_line_streamed(
+        lambda start, length: line[start : start + length], len(line), chunk_size=1000
+    )
+    assert held is not None and streamed is not None
+    assert (held.spans, held.pins) == (streamed.spans, streamed.pins)
+    assert len(held.spans) == 2
+    assert probe_line_streamed(lambda s, n: line[s : s + n], len(line), max_kept=10) is None

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import multiprocessing
+import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +19,10 @@ import pytest
 
 from history_service.config import HistoryConfig
 from media_service.config import MediaConfig
+from scrollback.server.listening import listen_reason
 from scrollback.server.service_config import ConfigError
 from scrollback.server.stream_limits import SLOTS, SharedStreamCounter
-from scrollback.server.workers import _Workers, default_workers, reserve_port
+from scrollback.server.workers import PortClaim, Supervisor, _Workers, default_workers, reserve_port
 
 
 def test_workers_default_to_the_cores_and_read_the_environment(tmp_path: Path) -> None:
@@ -151,3 +158,98 @@ def test_the_workers_parent_loads_no_grpc_protobuf_or_stripper(service: str) -> 
     heavy = {"grpc", "google.protobuf", "scrollback.contract.stripping", f"{service}.server"}
     assert loaded & heavy == set()
     assert f"{service}.config" in loaded and "scrollback.server.service_cli" in loaded
+
+
+FAKE_WORKER = """
+import os, pathlib, signal, sys
+if pathlib.Path(os.environ["FAKE_WORKER_FAILS"]).exists():
+    sys.exit(1)  # dies at start, before it serves
+os.write(int(os.environ["SCROLLBACK_WORKER_READY_FD"]), f"{os.getpid()}\\n".encode())
+signal.pause()
+"""
+
+
+def test_replacements_that_die_at_start_are_retried_later_and_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The supervisor over real worker processes (a module that serves nothing): a worker
+    that had served is replaced at once; replacements dying before they serve wait 1 s,
+    then 2 s; once one serves, the service is whole again."""
+    (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
+    fails = tmp_path / "fails"
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("FAKE_WORKER_FAILS", str(fails))
+    caplog.set_level(logging.INFO, logger="scrollback.server.workers")
+    supervisor = Supervisor("fake_worker", [], address="127.0.0.1:0", count=2)
+    assert supervisor.start()
+    try:
+        victim = supervisor.workers.processes[0].pid
+        fails.touch()
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "starting another in 2 s" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+        fails.unlink()
+        while "serving" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+        deaths = re.findall(r"worker \d+ (.*?); starting another(.*)", caplog.text)
+        assert deaths[:3] == [
+            ("was killed by SIGKILL", ""),
+            ("exited with status 1", " in 1 s"),
+            ("exited with status 1", " in 2 s"),
+        ]
+        assert all(process.poll() is None for process in supervisor.workers.processes)
+    finally:
+        assert supervisor.stop() == 0
+
+
+def test_a_second_claim_on_a_port_is_refused_until_the_first_is_given_up() -> None:
+    reserved, port = reserve_port("127.0.0.1:0")
+    with reserved:
+        claim = PortClaim(port)
+        with pytest.raises(OSError) as refused:
+            PortClaim(port)
+        assert refused.value.errno == errno.EADDRINUSE
+        assert listen_reason(refused.value) == "the port is in use"
+        claim.close()
+        PortClaim(port).close()
+
+
+def test_a_dead_workers_counts_are_forgotten(tmp_path: Path) -> None:
+    path = tmp_path / "streams.table"
+    one = SharedStreamCounter(path, workers=2, worker=0)
+    other = SharedStreamCounter(path, workers=2, worker=1)
+    try:
+        assert one.acquire("alice", 3) and one.acquire("alice", 3) and other.acquire("alice", 3)
+        assert not other.acquire("alice", 3)
+        one.forget_worker(0)  # as the parent does when worker 0 dies
+        assert other.total("alice") == 1
+        assert other.acquire("alice", 3) and other.acquire("alice", 3)
+        assert not other.acquire("alice", 3)
+    finally:
+        one.close()
+        other.close()
+
+
+def test_a_stop_while_a_replacement_waits_its_turn_is_a_clean_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
+    fails = tmp_path / "fails"
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("FAKE_WORKER_FAILS", str(fails))
+    caplog.set_level(logging.INFO, logger="scrollback.server.workers")
+    supervisor = Supervisor("fake_worker", [], address="127.0.0.1:0", count=2)
+    assert supervisor.start()
+    try:
+        fails.touch()
+        os.kill(supervisor.workers.processes[1].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "starting another in 1 s" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+    finally:
+        # The dead workers were replaced or due to be: the stop itself went well.
+        assert supervisor.stop() == 0

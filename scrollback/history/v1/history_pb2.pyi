@@ -82,6 +82,36 @@ fit in one gRPC message is cut as in DEFERRED mode and marked so.
 """
 Global___MediaMode: _TypeAlias = MediaMode  # noqa: Y015
 
+class _SlimImages:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SlimImagesEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SlimImages.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SLIM_IMAGES_UNSPECIFIED: _SlimImages.ValueType  # 0
+    """The default: the same as SLIM_IMAGES_TEXT."""
+    SLIM_IMAGES_TEXT: _SlimImages.ValueType  # 1
+    """Every image and document block becomes a text block saying what was cut."""
+    SLIM_IMAGES_DOWNSCALE: _SlimImages.ValueType  # 2
+    """Images are kept, re-encoded within max_side and max_bytes where they are
+    not already (media_type set to match the new bytes); an image that cannot
+    be decoded or made to fit, and every document, becomes a text block.
+    """
+
+class SlimImages(_SlimImages, metaclass=_SlimImagesEnumTypeWrapper):
+    """What a slim copy does with images."""
+
+SLIM_IMAGES_UNSPECIFIED: SlimImages.ValueType  # 0
+"""The default: the same as SLIM_IMAGES_TEXT."""
+SLIM_IMAGES_TEXT: SlimImages.ValueType  # 1
+"""Every image and document block becomes a text block saying what was cut."""
+SLIM_IMAGES_DOWNSCALE: SlimImages.ValueType  # 2
+"""Images are kept, re-encoded within max_side and max_bytes where they are
+not already (media_type set to match the new bytes); an image that cannot
+be decoded or made to fit, and every document, becomes a text block.
+"""
+Global___SlimImages: _TypeAlias = SlimImages  # noqa: Y015
+
 @_typing.final
 class ListSessionsRequest(_message.Message):
     """Asks for a page of the sessions under the root."""
@@ -1238,3 +1268,405 @@ class Heartbeat(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
+
+@_typing.final
+class SlimSessionRequest(_message.Message):
+    """Asks for a slim copy of a session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    FORK_SESSION_ID_FIELD_NUMBER: _builtins.int
+    IMAGES_FIELD_NUMBER: _builtins.int
+    MAX_SIDE_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    KEEP_LAST_FIELD_NUMBER: _builtins.int
+    INCLUDE_SUBAGENTS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id. Malformed is INVALID_ARGUMENT; unknown or not visible is
+    NOT_FOUND.
+    """
+    fork_session_id: _builtins.str
+    """When set, the copy's sessionId: written as the top-level "sessionId" of
+    every line of the copy and of its sub-agents. Must match
+    [A-Za-z0-9_-]{1,64}.
+    """
+    images: Global___SlimImages.ValueType
+    """TEXT (the default) or DOWNSCALE."""
+    max_side: _builtins.int
+    """DOWNSCALE: the longest side in pixels; 0 means 2000; below 16 is
+    INVALID_ARGUMENT.
+    """
+    max_bytes: _builtins.int
+    """DOWNSCALE: the most bytes of one image; 0 means 5 MiB; below 1024 is
+    INVALID_ARGUMENT.
+    """
+    keep_last: _builtins.int
+    """The last this many images of each file's message.content are kept as
+    they are.
+    """
+    include_subagents: _builtins.bool
+    """Also copy the session's sub-agent transcripts."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        fork_session_id: _builtins.str = ...,
+        images: Global___SlimImages.ValueType = ...,
+        max_side: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        keep_last: _builtins.int = ...,
+        include_subagents: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fork_session_id", b"fork_session_id", "images", b"images", "include_subagents", b"include_subagents", "keep_last", b"keep_last", "max_bytes", b"max_bytes", "max_side", b"max_side", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlimSessionRequest: _TypeAlias = SlimSessionRequest  # noqa: Y015
+
+@_typing.final
+class SlimHeader(_message.Message):
+    """The first message of a slim copy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PROJECT_DIR_FIELD_NUMBER: _builtins.int
+    COPY_SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session copied."""
+    project_dir: _builtins.str
+    """Its project directory's name under the root (never a full path)."""
+    copy_session_id: _builtins.str
+    """The copy's session id: fork_session_id, or session_id without a fork."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        project_dir: _builtins.str = ...,
+        copy_session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlimHeader: _TypeAlias = SlimHeader  # noqa: Y015
+
+@_typing.final
+class SlimFile(_message.Message):
+    """Starts one file of a slim copy; its data and a SlimFileEnd follow."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    RELATIVE_PATH_FIELD_NUMBER: _builtins.int
+    IS_SUBAGENT_FIELD_NUMBER: _builtins.int
+    SOURCE_SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The transcript copied (the session, or one of its sub-agents)."""
+    relative_path: _builtins.str
+    """Where the copy goes under the project directory, as Claude Code lays it
+    out: "<copy id>.jsonl" or "<copy id>/subagents/<agent>.jsonl".
+    """
+    is_subagent: _builtins.bool
+    """True for a sub-agent transcript."""
+    source_size_bytes: _builtins.int
+    """The size of the original read (the file's size when the copy began)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        relative_path: _builtins.str = ...,
+        is_subagent: _builtins.bool = ...,
+        source_size_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_subagent", b"is_subagent", "relative_path", b"relative_path", "session_id", b"session_id", "source_size_bytes", b"source_size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlimFile: _TypeAlias = SlimFile  # noqa: Y015
+
+@_typing.final
+class SlimFileEnd(_message.Message):
+    """Ends one file of a slim copy: what was done."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINES_FIELD_NUMBER: _builtins.int
+    IMAGES_REPLACED_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_REPLACED_FIELD_NUMBER: _builtins.int
+    COPIES_REPLACED_FIELD_NUMBER: _builtins.int
+    IMAGES_DOWNSCALED_FIELD_NUMBER: _builtins.int
+    IMAGES_KEPT_FIELD_NUMBER: _builtins.int
+    BYTES_READ_FIELD_NUMBER: _builtins.int
+    BYTES_WRITTEN_FIELD_NUMBER: _builtins.int
+    OMITTED_TAIL_BYTES_FIELD_NUMBER: _builtins.int
+    lines: _builtins.int
+    """Lines written (every line of the original but a half-written last one)."""
+    images_replaced: _builtins.int
+    """Image blocks replaced by text blocks."""
+    documents_replaced: _builtins.int
+    """Document blocks replaced by text blocks."""
+    copies_replaced: _builtins.int
+    """Other payloads (such as the toolUseResult copy of a Read image) replaced
+    by text inside their strings.
+    """
+    images_downscaled: _builtins.int
+    """DOWNSCALE: images re-encoded within the limits."""
+    images_kept: _builtins.int
+    """Images kept as they were (keep_last, or already within the limits)."""
+    bytes_read: _builtins.int
+    """Bytes of the original read."""
+    bytes_written: _builtins.int
+    """Bytes of the copy written."""
+    omitted_tail_bytes: _builtins.int
+    """The bytes of a half-written last line (no newline, not yet a JSON
+    object), left out of the copy.
+    """
+    def __init__(
+        self,
+        *,
+        lines: _builtins.int = ...,
+        images_replaced: _builtins.int = ...,
+        documents_replaced: _builtins.int = ...,
+        copies_replaced: _builtins.int = ...,
+        images_downscaled: _builtins.int = ...,
+        images_kept: _builtins.int = ...,
+        bytes_read: _builtins.int = ...,
+        bytes_written: _builtins.int = ...,
+        omitted_tail_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_read", b"bytes_read", "bytes_written", b"bytes_written", "copies_replaced", b"copies_replaced", "documents_replaced", b"documents_replaced", "images_downscaled", b"images_downscaled", "images_kept", b"images_kept", "images_replaced", b"images_replaced", "lines", b"lines", "omitted_tail_bytes", b"omitted_tail_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlimFileEnd: _TypeAlias = SlimFileEnd  # noqa: Y015
+
+@_typing.final
+class SlimSessionResponse(_message.Message):
+    """One message of a slim copy's stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    FILE_END_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the current file's copy (at most 1 MiB)."""
+    @_builtins.property
+    def header(self) -> Global___SlimHeader:
+        """The first message."""
+
+    @_builtins.property
+    def file(self) -> Global___SlimFile:
+        """A file starts."""
+
+    @_builtins.property
+    def file_end(self) -> Global___SlimFileEnd:
+        """The current file ends."""
+
+    def __init__(
+        self,
+        *,
+        header: Global___SlimHeader | None = ...,
+        file: Global___SlimFile | None = ...,
+        data: _builtins.bytes = ...,
+        file_end: Global___SlimFileEnd | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file", b"file", "file_end", b"file_end", "header", b"header", "item", b"item"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file", b"file", "file_end", b"file_end", "header", b"header", "item", b"item"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["header", "file", "data", "file_end"]  # noqa: Y015
+    _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
+
+Global___SlimSessionResponse: _TypeAlias = SlimSessionResponse  # noqa: Y015
+
+@_typing.final
+class ListImagesRequest(_message.Message):
+    """Asks for the images of a session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_SUBAGENTS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id, as in SlimSessionRequest."""
+    include_subagents: _builtins.bool
+    """Also list the session's sub-agent transcripts' images."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        include_subagents: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_subagents", b"include_subagents", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListImagesRequest: _TypeAlias = ListImagesRequest  # noqa: Y015
+
+@_typing.final
+class ImageInfo(_message.Message):
+    """One image or document block of a transcript's message.content."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    ENTRY_UUID_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    API_PATH_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    DECLARED_MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    PROBLEMS_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    REF_FIELD_NUMBER: _builtins.int
+    LINE_NUMBER_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The transcript that holds it (the session, or one of its sub-agents)."""
+    entry_uuid: _builtins.str
+    """The "uuid" of its entry; empty for an entry without one."""
+    index: _builtins.int
+    """Its index by the image-enumeration rule; unset for a document."""
+    api_path: _builtins.str
+    """Its place in the API's message list, "messages.N.content.M" (with
+    ".content.K" for a block inside a tool_result), as the API numbers it in
+    its errors; empty for an entry not on the conversation's chain.
+    """
+    kind: _builtins.str
+    """"image" or "document"."""
+    declared_media_type: _builtins.str
+    """The media type the transcript declares."""
+    media_type: _builtins.str
+    """The media type the bytes' header shows; empty when not a known image."""
+    size_bytes: _builtins.int
+    """The decoded size in bytes."""
+    width: _builtins.int
+    """The pixel size from the header; 0 when unknown."""
+    height: _builtins.int
+    """The pixel size from the header; 0 when unknown."""
+    sha256: _builtins.str
+    """The sha256 of the decoded bytes, 64 lowercase hex; empty when undecodable."""
+    line_number: _builtins.int
+    """The 1-based line number of its entry in the transcript."""
+    @_builtins.property
+    def problems(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the API would refuse: "over_8000_px", "over_2000_px_with_many_images"
+        (more than 20 images in the transcript), "over_5_mb", "undecodable".
+        """
+
+    @_builtins.property
+    def ref(self) -> _ref_pb2.MediaRef:
+        """The reference the media service serves it by (images whose payload is
+        long enough to be cut); unset otherwise.
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        entry_uuid: _builtins.str = ...,
+        index: _builtins.int | None = ...,
+        api_path: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        declared_media_type: _builtins.str = ...,
+        media_type: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        width: _builtins.int = ...,
+        height: _builtins.int = ...,
+        problems: _abc.Iterable[_builtins.str] | None = ...,
+        sha256: _builtins.str = ...,
+        ref: _ref_pb2.MediaRef | None = ...,
+        line_number: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_index", b"_index", "index", b"index", "ref", b"ref"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_index", b"_index", "api_path", b"api_path", "declared_media_type", b"declared_media_type", "entry_uuid", b"entry_uuid", "height", b"height", "index", b"index", "kind", b"kind", "line_number", b"line_number", "media_type", b"media_type", "problems", b"problems", "ref", b"ref", "session_id", b"session_id", "sha256", b"sha256", "size_bytes", b"size_bytes", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__index: _TypeAlias = _typing.Literal["index"]  # noqa: Y015
+    _WhichOneofArgType__index: _TypeAlias = _typing.Literal["_index", b"_index"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__index) -> _WhichOneofReturnType__index | None: ...
+
+Global___ImageInfo: _TypeAlias = ImageInfo  # noqa: Y015
+
+@_typing.final
+class ImageTotals(_message.Message):
+    """The totals of an image list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGES_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    WITH_PROBLEMS_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    images: _builtins.int
+    """Image blocks listed."""
+    documents: _builtins.int
+    """Document blocks listed."""
+    with_problems: _builtins.int
+    """Blocks with at least one problem."""
+    size_bytes: _builtins.int
+    """Their decoded bytes, added up."""
+    def __init__(
+        self,
+        *,
+        images: _builtins.int = ...,
+        documents: _builtins.int = ...,
+        with_problems: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "images", b"images", "size_bytes", b"size_bytes", "with_problems", b"with_problems"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImageTotals: _TypeAlias = ImageTotals  # noqa: Y015
+
+@_typing.final
+class ListImagesResponse(_message.Message):
+    """One message of an image list's stream: images, then the totals."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_FIELD_NUMBER: _builtins.int
+    TOTALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def image(self) -> Global___ImageInfo:
+        """The next image or document."""
+
+    @_builtins.property
+    def totals(self) -> Global___ImageTotals:
+        """The last message."""
+
+    def __init__(
+        self,
+        *,
+        image: Global___ImageInfo | None = ...,
+        totals: Global___ImageTotals | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "item", b"item", "totals", b"totals"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "item", b"item", "totals", b"totals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["image", "totals"]  # noqa: Y015
+    _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
+
+Global___ListImagesResponse: _TypeAlias = ListImagesResponse  # noqa: Y015

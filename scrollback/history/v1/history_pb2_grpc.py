@@ -39,7 +39,12 @@ class HistoryServiceStub:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -84,6 +89,16 @@ class HistoryServiceStub:
                 request_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.SlimSession = channel.unary_stream(
+                '/scrollback.history.v1.HistoryService/SlimSession',
+                request_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.SlimSessionRequest.SerializeToString,
+                response_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.SlimSessionResponse.FromString,
+                _registered_method=True)
+        self.ListImages = channel.unary_stream(
+                '/scrollback.history.v1.HistoryService/ListImages',
+                request_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.ListImagesRequest.SerializeToString,
+                response_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.ListImagesResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -100,7 +115,12 @@ class HistoryServiceServicer:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -183,6 +203,33 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SlimSession(self, request, context):
+        """Streams a slim copy of a session and of its sub-agent transcripts: each
+        image and document block replaced by a text block that says what was cut
+        (or, with SLIM_IMAGES_DOWNSCALE, the image re-encoded within the limits),
+        every other base64 payload replaced inside its string by such a text,
+        everything else byte for byte. The original is never modified. First a
+        SlimHeader, then per file a SlimFile, its data pieces and a SlimFileEnd.
+        Errors: INVALID_ARGUMENT for a malformed session id (REF_INVALID), a
+        malformed fork_session_id (REF_INVALID) or a negative or too small
+        limit; NOT_FOUND for an unknown session or one in a project the caller
+        may not read; FAILED_PRECONDITION for a session id shared by two
+        transcripts, or a file truncated while it was read (TRANSCRIPT_REWRITTEN).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListImages(self, request, context):
+        """Streams every image and document block of a session's message.content
+        (and of its sub-agent transcripts), in file order, each with its place
+        in the API's message list, its size, its pixel size and the problems the
+        API would refuse it for, then the totals. Errors as SlimSession.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +268,16 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     request_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionRequest.FromString,
                     response_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionResponse.SerializeToString,
             ),
+            'SlimSession': grpc.unary_stream_rpc_method_handler(
+                    servicer.SlimSession,
+                    request_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.SlimSessionRequest.FromString,
+                    response_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.SlimSessionResponse.SerializeToString,
+            ),
+            'ListImages': grpc.unary_stream_rpc_method_handler(
+                    servicer.ListImages,
+                    request_deserializer=scrollback_dot_history_dot_v1_dot_history__pb2.ListImagesRequest.FromString,
+                    response_serializer=scrollback_dot_history_dot_v1_dot_history__pb2.ListImagesResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'scrollback.history.v1.HistoryService', rpc_method_handlers)
@@ -243,7 +300,12 @@ class HistoryService:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -426,6 +488,60 @@ class HistoryService:
             '/scrollback.history.v1.HistoryService/GetSession',
             scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionRequest.SerializeToString,
             scrollback_dot_history_dot_v1_dot_history__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SlimSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/scrollback.history.v1.HistoryService/SlimSession',
+            scrollback_dot_history_dot_v1_dot_history__pb2.SlimSessionRequest.SerializeToString,
+            scrollback_dot_history_dot_v1_dot_history__pb2.SlimSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListImages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/scrollback.history.v1.HistoryService/ListImages',
+            scrollback_dot_history_dot_v1_dot_history__pb2.ListImagesRequest.SerializeToString,
+            scrollback_dot_history_dot_v1_dot_history__pb2.ListImagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,7 +43,12 @@ class HistoryServiceStub:
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -102,6 +107,25 @@ class HistoryServiceStub:
     project the caller may not read; FAILED_PRECONDITION for a session id
     shared by two transcripts; UNAVAILABLE when the state store is busy.
     """
+    SlimSession: _grpc.UnaryStreamMultiCallable[_history_pb2.SlimSessionRequest, _history_pb2.SlimSessionResponse]
+    """Streams a slim copy of a session and of its sub-agent transcripts: each
+    image and document block replaced by a text block that says what was cut
+    (or, with SLIM_IMAGES_DOWNSCALE, the image re-encoded within the limits),
+    every other base64 payload replaced inside its string by such a text,
+    everything else byte for byte. The original is never modified. First a
+    SlimHeader, then per file a SlimFile, its data pieces and a SlimFileEnd.
+    Errors: INVALID_ARGUMENT for a malformed session id (REF_INVALID), a
+    malformed fork_session_id (REF_INVALID) or a negative or too small
+    limit; NOT_FOUND for an unknown session or one in a project the caller
+    may not read; FAILED_PRECONDITION for a session id shared by two
+    transcripts, or a file truncated while it was read (TRANSCRIPT_REWRITTEN).
+    """
+    ListImages: _grpc.UnaryStreamMultiCallable[_history_pb2.ListImagesRequest, _history_pb2.ListImagesResponse]
+    """Streams every image and document block of a session's message.content
+    (and of its sub-agent transcripts), in file order, each with its place
+    in the API's message list, its size, its pixel size and the problems the
+    API would refuse it for, then the totals. Errors as SlimSession.
+    """
 
 @_typing.type_check_only
 class HistoryServiceAsyncStub(HistoryServiceStub):
@@ -118,7 +142,12 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -174,6 +203,25 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     project the caller may not read; FAILED_PRECONDITION for a session id
     shared by two transcripts; UNAVAILABLE when the state store is busy.
     """
+    SlimSession: _aio.UnaryStreamMultiCallable[_history_pb2.SlimSessionRequest, _history_pb2.SlimSessionResponse]  # type: ignore[assignment]
+    """Streams a slim copy of a session and of its sub-agent transcripts: each
+    image and document block replaced by a text block that says what was cut
+    (or, with SLIM_IMAGES_DOWNSCALE, the image re-encoded within the limits),
+    every other base64 payload replaced inside its string by such a text,
+    everything else byte for byte. The original is never modified. First a
+    SlimHeader, then per file a SlimFile, its data pieces and a SlimFileEnd.
+    Errors: INVALID_ARGUMENT for a malformed session id (REF_INVALID), a
+    malformed fork_session_id (REF_INVALID) or a negative or too small
+    limit; NOT_FOUND for an unknown session or one in a project the caller
+    may not read; FAILED_PRECONDITION for a session id shared by two
+    transcripts, or a file truncated while it was read (TRANSCRIPT_REWRITTEN).
+    """
+    ListImages: _aio.UnaryStreamMultiCallable[_history_pb2.ListImagesRequest, _history_pb2.ListImagesResponse]  # type: ignore[assignment]
+    """Streams every image and document block of a session's message.content
+    (and of its sub-agent transcripts), in file order, each with its place
+    in the API's message list, its size, its pixel size and the problems the
+    API would refuse it for, then the totals. Errors as SlimSession.
+    """
 
 class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """HistoryService reads transcripts under the configured root
@@ -189,7 +237,12 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     file rewritten or truncated since), BLOB_MISSING or CHAT_KEY_BOUND;
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
-    with UNAUTHENTICATED; UNAVAILABLE with STORE_BUSY; INTERNAL with INTERNAL.
+    with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
+    scrollback-on-behalf-of header from a token not marked delegate) or
+    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
+    transcript ending in a newline-less line over the max line size, before
+    the line index covers it: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -284,6 +337,37 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         malformed session id; NOT_FOUND for an unknown session or one in a
         project the caller may not read; FAILED_PRECONDITION for a session id
         shared by two transcripts; UNAVAILABLE when the state store is busy.
+        """
+
+    @_abc_1.abstractmethod
+    def SlimSession(
+        self,
+        request: _history_pb2.SlimSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_history_pb2.SlimSessionResponse], _abc.AsyncIterator[_history_pb2.SlimSessionResponse]]:
+        """Streams a slim copy of a session and of its sub-agent transcripts: each
+        image and document block replaced by a text block that says what was cut
+        (or, with SLIM_IMAGES_DOWNSCALE, the image re-encoded within the limits),
+        every other base64 payload replaced inside its string by such a text,
+        everything else byte for byte. The original is never modified. First a
+        SlimHeader, then per file a SlimFile, its data pieces and a SlimFileEnd.
+        Errors: INVALID_ARGUMENT for a malformed session id (REF_INVALID), a
+        malformed fork_session_id (REF_INVALID) or a negative or too small
+        limit; NOT_FOUND for an unknown session or one in a project the caller
+        may not read; FAILED_PRECONDITION for a session id shared by two
+        transcripts, or a file truncated while it was read (TRANSCRIPT_REWRITTEN).
+        """
+
+    @_abc_1.abstractmethod
+    def ListImages(
+        self,
+        request: _history_pb2.ListImagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_history_pb2.ListImagesResponse], _abc.AsyncIterator[_history_pb2.ListImagesResponse]]:
+        """Streams every image and document block of a session's message.content
+        (and of its sub-agent transcripts), in file order, each with its place
+        in the API's message list, its size, its pixel size and the problems the
+        API would refuse it for, then the totals. Errors as SlimSession.
         """
 
 def add_HistoryServiceServicer_to_server(servicer: HistoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -149,12 +149,23 @@ def test_export_html(
     assert photo.name in page
 
 
-def test_tail_prints_live_events_and_exits_0_on_ctrl_c(cli_servers: ServerPair) -> None:
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_tail_prints_live_events_and_exits_0_on_ctrl_c(
+    cli_servers: ServerPair, inherited: signal.Handlers
+) -> None:
+    """Also when started with SIGINT ignored, as a script's background job (or a test
+    suite run as one) is: tail's Ctrl-C must not depend on what it inherited."""
     path = cli_servers.transcript("t1")
     path.write_bytes(user_line("u0", "already there"))
     env = dict(os.environ, SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr)
+    # A disposition set before exec is what the tail process inherits.
+    launch = (
+        "import os, signal, sys\n"
+        f"signal.signal(signal.SIGINT, signal.{inherited.name})\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'scrollback_app.cli', *sys.argv[1:]])\n"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "scrollback_app.cli", "tail", "t1", "--json"],
+        [sys.executable, "-c", launch, "tail", "t1", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

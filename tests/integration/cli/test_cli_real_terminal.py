@@ -232,9 +232,9 @@ def test_start_up_lines_name_host_port_the_url_and_the_worker(
             server.terminate()
     tree = WorkerService("history_service", root, tmp_path / "own-state", workers=2)
     try:
-        workers = _lines_until(tree.lines, r"\(worker pid \d+ of 2\)", 2)
+        workers = _lines_until(tree.lines, r"\(worker [12] of 2, pid \d+\)", 2)
         for line in workers:
-            assert f"history service listening on 127.0.0.1:{tree.port} (worker pid" in line
+            assert f"history service listening on 127.0.0.1:{tree.port} (worker " in line
         assert len({re.search(r"pid (\d+)", line).group(1) for line in workers}) == 2  # type: ignore[union-attr]
         assert any(f"2 workers listening on 127.0.0.1:{tree.port}" in x for x in tree.lines)
     finally:

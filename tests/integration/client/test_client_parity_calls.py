@@ -16,6 +16,7 @@ import pytest
 
 from client import AsyncClient, Client
 from client.errors import MediaNotFound, SessionNotFound
+from tests.support.rescue import SESSION, broken_session
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
 T = TypeVar("T")
@@ -164,3 +165,35 @@ def test_search_agrees(client_servers: ServerPair) -> None:
     assert sync_all == every == ["e3", "e2", "e1"]
     assert sync_photos == photos == ["e3"]
     assert sync_error == error == ("error", SessionNotFound)
+
+
+def test_slim_and_images_agree(client_servers: ServerPair) -> None:
+    pair = client_servers
+    session = broken_session(pair.root)
+    with Client(pair.history_addr, pair.media_addr) as sb:
+        sync_slim = [m.SerializeToString() for m in sb.history.slim_session(SESSION, keep_last=1)]
+        sync_images = sb.history.list_images(SESSION)
+        sync_errors = [
+            _outcome(lambda: list(sb.history.slim_session("nope"))),
+            _outcome(lambda: sb.history.list_images("nope")),
+        ]
+
+    async def async_side() -> tuple[Any, ...]:
+        async with AsyncClient(pair.history_addr, pair.media_addr) as sb:
+            slim = [
+                m.SerializeToString()
+                for m in await _collect(sb.history.slim_session(SESSION, keep_last=1))
+            ]
+            images = await sb.history.list_images(SESSION)
+            errors = [
+                await _async_outcome(lambda: _collect(sb.history.slim_session("nope"))),
+                await _async_outcome(lambda: sb.history.list_images("nope")),
+            ]
+            return slim, images, errors
+
+    slim, images, errors = asyncio.run(async_side())
+    assert slim == sync_slim and len(slim) > 6
+    assert images == sync_images and len(images.images) == 5
+    assert images.totals.images == 4 and images.images[0].width == 2400
+    assert errors == sync_errors == [("error", SessionNotFound)] * 2
+    assert session.path.exists()

@@ -19,6 +19,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -301,3 +302,38 @@ def test_viewer_shows_thumbnails_the_full_image_on_click_and_the_insight(
     page.screenshot(path=str(artifacts_dir() / "viewer-full-image.png"))
     page.keyboard.press("Escape")
     assert page.locator("#lightbox").count() == 0
+
+
+def test_viewer_offers_the_images_panel_and_a_slim_download(
+    stack: GatewayStack, browser: Any
+) -> None:
+    from tests.support.rescue import SESSION as BROKEN
+    from tests.support.rescue import broken_session
+
+    session = broken_session(stack.pair.root)
+    stack.start_gateway()
+    page = browser.new_context(
+        viewport={"width": 1200, "height": 900}, accept_downloads=True
+    ).new_page()
+    page.goto(f"{stack.url}/sessions/{BROKEN}")
+    page.wait_for_selector("body[data-ready='1']")
+    toggle = page.wait_for_selector("#rescue .images-toggle")
+    assert toggle.text_content() == "images (4, 0 too large)"
+    toggle.click()
+    rows = page.eval_on_selector_all(
+        "table.images tr", "(rows) => rows.map((r) => r.cells[0].textContent)"
+    )
+    assert rows[1:] == [
+        "messages.0.content.1",
+        "messages.2.content.0.content.0",
+        "messages.2.content.2",
+        "messages.2.content.3",
+        "messages.0.content.2",
+    ]
+    page.screenshot(path=str(artifacts_dir() / "viewer-rescue.png"))
+    with page.expect_download() as waiting:
+        page.click("#rescue .slim-download")
+    download = waiting.value
+    assert download.suggested_filename == f"{BROKEN}.slim.jsonl"
+    copy = Path(download.path()).read_bytes()
+    assert copy.count(b"\n") == session.complete_lines and b'"data":"' not in copy

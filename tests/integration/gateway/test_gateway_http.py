@@ -10,8 +10,10 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from PIL import Image
 
+from gateway.config import ConfigError
 from gateway.signing import UrlSigner
 from tests.support.gateway import SESSION, TOKENS, GatewayStack, photo_session
 from tests.support.servers import png, user_line
@@ -393,3 +395,158 @@ def test_get_session_returns_the_insight(stack: GatewayStack) -> None:
         (f"{stack.url}/api/v1/sessions/bad.id!", _bearer("alice"), 400),
     ):
         assert httpx.get(url, headers=headers).status_code == status, url
+
+
+def test_numbers_past_int64_and_int32_are_416_and_400_on_a_live_connection(
+    stack: GatewayStack,
+) -> None:
+    photo_session(stack, entries=20, photos=2)
+    stack.start_gateway()
+    ref = _first_ref(stack)
+    url = stack.url + ref["url"]
+    window = f"{stack.url}/api/v1/sessions/{SESSION}/window"
+    huge = "9" * 5000
+    with httpx.Client() as client:
+        size = len(client.get(url).content)
+        ports = set()
+        for header in (
+            "bytes=0-18446744073709551616",
+            "bytes=9223372036854775808-",
+            "bytes=-9223372036854775808",
+            f"bytes={huge}-",
+            f"bytes=0-{huge}",
+            f"bytes=0000000000000000000000000{huge}-",
+        ):
+            answer = client.get(url, headers={"Range": header})
+            assert answer.status_code == 416, header[:40]
+            assert answer.headers["content-range"] == f"bytes */{size}"
+            ports.add(_local_port(answer))
+        # The largest int64 position is a valid one, past this photo's end.
+        assert client.get(url, headers={"Range": "bytes=9223372036854775807-"}).status_code == 416
+        for value in ("2147483648", "-2147483649", "18446744073709551616", huge):
+            for where in (window, f"{stack.url}/api/v1/sessions", f"{stack.url}/api/v1/search"):
+                answer = client.get(where, params={"page_size": value, "q": "photo"})
+                assert answer.status_code == 400, (where, value[:20])
+                assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
+                ports.add(_local_port(answer))
+        for moment in ("9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+23:00"):
+            answer = client.get(f"{stack.url}/api/v1/search", params={"q": "x", "since": moment})
+            assert answer.status_code == 400, moment
+            ports.add(_local_port(answer))
+        # A non-ASCII digit in the expiry is a bad signature, not a crash.
+        base, _, query = url.partition("?")
+        fields = dict(item.split("=", 1) for item in query.split("&"))
+        assert client.get(base, params={**fields, "exp": "\u00b2"}).status_code == 403
+        ports.add(_local_port(client.get(url, headers={"Range": "bytes=0-9"})))
+    # One keep-alive connection served them all: none was reset by an uncaught error.
+    assert len(ports) == 1
+
+
+def _local_port(answer: httpx.Response) -> int:
+    stream = answer.extensions["network_stream"]
+    return int(stream.get_extra_info("client_addr")[1])
+
+
+def test_only_loopback_names_and_the_listen_host_are_answered_without_auth(
+    stack: GatewayStack,
+) -> None:
+    photo_session(stack, entries=20, photos=2)
+    stack.start_gateway()
+    ref = _first_ref(stack)
+    assert stack.gateway is not None
+    port = stack.gateway.port
+    urls = [
+        f"{stack.url}/",
+        f"{stack.url}/sessions/{SESSION}",
+        f"{stack.url}/static/viewer.js",
+        f"{stack.url}/api/v1/sessions",
+        f"{stack.url}/api/v1/sessions/{SESSION}/window",
+        stack.url + ref["url"],
+    ]
+    for host in (
+        "localhost",
+        f"localhost:{port}",
+        "127.0.0.1",
+        f"[::1]:{port}",
+        "[::1]",
+        "LocalHost:1",
+    ):
+        for url in urls:
+            assert httpx.get(url, headers={"Host": host}).status_code == 200, (host, url)
+    # A DNS-rebinding page names its own host: it reads nothing and sends nothing.
+    for host in (
+        "evil.example",
+        f"evil.example:{port}",
+        "127.0.0.1.evil.example",
+        "localhost.",
+        "[::2]",
+        "::1",
+        "",
+        "localhost:port",
+    ):
+        for url in urls:
+            answer = httpx.get(url, headers={"Host": host})
+            assert answer.status_code == 421, (host, url)
+            assert answer.json()["error"]["code"] == "MISDIRECTED_REQUEST"
+        sent = httpx.post(
+            f"{stack.url}/api/v1/sessions/{SESSION}/messages",
+            json={"client_txn_id": f"txn-{host}", "text": "from a rebinding page"},
+            headers={"Host": host},
+        )
+        assert sent.status_code == 421, host
+    boot = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/bootstrap").json()
+    assert boot["pending"] == []
+
+
+def test_with_auth_the_allow_list_names_the_hosts(stack: GatewayStack) -> None:
+    photo_session(stack, entries=20, photos=2)
+    stack.start_gateway(auth=True, allowed_hosts="Viewer.Example, 192.0.2.7,[2001:db8::1]")
+    sessions = f"{stack.url}/api/v1/sessions"
+    for host in (
+        "viewer.example",
+        "viewer.example:443",
+        "192.0.2.7:8080",
+        "[2001:db8::1]:80",
+        "localhost",
+    ):
+        assert httpx.get(sessions, headers={"Host": host, **_bearer("alice")}).status_code == 200
+        assert httpx.get(sessions, headers={"Host": host}).status_code == 401
+    for host in ("evil.example", "viewer.example.evil.example", "192.0.2.8"):
+        answer = httpx.get(sessions, headers={"Host": host, **_bearer("alice")})
+        assert answer.status_code == 421, host
+        assert TOKENS["alice"] not in answer.text
+
+
+def test_the_host_allow_list_is_checked_at_start(stack: GatewayStack) -> None:
+    with pytest.raises(ConfigError, match="only with auth"):
+        stack.start_gateway(allowed_hosts="*")
+    for bad in ("http://viewer.example", "viewer.example:8080", "viewer.example/x", "*.example"):
+        with pytest.raises(ConfigError, match="host names"):
+            stack.start_gateway(allowed_hosts=bad)
+    stack.start_gateway(auth=True, allowed_hosts="*")
+    answer = httpx.get(
+        f"{stack.url}/api/v1/sessions", headers={"Host": "anything.example", **_bearer("bob")}
+    )
+    assert answer.status_code == 200
+
+
+def test_error_bodies_name_the_reason_the_service_sent(stack: GatewayStack) -> None:
+    photo_session(stack, entries=40, photos=2)
+    stack.start_gateway()
+    missing = httpx.get(f"{stack.url}/api/v1/sessions/nope/window")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "NOT_FOUND"
+    assert missing.json()["error"]["reason"] == "SESSION_NOT_FOUND"
+    token = httpx.get(
+        f"{stack.url}/api/v1/sessions/{SESSION}/window", params={"page_size": 10}
+    ).json()["next_page_token"]
+    path = stack.pair.transcript(SESSION)
+    path.write_bytes(path.read_bytes().replace(b"question", b"QUESTION"))
+    stale = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/window", params={"page_token": token})
+    assert stale.status_code == 409
+    error = stale.json()["error"]
+    assert (error["code"], error["reason"]) == ("FAILED_PRECONDITION", "TRANSCRIPT_REWRITTEN")
+    assert "latest window" in error["message"]
+    # The gateway's own refusals have no service reason.
+    bad = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/window?page_size=x")
+    assert bad.status_code == 400 and "reason" not in bad.json()["error"]

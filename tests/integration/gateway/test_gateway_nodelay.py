@@ -20,7 +20,7 @@ async def test_accepted_http_connections_have_tcp_nodelay() -> None:
     running = await start_gateway(GatewayConfig(addr="127.0.0.1:0"))
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
-        writer.write(b"GET / HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         await writer.drain()
         assert (await reader.readline()).startswith(b"HTTP/1.1 200")
         # uvicorn keeps each open connection's protocol (and its transport) here.

@@ -1,6 +1,8 @@
-"""The latest window of a transcript whose tail has no newline reads a bounded amount
-(issue 11 item 8): the backward scan stops after the max line size, and the
-persisted line index (built forward once) gives where the long tail starts.
+"""The latest window of a transcript whose tail has no newline reads a bounded amount:
+the backward scan stops after the max line size, and the persisted line index
+(built forward once, in the background) gives where the long tail starts;
+until it does, the window is UNAVAILABLE at once (clients retry), never a
+read of the whole tail.
 
 The tail is a sparse multi-GB run with no newline (`truncate`), so the test is
 cheap on disk; bytes read are counted by the kernel (`rchar` of /proc/self/io,
@@ -9,13 +11,18 @@ the server runs in this process).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 
+from scrollback.contract.reasons import Reason
 from tests.support.history import LATEST, HarnessFactory, bytes_read, line, read_page
+from tests.support.reasons import assert_reason
 
 TAIL_BYTES = 2 * 1024**3 + 12345
 MAX_LINE = 1024 * 1024
@@ -36,8 +43,26 @@ async def test_latest_window_with_a_huge_unterminated_tail_reads_a_bounded_amoun
     async with history_server(max_line_size=MAX_LINE) as first:
         path = first.transcript("long-tail")
         write_with_long_tail(path)
-        page = await read_page(first.stub, session_id="long-tail", direction=LATEST)
+        began = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as pending:
+            await read_page(first.stub, session_id="long-tail", direction=LATEST)
+        answered = time.monotonic() - began
+        assert pending.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert_reason(pending.value, Reason.LONG_TAIL_PENDING)
+        assert "longer than the max line size" in (pending.value.details() or "")
+        deadline = began + 120
+        while True:  # as a client retries, until the background build has indexed the tail
+            try:
+                page = await read_page(first.stub, session_id="long-tail", direction=LATEST)
+                break
+            except grpc.aio.AioRpcError as error:
+                assert_reason(error, Reason.LONG_TAIL_PENDING)
+                assert time.monotonic() < deadline, "the tail was never indexed"
+                await asyncio.sleep(0.1)
+        indexed = time.monotonic() - began
         assert [json.loads(e.json)["uuid"] for e in page.entries] == ["u-0", "u-1", "u-2"]
+        # The first answer did not wait for the whole tail to be read.
+        assert answered < indexed / 5, (answered, indexed)
     # No search indexing in the restarted server: its catch-up pass, in this same
     # process, would read the new file beside the window being measured.
     async with history_server(max_line_size=MAX_LINE, search_indexing=False) as restarted:

@@ -7,6 +7,7 @@ import grpc
 import pytest
 
 from media_service import transcript_media
+from scrollback.linefile import LineFile
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from tests.support.media import (
@@ -190,13 +191,13 @@ async def test_a_ref_without_hint_never_reads_offset_zero(
     write_transcript(media.root, "nh", lines)
     starts = offsets(lines)
     hinted_reads: list[int] = []
-    real_line_from = transcript_media.line_from
+    real_line_from = LineFile.line_from
 
-    def recording_line_from(fd: int, start: int, max_line_size: int) -> bytes | None:
+    def recording_line_from(file: LineFile, start: int, max_line: int) -> bytes | None:
         hinted_reads.append(start)
-        return real_line_from(fd, start, max_line_size)
+        return real_line_from(file, start, max_line)
 
-    monkeypatch.setattr(transcript_media, "line_from", recording_line_from)
+    monkeypatch.setattr(LineFile, "line_from", recording_line_from)
     (last,) = mint("nh", lines[5])
     bare = media_pb2.MediaSelector(media_ref=last)
     assert not bare.media_ref.HasField("line_offset_hint")

@@ -78,6 +78,8 @@ async def test_reads_answer_promptly_while_stat_floods_run(media: MediaEnv) -> N
     small = dumps(entry("u-small", [image_block(png_bytes(40_000, 3))]))
     write_transcript(media.root, "small", [small])
     (ref,) = mint("small", small)
+    transcripts = transcripts_of(media)
+    searched = transcripts.search_slices
     floods = [
         asyncio.ensure_future(
             media.stub.StatMedia(
@@ -87,7 +89,10 @@ async def test_reads_answer_promptly_while_stat_floods_run(media: MediaEnv) -> N
         for n in range(6)
     ]
     try:
-        await asyncio.sleep(0.05)  # the floods are in
+        deadline = asyncio.get_running_loop().time() + 10
+        while transcripts.search_slices == searched:  # until the floods are searching
+            assert asyncio.get_running_loop().time() < deadline, "no flood started searching"
+            await asyncio.sleep(0.001)
         # Before the fix the read waited behind every search: DEADLINE_EXCEEDED here.
         _, data, _ = await read_media(
             media.stub, media_pb2.MediaSelector(media_ref=ref), deadline_seconds=5

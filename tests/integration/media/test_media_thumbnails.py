@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -25,10 +26,13 @@ import pytest
 from PIL import Image
 
 from media_service.gc import collect_garbage
-from media_service.library import MediaLibrary
-from scrollback.media.v1 import media_pb2
+from media_service.library import MediaLibrary, ThumbnailJob
+from media_service.thumbnail_encodes import ThumbnailEncodes
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.auth import SecuritySettings
+from scrollback_app.bench.procs import proc_status_kib
+from scrollback_app.bench.thumbnails import flat_png
 from tests.support.backends import state_backend
 from tests.support.media import (
     MediaEnv,
@@ -37,10 +41,11 @@ from tests.support.media import (
     entry,
     image_block,
     mint,
+    png_with_empty_chunks,
     read_media,
     write_transcript,
 )
-from tests.support.security import auth, upload, write_token_file
+from tests.support.security import ServerProcess, auth, upload, write_token_file
 
 SIZES = {
     media_pb2.THUMBNAIL_SIZE_96: 96,
@@ -102,7 +107,7 @@ def blob_selector(data: bytes) -> media_pb2.MediaSelector:
 
 
 async def read_thumbnail(
-    media: MediaEnv,
+    media: MediaEnv | media_pb2_grpc.MediaServiceStub,
     selector: media_pb2.MediaSelector,
     size: media_pb2.ThumbnailSize.ValueType,
     metadata: tuple[tuple[str, str], ...] | None = None,
@@ -110,7 +115,8 @@ async def read_thumbnail(
 ) -> tuple[media_pb2.MediaMetadata, bytes]:
     got: media_pb2.MediaMetadata | None = None
     chunks: list[bytes] = []
-    call = media.stub.ReadMedia(
+    stub = media.stub if isinstance(media, MediaEnv) else media
+    call = stub.ReadMedia(
         media_pb2.ReadMediaRequest(media=selector, size=size), metadata=metadata, timeout=deadline
     )
     async for message in call:
@@ -170,6 +176,28 @@ async def test_each_size_of_a_blob_is_a_webp_of_that_longest_side(media: MediaEn
     assert plain.thumbnail_size == media_pb2.THUMBNAIL_SIZE_UNSPECIFIED
 
 
+async def test_a_jpeg_is_shrunk_upright_and_a_webp_keeps_its_alpha(media: MediaEnv) -> None:
+    # EXIF orientation 6 (rotate 90): the stored 400 x 200 frame shows as 200 x 400.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    Image.new("RGB", (400, 200), (0, 128, 255)).save(out, "JPEG", exif=exif)
+    jpeg = out.getvalue()
+    out = io.BytesIO()
+    Image.new("RGBA", (300, 150), (255, 0, 0, 64)).save(out, "WEBP")
+    webp = out.getvalue()
+    for data in (jpeg, webp):
+        await upload(media.stub, data)
+    got, data = await read_thumbnail(media, blob_selector(jpeg), media_pb2.THUMBNAIL_SIZE_96)
+    assert (got.width, got.height) == (48, 96)
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "WEBP" and image.size == (48, 96)
+    got, data = await read_thumbnail(media, blob_selector(webp), media_pb2.THUMBNAIL_SIZE_96)
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.size == (96, 48) and image.mode == "RGBA"
+        assert image.getpixel((48, 24))[3] < 100  # type: ignore[index]
+
+
 async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(
     backed_media: MediaEnv,
 ) -> None:
@@ -225,6 +253,43 @@ async def test_concurrent_reads_of_one_new_thumbnail_share_one_encode(media: Med
     # Done: the next caller reads the cache.
     await read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320)
     assert cache.encodes == before + 1
+
+
+async def test_a_queued_encode_whose_caller_leaves_is_never_made(
+    start_media: StartMedia, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    media = await start_media(thumbnail_threads=1)
+    running, queued = photo(2600, 2600, seed=60), photo(2600, 2600, seed=61)
+    for original in (running, queued):
+        await upload(media.stub, original)
+    log = EncodeLog(monkeypatch)
+    first = asyncio.ensure_future(
+        read_thumbnail(media, blob_selector(running), media_pb2.THUMBNAIL_SIZE_960)
+    )
+    deadline = time.monotonic() + 30
+    while log.count("started") < 1:
+        assert time.monotonic() < deadline, "the first encode never started"
+        await asyncio.sleep(0.005)
+    # The second waits behind the first on the one thread; its caller leaves meanwhile.
+    leaving = asyncio.ensure_future(
+        read_thumbnail(media, blob_selector(queued), media_pb2.THUMBNAIL_SIZE_960)
+    )
+    while log.count("handed") < 2:
+        assert time.monotonic() < deadline, "the second encode was never handed in"
+        await asyncio.sleep(0.005)
+    leaving.cancel()
+    await first
+    encodes = media.server.servicer.thumbnail_encodes if media.server.servicer else None
+    assert encodes is not None
+    while encodes.running or encodes.queued:
+        assert time.monotonic() < deadline, "the encodes never drained"
+        await asyncio.sleep(0.005)
+    assert log.count("started") == 1, "the encode nobody waited for was made"
+    assert encodes.reserved == 0
+    # Asked again, it is made then.
+    got, _ = await read_thumbnail(media, blob_selector(queued), media_pb2.THUMBNAIL_SIZE_960)
+    assert got.thumbnail_size == media_pb2.THUMBNAIL_SIZE_960
+    assert log.count("started") == 2
 
 
 async def test_a_transcript_image_has_thumbnails_and_dimensions(media: MediaEnv) -> None:
@@ -330,6 +395,25 @@ async def test_a_decompression_bomb_is_resource_exhausted_without_decoding(
     # Its claimed dimensions are still known, from the header alone.
     stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(bomb)]))
     assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (10_000, 10_000)
+
+
+async def test_a_gif_frame_larger_than_its_screen_is_refused_without_decoding(
+    media: MediaEnv,
+) -> None:
+    # A real 3000 x 3000 GIF whose logical screen claims 10 x 10: the decoder would grow its
+    # canvas to the frame, past what the pixel limit and the memory budget were checked for.
+    out = io.BytesIO()
+    Image.new("P", (3000, 3000)).save(out, "GIF")
+    gif = bytearray(out.getvalue())
+    gif[6:10] = struct.pack("<HH", 10, 10)
+    await upload(media.stub, bytes(gif))
+    cache = library_of(media).thumbnails
+    before = cache.encodes
+    error = await thumbnail_error(media, blob_selector(bytes(gif)), media_pb2.THUMBNAIL_SIZE_96)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert cache.encodes == before
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(bytes(gif))]))
+    assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (10, 10)
 
 
 def _max_rss_kib() -> int:
@@ -507,3 +591,200 @@ async def test_stat_media_bounds_sized_calls(media: MediaEnv) -> None:
     )
     assert {r.metadata.width for r in hundred.results} == {96}
     assert library_of(media).thumbnails.encodes == before + 1, "one selector, made once"
+
+
+async def test_dimensions_come_from_fixed_header_fields_not_a_walk_of_the_chunks(
+    start_media: StartMedia,
+) -> None:
+    # 400,000 empty ancillary chunks (4.8 MB) between IHDR and IDAT of a real PNG, and the
+    # baseline: as many after IDAT, where no reader of the header goes.
+    chunky = png_with_empty_chunks(640, 480, 400_000)
+    baseline = png_with_empty_chunks(640, 480, 400_000, before_idat=False, seed=1)
+    assert len(chunky) == len(baseline)
+    media = await start_media()
+    lines = {}
+    for name, data in (("chunky", chunky), ("baseline", baseline)):
+        await upload(media.stub, data)
+        lines[name] = dumps(entry(f"u-{name}", [image_block(data)]))
+        write_transcript(media.root, name, [lines[name]])
+    refs = {name: mint(name, line)[0] for name, line in lines.items()}
+    # A fresh server over the same state: nothing about either image is remembered yet.
+    media = await start_media()
+    before = rchar()
+    stat = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=[blob_selector(chunky)]))
+    read = rchar() - before
+    assert (stat.results[0].metadata.width, stat.results[0].metadata.height) == (640, 480)
+    assert read < 256 * 1024, f"StatMedia read {read} bytes of a {len(chunky)} byte blob"
+    # A plain ReadMedia reads what it hashes and sends, the same for both images; a walk of
+    # the chunks before IDAT would read them once more.
+    read_by: dict[str, int] = {}
+    for name, data in (("chunky", chunky), ("baseline", baseline)):
+        for kind, selector in (
+            ("blob", blob_selector(data)),
+            ("transcript", media_pb2.MediaSelector(media_ref=refs[name])),
+        ):
+            before = rchar()
+            got, sent, _ = await read_media(media.stub, selector)
+            read_by[f"{name} {kind}"] = rchar() - before
+            assert sent == data
+            assert (got.width, got.height) == (640, 480)
+    print(read_by)
+    for kind in ("blob", "transcript"):
+        extra = read_by[f"chunky {kind}"] - read_by[f"baseline {kind}"]
+        assert extra < 512 * 1024, f"{kind}: {extra} bytes more than the baseline's read"
+    # Its thumbnail is made as of any PNG.
+    got, _ = await read_thumbnail(media, blob_selector(chunky), media_pb2.THUMBNAIL_SIZE_96)
+    assert (got.width, got.height) == (96, 72)
+
+
+class EncodeLog:
+    """The order in which encodes are handed to ThumbnailEncodes and start, by original's
+    sha256 (both real methods still run)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[tuple[str, str]] = []
+        handed, started = ThumbnailEncodes.run, ThumbnailJob.run
+
+        def hand(encodes: ThumbnailEncodes, job: ThumbnailJob, *args: Any) -> Any:
+            self.events.append(("handed", job.source.info.sha256))
+            return handed(encodes, job, *args)
+
+        def start(job: ThumbnailJob) -> Any:
+            self.events.append(("started", job.source.info.sha256))
+            return started(job)
+
+        monkeypatch.setattr(ThumbnailEncodes, "run", hand)
+        monkeypatch.setattr(ThumbnailJob, "run", start)
+
+    def count(self, kind: str) -> int:
+        return sum(event == kind for event, _ in self.events)
+
+    def index(self, kind: str, sha256: str) -> int:
+        return self.events.index((kind, sha256))
+
+
+async def test_one_callers_queue_delays_anothers_thumbnail_by_one_encode_at_most(
+    start_media: StartMedia, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = write_token_file(tmp_path / "tokens.yaml")
+    # One encode thread: a turn is exactly one encode.
+    media = await start_media(security=SecuritySettings(auth_tokens=tokens), thumbnail_threads=1)
+    big = [photo(2600, 2600, seed=30 + n) for n in range(6)]
+    for original in big:
+        await upload(media.stub, original, metadata=auth("alice"))
+    small = photo(300, 200, seed=40)
+    await upload(media.stub, small, metadata=auth("bob"))
+    log = EncodeLog(monkeypatch)
+    finished: list[str] = []
+
+    async def thumbnail(who: str, original: bytes) -> None:
+        await read_thumbnail(
+            media, blob_selector(original), media_pb2.THUMBNAIL_SIZE_960, auth(who), deadline=120
+        )
+        finished.append(who)
+
+    alice = [asyncio.ensure_future(thumbnail("alice", original)) for original in big]
+    try:
+        deadline = time.monotonic() + 30
+        while log.count("handed") < len(big):  # every one of alice's encodes is queued or running
+            assert time.monotonic() < deadline, "alice's encodes never reached the encoder"
+            await asyncio.sleep(0.005)
+        await thumbnail("bob", small)
+        bob = hashlib.sha256(small).hexdigest()
+        handed_at, started_at = log.index("handed", bob), log.index("started", bob)
+        queued_then = len(big) - sum(event == "started" for event, _ in log.events[:handed_at])
+        overtaken_by = sum(event == "started" for event, _ in log.events[handed_at:started_at])
+        print(f"bob's encode waited for {overtaken_by} of alice's to start, {queued_then} queued")
+        assert queued_then >= 3, "alice's queue was gone before bob asked"
+        # The next turn is bob's: he waits only for the encode running when he asked.
+        assert overtaken_by == 0
+        await asyncio.gather(*alice)
+        assert finished.count("alice") == len(big)
+    finally:
+        for future in alice:
+            future.cancel()
+
+
+class Overlap:
+    """The most ThumbnailJob.run calls in progress at once (the real method still runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+        real = ThumbnailJob.run
+
+        def run(job: ThumbnailJob) -> Any:
+            with self._lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            try:
+                return real(job)
+            finally:
+                with self._lock:
+                    self.now -= 1
+
+        monkeypatch.setattr(ThumbnailJob, "run", run)
+
+
+async def test_encodes_wait_for_the_memory_budget_and_one_over_it_runs_alone(
+    start_media: StartMedia, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2600 x 2600: 27 MB of RGBA each, reserved before decoding.
+    big = [photo(2600, 2600, seed=50 + n) for n in range(4)]
+    overlap = Overlap(monkeypatch)
+    # The smallest budget, 4 MiB: each encode is over it, so each runs alone, and runs.
+    tight = await start_media(thumbnail_threads=2, thumbnail_memory_bytes=4 * 1024 * 1024)
+    for original in big:
+        await upload(tight.stub, original)
+    results = await asyncio.gather(
+        *(read_thumbnail(tight, blob_selector(o), media_pb2.THUMBNAIL_SIZE_96) for o in big)
+    )
+    assert {(m.width, m.height) for m, _ in results} == {(96, 96)}
+    assert overlap.most == 1, "two encodes ran at once beyond the budget"
+    encodes = tight.server.servicer.thumbnail_encodes if tight.server.servicer else None
+    assert encodes is not None and encodes.reserved == 0 and encodes.queued == 0
+    # The default budget (512 MiB) holds both threads' encodes: they run together.
+    overlap.most = 0
+    roomy = await start_media(thumbnail_threads=2, state_dir=tight.state.parent / "state-2")
+    for original in big:
+        await upload(roomy.stub, original)
+    await asyncio.gather(
+        *(read_thumbnail(roomy, blob_selector(o), media_pb2.THUMBNAIL_SIZE_96) for o in big)
+    )
+    assert overlap.most == 2
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The peak resident set size of a process (VmHWM), KiB."""
+    return proc_status_kib(pid, "VmHWM")
+
+
+async def test_two_concurrent_64_mp_thumbnails_stay_within_the_memory_bound(
+    tmp_path: Path,
+) -> None:
+    # One-colour 8000x8000 RGBA PNGs: 64 MP (the limit), 256 MB each decoded whole.
+    big = [flat_png(8000, 8000, (10 + n, 200, 30, 255)) for n in range(2)]
+    assert all(len(data) < 300_000 for data in big)
+    small = flat_png(300, 200, (1, 2, 3, 255))
+    root, state = tmp_path / "projects", tmp_path / "state"
+    root.mkdir()
+    server = ServerProcess("media_service", root, state)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        stub = media_pb2_grpc.MediaServiceStub(channel)
+        for data in [*big, small]:
+            await upload(stub, data)
+        # The encode path loaded and warm: idle is the server as it serves thumbnails.
+        await read_thumbnail(stub, blob_selector(small), media_pb2.THUMBNAIL_SIZE_96)
+        idle = proc_status_kib(server.pid, "VmRSS")
+        results = await asyncio.gather(
+            *(read_thumbnail(stub, blob_selector(d), media_pb2.THUMBNAIL_SIZE_96) for d in big)
+        )
+        growth_mib = (peak_rss_kib(server.pid) - idle) / 1024
+        print(f"two 64 MP thumbnails: peak {growth_mib:.0f} MiB over idle")
+        assert [(m.width, m.height) for m, _ in results] == [(96, 96), (96, 96)]
+        assert growth_mib * 1.048576 < 350, f"peak {growth_mib:.0f} MiB over idle"
+    finally:
+        await channel.close()
+        server.terminate()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
+import textwrap
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -294,6 +296,46 @@ async def test_payloads_and_the_envelope_never_match(search_server: Factory) -> 
             assert (await harness.page(envelope))[0] == []
 
 
+async def test_mime_wrapped_base64_is_a_payload(search_server: Factory) -> None:
+    # As e-mail and `base64` write it: 76-character lines, here in a message and a tool result.
+    data = os.urandom(3000)
+    wrapped = base64.encodebytes(data).decode()
+    pem = "\r\n".join(textwrap.wrap(base64.b64encode(data[:700]).decode(), 64))
+    async with search_server() as harness:
+        harness.transcript("s1").write_bytes(
+            entry("u1", f"the attachment of the quokka mail:\n{wrapped}sent by the quokka")
+            + line(
+                type="user",
+                uuid="u2",
+                timestamp=at(2),
+                message={
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t1",
+                            "content": f"-----BEGIN CERTIFICATE-----\r\n{pem}\r\n"
+                            "-----END CERTIFICATE----- of the quokka",
+                        }
+                    ],
+                },
+            )
+        )
+        hits = await harness.until("quokka", 2)
+        flat = base64.b64encode(data).decode()
+        for hit in hits:
+            assert not any(flat[i : i + 8] in hit.snippet.text for i in range(len(flat) - 8))
+        probes = [w for w in re.findall(r"[A-Za-z0-9]{8,}", flat[200:]) if not w.isdigit()][:8]
+        probes += [p for p in re.findall(r"[A-Za-z0-9]{8,}", pem[100:]) if not p.isdigit()][:4]
+        assert len(probes) >= 6
+        for word in probes:
+            assert (await harness.page(word))[0] == [], word
+            assert (await harness.page(word[:6] + "*"))[0] == [], word
+        # The words around the payloads are still found, as words of one text.
+        assert [h.entry_uuid for h in (await harness.page('"quokka mail"'))[0]] == ["u1"]
+        assert [h.entry_uuid for h in (await harness.page("certificate"))[0]] == ["u2"]
+
+
 async def test_growth_is_indexed_and_a_rewrite_reindexed(search_server: Factory) -> None:
     async with search_server() as harness:
         path = harness.transcript("s1")
@@ -424,3 +466,9 @@ def test_index_contract(search_index: SearchIndex) -> None:
     index.drop_file("q/t.jsonl")
     assert index.search(parse_query("fig"), Filters(), None, None, 10) == []
     assert set(index.files()) == {"p/s.jsonl"}
+    # A word longer than PostgreSQL keeps a lexeme (2 KiB) is cut alike when indexed and asked.
+    long = index.reset_file("r/u.jsonl", "r", "u", "1:1:1:1")
+    assert index.add_entries(long, [_row(0, "ж" * 1500 + " end")], 0, 10)
+    for projects in (None, frozenset({"r"})):
+        hits = index.search(parse_query("ж" * 900), Filters(), projects, None, 10)
+        assert [h.text[-3:] for h in hits] == ["end"]

@@ -29,7 +29,12 @@ import pytest
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.support.servers import user_line
-from tests.support.workers import WorkerService, channels_on_distinct_workers, worker_of
+from tests.support.workers import (
+    WorkerService,
+    channels_on_distinct_workers,
+    new_channel,
+    worker_of,
+)
 
 SESSION = "0b7e1c2a-5d4f-4b8e-9a61-3f2d1c0b9a87"
 pytestmark = pytest.mark.timeout(120)
@@ -268,3 +273,143 @@ def test_a_parent_killed_while_its_workers_start_takes_them_down(tmp_path: Path)
     while any(Path(f"/proc/{pid}").exists() and not _is_zombie(pid) for pid in workers):
         assert time.monotonic() < deadline, "orphaned workers kept running"
         time.sleep(0.1)
+
+
+def _run_second(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A second service started with `argv`; it must end by itself, soon."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    return subprocess.run(
+        [sys.executable, "-m", *argv], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("first_workers", "second"),
+    [(2, "workers"), (2, "scrollback up"), (2, "one process"), (1, "workers")],
+)
+def test_a_second_service_on_a_port_in_use_fails_at_once(
+    tmp_path: Path, first_workers: int, second: str
+) -> None:
+    root, state = _tree(tmp_path)
+    first = WorkerService("history_service", root, state, workers=first_workers)
+    try:
+        other_state = tmp_path / "other-state"
+        other_state.mkdir()
+        flags = ["--transcripts", str(root), "--state", str(other_state)]
+        if second == "scrollback up":
+            argv = ["scrollback_app.cli", "up", *flags, "--workers", "2",
+                    "--history-addr", first.addr, "--media-addr", "127.0.0.1:0"]  # fmt: skip
+        else:
+            workers = "2" if second == "workers" else "1"
+            argv = ["history_service", *flags, "--addr", first.addr, "--workers", workers]
+        ended = _run_second(*argv)
+        assert ended.returncode == 2, ended.stderr[-2000:]
+        assert f"cannot listen on {first.addr}: the port is in use" in ended.stderr
+        # Every connection still reaches the first service's workers.
+        for _ in range(6):
+            channel = new_channel(first.addr)
+            with channel:
+                stub = history_pb2_grpc.HistoryServiceStub(channel)
+                sessions = stub.ListSessions(history_pb2.ListSessionsRequest(), timeout=10)
+                assert [s.session_id for s in sessions.sessions] == [SESSION]
+        assert first.process.poll() is None
+    finally:
+        assert first.stop() == 0
+
+
+def _replaced(service: WorkerService, victim: int) -> set[int]:
+    """The workers once `victim` is gone and its replacement serves (polled, with a deadline)."""
+    deadline = time.monotonic() + 60
+    while True:
+        workers = service.worker_pids()
+        serving = {int(p) for p in re.findall(r"worker (\d+) serving", "".join(service.lines))}
+        if victim not in workers and len(workers) == 2 and workers & serving:
+            return workers
+        assert service.process.poll() is None, "the parent exited"
+        assert time.monotonic() < deadline, "no replacement came up"
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_is_logged_and_replaced_while_the_service_serves(
+    history: WorkerService,
+) -> None:
+    workers = history.worker_pids()
+    (kept, kept_pid), (_, victim) = channels_on_distinct_workers(history.addr, _history_pid)
+    os.kill(victim, signal.SIGKILL)
+    now = _replaced(history, victim)
+    assert kept_pid in now
+    log = "".join(history.lines)
+    assert f"worker {victim} was killed by SIGKILL; starting another" in log
+    # The survivor served all along, and connections reach the replacement too.
+    assert _history_pid(kept) == kept_pid
+    assert {pid for _, pid in channels_on_distinct_workers(history.addr, _history_pid)} == now
+    assert now != workers and history.process.poll() is None
+    assert history.stop() == 0
+
+
+@pytest.mark.parametrize("history", [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2"}], indirect=True)
+def test_the_streams_of_a_killed_worker_give_their_budget_back(history: WorkerService) -> None:
+    (one, victim), (other, _) = channels_on_distinct_workers(history.addr, _history_pid)
+    streams = [
+        history_pb2_grpc.HistoryServiceStub(one).WatchSession(
+            history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
+        )
+        for _ in range(2)
+    ]
+    deadline = time.monotonic() + 10
+    while True:  # until both streams hold the whole budget
+        try:
+            _history_pid(other)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            break
+        assert time.monotonic() < deadline, "the streams were never admitted"
+        time.sleep(0.05)
+    os.kill(victim, signal.SIGKILL)
+    _replaced(history, victim)
+    try:
+        # The dead worker's two calls no longer count: the whole budget is free again.
+        assert _history_pid(other) > 0
+    finally:
+        for stream in streams:
+            stream.cancel()
+
+
+def test_a_replacement_that_cannot_start_stops_the_service_with_its_status(
+    history: WorkerService, tmp_path: Path
+) -> None:
+    victim = min(history.worker_pids())
+    (tmp_path / "root").rename(tmp_path / "moved")  # a new worker's configuration is invalid
+    os.kill(victim, signal.SIGKILL)
+    assert history.wait(60) == 2
+    log = "".join(history.lines)
+    assert f"worker {victim} was killed by SIGKILL; starting another" in log
+    assert "the transcripts root (SCROLLBACK_TRANSCRIPTS) is not a directory" in log
+    assert re.search(r"worker \d+ exited with status 2; stopping the service", log)
+
+
+def test_scrollback_up_ends_when_a_replacement_cannot_start(tmp_path: Path) -> None:
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrollback_app.cli", "up", "--workers", "2",
+         "--transcripts", str(root), "--state", str(state),
+         "--history-addr", "127.0.0.1:0", "--media-addr", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        found = re.search(r"history on \S+:(\d+)", process.stdout.readline())
+        assert found
+        history_addr = f"127.0.0.1:{found.group(1)}"
+        (_, victim), _ = channels_on_distinct_workers(history_addr, _history_pid)
+        root.rename(tmp_path / "moved")  # a new worker's configuration is invalid
+        os.kill(victim, signal.SIGKILL)
+        _, errors = process.communicate(timeout=60)
+        assert process.returncode == 2
+        assert f"worker {victim} was killed by SIGKILL; starting another" in errors
+        assert "scrollback up: the history service stopped" in errors
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

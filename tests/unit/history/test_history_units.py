@@ -22,7 +22,6 @@ from history_service.lines import (
     iter_lines_backward,
     iter_lines_forward,
     json_parts,
-    tail_start,
 )
 from history_service.singleflight import SingleFlight
 from history_service.store.sqlite import SqliteAcceptedMessageStore
@@ -33,6 +32,7 @@ from history_service.tokens import (
     TokenCodec,
     WatchPosition,
 )
+from scrollback.linefile import LineFile
 from scrollback.principals import ANONYMOUS as ANON
 
 
@@ -55,7 +55,7 @@ def test_line_scans_agree_with_split(tmp_path: Path, seed: int) -> None:
     try:
         forward = list(iter_lines_forward(fd, 0, len(data), max_line))
         assert [(r.start, r.end, r.terminated) for r in forward] == expected
-        end = tail_start(fd, len(data), len(data))
+        end = LineFile(fd).tail_start(len(data), len(data))
         backward = list(iter_lines_backward(fd, end, max_line))
         assert [(r.start, r.end) for r in backward] == [
             (a, b) for a, b, done in reversed(expected) if done and b < end

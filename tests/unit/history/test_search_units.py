@@ -8,11 +8,14 @@ the index holds, and that words the people wrote are found.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from history_service.errors import InvalidArgumentError
 from history_service.search.indexer import SearchIndexer
@@ -20,6 +23,7 @@ from history_service.search.query import Filters, Term, parse_query
 from history_service.search.snippet import make_snippet
 from history_service.search.sqlite import SqliteSearchIndex
 from history_service.search.store import entry_key, timestamp_ms
+from history_service.search.terms import WORD, index_words
 from history_service.search.text import entry_text
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
@@ -36,9 +40,14 @@ def test_parse_query_words_phrases_prefixes() -> None:
         Term(("qu",), prefix=True),
         Term(("history", "service", "tokens", "py")),
     )
-    assert query.fts5() == '"foo" "bar baz" "qu"* "history service tokens py"'
-    assert query.tsquery() == (
-        "('foo') & ('bar' <-> 'baz') & ('qu':*) & ('history' <-> 'service' <-> 'tokens' <-> 'py')"
+    # Each word under each visible project's tag; an entry matches within its one project.
+    assert query.fts5(["pa", "pb"]) == (
+        '("pafoo" AND "pabar pabaz" AND "paqu"* AND "pahistory paservice patokens papy")'
+        ' OR ("pbfoo" AND "pbbar pbbaz" AND "pbqu"* AND "pbhistory pbservice pbtokens pbpy")'
+    )
+    assert query.tsquery(["pa"]) == (
+        "(('pafoo') & ('pabar' <-> 'pabaz') & ('paqu':*)"
+        " & ('pahistory' <-> 'paservice' <-> 'patokens' <-> 'papy'))"
     )
     # Nothing of the user's text reaches either syntax but the words.
     hostile = parse_query('"a" OR b\' NEAR(c) {d}:* ^e')
@@ -103,6 +112,90 @@ def test_entry_text_keeps_what_people_read() -> None:
     assert STRIPPED_MEDIA_MARKER not in found.text
 
 
+def _text_of(text: str) -> str:
+    """The indexed text of a user entry whose message is `text`."""
+    stripped = strip_line(
+        orjson.dumps({"type": "user", "uuid": "u", "message": {"role": "user", "content": text}})
+    )
+    assert stripped is not None
+    found = entry_text(stripped)
+    return found.text if found is not None else ""
+
+
+def _wrapped(data: bytes, width: int, newline: str = "\n") -> str:
+    flat = base64.b64encode(data).decode()
+    return newline.join(flat[i : i + width] for i in range(0, len(flat), width))
+
+
+@pytest.mark.parametrize(
+    ("width", "newline", "indent"),
+    [(76, "\n", ""), (76, "\r\n", ""), (64, "\n", ""), (64, "\n", "    "), (60, "\r\n", "\t")],
+)
+def test_wrapped_base64_lines_are_a_payload(width: int, newline: str, indent: str) -> None:
+    # MIME (76), PEM (64) and others: no piece of the run is kept, the words around it are.
+    for size in (90, 100, 400, 5000):  # two full lines and a short last one, up to many
+        data = os.urandom(size)
+        body = newline.join(indent + part for part in _wrapped(data, width).split("\n"))
+        text = _text_of(f"Here is the key:{newline}{body}{newline}Thanks, that is all")
+        assert "Here is the key" in text and "Thanks, that is all" in text
+        flat = base64.b64encode(data).decode()
+        for start in range(0, len(flat) - 8, 7):
+            assert flat[start : start + 8] not in text, (size, start)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-" * 76 + "\n" + "-" * 76 + "\n" + "=" * 76,  # rules
+        "\n".join(os.urandom(32).hex() for _ in range(6)),  # sha256 sums
+        "\n".join(os.urandom(40).hex().upper() for _ in range(4)),  # a hex dump
+        "A single line of base64: " + base64.b64encode(os.urandom(100)).decode(),
+        "two words\n" + "x" * 59 + "\n" + "y" * 59 + "\nend",  # under a full line
+        "The quick brown fox jumps over the lazy dog, again and again and again and again.\n"
+        "Then it rests, which a fox of its age had earned after all that jumping about.",
+        "aVeryLongIdentifierThatGoesOnAndOnForSixtyCharactersOrMoreSoThere()\n"
+        "anotherVeryLongIdentifierThatGoesOnForSixtyCharactersOrMoreToo.x",
+    ],
+)
+def test_text_that_is_not_wrapped_base64_is_kept(text: str) -> None:
+    assert _text_of(text) == text.strip()
+
+
+_PROSE_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC0123456789", min_size=1, max_size=12)
+_PROSE_LINE = st.lists(_PROSE_WORD, min_size=1, max_size=20).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.lists(_PROSE_LINE, max_size=4),
+    after=st.lists(_PROSE_LINE, max_size=4),
+    data=st.binary(min_size=90, max_size=3000),
+    width=st.sampled_from([60, 64, 72, 76]),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_prose_stays_and_wrapped_base64_goes(
+    before: list[str], after: list[str], data: bytes, width: int, newline: str
+) -> None:
+    prose_before, prose_after = newline.join(before), newline.join(after)
+    text = _text_of(newline.join([prose_before, _wrapped(data, width, newline), prose_after]))
+    for line in before + after:
+        assert line in text  # prose lines (spaces between words) are never a payload
+    flat = base64.b64encode(data).decode()
+    # Of the payload, at most a short last line (under 16 characters, unpadded) may stay.
+    kept = [flat[i : i + 16] for i in range(0, len(flat) - 16) if flat[i : i + 16] in text]
+    assert kept == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80) | st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_index_words_are_the_query_parsers_words(text: str) -> None:
+    # Indexed and asked for alike: the same words as parse_query cuts, case-folded.
+    assert index_words(text) == [word.casefold() for word in WORD.findall(text)]
+    for word in WORD.findall(text):
+        (term,) = parse_query(word).terms
+        assert term.words == (word.casefold(),)
+
+
 def test_summary_and_empty_entries() -> None:
     summary = strip_line(orjson.dumps({"type": "summary", "summary": "A title", "leafUuid": "x"}))
     assert summary is not None and (found := entry_text(summary)) is not None
@@ -150,7 +243,7 @@ def test_corpus_is_indexed_without_payloads(tmp_path: Path) -> None:
                 pieces.add(match.group(1)[1000:1032].decode())
         assert pieces, "the corpus has images"
         connection = index._connection()
-        bodies = [row[0] for row in connection.execute("SELECT body FROM search_text")]
+        bodies = [row[0] for row in connection.execute("SELECT body FROM search_entry")]
         assert not any(piece in body for body in bodies for piece in pieces)
         assert not any('"type":' in body and '"uuid":' in body for body in bodies)
         # A second pass over unchanged files reads nothing.

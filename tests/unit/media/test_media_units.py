@@ -251,6 +251,15 @@ def test_thumbnail_threads_from_env_and_bounds() -> None:
             MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": value})
 
 
+def test_thumbnail_memory_bytes_from_env_and_bounds() -> None:
+    assert MediaConfig.from_env({}).thumbnail_memory_bytes == 512 * 1024 * 1024
+    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_MEMORY_BYTES": "104857600"})
+    assert config.thumbnail_memory_bytes == 104857600
+    for value in ("0", str(1024 * 1024), str(65 * 1024**3), "plenty"):
+        with pytest.raises(ConfigError):
+            MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_MEMORY_BYTES": value})
+
+
 def test_decoded_cache_bytes_from_env_and_bounds() -> None:
     assert MediaConfig.from_env({}).decoded_cache_bytes == 64 * 1024 * 1024
     config = MediaConfig.from_env({"SCROLLBACK_MEDIA_DECODED_CACHE_BYTES": "0"})

@@ -18,7 +18,6 @@ from media_service.errors import MediaNotFoundError
 from media_service.transcript_media import (
     TranscriptMedia,
     iter_candidate_lines,
-    line_from,
     uuid_key_pattern,
 )
 from scrollback.contract.refs import TranscriptImageRef
@@ -31,47 +30,6 @@ def _fd(tmp_path: Path, data: bytes) -> int:
     path = tmp_path / "t.jsonl"
     path.write_bytes(data)
     return os.open(path, os.O_RDONLY)
-
-
-def test_line_from_bounds(tmp_path: Path) -> None:
-    data = b'{"a":1}\n{"b":22}\r\n' + b"x" * 20 + b"\n" + b'{"tail":1}'
-    fd = _fd(tmp_path, data)
-    try:
-        assert line_from(fd, 0, 1024) == b'{"a":1}'
-        assert line_from(fd, 8, 1024) == b'{"b":22}\r'
-        assert line_from(fd, 1, 1024) is None  # not the start of a line
-        assert line_from(fd, 7, 1024) is None  # the newline itself
-        assert line_from(fd, 18, 20) == b"x" * 20  # exactly the max line size
-        assert line_from(fd, 18, 19) is None  # one byte over
-        assert line_from(fd, 39, 1024) == b'{"tail":1}'  # unterminated last line
-        assert line_from(fd, len(data), 1024) is None  # EOF
-        assert line_from(fd, len(data) + 100, 1024) is None
-        assert line_from(fd, -1, 1024) is None
-    finally:
-        os.close(fd)
-
-
-def test_line_from_reads_no_more_than_the_max_line_size(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fd = _fd(tmp_path, b"y" * 100_000 + b"\n")
-    reads: list[int] = []
-    real_pread = os.pread
-
-    def pread(fd: int, length: int, offset: int) -> bytes:
-        reads.append(length)
-        return real_pread(fd, length, offset)
-
-    monkeypatch.setattr(transcript_media, "HINT_FIRST_READ", 1000)
-    monkeypatch.setattr(transcript_media.os, "pread", pread)
-    try:
-        assert line_from(fd, 0, 5000) is None
-        assert sum(reads) <= 5001
-        reads.clear()
-        assert line_from(fd, 0, 100_000) == b"y" * 100_000
-        assert sum(reads) <= 100_001
-    finally:
-        os.close(fd)
 
 
 SPACES = st.text(alphabet=" \t\r", max_size=20)  # no raw newline inside a line

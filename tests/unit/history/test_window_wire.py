@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import pytest
 
 from history_service.entry_cache import EncodedEntry
-from history_service.servicer import _window_responses
 from history_service.tokens import FileIdentity
+from history_service.window_wire import window_responses
 from history_service.windows import HeldBack, Window
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.server.serialized import Serialized, length_delimited
@@ -42,7 +42,7 @@ def _window(entries: tuple[EncodedEntry | HeldBack, ...]) -> Window:
 async def _wire(window: Window, links: Mapping[str, str] | None, budget: int) -> list[bytes]:
     return [
         message.wire if isinstance(message, Serialized) else message.SerializeToString()
-        async for message in _window_responses(
+        async for message in window_responses(
             pb.ReadWindowResponse, "s", window, links, max_batch_bytes=budget
         )
     ]

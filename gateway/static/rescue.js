@@ -1,0 +1,80 @@
+// The rescue line of a session page (docs/contract.md §14): "images (N, M too large)", which
+// opens a panel of every image and document with its API position, size, pixels and problems,
+// and "download a slim copy" (the session with its images cut, as Claude Code can resume it).
+// It loads after the page, into a line of its own under the bar; a failure leaves it empty.
+"use strict";
+
+(function () {
+  const found = location.pathname.match(/^\/sessions\/([^/]+)$/);
+  if (!found) return;
+  const sessionId = decodeURIComponent(found[1]);
+  const base = `/api/v1/sessions/${encodeURIComponent(sessionId)}`;
+  const line = el("div", "rescue");
+  line.id = "rescue";
+  document.getElementById("bar").append(line);
+
+  async function download(event) {
+    event.preventDefault();
+    // A bearer token cannot ride on a plain link: fetch with it, then hand the bytes over.
+    const response = await fetch(base + "/slim", { headers: authHeaders() });
+    if (!response.ok) { line.append(el("span", "failed", " download failed")); return; }
+    const url = URL.createObjectURL(await response.blob());
+    const link = el("a");
+    link.href = url;
+    link.download = `${sessionId}.slim.jsonl`;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  function panel(listing) {
+    const table = el("table", "images");
+    const head = el("tr");
+    for (const name of ["API position", "entry", "kind", "size", "pixels", "problems", ""]) {
+      head.append(el("th", "", name));
+    }
+    table.append(head);
+    for (const image of listing.images) {
+      const row = el("tr", image.problems.length ? "problem" : "");
+      row.append(
+        el("td", "", image.api_path || "(not sent)"),
+        el("td", "", `${image.session_id === sessionId ? "" : image.session_id + " "}${image.entry_uuid}`),
+        el("td", "", `${image.kind} ${image.media_type || image.declared_media_type}`),
+        el("td", "", count(image.size_bytes) + " B"),
+        el("td", "", image.width ? `${image.width}×${image.height}` : ""),
+        el("td", "", image.problems.join(", ")),
+      );
+      const cell = el("td");
+      if (image.url) {
+        const thumb = el("img");
+        thumb.loading = "lazy";
+        thumb.src = sized(image.url, 96);
+        thumb.alt = image.api_path;
+        cell.append(thumb);
+      }
+      row.append(cell);
+      table.append(row);
+    }
+    return table;
+  }
+
+  async function load() {
+    const listing = await api(base + "/images");
+    const totals = listing.totals;
+    const toggle = el("button", "images-toggle",
+      `images (${totals.images}, ${totals.with_problems} too large)`);
+    let shown = null;
+    toggle.addEventListener("click", () => {
+      if (shown) { shown.remove(); shown = null; return; }
+      shown = panel(listing);
+      line.after(shown);
+    });
+    const slim = el("a", "slim-download", "download a slim copy");
+    slim.href = base + "/slim";
+    slim.addEventListener("click", download);
+    line.append(toggle, " ", slim);
+  }
+
+  load().catch(() => { /* the line stays empty */ });
+})();

@@ -1,0 +1,851 @@
+"""Slim copies of a transcript and the list of its images (`scrollback slim`, `scrollback images`).
+
+A slim copy is the transcript with every image and document block, wherever
+it sits, replaced by a non-empty text block that says what was cut, and every
+other base64 payload (the `toolUseResult` copy of a Read image, for one)
+replaced inside its string by the same kind of text. Everything else is the
+original line byte for byte: the payloads are found by the stripper
+(`probe_line`, docs/contract.md §3) and the blocks' byte ranges by
+`scrollback.contract.blocks` over the line's small remainder, so no line is
+ever parsed whole, and the copy is streamed line by line in bounded memory.
+
+The image list gives each image and document block of `message.content` with
+its place in the API's message list (docs/contract.md §14 states the rule),
+its size, its pixel size from the header, and what the API would refuse.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pybase64
+from PIL import Image
+
+from history_service.errors import InvalidArgumentError
+from history_service.lines import FileShrankError, RawLine, iter_lines_forward
+from scrollback.contract.blocks import iter_objects, matching_spans, top_level_string_span
+from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.contract.extraction import UndecodablePayloadError, iter_decoded
+from scrollback.contract.image_header import ImageHeader, read_header
+from scrollback.contract.refs import ID_PATTERN, validate_id
+from scrollback.contract.stripping import (
+    MIN_INLINE_LIMIT,
+    ProbedLine,
+    find_payload_spans,
+    first_payload_candidate,
+    parse_json_object,
+    probe_line,
+    probe_line_streamed,
+)
+from scrollback.linefile import LineFile
+
+# The API's limits on one image (its documented maximums).
+API_MAX_SIDE = 2000
+API_MAX_BYTES = 5 * 1024 * 1024
+API_HARD_MAX_SIDE = 8000
+# More images than this in one request and each must be within API_MAX_SIDE.
+API_MANY_IMAGES = 20
+# The smallest --max-side and --max-bytes a request may ask for.
+MIN_MAX_SIDE = 16
+MIN_MAX_BYTES = 1024
+# Images over this many pixels are never decoded for a downscale (a bomb).
+MAX_DECODE_PIXELS = 64_000_000
+# Output is sent in pieces of at most this size.
+OUT_CHUNK = 1024 * 1024
+MEDIA_KINDS = ("image", "document")
+
+# Problems of an image, as `scrollback images` names them.
+OVER_HARD_SIDE = "over_8000_px"
+OVER_SIDE_MANY = "over_2000_px_with_many_images"
+OVER_BYTES = "over_5_mb"
+UNDECODABLE = "undecodable"
+
+ByteReader = Callable[[int, int], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SlimOptions:
+    """What a slim copy does with images; validated by `slim_options`."""
+
+    fork_session_id: str = ""
+    downscale: bool = False
+    max_side: int = API_MAX_SIDE
+    max_bytes: int = API_MAX_BYTES
+    keep_last: int = 0
+
+
+def slim_options(
+    fork_session_id: str, downscale: bool, max_side: int, max_bytes: int, keep_last: int
+) -> SlimOptions:
+    """Validate a slim request's options (0 means the default)."""
+    if fork_session_id:
+        validate_id(fork_session_id, "fork session id")
+    if max_side < 0 or max_bytes < 0 or keep_last < 0:
+        raise InvalidArgumentError("max_side, max_bytes and keep_last must not be negative")
+    side = max_side or API_MAX_SIDE
+    size = max_bytes or API_MAX_BYTES
+    if side < MIN_MAX_SIDE or size < MIN_MAX_BYTES:
+        raise InvalidArgumentError(
+            f"max_side must be at least {MIN_MAX_SIDE} and max_bytes at least {MIN_MAX_BYTES}"
+        )
+    return SlimOptions(fork_session_id, downscale, side, size, keep_last)
+
+
+# The decoded bytes of a payload kept for its header: a JPEG's frame header
+# after large EXIF blocks, and the fixed headers of the other formats.
+HEADER_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadFacts:
+    """What a payload's decoded bytes are: size, sha256, header; or undecodable."""
+
+    size_bytes: int
+    sha256: str
+    header: ImageHeader | None
+    decodable: bool
+
+
+def _facts_of(pieces: Iterator[bytes], keep: bool) -> tuple[PayloadFacts, bytes | None]:
+    """Hash decoded pieces; the header from the first bytes; the whole bytes if `keep`."""
+    digest = hashlib.sha256()
+    head = bytearray()
+    whole = bytearray() if keep else None
+    size = 0
+    try:
+        for piece in pieces:
+            digest.update(piece)
+            size += len(piece)
+            if len(head) < HEADER_BYTES:
+                head += piece[: HEADER_BYTES - len(head)]
+            if whole is not None:
+                whole += piece
+    except (UndecodablePayloadError, LookupError, binascii.Error, ValueError):
+        return PayloadFacts(size, "", None, False), None
+    facts = PayloadFacts(size, digest.hexdigest(), read_header(io.BytesIO(head)), True)
+    return facts, bytes(whole) if whole is not None else None
+
+
+def _inline_facts(data: str, keep: bool) -> tuple[PayloadFacts, bytes | None]:
+    """Facts of a payload small enough that it stayed in the parsed remainder."""
+    try:
+        decoded: bytes = pybase64.b64decode(data.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return PayloadFacts(0, "", None, False), None
+    return _facts_of(iter((decoded,)), keep)
+
+
+@dataclass(slots=True)
+class FoundBlock:
+    """One image or document block of a line."""
+
+    block: dict[str, Any]
+    kind: str
+    cut: int  # the probe's cut holding its data, or -1 when the data stayed inline
+    image_index: int  # its index by the enumeration rule (docs/contract.md §2), or -1
+    content_path: tuple[int, ...]  # indexes in message.content (and nested content), or ()
+    facts: PayloadFacts | None = None
+    data: bytes | None = None
+
+
+def _is_media_block(value: dict[str, Any]) -> bool:
+    source = value.get("source")
+    return (
+        value.get("type") in MEDIA_KINDS
+        and isinstance(source, dict)
+        and isinstance(source.get("data"), str)
+    )
+
+
+def _content_paths(entry: dict[str, Any]) -> dict[int, tuple[int, ...]]:
+    """id(block) -> its path in message.content, descending into `content` arrays (§2's walk)."""
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    paths: dict[int, tuple[int, ...]] = {}
+    if not isinstance(content, list):
+        return paths
+    stack: list[tuple[tuple[int, ...], list[Any]]] = [((), content)]
+    while stack:
+        prefix, items = stack.pop()
+        for position, item in enumerate(items):
+            if not isinstance(item, dict):
+                continue
+            path = (*prefix, position)
+            paths[id(item)] = path
+            inner = item.get("content")
+            if isinstance(inner, list):
+                stack.append((path, inner))
+    return paths
+
+
+def media_blocks(probed: ProbedLine) -> list[FoundBlock]:
+    """Every image and document block of a probed line, in document order."""
+    entry = probed.entry
+    indexes = {id(block): i for i, block in enumerate(iter_image_blocks(entry))}
+    paths = _content_paths(entry)
+    found: list[FoundBlock] = []
+    skip: set[int] = set()
+    for obj in iter_objects(entry):
+        if id(obj) in skip or not _is_media_block(obj):
+            continue
+        source = obj["source"]
+        skip.add(id(source))
+        found.append(
+            FoundBlock(
+                obj,
+                str(obj["type"]),
+                probed.span_of(source["data"]),
+                indexes.get(id(obj), -1),
+                paths.get(id(obj), ()),
+            )
+        )
+    return found
+
+
+class LineSource:
+    """One line's bytes, held or read in bounded pieces from its file."""
+
+    def __init__(self, raw: RawLine) -> None:
+        self.raw = raw
+        data = raw.data
+        self.read: ByteReader = (
+            (lambda start, length: data[start : start + length])
+            if data is not None
+            else LineFile(raw.fd).line_reader(raw.start, raw.size, FileShrankError)
+        )
+
+    def probe(self) -> ProbedLine | None:
+        """The line's payloads cut and its remainder parsed (None: not a JSON object)."""
+        if self.raw.data is not None:
+            return probe_line(self.raw.data, MIN_INLINE_LIMIT)
+        return probe_line_streamed(self.read, self.raw.size, MIN_INLINE_LIMIT)
+
+    def pieces(self, start: int, end: int) -> Iterator[bytes]:
+        """The line's bytes [start, end) in pieces of at most OUT_CHUNK."""
+        while start < end:
+            length = min(OUT_CHUNK, end - start)
+            yield bytes(self.read(start, length))
+            start += length
+
+
+def block_facts(
+    source: LineSource, probed: ProbedLine, block: FoundBlock, keep: bool = False
+) -> None:
+    """Decode a block's payload once: its size, sha256 and header (and bytes with `keep`)."""
+    if block.cut >= 0:
+        start, end = probed.spans[block.cut]
+        facts, data = _facts_of(iter_decoded(source.read, start, end, block.image_index), keep)
+    else:
+        facts, data = _inline_facts(block.block["source"]["data"], keep)
+    block.facts, block.data = facts, data
+
+
+def _declared(block: dict[str, Any]) -> str:
+    media_type = block.get("source", {}).get("media_type")
+    return media_type if isinstance(media_type, str) else ""
+
+
+def stand_in_text(
+    kind: str, declared: str, facts: PayloadFacts | None, ref: str = "", pin: str = ""
+) -> str:
+    """The text that stands where an image or document was cut: never empty."""
+    parts = [declared or "unknown type"]
+    if facts is not None and facts.decodable:
+        parts.append(f"{facts.size_bytes:,} bytes")
+        if facts.header is not None:
+            parts.append(f"{facts.header.width}x{facts.header.height} px")
+    elif facts is not None:
+        parts.append("undecodable")
+    where = []
+    if ref:
+        where.append(f"ref {ref} pin {pin}")
+    if facts is not None and facts.sha256:
+        where.append(f"sha256 {facts.sha256}")
+    served = f"; Scrollback still serves it: {', '.join(where)}" if where else ""
+    return f"[{kind} cut by scrollback slim: {', '.join(parts)}{served}]"
+
+
+def _json_string_text(text: str) -> bytes:
+    """`text` as the raw inside of a JSON string (ASCII, escaped as needed)."""
+    return json.dumps(text)[1:-1].encode("ascii")
+
+
+def _dumps(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # lone surrogates in kept fields
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def downscaled(data: bytes, max_side: int, max_bytes: int) -> tuple[str, bytes] | None:
+    """The image re-encoded within max_side and max_bytes: (media type, bytes); None if not.
+
+    PNG where the image has transparency, JPEG otherwise; smaller steps until
+    the bytes fit. Never decodes an image over MAX_DECODE_PIXELS.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                if image.width * image.height > MAX_DECODE_PIXELS:
+                    return None
+                image.seek(0)
+                frame = image.convert("RGBA") if _has_alpha(image) else image.convert("RGB")
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
+        return None
+    side = min(max_side, max(frame.width, frame.height))
+    while side >= MIN_MAX_SIDE:
+        copy = frame.copy()
+        copy.thumbnail((side, side), Image.Resampling.LANCZOS)
+        out = io.BytesIO()
+        if copy.mode == "RGBA":
+            copy.save(out, format="PNG", optimize=True)
+            media_type = "image/png"
+        else:
+            copy.save(out, format="JPEG", quality=85)
+            media_type = "image/jpeg"
+        if out.tell() <= max_bytes:
+            return media_type, out.getvalue()
+        side = side * 3 // 4
+    return None
+
+
+def _has_alpha(image: Image.Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or (
+        image.mode == "P" and "transparency" in image.info
+    )
+
+
+@dataclass(slots=True)
+class SlimStats:
+    """What one file's slim copy did."""
+
+    lines: int = 0
+    images_replaced: int = 0
+    documents_replaced: int = 0
+    copies_replaced: int = 0
+    images_downscaled: int = 0
+    images_kept: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    omitted_tail_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Edit:
+    start: int
+    end: int
+    text: bytes
+
+
+@dataclass
+class _ImageCounter:
+    """Counts the message.content images met, to keep the last N of a file."""
+
+    total: int
+    keep_last: int
+    seen: int = 0
+
+    def keeps_next(self) -> bool:
+        keep = self.seen >= self.total - self.keep_last
+        self.seen += 1
+        return keep
+
+
+def _ref(session_id: str, uuid: Any, block: FoundBlock, probed: ProbedLine) -> tuple[str, str]:
+    """The ref and pin by which the media service serves a cut image; ("", "") if none."""
+    if (
+        block.kind != "image"
+        or block.image_index < 0
+        or block.cut < 0
+        or not isinstance(uuid, str)
+        or not ID_PATTERN.fullmatch(uuid)
+    ):
+        return "", ""
+    return f"{session_id}/{uuid}/{block.image_index}", probed.pins[block.cut]
+
+
+def _line_edits(
+    source: LineSource,
+    probed: ProbedLine,
+    session_id: str,
+    options: SlimOptions,
+    counter: _ImageCounter | None,
+    stats: SlimStats,
+) -> list[_Edit]:
+    """The byte ranges of one line to replace, and what goes there."""
+    edits: list[_Edit] = []
+    blocks = media_blocks(probed)
+    spans = matching_spans(probed.probe, probed.entry, [b.block for b in blocks])
+    covered: set[int] = set()  # cuts inside a replaced block
+    uuid = probed.entry.get("uuid")
+    for block, span in zip(blocks, spans, strict=True):
+        keep_as_is = (
+            counter is not None
+            and block.kind == "image"
+            and block.content_path
+            and counter.keeps_next()
+        )
+        if keep_as_is:
+            stats.images_kept += 1
+            if block.cut >= 0:
+                covered.add(block.cut)
+            continue
+        want_bytes = options.downscale and block.kind == "image" and span is not None
+        block_facts(source, probed, block, keep=want_bytes)
+        facts = block.facts
+        replacement: bytes | None = None
+        if want_bytes and block.data is not None and facts is not None:
+            header = facts.header
+            fits = (
+                header is not None
+                and max(header.width, header.height) <= options.max_side
+                and facts.size_bytes <= options.max_bytes
+                and header.media_type == _declared(block.block)
+            )
+            if fits:
+                stats.images_kept += 1
+                if block.cut >= 0:
+                    covered.add(block.cut)
+                continue
+            smaller = downscaled(block.data, options.max_side, options.max_bytes)
+            if smaller is not None:
+                media_type, encoded = smaller
+                source_field = dict(block.block["source"])
+                source_field.update(
+                    type="base64", media_type=media_type, data=base64.b64encode(encoded).decode()
+                )
+                replacement = _dumps({**block.block, "source": source_field})
+                stats.images_downscaled += 1
+        block.data = None
+        if replacement is None:
+            ref, pin = _ref(session_id, uuid, block, probed)
+            text = stand_in_text(block.kind, _declared(block.block), facts, ref, pin)
+            replacement = _dumps({"type": "text", "text": text})
+            if block.kind == "image":
+                stats.images_replaced += 1
+            else:
+                stats.documents_replaced += 1
+        if span is None:
+            # Its range could not be told for sure: cut its payload inside the string instead.
+            if block.cut < 0:
+                continue
+            start, end = probed.spans[block.cut]
+            text = stand_in_text(block.kind, _declared(block.block), facts)
+            edits.append(_Edit(start, end, _json_string_text(text)))
+            covered.add(block.cut)
+            continue
+        low, high = probed.line_offset(span[0]), probed.line_offset(span[1])
+        if block.cut >= 0:
+            covered.add(block.cut)
+        covered.update(
+            k for k, (start, end) in enumerate(probed.spans) if low <= start and end <= high
+        )
+        edits.append(_Edit(low, high, replacement))
+    for k, (start, end) in enumerate(probed.spans):
+        if k in covered:
+            continue
+        facts, _ = _facts_of(iter_decoded(source.read, start, end), False)
+        text = stand_in_text("payload", _copy_media_type(probed, k), facts)
+        edits.append(_Edit(start, end, _json_string_text(text)))
+        stats.copies_replaced += 1
+    if options.fork_session_id:
+        span = top_level_string_span(probed.probe, "sessionId")
+        if span is not None:
+            edits.append(
+                _Edit(
+                    probed.line_offset(span[0]),
+                    probed.line_offset(span[1]),
+                    options.fork_session_id.encode("ascii"),
+                )
+            )
+    edits.sort(key=lambda edit: edit.start)
+    return edits
+
+
+def _copy_media_type(probed: ProbedLine, cut: int) -> str:
+    """The media type named beside a payload copy (`toolUseResult.file.type`, ...), or ""."""
+    placeholder = probed.placeholders[cut]
+    for obj in iter_objects(probed.entry):
+        if placeholder in obj.values():
+            for key in ("media_type", "type", "mediaType", "mimeType"):
+                value = obj.get(key)
+                if isinstance(value, str) and "/" in value:
+                    return value
+            return ""
+    return ""
+
+
+def _needs_probe(raw: RawLine, options: SlimOptions) -> bool:
+    """Whether a line may hold something to replace (a line without any is copied as is)."""
+    data = raw.data
+    if data is None or options.fork_session_id:
+        return True
+    if b'"image"' in data or b'"document"' in data:
+        return True
+    # No block of either kind: only a payload elsewhere (a copy) needs the probe.
+    return bool(find_payload_spans(data, MIN_INLINE_LIMIT))
+
+
+def count_content_images(fd: int, size: int, max_line: int) -> int:
+    """How many image blocks the file's message.content trees hold (a first pass)."""
+    total = 0
+    for segment in _segments(fd, size, max_line):
+        if isinstance(segment, tuple) or (
+            segment.data is not None and b'"image"' not in segment.data
+        ):
+            continue  # no image block: nothing to count
+        probed = LineSource(segment).probe()
+        if probed is not None:
+            total += sum(1 for b in media_blocks(probed) if b.kind == "image" and b.content_path)
+    return total
+
+
+# A plain run: complete lines [start, end) of a block, newlines included, copied as they are.
+_PlainRun = tuple[int, int, bytes]
+# Bytes read at once when looking for the lines that need more than a copy.
+SCAN_BLOCK = 1024 * 1024
+
+
+class _Candidates:
+    """Where, in one block, a line may need a replacement: each kind's next offset, remembered.
+
+    A block or document has its `"image"` / `"document"` type; a payload opens
+    at a quote followed by at least the inline limit of quote-free bytes
+    (`first_payload_candidate`). Each kind is searched again only once the
+    scan has passed its last answer, so a block is searched about once per kind.
+    """
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.known: dict[int, int] = {}  # kind -> its next offset (-1: none left)
+
+    def _find(self, kind: int, position: int) -> int:
+        if kind == 0:
+            return self.block.find(b'"image"', position)
+        if kind == 1:
+            return self.block.find(b'"document"', position)
+        return first_payload_candidate(self.block, position, MIN_INLINE_LIMIT)
+
+    def next(self, position: int) -> int:
+        """The first offset at or after `position` that may need a look, or -1."""
+        best = -1
+        for kind in (0, 1, 2):
+            at = self.known.get(kind, -2)
+            if at == -2 or 0 <= at < position:
+                at = self._find(kind, position)
+                self.known[kind] = at
+            if at >= 0 and (best < 0 or at < best):
+                best = at
+        return best
+
+
+def _forked_run(data: bytes, fork_session_id: str) -> bytes:
+    """A run of plain lines with each line's top-level sessionId replaced (no parse)."""
+    new_id = fork_session_id.encode("ascii")
+    lines = data.split(b"\n")
+    for k, text in enumerate(lines):
+        if b'"sessionId"' in text:
+            span = top_level_string_span(text, "sessionId")
+            if span is not None:
+                lines[k] = text[: span[0]] + new_id + text[span[1] :]
+    return b"\n".join(lines)
+
+
+def _segments(fd: int, size: int, max_line: int) -> Iterator[_PlainRun | RawLine]:
+    """The file as runs of lines to copy as they are and single lines to look at, in order.
+
+    Reads `SCAN_BLOCK` at a time; a line longer than a block, and the last
+    line when it has no newline, come from `iter_lines_forward` (bounded
+    reads).
+    """
+    position = 0
+    while position < size:
+        block = os.pread(fd, min(SCAN_BLOCK, size - position), position)
+        if not block:
+            return  # the file shrank under us: stop at what we have
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            # A line longer than the block, or the unterminated last line.
+            for raw in iter_lines_forward(fd, position, size, max_line):
+                yield raw
+                position = raw.next_start
+                break
+            continue
+        at = 0
+        candidates = _Candidates(block)
+        while at < cut:
+            candidate = candidates.next(at)
+            if candidate < 0 or candidate >= cut:
+                yield at + position, cut + position, block[at:cut]
+                break
+            start = block.rfind(b"\n", 0, candidate) + 1
+            end = block.find(b"\n", candidate)
+            if start > at:
+                yield at + position, start + position, block[at:start]
+            yield RawLine(position + start, position + end, block[start:end], True, fd)
+            at = end + 1
+        position += cut
+
+
+def slim_file(
+    fd: int, size: int, session_id: str, options: SlimOptions, max_line: int, stats: SlimStats
+) -> Iterator[bytes]:
+    """The slim copy of one transcript's first `size` bytes, in pieces of at most OUT_CHUNK.
+
+    Runs of lines with no image, document or payload are copied as they are
+    (`_segments`); each other line is probed and replaced where needed. A last
+    line without a newline that is not yet a JSON object (being written) is
+    left out, and counted in `stats.omitted_tail_bytes`.
+    """
+    counter = None
+    if options.keep_last:
+        counter = _ImageCounter(count_content_images(fd, size, max_line), options.keep_last)
+    out = bytearray()
+    for segment in _segments(fd, size, max_line):
+        if isinstance(segment, tuple):
+            start, end, data = segment
+            stats.lines += data.count(b"\n")
+            stats.bytes_read += end - start
+            out += _forked_run(data, options.fork_session_id) if options.fork_session_id else data
+        else:
+            raw = segment
+            source = LineSource(raw)
+            probed = source.probe() if _needs_probe(raw, options) or not raw.terminated else None
+            if not raw.terminated and probed is None:
+                # Being written: no prefix of a line is a JSON object (docs/contract.md §1).
+                stats.omitted_tail_bytes = raw.size
+                break
+            edits = (
+                _line_edits(source, probed, session_id, options, counter, stats)
+                if probed is not None
+                else []
+            )
+            stats.lines += 1
+            stats.bytes_read += raw.next_start - raw.start
+            position = 0
+            for edit in [*edits, _Edit(raw.size, raw.size, b"")]:
+                if not edits and raw.data is not None:
+                    out += raw.data  # nothing to replace: the line as it is
+                else:
+                    for piece in source.pieces(position, edit.start):
+                        out += piece
+                        if len(out) >= OUT_CHUNK:
+                            stats.bytes_written += len(out)
+                            yield bytes(out)
+                            out.clear()
+                out += edit.text
+                position = edit.end
+            if raw.terminated:
+                out += b"\n"
+        if len(out) >= OUT_CHUNK:
+            stats.bytes_written += len(out)
+            yield bytes(out)
+            out.clear()
+    if out:
+        stats.bytes_written += len(out)
+        yield bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# The image list
+# ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ImageRecord:
+    """One image or document block of `message.content`, as `scrollback images` lists it."""
+
+    session_id: str
+    entry_uuid: str
+    line_number: int
+    byte_offset: int
+    kind: str
+    image_index: int
+    content_path: tuple[int, ...]
+    declared_media_type: str
+    facts: PayloadFacts
+    ref: str
+    pin: str
+    api_path: str = ""
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _EntryFacts:
+    """What the API numbering needs of one entry."""
+
+    uuid: str
+    parent: str
+    role: str  # "user" / "assistant" for a message the API is sent, else ""
+    blocks: int  # the message's content blocks (a string content is one)
+
+
+def _entry_facts(entry: dict[str, Any]) -> _EntryFacts:
+    uuid = entry.get("uuid")
+    parent = entry.get("parentUuid")
+    role = ""
+    blocks = 0
+    kind = entry.get("type")
+    message = entry.get("message")
+    if kind in ("user", "assistant") and isinstance(message, dict):
+        if not entry.get("isApiErrorMessage"):
+            role = str(kind)
+        content = message.get("content")
+        blocks = len(content) if isinstance(content, list) else 1
+    return _EntryFacts(
+        uuid if isinstance(uuid, str) else "",
+        parent if isinstance(parent, str) else "",
+        role,
+        blocks,
+    )
+
+
+def api_positions(entries: list[_EntryFacts]) -> dict[int, tuple[int, int]]:
+    """entry position -> (N, offset of its first block in message N), by docs/contract.md §14.
+
+    The chain is the `parentUuid` path back from the last user or assistant
+    entry; on it, the user and assistant entries in order are the API's
+    messages, consecutive entries of one role merged into one message.
+    """
+    by_uuid = {facts.uuid: k for k, facts in enumerate(entries) if facts.uuid}
+    last = next((k for k in range(len(entries) - 1, -1, -1) if entries[k].role), -1)
+    chain: list[int] = []
+    seen: set[int] = set()
+    k = last
+    while k >= 0 and k not in seen:
+        seen.add(k)
+        chain.append(k)
+        k = by_uuid.get(entries[k].parent, -1)
+    positions: dict[int, tuple[int, int]] = {}
+    number, offset, role = -1, 0, ""
+    for k in reversed(chain):
+        facts = entries[k]
+        if not facts.role:
+            continue
+        if facts.role != role:
+            number, offset, role = number + 1, 0, facts.role
+        positions[k] = (number, offset)
+        offset += facts.blocks
+    return positions
+
+
+def list_images(fd: int, size: int, session_id: str, max_line: int) -> list[ImageRecord]:
+    """Every image and document block of one transcript's message.content, in file order.
+
+    Lines with no image, document or payload (`_segments`) are parsed only for
+    what the API numbering needs; the others are probed and their payloads decoded.
+    """
+    records: list[tuple[int, ImageRecord]] = []
+    entries: list[_EntryFacts] = []
+    line_number = 0
+    for segment in _segments(fd, size, max_line):
+        if isinstance(segment, tuple):
+            # Lines with no image, document or payload: only what the numbering needs.
+            for text in segment[2].split(b"\n")[:-1]:
+                line_number += 1
+                entry = parse_json_object(text) if text.strip() else None
+                if entry is not None:
+                    entries.append(_entry_facts(entry))
+            continue
+        raw = segment
+        line_number += 1
+        source = LineSource(raw)
+        probed = source.probe()
+        if probed is None:
+            continue
+        position = len(entries)
+        entries.append(_entry_facts(probed.entry))
+        uuid = entries[-1].uuid
+        for block in media_blocks(probed):
+            if not block.content_path:
+                continue
+            block_facts(source, probed, block)
+            ref, pin = _ref(session_id, uuid, block, probed)
+            assert block.facts is not None
+            records.append(
+                (
+                    position,
+                    ImageRecord(
+                        session_id,
+                        uuid,
+                        line_number,
+                        raw.start,
+                        block.kind,
+                        block.image_index,
+                        block.content_path,
+                        _declared(block.block),
+                        block.facts,
+                        ref,
+                        pin,
+                    ),
+                )
+            )
+    positions = api_positions(entries)
+    image_count = sum(1 for _, record in records if record.kind == "image")
+    for position, record in records:
+        at = positions.get(position)
+        if at is not None:
+            number, offset = at
+            first, *rest = record.content_path
+            path = f"messages.{number}.content.{offset + first}"
+            record.api_path = path + "".join(f".content.{k}" for k in rest)
+        record.problems = problems_of(record, image_count)
+    return [record for _, record in records]
+
+
+def problems_of(record: ImageRecord, image_count: int) -> list[str]:
+    """What the API would refuse about one image (nothing for a document but undecodable)."""
+    facts = record.facts
+    header = facts.header
+    if not facts.decodable or (record.kind == "image" and header is None):
+        return [UNDECODABLE]
+    if record.kind != "image" or header is None:
+        return []
+    problems = []
+    side = max(header.width, header.height)
+    if side > API_HARD_MAX_SIDE:
+        problems.append(OVER_HARD_SIDE)
+    elif side > API_MAX_SIDE and image_count > API_MANY_IMAGES:
+        problems.append(OVER_SIDE_MANY)
+    if facts.size_bytes > API_MAX_BYTES:
+        problems.append(OVER_BYTES)
+    return problems
+
+
+def file_size(fd: int) -> int:
+    """The size of an open file now: what a copy or a list reads up to."""
+    return os.fstat(fd).st_size
+
+
+@dataclass(frozen=True, slots=True)
+class SlimStart:
+    """The first event of a slim copy."""
+
+    session_id: str
+    project_dir: str
+    copy_session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlimFileStart:
+    """A file of a slim copy starts; its bytes and its SlimStats follow."""
+
+    session_id: str
+    relative_path: str
+    is_subagent: bool
+    source_size_bytes: int
+
+
+# What a slim copy's stream yields: its start, then per file a start, bytes and stats.
+SlimEvent = SlimStart | SlimFileStart | bytes | SlimStats

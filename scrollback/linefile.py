@@ -1,0 +1,186 @@
+"""Reading transcript lines from an open file, each read checked against the bytes there now.
+
+Both services find lines by remembered offsets (a page token, the line index, a
+media ref's hint, a cache) in files that other programs append to and may
+rewrite. Whatever remembered where a line was, the answer is only used when the
+file still has a whole line there. The rules, written once here and tested once
+(tests/unit/test_linefile.py):
+
+- a line starts at offset 0 or just after a newline (`starts_line`);
+- a line is the bytes up to its newline, newline excluded, none inside; the last
+  line of a file may be unterminated (`line_at`, `line_from`, `line_end`);
+- a line over the max line size is never read whole: only its end is searched
+  for, block by block (`line_end`, `has_newline`), and at most `max_line + 1`
+  bytes are read back from the end for the start of an unterminated tail
+  (`tail_start`).
+
+`LineFile` holds only the descriptor: opening, identifying and closing the
+file are the caller's (scrollback.transcripts, scrollback.lineindex).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from scrollback.contract.stripping import LineReader
+
+# Blocks read when searching for a newline.
+BLOCK_BYTES = 256 * 1024
+# The first read of a line from a hint; later reads grow fourfold, so a short
+# line costs one small read and a megabyte line a few.
+FIRST_READ_BYTES = 256 * 1024
+
+
+class LineFile:
+    """The lines of one open file, by byte offset."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, length: int, offset: int) -> bytes:
+        """The bytes [offset, offset + length), fewer at the end of the file (os.pread)."""
+        return os.pread(self.fd, length, offset)
+
+    def starts_line(self, offset: int) -> bool:
+        """True if a line starts at `offset`: the file's start, or just after a newline."""
+        return offset == 0 or (offset > 0 and os.pread(self.fd, 1, offset - 1) == b"\n")
+
+    def line_at(self, offset: int, length: int, *, terminated: bool = True) -> bytes | None:
+        """The whole line at a remembered place, or None if the file no longer has it there.
+
+        It must start a line, hold `length` bytes without a newline, and be
+        followed by a newline; with `terminated=False` the end of the file
+        also ends it (the unterminated last line).
+        """
+        if length < 0 or not self.starts_line(offset):
+            return None
+        # The line's bytes exactly (no slicing copy of a megabyte line), then what follows it.
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length or data.find(b"\n") >= 0:
+            return None
+        after = os.pread(self.fd, 1, offset + length)
+        if after != b"\n" and (terminated or after):
+            return None
+        return data
+
+    def line_end(self, start: int, max_line: int, search_from: int | None = None) -> int | None:
+        """Where the line at `start` ends (its newline, or the end of the file); None past `max_line`.
+
+        The search starts at `search_from` (a place already known to be inside
+        the line), else at `start`.
+        """
+        position = start if search_from is None else search_from
+        while position - start <= max_line:
+            block = os.pread(self.fd, BLOCK_BYTES, position)
+            if not block:
+                return position  # an unterminated last line
+            newline = block.find(b"\n")
+            if newline >= 0:
+                end = position + newline
+                return end if end - start <= max_line else None
+            position += len(block)
+        return None
+
+    def line_length(self, start: int) -> int:
+        """The length of the line at `start` (to its newline or the end of the file), however long."""
+        position = start
+        while True:
+            block = os.pread(self.fd, BLOCK_BYTES, position)
+            newline = block.find(b"\n")
+            if newline >= 0:
+                return position + newline - start
+            if len(block) < BLOCK_BYTES:
+                return position + len(block) - start
+            position += len(block)
+
+    def line_from(self, start: int, max_line: int) -> bytes | None:
+        """The line starting at `start` (a hint), read up to its newline; None if there is none.
+
+        None when `start` does not start a line, is at or past the end of the
+        file, or the line is over `max_line` (at most `max_line + 1` bytes are
+        ever read). An unterminated last line is returned as it is.
+        """
+        if start < 0 or not self.starts_line(start):
+            return None
+        parts: list[bytes] = []
+        total = 0
+        position = start
+        block = FIRST_READ_BYTES
+        budget = max_line + 1  # the line and its newline
+        while total < budget:
+            data = os.pread(self.fd, min(block, budget - total), position)
+            if not data:
+                break
+            newline = data.find(b"\n")
+            if newline >= 0:
+                if not parts:
+                    return data[:newline]
+                parts.append(data[:newline])
+                return b"".join(parts)
+            parts.append(data)
+            total += len(data)
+            position += len(data)
+            block *= 4
+        if total == 0 or total > max_line:
+            return None
+        return b"".join(parts)
+
+    def has_newline(self, start: int, length: int) -> bool:
+        """True if [start, start + length) holds a newline (or is cut short), read block by block."""
+        block = bytearray(min(BLOCK_BYTES, max(length, 1)))
+        view = memoryview(block)
+        position, end = start, start + length
+        while position < end:
+            count = os.preadv(self.fd, [view[: min(len(block), end - position)]], position)
+            if count <= 0 or block.find(b"\n", 0, count) >= 0:
+                return True
+            position += count
+        return False
+
+    def tail_start(
+        self, size: int, max_line: int, long_tail: Callable[[], int] | None = None
+    ) -> int:
+        """The start of the file's unterminated last line, or `size` if it ends with a newline.
+
+        At most `max_line + 1` bytes are read back: a tail longer than the max
+        line size is never served, only its start matters. Past that bound
+        `long_tail` answers (the persisted line index, scrollback.lineindex,
+        built forward once); without it the scan goes on back to the previous
+        newline.
+        """
+        if size == 0 or os.pread(self.fd, 1, size - 1) == b"\n":
+            return size
+        # With an index to ask, nothing before the bound is read.
+        floor = 0 if long_tail is None else max(0, size - max_line - 1)
+        position = size
+        while position > 0:
+            if long_tail is not None and position <= floor:
+                return long_tail()
+            read_from = max(floor, position - BLOCK_BYTES)
+            chunk = os.pread(self.fd, position - read_from, read_from)
+            found = chunk.rfind(b"\n")
+            if found >= 0:
+                return read_from + found + 1
+            position = read_from
+        return 0
+
+    def line_reader(self, start: int, size: int, changed: Callable[[], Exception]) -> LineReader:
+        """Exact reads of the line [start, start + size) by offset within it.
+
+        A read outside the line is a ValueError; one that comes back short
+        (the file shrank under the reader) raises `changed()`.
+        """
+        fd = self.fd
+
+        def read(offset: int, length: int) -> bytes:
+            if offset < 0 or offset + length > size:
+                raise ValueError("read outside the line")
+            data = os.pread(fd, length, start + offset)
+            if len(data) != length:
+                raise changed()
+            return data
+
+        return read

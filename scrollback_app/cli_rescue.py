@@ -1,0 +1,343 @@
+"""`scrollback slim` and `scrollback images`: rescue a session that images have broken.
+
+- `scrollback slim SESSION [-o FILE | --install] [--fork]`: a copy of the
+  transcript with every image and document replaced by a text block saying
+  what was cut (SlimSession). To stdout by default (the session alone); with
+  `-o FILE` the session goes to FILE and its sub-agent threads to
+  `<FILE without .jsonl>/subagents/`; with `--install` the copy goes where
+  `claude --resume` finds it: `<projects>/<project dir>/<id>.jsonl` and
+  `<id>/subagents/`, under a new id with `--fork`, else over the original
+  after it was moved to a backup the command prints. Every file is written
+  whole to a partial file first and renamed into place only once the whole
+  stream arrived, so a failed copy leaves the originals as they were.
+- `scrollback images SESSION [--at messages.N.content.M]`: every image and
+  document with its place in the API's message list, size, pixels and
+  problems (ListImages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from client.history import ImageList
+from scrollback.history.v1 import history_pb2 as hpb
+from scrollback_app.cli_client import (
+    UsageError,
+    _check_output_file,
+    _client,
+    _print_json,
+    _proto_dict,
+)
+
+PARTIAL_SUFFIX = ".slim-partial"
+BACKUP_SUFFIX = ".backup-"
+# The API path of an error message: messages.N.content.M (and deeper content levels).
+_API_PATH = re.compile(r"messages\.\d+(?:\.content\.\d+)+")
+
+
+def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add `slim` and `images` to the `scrollback` parser."""
+    slim = commands.add_parser(
+        "slim",
+        parents=[common],
+        help="a copy of a session with its images and documents cut (rescue a broken session)",
+    )
+    slim.add_argument("session")
+    where = slim.add_mutually_exclusive_group()
+    where.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the copy to FILE (its sub-agent threads beside it); default: stdout",
+    )
+    where.add_argument(
+        "--install",
+        action="store_true",
+        help="write the copy where `claude --resume` finds it (with --fork: as a new session; "
+        "without: over the original, after moving it to a printed backup)",
+    )
+    slim.add_argument(
+        "--fork", action="store_true", help="give the copy a new session id (as Claude Code's fork)"
+    )
+    slim.add_argument(
+        "--projects-dir",
+        metavar="DIR",
+        help="Claude Code's projects directory for --install "
+        "(default: $CLAUDE_CONFIG_DIR/projects, else ~/.claude/projects)",
+    )
+    slim.add_argument(
+        "--images",
+        choices=("text", "downscale"),
+        default="text",
+        help="text: replace each image by a text block (default); downscale: keep images, "
+        "re-encoded within --max-side and --max-bytes",
+    )
+    slim.add_argument(
+        "--max-side", type=int, default=0, help="downscale: longest side in px (default 2000)"
+    )
+    slim.add_argument(
+        "--max-bytes", type=int, default=0, help="downscale: most bytes per image (default 5 MiB)"
+    )
+    slim.add_argument(
+        "--keep-last", type=int, default=0, metavar="N", help="keep the last N images as they are"
+    )
+    slim.set_defaults(handler=cmd_slim)
+
+    images = commands.add_parser(
+        "images",
+        parents=[common],
+        help="every image and document of a session: API position, size, pixels, problems",
+    )
+    images.add_argument("session")
+    images.add_argument(
+        "--at",
+        metavar="PATH",
+        help="only the image an API error names, e.g. messages.41.content.31",
+    )
+    images.add_argument(
+        "--no-subagents", action="store_true", help="leave the sub-agent threads out"
+    )
+    images.set_defaults(handler=cmd_images)
+
+
+def projects_dir(explicit: str | None) -> Path:
+    """Where Claude Code keeps its transcripts on this machine."""
+    if explicit:
+        return Path(explicit).expanduser()
+    config = os.environ.get("CLAUDE_CONFIG_DIR")
+    base = Path(config).expanduser() if config else Path.home() / ".claude"
+    return base / "projects"
+
+
+@dataclass
+class _Written:
+    """One file of the copy: where it goes, its partial file, and what the server did."""
+
+    session_id: str
+    destination: Path
+    partial: Path | None
+    end: hpb.SlimFileEnd = field(default_factory=hpb.SlimFileEnd)
+
+
+class UnsafePathError(ValueError):
+    """A server named a place outside the directory the copy goes to."""
+
+
+def _inside(name: str) -> Path:
+    """A relative path the server sent, refused if it could leave its directory."""
+    path = Path(name)
+    if not name or path.is_absolute() or ".." in path.parts:
+        raise UnsafePathError("the server named a file outside the copy's directory")
+    return path
+
+
+def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.SlimFile) -> Path:
+    relative = _inside(file.relative_path)
+    if args.install:
+        return projects_dir(args.projects_dir) / _inside(header.project_dir) / relative
+    output = Path(args.output)
+    if not file.is_subagent and relative.parent == Path("."):
+        return output
+    stem = output.name.removesuffix(".jsonl")
+    return output.parent / stem / relative.relative_to(relative.parts[0])
+
+
+def cmd_slim(args: argparse.Namespace) -> int:
+    """Stream a slim copy of a session to stdout, a file, or Claude Code's projects dir."""
+    if args.keep_last < 0 or args.max_side < 0 or args.max_bytes < 0:
+        raise UsageError("--keep-last, --max-side and --max-bytes must not be negative")
+    to_stdout = not args.output and not args.install
+    if to_stdout and args.json:
+        raise UsageError("--json prints a summary: give -o FILE or --install for the copy")
+    if args.output:
+        _check_output_file(Path(args.output))
+    fork_id = str(uuid.uuid4()) if args.fork else ""
+    written: list[_Written] = []
+    handle: IO[bytes] | None = None
+    header = hpb.SlimHeader()
+    try:
+        with _client(args) as sb:
+            stream = sb.history.slim_session(
+                args.session,
+                fork_session_id=fork_id,
+                downscale=args.images == "downscale",
+                max_side=args.max_side,
+                max_bytes=args.max_bytes,
+                keep_last=args.keep_last,
+                include_subagents=not to_stdout,
+            )
+            for message in stream:
+                kind = message.WhichOneof("item")
+                if kind == "header":
+                    header = message.header
+                elif kind == "file":
+                    if to_stdout:
+                        written.append(_Written(message.file.session_id, Path("-"), None))
+                        handle = sys.stdout.buffer
+                        continue
+                    destination = _destination(args, header, message.file)
+                    if args.fork and destination.exists():
+                        raise UsageError(f"{destination} exists; not writing over it")
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    partial = destination.with_name(destination.name + PARTIAL_SUFFIX)
+                    written.append(_Written(message.file.session_id, destination, partial))
+                    handle = partial.open("wb")
+                elif kind == "data" and handle is not None:
+                    handle.write(message.data)
+                elif kind == "file_end":
+                    written[-1].end = message.file_end
+                    if handle is not None and handle is not sys.stdout.buffer:
+                        handle.close()
+                    elif handle is not None:
+                        handle.flush()
+                    handle = None
+    except BaseException:
+        if handle is not None and handle is not sys.stdout.buffer:
+            handle.close()
+        for item in written:
+            if item.partial is not None:
+                item.partial.unlink(missing_ok=True)
+        raise
+    backups = _put_in_place(written, keep_originals=bool(args.fork) or not args.install)
+    _report(args, header, written, backups, to_stdout)
+    return 0
+
+
+def _put_in_place(written: list[_Written], *, keep_originals: bool) -> dict[Path, Path]:
+    """Rename each partial file into place; an original there first goes to a backup."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    backups: dict[Path, Path] = {}
+    for item in written:
+        if item.partial is None:
+            continue
+        if item.destination.exists() and not keep_originals:
+            backup = item.destination.with_name(item.destination.name + BACKUP_SUFFIX + stamp)
+            os.replace(item.destination, backup)
+            backups[item.destination] = backup
+        os.replace(item.partial, item.destination)
+    return backups
+
+
+def _report(
+    args: argparse.Namespace,
+    header: hpb.SlimHeader,
+    written: list[_Written],
+    backups: dict[Path, Path],
+    to_stdout: bool,
+) -> None:
+    files = [
+        {
+            "session_id": item.session_id,
+            "output": str(item.destination),
+            "backup": str(backups[item.destination]) if item.destination in backups else "",
+            **{f.name: int(getattr(item.end, f.name)) for f in item.end.DESCRIPTOR.fields},
+        }
+        for item in written
+    ]
+    summary = {
+        "session_id": header.session_id,
+        "copy_session_id": header.copy_session_id,
+        "project_dir": header.project_dir,
+        "installed": bool(args.install),
+        "files": files,
+    }
+    if args.json:
+        _print_json(summary)
+        return
+    out = sys.stderr if to_stdout else sys.stdout
+    for item in written:
+        end = item.end
+        print(
+            f"{item.session_id}: {end.lines} lines, {end.images_replaced} images and "
+            f"{end.documents_replaced} documents cut, {end.copies_replaced} copies cut, "
+            f"{end.images_downscaled} downscaled, {end.images_kept} kept; "
+            f"{end.bytes_read:,} -> {end.bytes_written:,} bytes"
+            + ("" if to_stdout else f" to {item.destination}"),
+            file=out,
+        )
+        if end.omitted_tail_bytes:
+            print(
+                f"  left out a half-written last line ({end.omitted_tail_bytes:,} bytes)", file=out
+            )
+    for original, backup in backups.items():
+        print(f"the original {original} is now {backup}", file=out)
+    if args.install:
+        print(
+            f"resume it in the project's directory with: claude --resume {header.copy_session_id}",
+            file=out,
+        )
+
+
+def _matches(path: str, at: str) -> bool:
+    """An image at `path` is the one `at` names: the same block, or one inside it."""
+    return bool(path) and (path == at or path.startswith(at + ".") or at.startswith(path + "."))
+
+
+def _image_json(info: hpb.ImageInfo) -> dict[str, Any]:
+    data = _proto_dict(info)
+    data["index"] = info.index if info.HasField("index") else None
+    for name in ("size_bytes", "width", "height", "line_number"):
+        data[name] = int(getattr(info, name))
+    data.setdefault("problems", [])
+    return data
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    """List a session's images and documents (or the one an API error names)."""
+    at = ""
+    if args.at:
+        found = _API_PATH.search(args.at)
+        if found is None:
+            raise UsageError("--at takes an API path such as messages.41.content.31")
+        at = found.group(0)
+    with _client(args) as sb:
+        listing: ImageList = sb.history.list_images(
+            args.session, include_subagents=not args.no_subagents
+        )
+    images = listing.images
+    if at:
+        images = [i for i in images if i.session_id == args.session and _matches(i.api_path, at)]
+    totals = listing.totals
+    if args.json:
+        _print_json(
+            {
+                "images": [_image_json(i) for i in images],
+                "totals": {
+                    "images": totals.images,
+                    "documents": totals.documents,
+                    "with_problems": totals.with_problems,
+                    "size_bytes": int(totals.size_bytes),
+                },
+            }
+        )
+    else:
+        _print_images(images, totals)
+    if at and not images:
+        print(f"scrollback: no image or document at {at} in {args.session}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _print_images(images: list[hpb.ImageInfo], totals: hpb.ImageTotals) -> None:
+    """One line per image (never cut to the terminal's width: an API path must stay whole)."""
+    for info in images:
+        pixels = f"{info.width}x{info.height} px" if info.width else "pixels unknown"
+        index = f" #{info.index}" if info.HasField("index") else ""
+        problems = f"  PROBLEMS: {', '.join(info.problems)}" if info.problems else ""
+        print(
+            f"{info.api_path or '(not sent)'}  {info.kind} {info.media_type or info.declared_media_type}"
+            f"  {info.size_bytes:,} bytes  {pixels}  {info.session_id}/{info.entry_uuid}{index}"
+            f"  line {info.line_number}{problems}"
+        )
+    print(
+        f"{totals.images} images ({totals.with_problems} with problems), "
+        f"{totals.documents} documents, {totals.size_bytes:,} bytes"
+    )

@@ -1,0 +1,132 @@
+"""The line rules of scrollback.linefile, against a model of the file's lines, for every file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scrollback import linefile
+from scrollback.linefile import LineFile
+
+# Line bodies: short, with the bytes that matter around newlines (\r, spaces, braces).
+BODIES = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x"))
+
+
+@contextmanager
+def opened(data: bytes) -> Iterator[LineFile]:
+    with tempfile.NamedTemporaryFile() as file:
+        file.write(data)
+        file.flush()
+        fd = os.open(file.name, os.O_RDONLY)
+        try:
+            yield LineFile(fd)
+        finally:
+            os.close(fd)
+
+
+def model(data: bytes) -> list[tuple[int, int, bool]]:
+    """Every line as (start, length, terminated), newline excluded."""
+    lines = []
+    start = 0
+    while start < len(data):
+        newline = data.find(b"\n", start)
+        if newline < 0:
+            lines.append((start, len(data) - start, False))
+            break
+        lines.append((start, newline - start, True))
+        start = newline + 1
+    return lines
+
+
+@given(st.lists(BODIES, max_size=8), st.booleans())
+def test_every_rule_agrees_with_the_model(bodies: list[bytes], unterminated: bool) -> None:
+    data = b"\n".join(bodies) + (b"" if unterminated or not bodies else b"\n")
+    lines = model(data)
+    starts = {start for start, _, _ in lines}
+    with opened(data) as file:
+        for offset in range(-1, len(data) + 2):
+            expected = offset == 0 or (0 < offset <= len(data) and data[offset - 1] == 10)
+            assert file.starts_line(offset) == expected, offset
+        for start, length, terminated in lines:
+            body = data[start : start + length]
+            assert file.line_at(start, length, terminated=False) == body
+            assert file.line_at(start, length) == (body if terminated else None)
+            for wrong in (length - 1, length + 1):
+                assert file.line_at(start, wrong, terminated=False) is None
+            assert file.line_from(start, 1 << 20) == (body if length or terminated else None)
+            assert file.line_from(start, length) == (body if length or terminated else None)
+            if length:
+                assert file.line_from(start, length - 1) is None
+                assert file.line_end(start, length - 1) is None
+                assert not file.has_newline(start, length)
+            assert file.line_end(start, length) == start + length
+            assert file.line_length(start) == length
+            if terminated:
+                assert file.has_newline(start, length + 1)
+        for offset in range(len(data)):
+            if offset not in starts:
+                assert file.line_at(offset, 1, terminated=False) is None
+                assert file.line_from(offset, 1 << 20) is None
+        last = lines[-1] if lines else None
+        tail = last[0] if last and not last[2] else len(data)
+        assert file.tail_start(len(data), 1 << 20) == tail
+
+
+def test_a_tail_longer_than_the_max_line_asks_the_index() -> None:
+    data = b'{"a":1}\n' + b"y" * 5000
+    with opened(data) as file:
+        assert file.tail_start(len(data), 100) == 8  # no index: the scan goes on back
+        assert file.tail_start(len(data), 100, lambda: -7) == -7
+        assert file.tail_start(len(data), 10_000, lambda: -7) == 8  # within the bound: read
+
+
+def test_line_from_reads_at_most_the_max_line_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, length: int, offset: int) -> bytes:
+        reads.append(length)
+        return real(fd, length, offset)
+
+    monkeypatch.setattr(linefile, "FIRST_READ_BYTES", 1000)
+    with opened(b"z" * 100_000 + b"\n") as file:
+        monkeypatch.setattr(os, "pread", counting)
+        assert file.line_from(0, 5000) is None
+        assert sum(reads) <= 5001
+        reads.clear()
+        assert file.line_from(0, 100_000) == b"z" * 100_000
+        assert sum(reads) <= 100_001 and len(reads) <= 1 + 5  # reads growing fourfold
+
+
+def test_an_exact_reader_refuses_reads_outside_its_line_and_a_shrunk_file() -> None:
+    class Shrank(Exception):
+        pass
+
+    with opened(b"abcdef\n") as file:
+        read = file.line_reader(1, 4, Shrank)
+        assert read(0, 4) == b"bcde"
+        with pytest.raises(ValueError):
+            read(2, 3)
+        with pytest.raises(Shrank):
+            file.line_reader(5, 10, Shrank)(0, 10)
+
+
+def test_line_from_cases() -> None:
+    data = b'{"a":1}\n{"b":22}\r\n' + b"x" * 20 + b"\n" + b'{"tail":1}'
+    with opened(data) as file:
+        assert file.line_from(0, 1024) == b'{"a":1}'
+        assert file.line_from(8, 1024) == b'{"b":22}\r'  # a carriage return is the line's
+        assert file.line_from(1, 1024) is None  # not the start of a line
+        assert file.line_from(7, 1024) is None  # the newline itself
+        assert file.line_from(18, 20) == b"x" * 20  # exactly the max line size
+        assert file.line_from(18, 19) is None  # one byte over
+        assert file.line_from(39, 1024) == b'{"tail":1}'  # unterminated last line
+        assert file.line_from(len(data), 1024) is None  # the end of the file
+        assert file.line_from(len(data) + 100, 1024) is None
+        assert file.line_from(-1, 1024) is None
