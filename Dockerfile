@@ -32,5 +32,11 @@ RUN set -eu; \
 
 USER 10001
 WORKDIR /
+# The default command serves /transcripts (mount the host's ~/.claude/projects there) on
+# 0.0.0.0, so that `docker run -p 127.0.0.1:50051:50051 -p 127.0.0.1:50052:50052` reaches it:
+# with auth when a token file is mounted at /run/secrets/scrollback-tokens, else without
+# (--insecure), which its log says. docker-compose.yml gives each service its own command.
+ENV SCROLLBACK_TRANSCRIPTS=/transcripts \
+    SCROLLBACK_STATE=/state
 EXPOSE 50051 50052
-CMD ["scrollback", "up"]
+CMD ["scrollback", "up", "--container"]

@@ -25,6 +25,7 @@ import grpc
 
 from client.errors import DataLoss, InvalidArgument
 from scrollback.contract.refs import RefError, parse_ref, validate_pin
+from scrollback.contract.sniff import OCTET_STREAM, SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.media.v1 import media_pb2 as mpb
 from scrollback.ref.v1 import ref_pb2
@@ -440,24 +441,19 @@ class Upload:
             yield mpb.WriteBlobRequest(data=self.data[start : start + UPLOAD_CHUNK])
 
 
-_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"%PDF-", "application/pdf"),
-)
-
-
 def guess_media_type(data: bytes, name: str = "") -> str:
-    """A declared media type for an upload (informational: the server sniffs anyway)."""
-    for magic, media_type in _MAGIC:
-        if data.startswith(magic):
-            return media_type
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
+    """A declared media type for an upload (informational: the server sniffs anyway).
+
+    The bytes' image type when they are an image; else the name's type, unless the
+    name claims an image the bytes are not (a text file named .png is octet-stream).
+    """
+    sniffed = sniff(data[:SNIFF_BYTES])
+    if sniffed.safe_inline:
+        return sniffed.content_type
     guessed, _ = mimetypes.guess_type(name) if name else (None, None)
-    return guessed or "application/octet-stream"
+    if guessed is None or guessed.startswith("image/"):
+        return OCTET_STREAM
+    return guessed
 
 
 def prepare_upload(image: str | os.PathLike[str] | bytes, number: int = 0) -> Upload:

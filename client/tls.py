@@ -15,6 +15,7 @@ channel, as before. The client variables differ from the servers'
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,25 @@ class TlsOptions:
             if self.key
             else None
         )
+        # gRPC takes any bytes here and only fails the handshake later, as if no server
+        # answered; Python's ssl says now whether they are certificates and keys.
+        checker = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if roots is not None:
+            try:
+                checker.load_verify_locations(cadata=roots.decode("latin-1"))
+            except (ssl.SSLError, ValueError):
+                raise TlsConfigError(
+                    f"the TLS CA file ({TLS_CA_ENV}, --tls-ca) is not a PEM certificate"
+                ) from None
+        if self.cert is not None and self.key is not None:
+            try:
+                checker.load_cert_chain(self.cert, self.key)
+            except (ssl.SSLError, ValueError):
+                raise TlsConfigError(
+                    f"the client certificate and key ({TLS_CLIENT_CERT_ENV} / "
+                    f"{TLS_CLIENT_KEY_ENV}, --tls-cert / --tls-key) are not a PEM certificate "
+                    "and its matching key"
+                ) from None
         return grpc.ssl_channel_credentials(
             root_certificates=roots, private_key=key, certificate_chain=chain
         )
@@ -93,6 +113,25 @@ class TlsOptions:
     def channel_options(self) -> list[tuple[str, Any]]:
         """Extra channel options (the server name override, when set)."""
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+
+def handshake_failure(details: str) -> str | None:
+    """What a failed TLS handshake named in an UNAVAILABLE's details means; None if none failed.
+
+    gRPC reports a handshake that failed as UNAVAILABLE, like a server that is not there.
+    """
+    lowered = details.lower()
+    if "handshake failed" not in lowered and "handshaker" not in lowered:
+        return None
+    if "wrong_version_number" in lowered or "http_request" in lowered:
+        return "the TLS handshake failed: the server speaks plaintext, not TLS"
+    if "certificate_verify_failed" in lowered or "unable to get local issuer" in lowered:
+        return "the TLS handshake failed: the server's certificate is not signed by a trusted CA"
+    if "peer name" in lowered or "hostname" in lowered:
+        return "the TLS handshake failed: the server's certificate does not carry its name"
+    if "certificate_required" in lowered or "peer did not return a certificate" in lowered:
+        return "the TLS handshake failed: the server asks for a client certificate"
+    return "the TLS handshake failed"
 
 
 def resolve_tls(tls: TlsOptions | bool | None) -> TlsOptions | None:

@@ -22,7 +22,13 @@ from starlette.types import ASGIApp
 from gateway.app import create_app
 from gateway.config import GatewayConfig, split_addr
 from gateway.protocol import guarded_protocol
-from scrollback.server.listening import BindRefusedError
+from scrollback.server.listening import (
+    BindRefusedError,
+    ListenError,
+    listen_reason,
+    listening_line,
+    url_of,
+)
 
 log = logging.getLogger("scrollback.gateway")
 
@@ -56,7 +62,7 @@ def _bind(addr: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as error:
         sock.close()
-        raise BindRefusedError(f"cannot listen on {addr}: {error.strerror}") from None
+        raise ListenError(addr, listen_reason(error)) from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock
@@ -85,7 +91,7 @@ async def start_gateway(
             task.result()
             raise BindRefusedError("the gateway did not start")
         await asyncio.sleep(0.01)
-    log.info("gateway listening on port %d", port)
+    log.info("%s", listening_line("gateway", config.addr, port))
     return RunningGateway(server, task, port)
 
 
@@ -94,7 +100,7 @@ async def serve(config: GatewayConfig) -> None:
     from scrollback.server.grpc_support import wait_for_shutdown_signal
 
     running = await start_gateway(config)
-    print(f"gateway: listening on port {running.port}", flush=True)
+    print(f"gateway: open the viewer at {url_of(config.addr, running.port)}", flush=True)
     try:
         await wait_for_shutdown_signal()
     finally:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -40,6 +41,7 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
+from scrollback.server.listening import listening_line
 from scrollback.server.service_config import (
     ConfigError,
     auth_errors_as_config_errors,
@@ -150,9 +152,25 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
     return pg_store, pg_bus
 
 
+def _warn_if_empty(root: Path) -> None:
+    """Say at start that a transcripts root with no project directory serves nothing."""
+    try:
+        empty = not any(entry.is_dir() for entry in root.iterdir())
+    except OSError:
+        return  # unreadable: the listing says so on each call
+    if empty:
+        log.warning(
+            "the transcripts root %s holds no project directory: no session to serve "
+            "(SCROLLBACK_TRANSCRIPTS; in a container, a host directory that does not exist, "
+            "such as a missing ~/.claude/projects, is mounted as an empty one)",
+            root,
+        )
+
+
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
+    _warn_if_empty(config.transcripts)
     with auth_errors_as_config_errors():
         security = prepare_security(
             "history",
@@ -196,8 +214,9 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         core.close()
         raise
     # The indexer walks its own view of the root (refreshed at each pass), so its
-    # passes never age the snapshot that ListSessions and ReadWindow answer from.
-    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0)
+    # passes never age the snapshot that ListSessions and ReadWindow answer from;
+    # its passes, at start and every few seconds, report the files skipped.
+    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0, report_skipped=True)
     search = SearchParts(
         index, SearchIndexer(indexer_root, index, max_line_size=config.max_line_size)
     )
@@ -227,7 +246,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
 async def serve(config: HistoryConfig) -> None:
     """Run the history server until SIGINT or SIGTERM, then stop gracefully."""
     server = await start_history_server(config)
-    log.info("history service listening on port %d", server.port)
+    log.info("%s", listening_line("history service", config.addr, server.port))
     try:
         await wait_for_shutdown_signal()
     finally:

@@ -38,10 +38,10 @@ from media_service.errors import (
     StorageFullError,
 )
 from media_service.lru import LruCache
-from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.store.base import BlobMetadataStore, BlobRow
 from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BLOB_REF_PREFIX, validate_sha256
+from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.principals import Principal
 from scrollback.server import metrics
 

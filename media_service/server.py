@@ -31,6 +31,7 @@ from scrollback.server.grpc_support import (
     wait_for_shutdown_signal,
 )
 from scrollback.server.interceptors import prepare_security
+from scrollback.server.listening import listening_line
 from scrollback.server.service_config import (
     auth_errors_as_config_errors,
     open_database_pool,
@@ -201,7 +202,7 @@ async def serve(config: MediaConfig) -> None:
     try:
         waiter = asyncio.create_task(wait_for_shutdown_signal())
         await asyncio.sleep(0)  # the signal handlers are installed before we say we listen
-        log.info("media service listening on %s (port %d)", config.addr, running.port)
+        log.info("%s", listening_line("media service", config.addr, running.port))
         await waiter
     finally:
         await running.stop()

@@ -63,7 +63,6 @@ from media_service.errors import (
     SearchCancelledError,
 )
 from media_service.lru import LruCache
-from media_service.sniff import SNIFF_BYTES, sniff
 from media_service.thumbnails import buffered
 from scrollback.contract.extraction import (
     ImageNotFoundError,
@@ -78,6 +77,7 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
+from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
 from scrollback.linefile import LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex

@@ -4,7 +4,8 @@ Layout (docs/contract.md §1): `<root>/<project-dir>/<sessionId>.jsonl`; sub-age
 at `<root>/<project-dir>/<sessionId>/subagents/agent-<id>.jsonl` or (legacy)
 `<root>/<project-dir>/agent-<id>.jsonl`. `*.meta.json` sidecars are not
 transcripts. The session id is the file name without `.jsonl`; file names that
-are not valid ids are ignored.
+are not valid ids are ignored, and a root made with `report_skipped` logs how
+many and a few of their names, at its first listing and whenever they change.
 
 Every path handed out is jailed to its own project directory (docs/contract.md
 §11): a project dir is a real directory directly under the root (a
@@ -32,6 +33,7 @@ moment ago is found, but concurrent misses share one refresh.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -42,7 +44,11 @@ from typing import BinaryIO
 from scrollback.contract.refs import ID_PATTERN, validate_id
 from scrollback.principals import Principal
 
+log = logging.getLogger(__name__)
+
 TRANSCRIPT_SUFFIX = ".jsonl"
+# How many skipped file names the log line shows.
+_SKIPPED_SHOWN = 3
 SUBAGENT_DIR = "subagents"
 # A directory whose mtime is this close to the time we listed it may change
 # again within the same coarse clock tick (kernels without fine-grained
@@ -153,12 +159,27 @@ def _mtime(path: str, now_ns: int) -> int | None:
     return None if now_ns - mtime_ns < _UNSTABLE_NS else mtime_ns
 
 
+def _log_skipped(skipped: tuple[str, ...]) -> None:
+    """One line: how many `.jsonl` files are not listed because of their names, and a few."""
+    if not skipped:
+        log.info("every .jsonl file under the transcripts root has a valid session id now")
+        return
+    shown = ", ".join(skipped[:_SKIPPED_SHOWN]) + (", ..." if len(skipped) > _SKIPPED_SHOWN else "")
+    log.warning(
+        "skipping %d .jsonl file(s) under the transcripts root: a session id (the file name "
+        "without .jsonl) must match [A-Za-z0-9_-]{1,64}; rename them to list them (%s)",
+        len(skipped),
+        shown,
+    )
+
+
 @dataclass(slots=True)
 class _Project:
     """One project dir's transcripts and the mtimes of the directories they came from."""
 
     files: list[TranscriptFile] = field(default_factory=list)
     mtimes: dict[str, int | None] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # `.jsonl` files whose names are not ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +199,17 @@ class TranscriptRoot:
     `list` and `resolve` refresh the index when it is older than
     `rescan_interval` (without waiting if another caller is at it); a miss of
     `resolve` refreshes it unless a refresh began after the miss did. `refreshes` and `dir_scans` count the refreshes
-    and the directory listings they made.
+    and the directory listings they made. With `report_skipped`, the root logs the
+    `.jsonl` files it skips because their names are not session ids, whenever they change.
     """
 
-    def __init__(self, root: Path, *, rescan_interval: float = 2.0) -> None:
+    def __init__(
+        self, root: Path, *, rescan_interval: float = 2.0, report_skipped: bool = False
+    ) -> None:
         self.root = root
+        self._report_skipped = report_skipped
+        # Paths under the root of the `.jsonl` files skipped because their names are not ids.
+        self.skipped: tuple[str, ...] = ()
         self._rescan_interval = rescan_interval
         self._lock = threading.Lock()  # held by the one refresh in progress
         self._snapshot = _EMPTY
@@ -225,6 +252,8 @@ class TranscriptRoot:
                     )
             elif ID_PATTERN.fullmatch(entry.name) and _is_dir(entry):
                 self._scan_subagents(project, name, entry, project_real, now_ns)
+            elif entry.name.endswith(TRANSCRIPT_SUFFIX) and _is_file(entry):
+                project.skipped.append(f"{name}/{entry.name}")
         return project
 
     def _scan_subagents(
@@ -250,7 +279,9 @@ class TranscriptRoot:
             return
         for child in children:
             child_id = _session_id_of(child.name)
-            if child_id is not None and self._inside(child, project_real) and _is_file(child):
+            if child_id is None and child.name.endswith(TRANSCRIPT_SUFFIX) and _is_file(child):
+                project.skipped.append(f"{name}/{session_dir.name}/{SUBAGENT_DIR}/{child.name}")
+            elif child_id is not None and self._inside(child, project_real) and _is_file(child):
                 project.files.append(
                     TranscriptFile(
                         session_id=child_id,
@@ -308,6 +339,12 @@ class TranscriptRoot:
             for transcript in files:
                 by_id.setdefault(transcript.session_id, []).append(transcript)
             self._snapshot = _Snapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
+            skipped = tuple(
+                sorted(n for project in self._projects.values() for n in project.skipped)
+            )
+            if self._report_skipped and skipped != self.skipped:
+                _log_skipped(skipped)
+            self.skipped = skipped
 
     def _refresh_if_older(self, max_age: float) -> _Snapshot:
         """The snapshot, refreshed first if older than max_age (built on first use).

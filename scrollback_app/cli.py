@@ -5,6 +5,8 @@
   transcripts root configured and none at ~/.claude/projects, it says so and
   serves the bundled sample sessions (scrollback.samples).
 - `scrollback up --gateway`: the same, plus the HTTP gateway and viewer (SCROLLBACK_GATEWAY_ADDR).
+- `scrollback up --container`: the container image's default command: listening on 0.0.0.0,
+  with auth when a token file is mounted, else without (--insecure), said in the log.
 - `scrollback up --workers N`: each service from N worker processes on its port
   (SCROLLBACK_HISTORY_WORKERS / SCROLLBACK_MEDIA_WORKERS; default the number of cores).
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
@@ -15,8 +17,9 @@
 - `scrollback window SESSION [--older TOKEN | --oldest-first] [--page-size N]`: one page.
 - `scrollback media REF -o FILE`: one photo; REF is `<session>/<uuid>/<index>` with
   `--pin PIN`, or `media:<sha256>`; `--size 96|320|960` for a WebP thumbnail.
-- `scrollback send SESSION TEXT [--image PATH ...]` (or `--chat-key KEY TEXT`): send a
-  message, uploading its images first.
+- `scrollback send SESSION TEXT [--image PATH ...] [--file PATH ...]` (or `--chat-key KEY
+  TEXT`): send a message, uploading its images (checked by their bytes) and files first;
+  prints each attachment's `media:<sha256>`.
 - `scrollback tail SESSION`: the last entries, then new entries and accepted messages
   live, until Ctrl-C.
 - `scrollback gc [--state DIR] [--grace SECONDS]`: collect unreferenced blobs.
@@ -34,12 +37,14 @@ environment (docs/contract.md §6).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
-- 1: failure: an RPC error (other than NOT_FOUND), an unreachable service, an I/O error;
-- 2: bad usage or configuration (argparse errors, a malformed REF, a missing file,
-  a configuration `up` cannot start on, an address it cannot listen on);
+- 1: failure: an RPC error (other than NOT_FOUND and INVALID_ARGUMENT), an unreachable
+  service, an I/O error;
+- 2: bad usage or configuration (argparse errors, a malformed REF or session id, a
+  request the service refused as INVALID_ARGUMENT, a missing file,
+  a configuration `up` or `gateway` cannot start on, an address it cannot listen on);
 - 3: not found (the service answered NOT_FOUND).
 Errors are one line on stderr, e.g. `scrollback: NOT_FOUND: session not found`; never a
-traceback.
+traceback. gRPC's C-core log lines (GRPC_VERBOSITY) show only with `-v` or the variable set.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
+GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
 
 
 class _WorkerTree:
@@ -174,7 +180,13 @@ async def _run_up(args: argparse.Namespace) -> int:
     from history_service.server import start_history_server
     from media_service.server import start_media_server
     from scrollback.server.grpc_support import wait_for_shutdown_signal
-    from scrollback.server.listening import ListenError
+    from scrollback.server.listening import (
+        ListenError,
+        listen_failure,
+        listening_at,
+        listening_line,
+        url_of,
+    )
     from scrollback.server.service_config import ConfigError
 
     history_config, media_config = up_configs(args)
@@ -187,7 +199,7 @@ async def _run_up(args: argparse.Namespace) -> int:
             history = await start_history_server(history_config)
     except ListenError as error:
         raise ConfigError(
-            f"{error}; choose another with --history-addr or SCROLLBACK_HISTORY_ADDR"
+            listen_failure(error, "--history-addr", "SCROLLBACK_HISTORY_ADDR")
         ) from None
     try:
         if media_config.workers > 1:
@@ -198,7 +210,7 @@ async def _run_up(args: argparse.Namespace) -> int:
         await history.stop()
         if isinstance(error, ListenError):
             raise ConfigError(
-                f"{error}; choose another with --media-addr or SCROLLBACK_MEDIA_ADDR"
+                listen_failure(error, "--media-addr", "SCROLLBACK_MEDIA_ADDR")
             ) from None
         raise
     gateway = None
@@ -221,11 +233,14 @@ async def _run_up(args: argparse.Namespace) -> int:
     log = logging.getLogger("scrollback")
     log.info("serving transcripts from %s", history_config.transcripts)
     log.info("state dir %s", history_config.state_dir)
-    log.info("history service listening on port %d", history.port)
-    log.info("media service listening on port %d", media.port)
-    served = f"history on port {history.port}, media on port {media.port}"
+    log.info("%s", listening_line("history service", history_config.addr, history.port))
+    log.info("%s", listening_line("media service", media_config.addr, media.port))
+    served = (
+        f"history on {listening_at(history_config.addr, history.port)}, "
+        f"media on {listening_at(media_config.addr, media.port)}"
+    )
     if gateway is not None:
-        served += f", gateway and viewer on port {gateway.port}"
+        served += f", the viewer at {url_of(gateway_config.addr, gateway.port)}"
     print(f"scrollback up: {served}; Ctrl-C stops", flush=True)
     # A service of workers ends by itself only on a fatal worker status: then `up` ends too.
     waits: list[asyncio.Future[str | None]] = [asyncio.ensure_future(wait_for_shutdown_signal())]
@@ -251,10 +266,45 @@ async def _run_up(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# Where `up --container` looks for a mounted token file (docker run -v FILE:/run/secrets/...).
+CONTAINER_TOKENS = Path("/run/secrets/scrollback-tokens")
+
+
+def _container_defaults(args: argparse.Namespace) -> None:
+    """`up --container`, the image's default command: reachable through published ports.
+
+    The services listen on 0.0.0.0 unless an address is set; with a token file
+    (--auth-tokens, SCROLLBACK_AUTH_TOKENS, or one mounted at CONTAINER_TOKENS)
+    they require it, and without one they serve without auth (--insecure), which
+    the log says with how to publish the ports on the host's loopback only.
+    """
+    log = logging.getLogger("scrollback")
+    if args.history_addr is None and not os.environ.get("SCROLLBACK_HISTORY_ADDR"):
+        args.history_addr = "0.0.0.0:50051"
+    if args.media_addr is None and not os.environ.get("SCROLLBACK_MEDIA_ADDR"):
+        args.media_addr = "0.0.0.0:50052"
+    tokens_given = args.auth_tokens is not None or bool(os.environ.get("SCROLLBACK_AUTH_TOKENS"))
+    if not tokens_given and CONTAINER_TOKENS.is_file():
+        args.auth_tokens = CONTAINER_TOKENS
+        tokens_given = True
+    if tokens_given:
+        log.info("container: callers need a bearer token of the token file")
+        return
+    args.insecure = True
+    log.warning(
+        "container: no token file (mount one at %s or set SCROLLBACK_AUTH_TOKENS): serving "
+        "without auth (--insecure) to whoever reaches the published ports; publish them on the "
+        "host's loopback only: docker run -p 127.0.0.1:50051:50051 -p 127.0.0.1:50052:50052 ...",
+        CONTAINER_TOKENS,
+    )
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from scrollback.server.listening import BindRefusedError
     from scrollback.server.service_config import ConfigError
 
+    if args.container:
+        _container_defaults(args)
     try:
         return asyncio.run(_run_up(args))
     except (ConfigError, BindRefusedError) as error:
@@ -263,17 +313,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
+    """The gateway, run as `python -m gateway` runs it (its errors, exit codes and messages)."""
     from gateway.__main__ import config_from_args
-    from gateway.server import serve
-    from scrollback.server.service_config import ConfigError
+    from scrollback.server.service_cli import run_service
 
-    try:
-        config = config_from_args(args)
-    except ConfigError as error:
-        print(f"scrollback: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    asyncio.run(serve(config))
-    return EXIT_OK
+    return run_service(
+        "gateway", lambda: config_from_args(args), addr_env="SCROLLBACK_GATEWAY_ADDR"
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -331,6 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes per service (SCROLLBACK_HISTORY_WORKERS / "
         "SCROLLBACK_MEDIA_WORKERS, default: the number of cores)",
     )
+    up.add_argument(
+        "--container",
+        action="store_true",
+        help="the container image's default: listen on 0.0.0.0 unless an address is set; "
+        f"auth when a token file is given or mounted at {CONTAINER_TOKENS}, else --insecure "
+        "(said in the log)",
+    )
     up.set_defaults(handler=_cmd_up)
 
     gateway = commands.add_parser(
@@ -356,7 +409,27 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     loadtest.set_defaults(handler=_cmd_loadtest)
     _add_client_commands(commands)
+    for command in commands.choices.values():
+        command.set_defaults(command_parser=command)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed arguments; an unknown flag is refused by its command's parser, which shows
+    that command's usage and the closest flag it has (argparse would show the top level's)."""
+    import difflib
+
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command: argparse.ArgumentParser = args.command_parser
+        flags = [flag for action in command._actions for flag in action.option_strings]
+        hint = ""
+        typo = next((word for word in unknown if word.startswith("--")), None)
+        if typo is not None:
+            close = difflib.get_close_matches(typo.split("=", 1)[0], flags, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return args
 
 
 def _add_client_commands(commands: Any) -> None:
@@ -472,7 +545,16 @@ def _add_client_commands(commands: Any) -> None:
     send.add_argument("text", help="the message text")
     send.add_argument("--chat-key", help="a client-chosen key for a new chat with no session yet")
     send.add_argument(
-        "--image", action="append", metavar="PATH", help="attach an image (repeatable)"
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="attach an image: PNG, JPEG, GIF, WebP, AVIF or HEIC, by its bytes (repeatable)",
+    )
+    send.add_argument(
+        "--file",
+        action="append",
+        metavar="PATH",
+        help="attach any file as a plain attachment, not shown inline (repeatable)",
     )
     send.set_defaults(handler=cc.cmd_send)
 
@@ -504,10 +586,29 @@ def _add_client_commands(commands: Any) -> None:
     cli_rescue.add_commands(commands, common)
 
 
+def _quiet_grpc_core(argv: Sequence[str]) -> None:
+    """Keep gRPC's C-core log lines (a failed handshake, a server's GOAWAY) off stderr.
+
+    The command's own error line says what happened; `-v` (before the command) or
+    GRPC_VERBOSITY set by the user shows them. gRPC reads the variable when it is
+    first imported, so this runs before anything imports grpc, and does nothing in a
+    process that imported it already (main called as a function).
+    """
+    if "grpc" in sys.modules:
+        return
+    for token in argv:
+        if token in ("-v", "--verbose"):
+            return
+        if not token.startswith("-"):
+            break  # the command: the flags after it are its own
+    os.environ.setdefault(GRPC_VERBOSITY_ENV, "NONE")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
+    _quiet_grpc_core(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -540,14 +641,22 @@ _SERVICES = (
 )
 
 
-def _unavailable_text(addr: str, args: argparse.Namespace) -> str:
-    """Which service did not answer, where, and how to start it or point elsewhere."""
+def _unavailable_text(addr: str, details: str, args: argparse.Namespace) -> str:
+    """Which service did not answer, where, and how to start it or point elsewhere; or, when
+    it answered but the TLS handshake failed, why it failed."""
+    from client.tls import handshake_failure
+
+    failure = handshake_failure(details)
     for name, attribute, flag, variable in _SERVICES:
         if addr and addr == getattr(args, attribute, None):
+            if failure:
+                return f"the {name} service at {addr}: {failure}"
             return (
                 f"no {name} service answers at {addr}; start the pair with `scrollback up`, "
                 f"or point {flag} (or {variable}) at a running one"
             )
+    if failure:
+        return f"the service at {addr or 'the configured address'}: {failure}"
     return (
         f"no service answers at {addr or 'the configured address'}; start the pair with "
         "`scrollback up`, or point --history-addr / --media-addr at running services"
@@ -558,8 +667,17 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
     """One line on stderr for a failed command; the exit code for it."""
     import grpc
 
-    from client.errors import NotFound, ScrollbackError, Unavailable, from_rpc_error
+    from client.errors import (
+        InvalidArgument,
+        NotFound,
+        PinMismatch,
+        ScrollbackError,
+        Unavailable,
+        from_rpc_error,
+    )
     from client.tls import TlsConfigError
+    from scrollback.server.listening import BindRefusedError, ListenError
+    from scrollback.server.service_config import ConfigError
     from scrollback_app.cli_client import UsageError
 
     if isinstance(error, grpc.RpcError):
@@ -568,17 +686,35 @@ def _report(error: Exception, args: argparse.Namespace | None = None) -> int:
         print(f"scrollback: usage: {error}", file=sys.stderr)
         return EXIT_USAGE
     if isinstance(error, Unavailable) and args is not None:
-        print(f"scrollback: UNAVAILABLE: {_unavailable_text(error.addr, args)}", file=sys.stderr)
+        print(
+            f"scrollback: UNAVAILABLE: {_unavailable_text(error.addr, error.message, args)}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    if isinstance(error, PinMismatch):
+        # The pin is the user's input: a typo is likelier than a rewritten transcript.
+        print(
+            f"scrollback: {error.code_name}: the pin does not match the photo the reference "
+            "names; copy REF and --pin from `scrollback window SESSION --json`",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     if isinstance(error, ScrollbackError):
         print(f"scrollback: {error.code_name}: {error.message}", file=sys.stderr)
+        if isinstance(error, InvalidArgument):
+            return EXIT_USAGE  # the arguments as given can never succeed
         return EXIT_NOT_FOUND if isinstance(error, NotFound) else EXIT_FAILURE
     if isinstance(error, OSError):
         # The user's own file names the failure (not a server's path: servers never send one).
         where = f": {error.filename}" if error.filename else ""
         print(f"scrollback: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"scrollback: error: {type(error).__name__}: {error}", file=sys.stderr)
+    if isinstance(error, ListenError | BindRefusedError | ConfigError):
+        print(f"scrollback: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    # No class name: the words are the user's; -v logs the traceback.
+    logging.getLogger("scrollback").debug("failed", exc_info=error)
+    print(f"scrollback: error: {error or 'an unexpected failure (-v shows it)'}", file=sys.stderr)
     return EXIT_FAILURE
 
 

@@ -17,7 +17,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ import imagesize
 import orjson
 from google.protobuf.json_format import MessageToDict
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -35,8 +36,13 @@ from client import Client, Deadlines, Media, media_selector
 from client.errors import InvalidArgument
 from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
+
+# The fewest columns a table's main column (a title, a text) gets before the secondary
+# columns move to a line of their own.
+_MAIN_MIN_WIDTH = 32
 
 
 class UsageError(ValueError):
@@ -218,17 +224,53 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             ]
         )
         return 0
+    console = _console()
+    console.print(_sessions_table(console, sessions))
+    return 0
+
+
+def _line(text: str, style: str = "") -> Text:
+    """Text cut with an ellipsis where its column ends, never wrapped."""
+    return Text(text, style=style, overflow="ellipsis", no_wrap=True)
+
+
+def _fits(console: Console, table: Table) -> bool:
+    """Whether `table` fits the console's width with every no-wrap column whole, every
+    column with a max_width at it (as rich keeps them) and the others at their min_width.
+
+    rich measures a no-wrap cell by its longest word (a time is two), so the check
+    measures a probe table of the same borders and padding, one one-word cell a column.
+    """
+    unbounded = console.options.update_width(1_000_000)
+    probe = Table(
+        box=table.box,
+        show_edge=table.show_edge,
+        pad_edge=table.pad_edge,
+        padding=table.padding,
+        show_header=False,
+    )
+    widths = []
+    for column in table.columns:
+        cells = [column.header, *column.cells]
+        natural = max(Measurement.get(console, unbounded, c).maximum for c in cells)
+        if column.no_wrap:
+            widths.append(natural)
+        elif column.max_width is not None:
+            widths.append(max(column.min_width or 1, min(column.max_width, natural)))
+        else:
+            widths.append(column.min_width or 1)
+        probe.add_column(no_wrap=True)
+    probe.add_row(*("x" * width for width in widths))
+    return Measurement.get(console, unbounded, probe).maximum <= console.width
+
+
+def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
+    """One row per session: every column on one line if the terminal is wide enough, else
+    the id and the title on the first line, the other columns in one line under the title."""
     # Ids are never cut (a cut id copied back is NOT_FOUND): the session column
-    # is as wide as the longest id, and the other columns give way.
+    # is as wide as the longest id, and the title gets the room that is left.
     id_width = max((len(s.session_id) for s in sessions), default=7)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("session", no_wrap=True, min_width=id_width)
-    table.add_column("project", overflow="ellipsis", no_wrap=True, min_width=6, max_width=20)
-    size_width = max((len(f"{s.size_bytes:,}") for s in sessions), default=4)
-    table.add_column("size", justify="right", no_wrap=True, min_width=size_width)
-    table.add_column("modified", no_wrap=True, min_width=11)
-    table.add_column("usage", justify="right", no_wrap=True, min_width=5)
-    table.add_column("title", overflow="ellipsis", no_wrap=True, min_width=6, max_width=40)
+    rows = []
     for s in sessions:
         modified = (
             s.modified_time.ToDatetime().strftime("%m-%d %H:%M")
@@ -236,16 +278,30 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             else ""
         )
         title = ("↳ " if s.is_subagent else "") + s.title[:60]
-        table.add_row(
-            Text(s.session_id),
-            Text(s.project_dir),
-            f"{s.size_bytes:,}",
-            modified,
-            _short_usage(s),
-            Text(title),
-        )
-    _console().print(table)
-    return 0
+        rows.append((s, f"{s.size_bytes:,}", modified, _short_usage(s), title))
+    wide = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    wide.add_column("session", no_wrap=True, min_width=id_width)
+    # Cut cells are single-line Texts in wrapping columns: rich narrows only wrapping columns.
+    wide.add_column("project", overflow="ellipsis", min_width=6, max_width=20)
+    size_width = max((len(size) for _, size, _, _, _ in rows), default=4)
+    usage_width = max((len(usage) for _, _, _, usage, _ in rows), default=5)
+    wide.add_column("size", justify="right", no_wrap=True, min_width=size_width)
+    wide.add_column("modified", no_wrap=True, min_width=11)
+    wide.add_column("usage", justify="right", no_wrap=True, min_width=usage_width)
+    wide.add_column("title", overflow="ellipsis", min_width=_MAIN_MIN_WIDTH)
+    for s, size, modified, usage, title in rows:
+        wide.add_row(Text(s.session_id), _line(s.project_dir), size, modified, usage, _line(title))
+    if _fits(console, wide):
+        return wide
+    narrow = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    narrow.add_column("session", no_wrap=True, min_width=id_width)
+    narrow.add_column(Text("title\nmodified  usage  size  project"), overflow="ellipsis")
+    for s, size, modified, usage, title in rows:
+        details = "  ".join(part for part in (modified, usage, f"{size} B", s.project_dir) if part)
+        cell = _line(title) if title else _line("(no title)", style="dim")
+        cell.append("\n" + details, style="dim")
+        narrow.add_row(Text(s.session_id), cell)
+    return narrow
 
 
 def _tokens(count: int) -> str:
@@ -397,23 +453,8 @@ def cmd_window(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    table = Table()
-    table.add_column("time", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("uuid", no_wrap=True)
-    table.add_column("text", overflow="fold")
-    table.add_column("photos", justify="right", no_wrap=True)
-    for entry in window.entries:
-        # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
-        table.add_row(
-            entry.timestamp[:19].replace("T", " "),
-            Text(entry.type),
-            Text(entry.uuid[:8]),
-            Text(entry_text(entry, 160)),
-            str(len(entry.media_refs)) if entry.media_refs else "",
-        )
     console = _console()
-    console.print(table)
+    console.print(_entries_table(console, window.entries))
     if window.next_page_token:
         # plain print: a wrapped token could not be copied back. The token keeps the
         # direction; the flag names it, and the page size carries over.
@@ -427,6 +468,39 @@ def cmd_window(args: argparse.Namespace) -> int:
     if window.skipped_lines:
         console.print(f"{window.skipped_lines} line(s) skipped (not JSON objects)")
     return 0
+
+
+def _entries_table(console: Console, entries: Sequence[hpb.Entry]) -> Table:
+    """One row per entry: every column on one line if the text keeps enough room, else the
+    time over the type, uuid and photo count, beside the text."""
+    wide = Table()
+    wide.add_column("time", no_wrap=True)
+    wide.add_column("type", no_wrap=True)
+    wide.add_column("uuid", no_wrap=True)
+    wide.add_column("text", overflow="fold", min_width=_MAIN_MIN_WIDTH)
+    wide.add_column("photos", justify="right", no_wrap=True)
+    rows = [
+        (
+            entry.timestamp[:19].replace("T", " "),
+            entry.type,
+            entry.uuid[:8],
+            # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
+            Text(entry_text(entry, 160)),
+            str(len(entry.media_refs)) if entry.media_refs else "",
+        )
+        for entry in entries
+    ]
+    for time, kind, uuid, text, photos in rows:
+        wide.add_row(time, Text(kind), Text(uuid), text, photos)
+    if _fits(console, wide):
+        return wide
+    narrow = Table()
+    narrow.add_column(Text("time\ntype uuid photos"), overflow="fold")
+    narrow.add_column("text", overflow="fold")
+    for time, kind, uuid, text, photos in rows:
+        second = " ".join(part for part in (kind, uuid, f"[{photos}]" if photos else "") if part)
+        narrow.add_row(Text(f"{time}\n{second}"), text)
+    return narrow
 
 
 def _moment(value: str | None, flag: str) -> datetime | None:
@@ -446,6 +520,38 @@ def _marked(snippet: spb.Snippet) -> Text:
     for highlight in snippet.highlights:
         text.stylize("bold reverse", highlight.start, highlight.end)
     return text
+
+
+def _hits_table(console: Console, hits: Sequence[spb.SearchHit]) -> Table:
+    """One row per hit: every column on one line if the snippet keeps enough room, else the
+    session, time and type on one line and the snippet under them, across the width."""
+    wide = Table()
+    wide.add_column("#", justify="right", no_wrap=True)
+    wide.add_column("time", no_wrap=True)
+    wide.add_column("session", no_wrap=True)
+    wide.add_column("type", no_wrap=True)
+    wide.add_column("text", overflow="fold", min_width=_MAIN_MIN_WIDTH)
+    for number, hit in enumerate(hits, 1):
+        wide.add_row(
+            str(number),
+            _hit_time(hit),
+            Text(hit.session_id),
+            Text(hit.type),
+            _marked(hit.snippet),
+        )
+    if _fits(console, wide):
+        return wide
+    narrow = Table(show_lines=True)
+    narrow.add_column("#", justify="right", no_wrap=True)
+    narrow.add_column("session  time  type\ntext", overflow="fold")
+    for number, hit in enumerate(hits, 1):
+        where = Text(f"{hit.session_id}  {_hit_time(hit)}  {hit.type}", style="dim")
+        narrow.add_row(str(number), Group(where, _marked(hit.snippet)))
+    return narrow
+
+
+def _hit_time(hit: spb.SearchHit) -> str:
+    return hit.timestamp[:19].replace("T", " ")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -489,22 +595,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    table = Table()
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("time", no_wrap=True)
-    table.add_column("session", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("text", overflow="fold")
-    for number, hit in enumerate(page.hits, 1):
-        table.add_row(
-            str(number),
-            hit.timestamp[:19].replace("T", " "),
-            Text(hit.session_id),
-            Text(hit.type),
-            _marked(hit.snippet),
-        )
     console = _console()
-    console.print(table)
+    console.print(_hits_table(console, page.hits))
     if not page.hits:
         console.print("no hits")
     else:
@@ -567,13 +659,15 @@ def cmd_send(args: argparse.Namespace) -> int:
             "missing the message TEXT: scrollback send SESSION TEXT (or --chat-key KEY TEXT)"
         )
     for image in args.image or []:
-        if not Path(image).is_file():
-            raise UsageError(f"no such image file: {image}")
+        _check_image(Path(image))
+    for attachment in args.file or []:
+        if not Path(attachment).is_file():
+            raise UsageError(f"no such file: {attachment}")
     with _client(args) as sb:
         accepted = sb.send(
             args.session or None,
             args.text,
-            [Path(p) for p in args.image or []],
+            [Path(p) for p in [*(args.image or []), *(args.file or [])]],
             chat_key=args.chat_key or None,
         )
     if args.json:
@@ -583,7 +677,26 @@ def cmd_send(args: argparse.Namespace) -> int:
             f"accepted #{accepted.seq} ({accepted.client_txn_id}) with "
             f"{len(accepted.attachments)} attachment(s)"
         )
+        for attachment in accepted.attachments:
+            # plain print: the ref is copied back whole (`scrollback media REF -o FILE`).
+            print(f"  {attachment.ref}  {attachment.media_type}  {attachment.name}")
     return 0
+
+
+def _check_image(path: Path) -> None:
+    """Refuse an --image that is not a file or whose bytes are not an image the viewer shows."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(SNIFF_BYTES)
+    except IsADirectoryError:
+        raise UsageError(f"--image {path} is a directory") from None
+    except FileNotFoundError:
+        raise UsageError(f"no such image file: {path}") from None
+    if not sniff(head).safe_inline:
+        raise UsageError(
+            f"--image {path} is not an image (PNG, JPEG, GIF, WebP, AVIF or HEIC by its bytes); "
+            f"to send it as a plain attachment: --file {path}"
+        )
 
 
 def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json: bool) -> None:

@@ -158,7 +158,7 @@ class ChildServer:
             text = raw.decode(errors="replace")
             if not self.port:
                 self.tail.append(text)
-                match = re.search(r"listening on .*port (\d+)", text)
+                match = re.search(r"listening on \S*:(\d+)", text)
                 if match:
                     self.port = int(match.group(1))
                     self._ready.set()

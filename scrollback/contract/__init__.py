@@ -8,4 +8,6 @@
 - `marker`: the stripped-media marker, read from the proto option.
 - `blocks`: where a probed line's objects are in its text (`scrollback slim`).
 - `image_header`: an image's format and pixel size from a bounded header read.
+- `sniff`: the content type of media from its magic numbers (docs/contract.md §10), also
+  what the CLI checks before sending a file as an image.
 """

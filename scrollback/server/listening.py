@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import os
 import socket
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,43 @@ class ListenError(ValueError):
     def __init__(self, address: str, reason: str) -> None:
         super().__init__(f"cannot listen on {address}: {reason}")
         self.address = address
+
+
+def listening_at(address: str, port: int) -> str:
+    """`host:port` a server listens on: its configured host, with the port it got (port 0
+    asks for any)."""
+    if address.startswith("unix:"):
+        return address
+    host = host_of(address)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def url_of(address: str, port: int) -> str:
+    """The http:// URL a browser on this machine opens for a server on `address` (a wildcard
+    host, 0.0.0.0 or ::, is reached on loopback)."""
+    host = host_of(address)
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{listening_at(host + ':0', port)}/"
+
+
+def listening_line(service: str, address: str, port: int) -> str:
+    """The start-up line of a server: `history service listening on 127.0.0.1:50051`, and
+    which worker says it when the service runs as several worker processes."""
+    from scrollback.server.workers import current_role
+
+    role = current_role()
+    worker = (
+        f" (worker {role.index + 1} of {role.count}, pid {os.getpid()})" if role is not None else ""
+    )
+    return f"{service} listening on {listening_at(address, port)}{worker}"
+
+
+def listen_failure(error: ListenError, flag: str, variable: str) -> str:
+    """The one line every server command prints when it cannot listen: where, why, and the
+    flag or variable that moves it (`cannot listen on A: the port is in use; choose another
+    with --addr or SCROLLBACK_HISTORY_ADDR`); the command then exits 2."""
+    return f"{error}; choose another with {flag} or {variable}"
 
 
 _LISTEN_REASONS = {

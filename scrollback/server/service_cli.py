@@ -33,6 +33,7 @@ from scrollback.server.listening import (
     BindRefusedError,
     ListenError,
     check_bind_allowed,
+    listen_failure,
     listen_reason,
 )
 from scrollback.server.service_config import (
@@ -238,7 +239,7 @@ def run_service(
         ).serve
         asyncio.run(serve(config))
     except ListenError as error:
-        print(f"{name}: {error}; choose another with --addr or {addr_env}", file=sys.stderr)
+        print(f"{name}: {listen_failure(error, '--addr', addr_env)}", file=sys.stderr)
         return EXIT_CONFIG
     except (ConfigError, BindRefusedError) as error:
         print(f"{name}: {error}", file=sys.stderr)

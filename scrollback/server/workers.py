@@ -7,7 +7,7 @@ here, before any worker starts), then starts N workers, each a plain
 `grpc.so_reuseport` option; the kernel spreads incoming connections over
 them. The parent starts no grpc machinery of its own (grpc does not survive
 a fork, so workers are fresh interpreters), waits until every worker
-reports ready on a pipe, logs `listening on port N` and forwards
+reports ready on a pipe, logs `listening on HOST:PORT` and forwards
 SIGINT/SIGTERM.
 
 Only the workers of one service share its port: before its workers start,
@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from scrollback.server.listening import listening_at
 from scrollback.server.stream_limits import SharedStreamCounter
 
 log = logging.getLogger(__name__)
@@ -392,7 +393,12 @@ class Supervisor:
             target=self._supervise, name=f"{self.name}-workers", daemon=True
         )
         self._thread.start()
-        log.info("%s: %d workers listening on port %d", self.name, self.count, self.port)
+        log.info(
+            "%s: %d workers listening on %s",
+            self.name,
+            self.count,
+            listening_at(self._address, self.port),
+        )
         return True
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:

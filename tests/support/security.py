@@ -228,7 +228,7 @@ class ServerProcess:
         for raw in self.process.stderr:
             text = raw.decode(errors="replace")
             self.lines.append(text)
-            match = re.search(r"listening on .*port (\d+)", text)
+            match = re.search(r"listening on \S*:(\d+)", text)
             if match and self._port is None:
                 self._port = int(match.group(1))
                 self._ready.set()

@@ -2,8 +2,8 @@
 
 `WorkerService` runs `python -m <service> --workers N` (on 127.0.0.1:0 unless
 told), drains its stderr in a thread (the workers log every RPC there), and
-learns the port from the parent's `N workers listening on port P` line (a
-service of one process logs `... service listening on port P`). `channel_on_new_worker`
+learns the port from the parent's `N workers listening on HOST:PORT` line (a
+service of one process logs `... service listening on HOST:PORT`). `channel_on_new_worker`
 opens channels with their own connection until one lands on a worker not
 seen yet, told by the `scrollback-worker-pid` trailing metadata.
 """
@@ -24,9 +24,9 @@ from typing import Any
 
 import grpc
 
-LISTENING = re.compile(r"(\d+) workers listening on port (\d+)")
+LISTENING = re.compile(r"(\d+) workers listening on \S*:(\d+)")
 # A service of one process (the history service's line).
-LISTENING_ALONE = re.compile(r"() service listening on port (\d+)")
+LISTENING_ALONE = re.compile(r"() service listening on \S*:(\d+)")
 METRICS = re.compile(r"metrics on port (\d+)")
 WORKER_PID_KEY = "scrollback-worker-pid"
 

@@ -3,8 +3,10 @@
 //
 //   node read_photo.js SESSION OUT_FILE [HISTORY_ADDR] [MEDIA_ADDR]
 //
-// The .proto files are loaded at run time from ../../../protos (or
-// SCROLLBACK_PROTOS). Prints one JSON line: the entries read, the ref and
+// The .proto files are loaded at run time from SCROLLBACK_PROTOS, else the
+// first of ./protos beside this script, the checkout's protos/ this script
+// sits in (../../../protos), and ./protos of the working directory; with none
+// there it says so in one line and exits 2. Prints one JSON line: the entries read, the ref and
 // the bytes written. On a failed call it prints the status code and the
 // error's reason (google.rpc.ErrorInfo) as one JSON line on stderr, exit 1.
 "use strict";
@@ -21,10 +23,21 @@ const STRIPPED_MEDIA_MARKER = "[scrollback:stripped-media]";
 
 const [session, outFile, historyAddr = "127.0.0.1:50051", mediaAddr = "127.0.0.1:50052"] =
   process.argv.slice(2);
-const protos = process.env.SCROLLBACK_PROTOS || path.join(__dirname, "..", "..", "..", "protos");
+const HISTORY_PROTO = "scrollback/history/v1/history.proto";
+const protoDirs = process.env.SCROLLBACK_PROTOS
+  ? [process.env.SCROLLBACK_PROTOS]
+  : [path.join(__dirname, "protos"), path.join(__dirname, "..", "..", "..", "protos"),
+     path.join(process.cwd(), "protos")];
+const protos = protoDirs.find((dir) => fs.existsSync(path.join(dir, HISTORY_PROTO)));
+if (!protos) {
+  const where = process.env.SCROLLBACK_PROTOS ? "in SCROLLBACK_PROTOS" : "beside this script";
+  console.error(`read_photo: no Scrollback .proto files ${where}; set SCROLLBACK_PROTOS to ` +
+    "the protos/ directory of a Scrollback checkout");
+  process.exit(2);
+}
 
 const definition = protoLoader.loadSync(
-  ["scrollback/history/v1/history.proto", "scrollback/media/v1/media.proto"],
+  [HISTORY_PROTO, "scrollback/media/v1/media.proto"],
   // longs as strings: offsets and sizes are uint64
   { includeDirs: [protos], keepCase: true, longs: String, enums: String, defaults: true },
 );

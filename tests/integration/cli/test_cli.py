@@ -79,10 +79,10 @@ def test_errors_are_one_line_with_exit_codes(
     assert code == 3 and out == ""
     assert err.startswith("scrollback: NOT_FOUND: ") and err.count("\n") == 1
     code, _, err = run(capsys, cli_servers, "window", "c1", "--older", "garbage")
-    assert code in (1, 3) and err.startswith("scrollback: ")
+    assert code in (2, 3) and err.startswith("scrollback: ")
     _session(cli_servers)
     code, _, err = run(capsys, cli_servers, "window", "c1", "--older", "garbage")
-    assert code == 1 and err.startswith("scrollback: INVALID_ARGUMENT: ")
+    assert code == 2 and err.startswith("scrollback: INVALID_ARGUMENT: ")
     code, _, err = run(capsys, cli_servers, "media", "not a ref", "-o", str(tmp_path / "x"))
     assert code == 2 and err.startswith("scrollback: usage: ")
     code, _, err = run(capsys, cli_servers, "send", "c1", "x", "--image", str(tmp_path / "none"))

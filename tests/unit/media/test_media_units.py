@@ -21,9 +21,9 @@ from media_service.config import MediaConfig
 from media_service.errors import ReadRangeError, StorageFullError
 from media_service.hydrate import hydrate_attachment
 from media_service.ranges import byte_range
-from media_service.sniff import sniff
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import iter_candidate_lines
+from scrollback.contract.sniff import sniff
 from scrollback.server.service_config import ConfigError
 
 

@@ -2,7 +2,9 @@
 
 PNG, JPEG, GIF, WebP, AVIF and HEIC/HEIF are images, safe to show inline;
 everything else (SVG and HTML included) is application/octet-stream, not
-safe inline. The declared media type is never consulted.
+safe inline. The declared media type is never consulted. The media service
+types what it stores with it; clients check with it that a file sent as an
+image is one.
 """
 
 from __future__ import annotations
