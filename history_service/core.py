@@ -411,6 +411,19 @@ class HistoryCore:
             links = {}
         return [transcript, *subagents_of(transcript, self.root.list(principal), links)]
 
+    def _opened(self, files: list[TranscriptFile]) -> Iterator[tuple[TranscriptFile, int]]:
+        """Each file open in turn, with its descriptor (blocking); a sub-agent gone since the
+        listing is left out, the session itself gone is SessionNotFoundError."""
+        for transcript in files:
+            try:
+                handle = self.root.open(transcript)
+            except SessionNotFoundError:
+                if transcript is files[0]:
+                    raise
+                continue
+            with handle:
+                yield transcript, handle.fileno()
+
     def slim_events(
         self,
         principal: Principal | None,
@@ -426,27 +439,19 @@ class HistoryCore:
         files = self._with_subagents(principal, session_id, include_subagents)
         copy_id = options.fork_session_id or session_id
         yield SlimStart(session_id, files[0].project_dir, copy_id)
-        for transcript in files:
-            try:
-                handle = self.root.open(transcript)
-            except SessionNotFoundError:
-                if transcript is files[0]:
-                    raise
-                continue
-            with handle:
-                fd = handle.fileno()
-                size = file_size(fd)
-                relative = (
-                    f"{copy_id}/subagents/{transcript.session_id}.jsonl"
-                    if transcript is not files[0]
-                    else f"{copy_id}.jsonl"
-                )
-                yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
-                stats = SlimStats()
-                yield from slim_file(
-                    fd, size, transcript.session_id, options, self.config.max_line_size, stats
-                )
-                yield stats
+        for transcript, fd in self._opened(files):
+            size = file_size(fd)
+            relative = (
+                f"{copy_id}/subagents/{transcript.session_id}.jsonl"
+                if transcript is not files[0]
+                else f"{copy_id}.jsonl"
+            )
+            yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
+            stats = SlimStats()
+            yield from slim_file(
+                fd, size, transcript.session_id, options, self.config.max_line_size, stats
+            )
+            yield stats
 
     def slim(
         self,
@@ -468,18 +473,10 @@ class HistoryCore:
         def work() -> list[ImageRecord]:
             records: list[ImageRecord] = []
             files = self._with_subagents(principal, session_id, include_subagents)
-            for transcript in files:
-                try:
-                    handle = self.root.open(transcript)
-                except SessionNotFoundError:
-                    if transcript is files[0]:
-                        raise
-                    continue
-                with handle:
-                    fd = handle.fileno()
-                    records += list_images(
-                        fd, file_size(fd), transcript.session_id, self.config.max_line_size
-                    )
+            for transcript, fd in self._opened(files):
+                records += list_images(
+                    fd, file_size(fd), transcript.session_id, self.config.max_line_size
+                )
             return records
 
         return await asyncio.to_thread(work)
