@@ -12,9 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
-from history_service.accept import AcceptedRecord
 from history_service.core import HistoryCore
 from history_service.entry_cache import (
     entry_messages,
@@ -28,17 +26,21 @@ from history_service.errors import (
     TooLargeError,
     TxnConflictError,
 )
-from history_service.insight import Insight, SessionDetail, Usage
 from history_service.lines import MediaMode
-from history_service.sessions import SessionInfo
-from history_service.slim import ImageRecord, SlimFileStart, SlimStart, SlimStats, slim_options
+from history_service.messages import (
+    accepted_message,
+    file_end_message,
+    image_info_message,
+    session_message,
+    timestamp_of,
+)
+from history_service.slim import SlimFileStart, SlimStart, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.window_wire import window_responses
 from scrollback.contract.reasons import Reason
 from scrollback.contract.refs import RefError, validate_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
-from scrollback.ref.v1 import ref_pb2
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import (
     ErrorTable,
@@ -68,143 +70,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["HistoryService"].full_name
 
 
-def _timestamp(seconds: float) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
-
-
-def _micros(value: int) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromMicroseconds(value)
-    return stamp
-
-
-def _usage(usage: Usage) -> pb.TokenUsage:
-    return pb.TokenUsage(
-        input_tokens=usage.input,
-        output_tokens=usage.output,
-        cache_creation_input_tokens=usage.cache_creation,
-        cache_read_input_tokens=usage.cache_read,
-    )
-
-
-def insight_proto(insight: Insight) -> pb.SessionInsight:
-    """The proto of a session's insight."""
-    message = pb.SessionInsight(
-        entry_counts=[
-            pb.EntryTypeCount(type=kind, count=count)
-            for kind, count in sorted(insight.entry_counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        ],
-        photo_count=insight.photos,
-        models=[
-            pb.ModelUsage(
-                model=m.model,
-                usage=_usage(m.usage),
-                messages=m.messages,
-                cost_usd=m.cost or 0.0,
-                cost_known=m.cost is not None,
-            )
-            for m in insight.models
-        ],
-        usage=_usage(insight.usage),
-        cost_usd=insight.cost,
-        cost_complete=insight.cost_complete,
-        indexed_bytes=insight.indexed_bytes,
-    )
-    if insight.first_time_us is not None:
-        message.first_time.CopyFrom(_micros(insight.first_time_us))
-    if insight.last_time_us is not None:
-        message.last_time.CopyFrom(_micros(insight.last_time_us))
-    return message
-
-
-def _session(info: SessionInfo, detail: SessionDetail | None = None) -> pb.Session:
-    modified = Timestamp()
-    modified.FromNanoseconds(info.modified_ns)
-    session = pb.Session(
-        session_id=info.session_id,
-        project_dir=info.project_dir,
-        size_bytes=info.size_bytes,
-        modified_time=modified,
-        title=info.title,
-        is_subagent=info.is_subagent,
-        parent_session_id=info.parent_session_id,
-    )
-    if detail is not None:
-        if detail.insight is not None:
-            session.insight.CopyFrom(insight_proto(detail.insight))
-        if detail.subagent_insight is not None:
-            session.subagent_insight.CopyFrom(insight_proto(detail.subagent_insight))
-        session.subagent_count = detail.subagent_count
-        session.parent_session_id = detail.parent_session_id
-        session.parent_tool_use_id = detail.parent_tool_use_id
-    return session
-
-
-def _accepted(record: AcceptedRecord) -> pb.AcceptedMessage:
-    return pb.AcceptedMessage(
-        seq=record.public_seq,
-        client_txn_id=record.client_txn_id,
-        session_id=record.session_id,
-        chat_key=record.chat_key,
-        text=record.text,
-        attachments=[
-            pb.Attachment(ref=a.ref, name=a.name, media_type=a.media_type)
-            for a in record.attachments
-        ],
-        accepted_time=_timestamp(record.accepted_at),
-    )
-
-
-def _file_end(stats: SlimStats) -> pb.SlimFileEnd:
-    return pb.SlimFileEnd(
-        lines=stats.lines,
-        images_replaced=stats.images_replaced,
-        documents_replaced=stats.documents_replaced,
-        copies_replaced=stats.copies_replaced,
-        images_downscaled=stats.images_downscaled,
-        images_kept=stats.images_kept,
-        bytes_read=stats.bytes_read,
-        bytes_written=stats.bytes_written,
-        omitted_tail_bytes=stats.omitted_tail_bytes,
-    )
-
-
-def _image_info(record: ImageRecord) -> pb.ImageInfo:
-    facts = record.facts
-    info = pb.ImageInfo(
-        session_id=record.session_id,
-        entry_uuid=record.entry_uuid,
-        api_path=record.api_path,
-        kind=record.kind,
-        declared_media_type=record.declared_media_type,
-        media_type=facts.header.media_type if facts.header is not None else "",
-        size_bytes=facts.size_bytes,
-        width=facts.header.width if facts.header is not None else 0,
-        height=facts.header.height if facts.header is not None else 0,
-        problems=record.problems,
-        sha256=facts.sha256,
-        line_number=record.line_number,
-    )
-    if record.image_index >= 0:
-        info.index = record.image_index
-    if record.ref:
-        info.ref.CopyFrom(
-            ref_pb2.MediaRef(
-                session_id=record.session_id,
-                entry_uuid=record.entry_uuid,
-                index=record.image_index,
-                pin=record.pin,
-                declared_media_type=record.declared_media_type,
-                approx_size_bytes=facts.size_bytes,
-                uri=record.ref,
-                line_offset_hint=record.byte_offset,
-            )
-        )
-    return info
-
-
 @maps_errors(ERROR_TABLE)
 class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     """scrollback.history.v1.HistoryService on a HistoryCore."""
@@ -219,7 +84,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             current_principal(), request.page_size, request.page_token, request.project_dir
         )
         return pb.ListSessionsResponse(
-            sessions=[_session(info, detail) for info, detail in sessions],
+            sessions=[session_message(info, detail) for info, detail in sessions],
             next_page_token=token,
         )
 
@@ -227,7 +92,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         self, request: pb.GetSessionRequest, context: Context
     ) -> pb.GetSessionResponse:
         info, detail = await self._core.get_session(current_principal(), request.session_id)
-        return pb.GetSessionResponse(session=_session(info, detail))
+        return pb.GetSessionResponse(session=session_message(info, detail))
 
     async def ReadWindow(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.ReadWindowRequest, context: Context
@@ -260,7 +125,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         )
         yield pb.BootstrapResponse(
             header=pb.BootstrapHeader(
-                pending=[_accepted(r) for r in result.pending],
+                pending=[accepted_message(r) for r in result.pending],
                 watch_position=result.watch_position,
                 session_id=result.session_id,
             )
@@ -285,7 +150,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             request.text,
             [(a.ref, a.name, a.media_type) for a in request.attachments],
         )
-        return pb.AcceptMessageResponse(message=_accepted(record), replayed=replayed)
+        return pb.AcceptMessageResponse(message=accepted_message(record), replayed=replayed)
 
     async def BindChatKey(
         self, request: pb.BindChatKeyRequest, context: Context
@@ -323,11 +188,11 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                         yield pb.WatchSessionResponse(entry_json_chunk=message, position=position)
             elif isinstance(event, WatchAccepted):
                 yield pb.WatchSessionResponse(
-                    accepted=_accepted(event.record), position=event.position
+                    accepted=accepted_message(event.record), position=event.position
                 )
             else:
                 yield pb.WatchSessionResponse(
-                    heartbeat=pb.Heartbeat(sent_time=_timestamp(event.sent_at)),
+                    heartbeat=pb.Heartbeat(sent_time=timestamp_of(event.sent_at)),
                     position=event.position,
                 )
 
@@ -366,7 +231,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                     )
                 )
             else:
-                yield pb.SlimSessionResponse(file_end=_file_end(event))
+                yield pb.SlimSessionResponse(file_end=file_end_message(event))
 
     async def ListImages(
         self, request: pb.ListImagesRequest, context: Context
@@ -376,7 +241,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
         )
         totals = pb.ImageTotals()
         for record in records:
-            info = _image_info(record)
+            info = image_info_message(record)
             if record.kind == "image":
                 totals.images += 1
             else:
