@@ -31,7 +31,6 @@ from media_service.decoded import (
     DecodedCache,
     DecodedImage,
     Encoded,
-    Filler,
 )
 from media_service.errors import (
     BlobMismatchError,
@@ -54,6 +53,7 @@ from media_service.library import (
     ThumbnailJob,
     TranscriptSelector,
 )
+from media_service.media_wire import media_responses
 from media_service.ranges import byte_range
 from media_service.thumbnail_encodes import ThumbnailEncodes
 from scrollback.contract.reasons import STATUS_OF, Reason
@@ -77,9 +77,6 @@ MAX_STAT_SELECTORS = 1000
 # A sized StatMedia may make a thumbnail per selector (a decode and an encode
 # each): far fewer per call than plain stats, which only read headers.
 MAX_SIZED_STAT_SELECTORS = 100
-# Bytes are read from disk (or decoded from a transcript) in blocks of this
-# size, then sent in chunks: a stream holds at most one block.
-READ_BLOCK = 256 * 1024
 
 DEFAULT_SEARCH_THREADS = 2
 
@@ -255,84 +252,25 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             byte_range(0, request.read_offset, request.read_limit)  # raises ReadRangeError
         pixels = thumbnail_pixels(request.size)
         decoded: weakref.ref[DecodedImage] | None = None
-        filler: Filler | None = None
         if pixels is None:
             media, decoded = await self._open_lane.run(
                 functools.partial(self._open_read, current_principal(), selector)
             )
         else:
             media = await self._thumbnail(selector, pixels)
+        responses = media_responses(
+            media,
+            media_pb2.ReadMediaResponse(metadata=metadata_to_proto(media.info)),
+            (request.read_offset, request.read_limit),
+            self._chunk_size,
+            decoded,
+            self.decoded,
+        )
         try:
-            start, end = byte_range(media.info.size_bytes, request.read_offset, request.read_limit)
-            yield media_pb2.ReadMediaResponse(metadata=metadata_to_proto(media.info))
-            chunk = self._chunk_size
-            if media.data is not None:
-                # In memory already: each chunk is copied once, no thread hop.
-                view = memoryview(media.data)
-                for at in range(start, end, chunk):
-                    yield media_pb2.ReadMediaResponse(data=bytes(view[at : min(at + chunk, end)]))
-                return
-            position = start
-            if decoded is not None:
-                # Taken one chunk at a time through the weak reference: an entry
-                # evicted meanwhile is freed, and the rest comes from the file.
-                while position < end:
-                    image = decoded()
-                    if image is None:
-                        break
-                    index, within = divmod(position, chunk)
-                    piece = image.chunks[index]
-                    del image
-                    length = len(piece.data) - within
-                    if within == 0 and position + length <= end:
-                        yield piece  # already serialized: grpc sends it as it is
-                    else:
-                        length = min(length, end - position)
-                        yield media_pb2.ReadMediaResponse(
-                            data=bytes(piece.data[within : within + length])
-                        )
-                    del piece
-                    position += length
-                if position >= end:
-                    return
-                # Evicted mid-stream: the file's bytes from here, hashed from 0 again
-                # so that a transcript changed since still ends in DATA_LOSS.
-                media.restart_reads()
-                for at in range(0, position, READ_BLOCK):
-                    await asyncio.to_thread(media.read, at, min(READ_BLOCK, position - at))
-            elif (
-                media.decoded_key is not None
-                and start == 0
-                and end == media.info.size_bytes
-                and READ_BLOCK % chunk == 0
-            ):
-                # A miss sent whole: the chunks are kept as they go, cached at the end.
-                filler = self.decoded.begin_fill(media.decoded_key, end, chunk)
-            while position < end:
-                block = await asyncio.to_thread(
-                    media.read, position, min(READ_BLOCK, end - position)
-                )
-                if not block:
-                    raise CorruptMediaError()
-                if filler is None:
-                    for at in range(0, len(block), chunk):
-                        yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
-                else:
-                    view = memoryview(block)
-                    for at in range(0, len(block), chunk):
-                        piece = Encoded(view[at : at + chunk])
-                        filler.add(piece)
-                        yield piece
-                        del piece
-                    view.release()
-                position += len(block)
-                del block
-            if filler is not None:
-                filler.finish()  # every byte read in order: the last read checked the sha256
+            async for response in responses:
+                yield response
         finally:
-            if filler is not None:
-                filler.abandon()  # nothing cached unless finished
-            media.close()
+            await responses.aclose()  # closes the medium now, not when collected
 
     def _open_read(
         self, principal: Principal | None, selector: Selector
