@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -153,6 +154,16 @@ def rootfs_tarball() -> Path:
     return tarball
 
 
+# Dependencies PyPI has no wheel of (recent pyvips is an sdist that builds a pure-Python
+# wheel; its libvips comes as the pyvips-binary wheel).
+SOURCE_ONLY = frozenset({"pyvips"})
+
+
+def _name(requirement: str) -> str:
+    """The project name of a requirement string ("pyvips>=3,<4" -> "pyvips")."""
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+
+
 def _requirements() -> list[str]:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     return [*pyproject["project"]["dependencies"], *pyproject["build-system"]["requires"]]
@@ -174,6 +185,13 @@ def wheelhouse() -> Path:
     for tag in [*platforms, f"manylinux2014_{machine}", "any"]:
         command += ["--platform", tag]
     try:
+        # Dependencies published only as source, built here into pure-Python wheels that
+        # pip download then takes from the same folder.
+        sdist_only = [r for r in requirements if _name(r) in SOURCE_ONLY]
+        if sdist_only:
+            build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+            _run([*build, "--wheel-dir", str(partial), *sdist_only], timeout=600)
+        command += ["--find-links", str(partial)]
         _run([*command, "--dest", str(partial), *requirements], timeout=600)
         partial.rename(target)
     finally:
