@@ -147,7 +147,12 @@ def test_a_retried_accept_is_one_record_whichever_worker_takes_it(
     assert conflict.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
-@pytest.mark.parametrize("history", [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2"}], indirect=True)
+# Heartbeats every 0.1 s: a stream's first message says the server admitted it.
+@pytest.mark.parametrize(
+    "history",
+    [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2", "SCROLLBACK_HISTORY_HEARTBEAT_SECONDS": "0.1"}],
+    indirect=True,
+)
 def test_the_per_principal_stream_limit_holds_across_workers(history: WorkerService) -> None:
     (one, one_pid), (other, other_pid) = channels_on_distinct_workers(history.addr, _history_pid)
     streams: list[Any] = []
@@ -155,16 +160,11 @@ def test_the_per_principal_stream_limit_holds_across_workers(history: WorkerServ
         stream: Any = history_pb2_grpc.HistoryServiceStub(one).WatchSession(
             history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
         )
+        assert next(stream).WhichOneof("event") == "heartbeat"  # admitted
         streams.append(stream)
-    deadline = time.monotonic() + 10
-    while True:  # until both streams are admitted and the other worker refuses a third call
-        try:
-            _history_pid(other)
-        except grpc.RpcError as error:
-            refused = error
-            break
-        assert time.monotonic() < deadline, "the streams were never admitted"
-        time.sleep(0.02)
+    with pytest.raises(grpc.RpcError) as raised:
+        _history_pid(other)
+    refused = raised.value
     assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert worker_of(refused) == other_pid != one_pid
     for stream in streams:
