@@ -522,43 +522,21 @@ class TranscriptMedia:
         line_offset_hint: int | None,
         index_key: str,
     ) -> _Found:
-        """`_locate`'s search: the hint, the cached offset, the line index, then the file."""
+        """`_locate`'s search: the hint, the cached offset, the line index, then the file.
+
+        `stat_many` asks in the same order, the file's search made once for all
+        the selectors the others leave (`_search_many`).
+        """
+        found = self._at_known_place(fd, file_id, ref, pin, line_offset_hint, size)
+        if found is None and index_key:
+            indexed = self._indexed_lines(fd, index_key, [ref.entry_uuid])
+            found = self._in_indexed(fd, file_id, ref, pin, indexed.get(ref.entry_uuid, []))
+        if found is not None:
+            return found
         key = (*file_id, ref.entry_uuid)
+        outcome = _Outcome()
         # Longer lines are never held: they are stripped streaming from the file.
         hold = min(self._max_line_size, HOLD_LINE_BYTES)
-        cached = self.cache.get(key)
-        if (
-            line_offset_hint is not None
-            and 0 <= line_offset_hint < size
-            and (cached is None or cached[0] != line_offset_hint)
-        ):
-            line = LineFile(fd).line_from(line_offset_hint, hold)
-            if line is not None:
-                found = self._try_line(line, line_offset_hint, ref, pin, _Outcome(), fd)
-                if found is not None:
-                    self.cache.put(key, (line_offset_hint, len(line)))
-                    return found
-            elif LineFile(fd).starts_line(line_offset_hint):
-                found = self._try_line(None, line_offset_hint, ref, pin, _Outcome(), fd)
-                if found is not None:
-                    return found
-        if cached is not None:
-            line = LineFile(fd).line_at(*cached, terminated=False)
-            if line is not None:
-                found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
-                if found is not None:
-                    return found
-            self.cache.discard(key)
-        if index_key:
-            for indexed in self._indexed_lines(fd, index_key, [ref.entry_uuid]).get(
-                ref.entry_uuid, []
-            ):
-                found = self._try_indexed(fd, indexed, ref, pin, hold)
-                if found is not None:
-                    if indexed.length <= hold:
-                        self.cache.put(key, (indexed.offset, indexed.length))
-                    return found
-        outcome = _Outcome()
         for candidate in iter_candidate_lines(fd, ref.entry_uuid, hold):
             found = self._try_line(candidate.line, candidate.start, ref, pin, outcome, fd)
             if found is not None:
@@ -670,7 +648,7 @@ class TranscriptMedia:
             found, file_id = self._locate(fd, ref, pin, line_offset_hint, index_key)
             return self._info(fd, found, file_id, ref)
 
-    def _known(
+    def _at_known_place(
         self,
         fd: int,
         file_id: tuple[int, int],
@@ -678,24 +656,48 @@ class TranscriptMedia:
         pin: str,
         hint: int | None,
         size: int,
-    ) -> MediaInfo | None:
-        """The metadata when the hinted or cached offset holds the entry; None otherwise."""
+    ) -> _Found | None:
+        """The image, when the hinted or the cached offset holds its entry; None otherwise."""
         key = (*file_id, ref.entry_uuid)
+        hold = min(self._max_line_size, HOLD_LINE_BYTES)
+        lines = LineFile(fd)
         cached = self.cache.get(key)
         if hint is not None and 0 <= hint < size and (cached is None or cached[0] != hint):
-            line = LineFile(fd).line_from(hint, min(self._max_line_size, HOLD_LINE_BYTES))
+            line = lines.line_from(hint, hold)
             if line is not None:
                 found = self._try_line(line, hint, ref, pin, _Outcome(), fd)
                 if found is not None:
                     self.cache.put(key, (hint, len(line)))
-                    return self._info(fd, found, file_id, ref)
+                    return found
+            elif lines.starts_line(hint):
+                found = self._try_line(None, hint, ref, pin, _Outcome(), fd)
+                if found is not None:
+                    return found
         if cached is not None:
-            line = LineFile(fd).line_at(*cached, terminated=False)
+            line = lines.line_at(*cached, terminated=False)
             if line is not None:
                 found = self._try_line(line, cached[0], ref, pin, _Outcome(), fd)
                 if found is not None:
-                    return self._info(fd, found, file_id, ref)
+                    return found
             self.cache.discard(key)
+        return None
+
+    def _in_indexed(
+        self,
+        fd: int,
+        file_id: tuple[int, int],
+        ref: TranscriptImageRef,
+        pin: str,
+        indexed: Sequence[IndexedLine],
+    ) -> _Found | None:
+        """The image in the first of the entry's indexed lines that holds it; None otherwise."""
+        hold = min(self._max_line_size, HOLD_LINE_BYTES)
+        for line in indexed:
+            found = self._try_indexed(fd, line, ref, pin, hold)
+            if found is not None:
+                if line.length <= hold:
+                    self.cache.put((*file_id, ref.entry_uuid), (line.offset, line.length))
+                return found
         return None
 
     def _slice_read(self, should_stop: Callable[[], bool]) -> None:
@@ -747,7 +749,8 @@ class TranscriptMedia:
                 for number in numbers:
                     ref, pin, hint = selectors[number]
                     try:
-                        info = self._known(fd, file_id, ref, pin, hint, stat.st_size)
+                        found = self._at_known_place(fd, file_id, ref, pin, hint, stat.st_size)
+                        info = None if found is None else self._info(fd, found, file_id, ref)
                     except Exception as error:
                         results[number] = error
                         continue
@@ -776,21 +779,12 @@ class TranscriptMedia:
         starts = self._indexed_lines(
             fd, index_key, [selectors[number][0].entry_uuid for number in pending]
         )
-        hold = min(self._max_line_size, HOLD_LINE_BYTES)
         left: list[int] = []
         for number in pending:
             ref, pin, _ = selectors[number]
-            info: MediaInfo | None = None
             try:
-                for indexed in starts.get(ref.entry_uuid, []):
-                    found = self._try_indexed(fd, indexed, ref, pin, hold)
-                    if found is not None:
-                        if indexed.length <= hold:
-                            self.cache.put(
-                                (*file_id, ref.entry_uuid), (indexed.offset, indexed.length)
-                            )
-                        info = self._info(fd, found, file_id, ref)
-                        break
+                found = self._in_indexed(fd, file_id, ref, pin, starts.get(ref.entry_uuid, []))
+                info = None if found is None else self._info(fd, found, file_id, ref)
             except Exception as error:
                 results[number] = error
                 continue
