@@ -80,6 +80,27 @@ def _accept(channel: grpc.Channel, txn: str, text: str) -> tuple[Any, int]:
     return response, worker_of(call)
 
 
+# A budget of two calls per principal, and heartbeats every 0.1 s: a watch's first
+# message says the server admitted it (probing with calls of the same principal instead
+# could take a slot before the second watch and get that watch refused).
+BUDGET_OF_TWO_WITH_HEARTBEATS = {
+    "SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2",
+    "SCROLLBACK_HISTORY_HEARTBEAT_SECONDS": "0.1",
+}
+
+
+def _admitted_watches(channel: grpc.Channel, count: int) -> list[Any]:
+    """`count` watches on one channel, each known admitted by its first heartbeat."""
+    streams: list[Any] = []
+    for _ in range(count):
+        stream: Any = history_pb2_grpc.HistoryServiceStub(channel).WatchSession(
+            history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
+        )
+        assert next(stream).WhichOneof("event") == "heartbeat"
+        streams.append(stream)
+    return streams
+
+
 def test_calls_land_on_both_workers_of_one_port(history: WorkerService) -> None:
     workers = history.worker_pids()
     assert len(workers) == 2
@@ -147,21 +168,10 @@ def test_a_retried_accept_is_one_record_whichever_worker_takes_it(
     assert conflict.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
-# Heartbeats every 0.1 s: a stream's first message says the server admitted it.
-@pytest.mark.parametrize(
-    "history",
-    [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2", "SCROLLBACK_HISTORY_HEARTBEAT_SECONDS": "0.1"}],
-    indirect=True,
-)
+@pytest.mark.parametrize("history", [BUDGET_OF_TWO_WITH_HEARTBEATS], indirect=True)
 def test_the_per_principal_stream_limit_holds_across_workers(history: WorkerService) -> None:
     (one, one_pid), (other, other_pid) = channels_on_distinct_workers(history.addr, _history_pid)
-    streams: list[Any] = []
-    for _ in range(2):  # the whole budget, on the first worker
-        stream: Any = history_pb2_grpc.HistoryServiceStub(one).WatchSession(
-            history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
-        )
-        assert next(stream).WhichOneof("event") == "heartbeat"  # admitted
-        streams.append(stream)
+    streams = _admitted_watches(one, 2)  # the whole budget, on the first worker
     with pytest.raises(grpc.RpcError) as raised:
         _history_pid(other)
     refused = raised.value
@@ -359,24 +369,13 @@ def test_a_killed_worker_is_logged_and_replaced_while_the_service_serves(
     assert history.stop() == 0
 
 
-@pytest.mark.parametrize("history", [{"SCROLLBACK_MAX_STREAMS_PER_PRINCIPAL": "2"}], indirect=True)
+@pytest.mark.parametrize("history", [BUDGET_OF_TWO_WITH_HEARTBEATS], indirect=True)
 def test_the_streams_of_a_killed_worker_give_their_budget_back(history: WorkerService) -> None:
     (one, victim), (other, _) = channels_on_distinct_workers(history.addr, _history_pid)
-    streams = [
-        history_pb2_grpc.HistoryServiceStub(one).WatchSession(
-            history_pb2.WatchSessionRequest(session_id=SESSION), timeout=60
-        )
-        for _ in range(2)
-    ]
-    deadline = time.monotonic() + 10
-    while True:  # until both streams hold the whole budget
-        try:
-            _history_pid(other)
-        except grpc.RpcError as error:
-            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            break
-        assert time.monotonic() < deadline, "the streams were never admitted"
-        time.sleep(0.05)
+    streams = _admitted_watches(one, 2)
+    with pytest.raises(grpc.RpcError) as refused:  # both streams hold the whole budget
+        _history_pid(other)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     os.kill(victim, signal.SIGKILL)
     _replaced(history, victim)
     try:
