@@ -187,8 +187,11 @@ def test_tail_prints_live_events_and_exits_0_on_ctrl_c(
         assert accepted["event"] == "accepted" and accepted["text"] == "accepted live"
         time.sleep(0.1)
         process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
-        assert process.stderr is not None and "Traceback" not in process.stderr.read()
+        code = process.wait(10)
+        assert process.stderr is not None
+        stderr = process.stderr.read()
+        assert code == 0, stderr
+        assert "Traceback" not in stderr
     finally:
         if process.poll() is None:
             process.kill()
