@@ -9,9 +9,11 @@ rich; `--json` prints plain JSON (one document, or JSON lines for `tail`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import io
 import json
+import os
 import re
 import shutil
 import signal
@@ -717,13 +719,21 @@ def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json:
         print(f"{'':8} {kind:<10} #{message.seq} {text}{marker}", flush=True)
 
 
+def _exit_on_ctrl_c(signum: int, frame: object) -> None:
+    """Ctrl-C under `tail`: flush what was printed and exit 0 now."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(0)
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     """Print the last entries, then entries and accepted messages live; Ctrl-C stops."""
     # SIGINT is how tail is stopped, also when started where it was ignored (a
-    # script's background job inherits SIG_IGN, and Python then never raises
-    # KeyboardInterrupt).
+    # script's background job inherits SIG_IGN). It ends the process at once, its
+    # output flushed: a KeyboardInterrupt raised wherever the main thread happens
+    # to be (inside grpc's waits and cancels among them) can leave the watch hung.
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _exit_on_ctrl_c)
     with _client(args) as sb:
         boot = sb.history.bootstrap(args.session, page_size=max(args.last, 1))
         assert boot.header is not None
