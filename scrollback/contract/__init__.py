@@ -10,4 +10,5 @@
 - `image_header`: an image's format and pixel size from a bounded header read.
 - `sniff`: the content type of media from its magic numbers (docs/contract.md §10), also
   what the CLI checks before sending a file as an image.
+- `proto_json`: the one JSON shape of messages (the canonical proto3 JSON mapping).
 """
