@@ -82,7 +82,7 @@ async def window_responses(
     With `max_batch_bytes` 0 each Entry is its own message (then its json
     chunks). Otherwise runs of small entries (those the window holds anyway,
     each under the budget) are packed into EntryBatch messages of at most
-    min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone as before.
+    min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone.
     Entries the window holds already encoded (history_service.entry_cache) go
     on the wire as they are: a batch is their bytes joined. Only the entry
     being sent (or one batch) is held beyond the window: a held-back entry is
