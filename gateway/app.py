@@ -1,11 +1,14 @@
 """The gateway's ASGI app: JSON API, photos, live events and the viewer.
 
+Every body is the proto's canonical JSON mapping (`message_json`; docs/contract.md §12 "The JSON
+shape"), the gateway adding only a signed `url` beside each media ref and attachment.
+
 Routes (the fixed names of docs/contract.md §12 first):
-- `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "next_page_token"}`;
+- `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "nextPageToken"}`;
 - `GET /api/v1/sessions/{id}`: one session with its insight (GetSession): entries by type,
   photos, time span, token usage and cost per model and in total, sub-agent totals;
 - `GET /api/v1/sessions/{id}/window?page_token=&direction=latest_first|oldest_first&page_size=`:
-  `{"entries": [...], "next_page_token", ...}`, each ref with a signed `url`;
+  `{"entries": [...], "nextPageToken", ...}`, each of `mediaRefs` with a signed `url`;
 - `GET /api/v1/sessions/{id}/bootstrap?page_size=`: pending messages, watch position, latest window;
 - `POST /api/v1/sessions/{id}/messages` (JSON `text`, `client_txn_id`, `attachments`): accept;
 - `GET /api/v1/sessions/{id}/events?position=`: WatchSession as Server-Sent Events, each `id:`
@@ -13,9 +16,10 @@ Routes (the fixed names of docs/contract.md §12 first):
 - `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=&size=`: one photo, streamed, or its thumbnail
   with `size=96|320|960` (see gateway.media);
 - `GET /api/v1/search?q=&project=&session=&type=&role=&since=&until=&photos=with|without&page_size=&page_token=`:
-  `{"hits": [...], "next_page_token"}`, each hit with its snippet, highlights and the
-  `window_page_token` that opens the session's window at it;
-- `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its script and style.
+  `{"hits": [...], "nextPageToken"}`, each hit with its snippet, highlights and the
+  `windowPageToken` that opens the session's window at it;
+- `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its scripts (render.js draws the
+  entries, vendor/ holds marked, DOMPurify and highlight.js) and style.
 
 Every gRPC call goes through `client.aio` on two channels opened at start-up; the
 caller's bearer token is passed through per call.
