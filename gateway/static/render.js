@@ -232,12 +232,16 @@ const Render = (function () {
           break;
         case "local-command-stdout":
         case "bash-stdout":
-          if (body.trim()) (command || into).append(ansiPre(body.replace(/\n+$/, ""), "stdout"));
-          break;
         case "local-command-stderr":
-        case "bash-stderr":
-          if (body.trim()) (command || into).append(ansiPre(body.replace(/\n+$/, ""), "stderr"));
+        case "bash-stderr": {
+          if (!body.trim()) break;
+          const output = ansiPre(body.replace(/\n+$/, ""), /stderr/.test(part.tag) ? "stderr" : "stdout");
+          // Claude Code writes a command's output as a line of its own: pairTools moves it
+          // under the command.
+          if (!command) output.classList.add("lone-output");
+          (command || into).append(output);
           break;
+        }
         case "local-command-caveat":
           into.append(el("div", "note note-caveat", stripAnsi(body).trim()));
           break;
@@ -312,7 +316,7 @@ const Render = (function () {
     const box = el("div", "diff");
     if (path) box.append(el("div", "diff-path", path));
     const pre = el("pre", "diff-lines");
-    const line = (kind, text) => pre.append(el("span", "diff-" + kind, (kind === "del" ? "- " : kind === "add" ? "+ " : "  ") + text + "\n"));
+    const line = (kind, text) => pre.append(el("span", "diff-" + kind, (kind === "del" ? "- " : kind === "add" ? "+ " : "  ") + text));
     for (const text of a.slice(Math.max(0, head - 3), head)) line("ctx", text);
     for (const text of a.slice(head, a.length - tail)) line("del", text);
     for (const text of b.slice(head, b.length - tail)) line("add", text);
@@ -372,14 +376,28 @@ const Render = (function () {
     summary.append(status);
     details.append(summary);
     const link = (links || []).find((l) => l.toolUseId === block.id);
-    if (link) {
-      const a = el("a", "subagent-link", "sub-agent thread →");
-      a.href = "/sessions/" + encodeURIComponent(link.sessionId);
-      summary.append(" ", a);
-    }
+    if (link) linkSubagent(details, link.sessionId);
     details.append(toolBody(name, block.input));
     if (name === "TodoWrite") details.open = true;
     return details;
+  }
+
+  // The call's link to the sub-agent thread it started (once).
+  // (A line right under the call: a link inside its summary would nest two controls.)
+  function linkSubagent(call, sessionId) {
+    call.dataset.subagent = sessionId;
+    if (!call.parentElement) return; // placed by toolUse's caller, see blocks()
+    const next = call.nextElementSibling;
+    if (next && next.matches(".subagent-line")) return;
+    call.after(subagentLine(sessionId));
+  }
+
+  function subagentLine(sessionId) {
+    const line = el("div", "subagent-line");
+    const a = el("a", "subagent-link", "open the sub-agent's thread →");
+    a.href = "/sessions/" + encodeURIComponent(sessionId);
+    line.append(a);
+    return line;
   }
 
   function resultText(content) {
@@ -392,6 +410,7 @@ const Render = (function () {
     const box = el("div", "tool-result" + (block.is_error ? " tool-error" : ""));
     if (block.tool_use_id) box.dataset.for = block.tool_use_id;
     box.dataset.fromOffset = entry.byteOffset;
+    if (entry.agentSession) box.dataset.agentSession = entry.agentSession;
     box.append(el("div", "tool-result-label", block.is_error ? "error" : "result"));
     const text = resultText(block.content);
     if (text) {
@@ -401,9 +420,25 @@ const Render = (function () {
     return box;
   }
 
+  // Moves a command's output (a line of its own) under the command in the line before.
+  function pairOutputs(root) {
+    for (const output of root.querySelectorAll("pre.lone-output")) {
+      const entry = output.closest(".entry");
+      let before = entry && entry.previousElementSibling;
+      while (before && before.matches(".meta, .folded")) before = before.previousElementSibling;
+      const commands = before ? before.querySelectorAll(".command") : [];
+      const command = commands[commands.length - 1];
+      if (!command) continue;
+      output.classList.remove("lone-output");
+      command.append(output);
+      if (!entry.querySelector(".body .text > *")) entry.classList.add("folded");
+    }
+  }
+
   // Moves each result into its call (whichever was rendered first), marks errors, and marks
   // an entry left with nothing of its own as folded.
   function pairTools(root) {
+    pairOutputs(root);
     for (const result of root.querySelectorAll(".tool-result[data-for]")) {
       if (result.parentElement && result.parentElement.matches("details.tool")) continue;
       const call = root.querySelector(`details.tool[data-tool-use-id="${CSS.escape(result.dataset.for)}"]`);
@@ -413,6 +448,9 @@ const Render = (function () {
       call.classList.toggle("failed-call", result.classList.contains("tool-error"));
       const status = call.querySelector(".tool-status");
       if (status) status.textContent = result.classList.contains("tool-error") ? " ✗ error" : " ✓";
+      // A result that names its agent (toolUseResult.agentId) links the call to the thread,
+      // as the history service's index does (agent-<agentId>).
+      if (result.dataset.agentSession) linkSubagent(call, result.dataset.agentSession);
       if (entry && !entry.querySelector(".body > *")) entry.classList.add("folded");
     }
   }
@@ -459,7 +497,9 @@ const Render = (function () {
         if (block.thinking) details.append(markdown(block.thinking));
         into.append(details);
       } else if (block.type === "tool_use") {
-        into.append(toolUse(block, entry.subagentLinks));
+        const call = toolUse(block, entry.subagentLinks);
+        into.append(call);
+        if (call.dataset.subagent) into.append(subagentLine(call.dataset.subagent));
       } else if (block.type === "tool_result") {
         const result = toolResult(block, entry);
         into.append(result);
@@ -590,7 +630,10 @@ const Render = (function () {
       if (line.summary) body.append(el("span", "", line.summary));
       return node;
     }
-    const ctxEntry = Object.assign({}, data, { type, meta: !!line.isMeta });
+    const agent = line.toolUseResult && typeof line.toolUseResult === "object" ? line.toolUseResult.agentId : "";
+    const ctxEntry = Object.assign({}, data, {
+      type, meta: !!line.isMeta, agentSession: typeof agent === "string" && /^[\w-]{1,58}$/.test(agent) ? "agent-" + agent : "",
+    });
     if (line.isCompactSummary) {
       node.classList.add("compaction");
       role("compaction summary");
@@ -606,7 +649,6 @@ const Render = (function () {
     if (data.oversize) body.append(el("div", "text", String(message.content)));
     else if (typeof message.content === "string") body.append(textBlock(message.content, ctxEntry));
     else if (Array.isArray(message.content)) blocks(message.content, ctxEntry, { next: 0 }, body, ctx);
-    if (line.toolUseResult && line.toolUseResult.agentId) node.dataset.agentId = line.toolUseResult.agentId;
     return node;
   }
 
