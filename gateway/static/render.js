@@ -9,6 +9,12 @@
 "use strict";
 
 const Render = (function () {
+  // sessionHref(id): the link to another session (a sub-agent's thread), or null where there
+  // is none to link to (an export).
+  const settings = { sessionHref: (id) => "/sessions/" + encodeURIComponent(id) };
+
+  function configure(options) { Object.assign(settings, options); }
+
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
@@ -394,9 +400,12 @@ const Render = (function () {
 
   function subagentLine(sessionId) {
     const line = el("div", "subagent-line");
-    const a = el("a", "subagent-link", "open the sub-agent's thread →");
-    a.href = "/sessions/" + encodeURIComponent(sessionId);
-    line.append(a);
+    const href = settings.sessionHref ? settings.sessionHref(sessionId) : null;
+    if (href) {
+      const a = el("a", "subagent-link", "open the sub-agent's thread →");
+      a.href = href;
+      line.append(a);
+    } else line.append("sub-agent thread: " + sessionId);
     return line;
   }
 
@@ -652,5 +661,5 @@ const Render = (function () {
     return node;
   }
 
-  return { el, ansi, stripAnsi, markdown, cleanTitle, entry, pairTools, photo, timeNode, setTime, when, diff, checklist };
+  return { configure, el, ansi, stripAnsi, markdown, cleanTitle, entry, pairTools, photo, timeNode, setTime, when, diff, checklist };
 })();

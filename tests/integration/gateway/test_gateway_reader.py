@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
+from tests.support.cli import cli
 from tests.support.gateway import REPO, GatewayStack, artifacts_dir
 from tests.support.reader import (
     PROJECT,
@@ -416,3 +418,35 @@ def test_no_transcript_markup_runs(stack: GatewayStack, browser: Any) -> None:
     assert page.locator("main a[href^='javascript']").count() == 0
     assert "<img src=x onerror=" in page.inner_text(".entry.assistant")
     assert "<script>" in page.inner_text(".entry.user")
+
+
+def test_the_html_export_reads_as_the_viewer_does(
+    stack: GatewayStack, browser: Any, tmp_path: Path
+) -> None:
+    """`scrollback export --html` draws the session with the viewer's renderer, from files."""
+    reader_session(stack.pair.root)
+    target = tmp_path / "export"
+    done = cli(stack.pair, "export", SESSION, "--html", str(target))
+    assert done.returncode == 0, done.stderr
+    page = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto((target / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    page.screenshot(path=str(artifacts_dir() / "reader-export.png"), full_page=True)
+    text = _visible_text(page)
+    for raw in RAW:
+        assert raw not in text, raw
+    assert page.inner_text("#title") == TITLE
+    assert page.inner_text(".md h2") == "Plan"
+    assert page.inner_text(".md pre code .hljs-keyword") == "def"
+    assert page.inner_text(".command .command-name") == "/model"
+    assert page.inner_text(".stdout .ansi-bold") == "opusplan"
+    lines = page.locator("details.tool > summary").all_inner_texts()
+    assert lines[0].startswith("Edit /src/app/login.py ✓")
+    assert page.locator(".todos li").count() == 3
+    # No thread to link to in an export: the call names it.
+    assert page.inner_text(".subagent-line") == f"sub-agent thread: {SUBAGENT}"
+    assert "09:02" in page.get_attribute(".entry.assistant .role time", "title")
+    assert errors == []
