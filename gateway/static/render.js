@@ -602,6 +602,8 @@ const Render = (function () {
     return subtype ? subtype.replace(/_/g, " ") : "system";
   }
 
+  const BOOKKEEPING = new Set(["queue-operation", "progress", "file-history-snapshot", "last-prompt"]);
+
   // One entry as a node: `.entry` with data-offset, a role line (who, when) and its body.
   function entry(data, ctx) {
     ctx = ctx || {};
@@ -634,7 +636,8 @@ const Render = (function () {
       return node;
     }
     if (!message || (type !== "user" && type !== "assistant")) {
-      node.className = "entry meta";
+      // Claude Code's bookkeeping lines (queue, progress, file snapshots) say nothing to a reader.
+      node.className = "entry meta" + (BOOKKEEPING.has(type) ? " folded" : "");
       role(type);
       if (line.summary) body.append(el("span", "", line.summary));
       return node;
