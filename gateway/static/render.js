@@ -5,7 +5,7 @@
 // (<command-name>, <local-command-stdout>, <ide_opened_file>, <system-reminder>, ...) become
 // commands, outputs and notes; ANSI colours become classes; a tool call is one line with its
 // main argument and its result folded into it. No transcript text is ever assigned as HTML
-// except through DOMPurify.
+// except through DOMPurify (markdown and highlight.js's output both pass through it).
 "use strict";
 
 const Render = (function () {
@@ -144,7 +144,10 @@ const Render = (function () {
     const named = /(?:^|\s)language-([\w+#.-]+)/.exec(code.className);
     const language = named && hljs.getLanguage(named[1]) ? named[1] : null;
     if (!language) return;
-    code.innerHTML = hljs.highlight(code.textContent, { language, ignoreIllegals: true }).value;
+    // highlight.js escapes the text into its spans; DOMPurify checks that all the same.
+    const html = hljs.highlight(code.textContent, { language, ignoreIllegals: true }).value;
+    if (typeof DOMPurify === "undefined") return;
+    code.replaceChildren(DOMPurify.sanitize(html, { RETURN_DOM_FRAGMENT: true, ALLOWED_TAGS: ["span"], ALLOWED_ATTR: ["class"] }));
     code.classList.add("hljs");
     code.dataset.language = language;
   }

@@ -152,7 +152,7 @@ function money(insight) {
   return "$" + Number(insight.costUsd || 0).toFixed(2) + (insight.costComplete ? "" : "+");
 }
 
-function plural(n, word) { return count(n) + " " + (Number(n) === 1 ? word : word + "s"); }
+function plural(n, word, words) { return count(n) + " " + (Number(n) === 1 ? word : words || word + "s"); }
 
 // --- The session list -----------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ function sessionCard(s) {
   facts.append(el("span", "project", projectName(s.projectDir)));
   if (last) facts.append(Render.timeNode(last));
   if (insight) {
-    facts.append(el("span", "", plural(entryTotal(insight), "entry").replace("entrys", "entries")));
+    facts.append(el("span", "", plural(entryTotal(insight), "entry", "entries")));
     if (Number(insight.photoCount)) facts.append(el("span", "", plural(insight.photoCount, "photo")));
     if (Number(insight.costUsd) > 0) facts.append(el("span", "", money(insight)));
   }
