@@ -30,6 +30,7 @@ from typing import TypeVar
 import xxhash
 
 from history_service.errors import FileRewrittenError
+from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.stripping import (
     StrippedLine,
     oversize_line,
@@ -129,7 +130,7 @@ def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator
                 fd,
             )
         finally:
-            LONG_LINE_BUDGET.release(held)
+            _LONG_LINE_BUDGET.release(held)
         if not terminated:
             return
         position = newline + 1
@@ -173,7 +174,7 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
                 fd,
             )
         finally:
-            LONG_LINE_BUDGET.release(held)
+            _LONG_LINE_BUDGET.release(held)
         line_end = newline
 
 
@@ -320,7 +321,7 @@ def iter_indexed_backward(
             try:
                 yield raw
             finally:
-                LONG_LINE_BUDGET.release(held)
+                _LONG_LINE_BUDGET.release(held)
             position = offset
         else:
             continue
@@ -369,7 +370,7 @@ def iter_indexed_forward(
             try:
                 yield raw
             finally:
-                LONG_LINE_BUDGET.release(held)
+                _LONG_LINE_BUDGET.release(held)
             position = offset + length + 1
         else:
             continue
@@ -393,7 +394,7 @@ def _indexed_line(
 
     It must be a whole line of the file now: a newline (or the file start)
     before it, a newline after it, none inside. A line held whole takes its
-    size from LONG_LINE_BUDGET when longer than a block (the caller gives it
+    size from _LONG_LINE_BUDGET when longer than a block (the caller gives it
     back); one over `max_line` is only searched for a newline, block by block.
     """
     if length <= 0:
@@ -418,14 +419,14 @@ def _indexed_line(
     edges = read(before, offset - before) + read(1, offset + length)
     if edges != b"\n" * (before + 1):
         return None
-    held = LONG_LINE_BUDGET.acquire(length)
+    held = _LONG_LINE_BUDGET.acquire(length)
     try:
         data = os.pread(fd, length, offset)
         if len(data) != length or b"\n" in data:
-            LONG_LINE_BUDGET.release(held)
+            _LONG_LINE_BUDGET.release(held)
             return None
     except BaseException:
-        LONG_LINE_BUDGET.release(held)
+        _LONG_LINE_BUDGET.release(held)
         raise
     return held, RawLine(offset, offset + length, data, True, fd)
 
@@ -461,7 +462,8 @@ class LineMemoryBudget:
             self._changed.notify_all()
 
 
-LONG_LINE_BUDGET = LineMemoryBudget(16 * 1024 * 1024)
+# Internal, not a setting: room for one line of the largest size a window serves at a time.
+_LONG_LINE_BUDGET = LineMemoryBudget(DEFAULT_MAX_LINE_SIZE)
 
 
 class FileShrankError(FileRewrittenError):
@@ -472,7 +474,7 @@ def _hold(block_start: int, block_end: int, start: int, end: int, max_line: int)
     """Take a long line's size from the budget until it is served; 0 for others."""
     if end - start > max_line or (block_start <= start and end <= block_end):
         return 0  # not read, or copied out of the block
-    return LONG_LINE_BUDGET.acquire(end - start)
+    return _LONG_LINE_BUDGET.acquire(end - start)
 
 
 def _line_bytes(

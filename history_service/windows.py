@@ -67,7 +67,7 @@ MAX_PAGE_SIZE = 200
 MAX_BACKGROUND_BUILDS = 2
 log = logging.getLogger(__name__)
 # A served entry whose json is larger is not kept in its window (see HeldBack).
-HOLD_BACK_BYTES = 256 * 1024
+_HOLD_BACK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +335,7 @@ class WindowReader:
             if (
                 whole
                 and not served.stripped.oversize
-                and len(served.stripped.json) <= HOLD_BACK_BYTES
+                and len(served.stripped.json) <= _HOLD_BACK_BYTES
             ):
                 encoded = encode(session_id, served)
                 cache.put(scope, mark, encoded, stamp)
@@ -578,7 +578,7 @@ def _uncached(
 
 def _light(served: ServedLine) -> ServedLine | HeldBack:
     """The entry itself if small; else only its place (a served unterminated tail stays)."""
-    if len(served.stripped.json) <= HOLD_BACK_BYTES or served.stripped.oversize:
+    if len(served.stripped.json) <= _HOLD_BACK_BYTES or served.stripped.oversize:
         return served
     return HeldBack(served.offset, served.line_size)
 
