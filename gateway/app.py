@@ -1,7 +1,7 @@
 """The gateway's ASGI app: JSON API, photos, live events and the viewer.
 
-Every body is the proto's canonical JSON mapping (`message_json`; docs/contract.md §12 "The JSON
-shape"), the gateway adding only a signed `url` beside each media ref and attachment.
+Every body is the proto's canonical JSON mapping (`message_json`, docs/contract.md §5; the bodies per
+route in §12), the gateway adding only a signed `url` beside each media ref and attachment.
 
 Routes (the fixed names of docs/contract.md §12 first):
 - `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "nextPageToken"}`;
