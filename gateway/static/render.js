@@ -102,14 +102,11 @@ const Render = (function () {
 
   // --- Markdown -----------------------------------------------------------------------------
 
-  const markdownParser = (typeof marked !== "undefined") ? new marked.Marked({
-    gfm: true,
-    breaks: false,
-    renderer: {
-      // Raw HTML in a message is text the model wrote, shown as written.
-      html(token) { return escapeHtml(token.text || token.raw || ""); },
-    },
-  }) : null;
+  // Raw HTML in a message is text someone wrote, shown as written.
+  const renderer = { html(token) { return escapeHtml(token.text || token.raw || ""); } };
+  const markdownParser = (typeof marked !== "undefined") ? new marked.Marked({ gfm: true, breaks: false, renderer }) : null;
+  // What a person typed keeps its line breaks.
+  const typedParser = (typeof marked !== "undefined") ? new marked.Marked({ gfm: true, breaks: true, renderer }) : null;
 
   function escapeHtml(text) {
     return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -122,15 +119,20 @@ const Render = (function () {
     ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
   };
 
-  function markdown(text) {
-    const box = el("div", "md");
+  function markdown(text, typed) {
+    const box = el("div", "md" + (typed ? " typed" : ""));
     const source = stripAnsi(text);
-    if (!markdownParser || typeof DOMPurify === "undefined") {
+    const parser = typed ? typedParser : markdownParser;
+    if (!parser || typeof DOMPurify === "undefined") {
       box.classList.add("plain");
       box.textContent = source;
       return box;
     }
-    box.append(DOMPurify.sanitize(markdownParser.parse(source), PURIFY));
+    box.append(DOMPurify.sanitize(parser.parse(source), PURIFY));
+    // marked ends blocks with newlines: the text of a box is what it shows.
+    for (const end of [box.firstChild, box.lastChild]) {
+      if (end && end.nodeType === Node.TEXT_NODE && !end.nodeValue.trim()) end.remove();
+    }
     for (const link of box.querySelectorAll("a[href]")) {
       link.target = "_blank";
       link.rel = "noopener noreferrer nofollow";
@@ -529,26 +531,8 @@ const Render = (function () {
   function textBlock(text, entry) {
     const box = el("div", "text");
     if (hasTags(text)) taggedText(text, box);
-    else if (entry.type === "user" && !entry.meta) box.append(userText(text));
+    else if (entry.type === "user" && !entry.meta) box.append(markdown(text, true));
     else box.append(markdown(text));
-    return box;
-  }
-
-  // What a person typed: as typed (line breaks kept), with links.
-  function userText(text) {
-    const box = el("div", "typed");
-    const source = stripAnsi(text);
-    let at = 0;
-    for (const found of source.matchAll(/https?:\/\/[^\s<>"')\]]+/g)) {
-      box.append(source.slice(at, found.index));
-      const a = el("a", "", found[0]);
-      a.href = found[0];
-      a.target = "_blank";
-      a.rel = "noopener noreferrer nofollow";
-      box.append(a);
-      at = found.index + found[0].length;
-    }
-    box.append(source.slice(at));
     return box;
   }
 

@@ -456,7 +456,15 @@ async function showSession(sessionId) {
   view.older = boot.nextPageToken;
   showHeader(sessionId);
   main.replaceChildren(view.more, view.list);
-  const target = location.hash.startsWith("#call-") ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
+  // Opened from a sub-agent's thread (#call-<id>): older windows load until the call is here.
+  const wanted = location.hash.startsWith("#call-") ? decodeURIComponent(location.hash.slice(1)) : "";
+  let target = wanted ? document.getElementById(wanted) : null;
+  const deadline = Date.now() + 15000;
+  while (wanted && !target && view.older && Date.now() < deadline) {
+    if (view.loading) await new Promise((resolve) => setTimeout(resolve, 50));
+    else await loadOlder();
+    target = document.getElementById(wanted);
+  }
   if (target) { target.open = true; target.scrollIntoView({ block: "center" }); target.classList.add("linked"); }
   // Open at the end, then watch photos: only the boxes now in view load.
   else document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;

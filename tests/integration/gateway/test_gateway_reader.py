@@ -29,6 +29,7 @@ from tests.support.reader import (
     TASK_CALL,
     TITLE,
     WORD_IN_RESULT,
+    assistant,
     reader_session,
 )
 
@@ -210,7 +211,9 @@ def test_a_reader_sees_rendered_messages_tags_tools_and_a_live_header(
             )
             + b"\n"
         )
-    page.get_by_text("one more **thing**").wait_for(timeout=15000)
+    # What a person typed is markdown too (line breaks kept).
+    page.locator(".entry.user .md strong", has_text="thing").wait_for(timeout=15000)
+    assert page.locator(".entry.user").last.locator(".md").inner_text() == "one more thing"
     page.wait_for_function(
         "(before) => document.querySelector(\"#insight [data-fact='entries'] b\").textContent"
         " !== before",
@@ -450,3 +453,29 @@ def test_the_html_export_reads_as_the_viewer_does(
     assert page.inner_text(".subagent-line") == f"sub-agent thread: {SUBAGENT}"
     assert "09:02" in page.get_attribute(".entry.assistant .role time", "title")
     assert errors == []
+
+
+def test_the_way_back_from_a_sub_agent_finds_a_call_in_an_older_window(
+    stack: GatewayStack, browser: Any
+) -> None:
+    session = reader_session(stack.pair.root)
+    with session.path.open("ab") as transcript:
+        for number in range(120):
+            transcript.write(
+                assistant(
+                    f"later-{number}",
+                    20,
+                    [{"type": "text", "text": f"later {number}"}],
+                    f"l{number}",
+                )
+            )
+    stack.start_gateway()
+    _wait_for_index(stack, WORD_IN_RESULT)
+    page = _open(browser, f"{stack.url}/sessions/{SUBAGENT}")
+    page.wait_for_selector("#where .parent-link")
+    page.click("#where .parent-link")
+    page.wait_for_selector(f"details.tool.linked[open][data-tool-use-id='{TASK_CALL}']")
+    assert page.evaluate(
+        f"""() => {{ const r = document.getElementById('call-{TASK_CALL}').getBoundingClientRect();
+                   return r.top >= 0 && r.bottom <= innerHeight; }}"""
+    )
