@@ -381,6 +381,21 @@ def test_the_send_box_says_what_it_does(stack: GatewayStack, browser: Any) -> No
     page.wait_for_function("() => document.getElementById('send-result').textContent === 'queued'")
     page.get_by_text("ping from the page").wait_for(timeout=15000)
     assert "queued for the session's process" in page.inner_text(".entry.accepted")
+    # A recent time reads relative, the exact UTC on hover.
+    stamp = page.locator(".entry.accepted .role time")
+    assert stamp.inner_text() == "just now" and stamp.get_attribute("title").endswith(" UTC")
+
+
+def test_a_missing_token_says_how_to_give_one(stack: GatewayStack, browser: Any) -> None:
+    reader_session(stack.pair.root)
+    stack.start_gateway(auth=True)
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.dismiss())  # the reader cancels the token prompt
+    page.goto(f"{stack.url}/sessions/{SESSION}")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.inner_text(".error-page h1") == "A token is needed"
+    assert "bearer token" in page.inner_text(".error-page .hint")
 
 
 def test_no_transcript_markup_runs(stack: GatewayStack, browser: Any) -> None:
