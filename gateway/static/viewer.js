@@ -524,6 +524,7 @@ async function showSessionAt(sessionId, at, words, hitUuid) {
     hit.classList.add("hit");
     // A result folded into its call is read there.
     const places = [hit, ...view.list.querySelectorAll(`.tool-result[data-from-offset="${hit.dataset.offset}"]`)];
+    for (const place of places.slice(1)) place.closest(".entry").classList.add("hit");
     const marks = [];
     for (const place of places) {
       for (const details of place.querySelectorAll("details")) details.open = true;
