@@ -211,11 +211,11 @@ const Render = (function () {
   }
 
   // A text that holds Claude Code's tags, as a reader should see it.
-  function taggedText(text, into) {
+  function taggedText(text, into, typed) {
     const parts = tagParts(text);
     let command = null;
     for (const part of parts) {
-      if (part.text !== undefined) { into.append(markdownOrPlain(part.text)); continue; }
+      if (part.text !== undefined) { into.append(markdown(part.text, typed)); continue; }
       const body = part.body;
       switch (part.tag) {
         case "command-name":
@@ -239,7 +239,7 @@ const Render = (function () {
         case "command-message":
           break; // the name again, as Claude Code shows it while running
         case "command-contents":
-          into.append(markdownOrPlain(body));
+          into.append(markdown(body));
           break;
         case "local-command-stdout":
         case "bash-stdout":
@@ -273,10 +273,6 @@ const Render = (function () {
           break;
       }
     }
-  }
-
-  function markdownOrPlain(text) {
-    return markdown(text);
   }
 
   // A title without tags: IDE notes and reminders dropped, a command as its name and args.
@@ -530,9 +526,9 @@ const Render = (function () {
 
   function textBlock(text, entry) {
     const box = el("div", "text");
-    if (hasTags(text)) taggedText(text, box);
-    else if (entry.type === "user" && !entry.meta) box.append(markdown(text, true));
-    else box.append(markdown(text));
+    const typed = entry.type === "user" && !entry.meta;
+    if (hasTags(text)) taggedText(text, box, typed);
+    else box.append(markdown(text, typed));
     return box;
   }
 
