@@ -273,109 +273,68 @@ class RowReads:
         return os.pread(self.fd, length, offset)
 
 
-def iter_indexed_backward(
-    fd: int,
-    end: int,
-    max_line: int,
-    rows_before: IndexRows,
-    probe: Probe[T] | None = None,
-    batch: int = INDEX_ROWS,
-) -> Iterator[RawLine | T]:
-    """The lines before `end` newest first, as `iter_lines_backward`, found through a line index.
-
-    `rows_before(offset, limit)` gives indexed (offset, length) rows starting
-    before `offset`, newest first (scrollback.lineindex). Each row is checked
-    against the file before it is used (`_indexed_line`): only blank lines
-    between it and the line after, a newline on both sides, none inside. At
-    the first row that fails, or when the rows run out, the byte scan goes on
-    from the last checked line start: a wrong row costs a scan, never wrong bytes.
-    `probe(offset, length, read)` may answer for a line without its bytes
-    being read (a cached entry whose mark it checked): its answer is yielded
-    instead. Rows are asked `batch` at a time (a page and a few more).
-    """
-    position = end
-    while position > 0:
-        rows = rows_before(position, batch)
-        if not rows:
-            break
-        reads = RowReads(fd, rows)
-        read = reads.pread
-        for offset, length in rows:
-            if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
-                break
-            # Blank lines between this line's newline and the next line (its
-            # own newline is checked with the line).
-            if offset + length + 1 != position and not _only_newlines(
-                read, offset + length + 1, position
-            ):
-                break
-            known = None if probe is None else probe(offset, length, reads)
-            if known is not None:
-                yield known
-                position = offset
-                continue
-            line = _indexed_line(fd, read, offset, length, max_line)
-            if line is None:
-                break
-            held, raw = line
-            try:
-                yield raw
-            finally:
-                _LONG_LINE_BUDGET.release(held)
-            position = offset
-        else:
-            continue
-        break
-    if position > 0:
-        yield from iter_lines_backward(fd, position, max_line)
-
-
-def iter_indexed_forward(
+def iter_indexed(
     fd: int,
     start: int,
     end: int,
     max_line: int,
-    rows_from: IndexRows,
+    rows: IndexRows,
+    *,
+    backward: bool,
     probe: Probe[T] | None = None,
     batch: int = INDEX_ROWS,
 ) -> Iterator[RawLine | T]:
-    """The lines in [start, end) in file order, as `iter_lines_forward`, found through a line index.
+    """The lines in [start, end), found through a line index: as `iter_lines_backward` (newest
+    first, `start` 0) when `backward`, else as `iter_lines_forward`.
 
-    `rows_from(offset, limit)` gives indexed rows starting at or after
-    `offset`, in file order; each is checked as in `iter_indexed_backward`.
-    Past the last row that checks (the unterminated tail, lines appended since
-    the index was extended, or a row that fails) the byte scan goes on.
+    `rows(offset, limit)` gives indexed (offset, length) rows in reading order:
+    those starting before `offset`, newest first, backward; those at or after
+    it, in file order, forward (scrollback.lineindex). Each row is checked
+    against the file before it is used (`_indexed_line`): only blank lines
+    between it and the line read before it, a newline on both sides, none
+    inside. At the first row that fails, or when the rows run out, the byte
+    scan goes on from the last checked line: a wrong row costs a scan, never
+    wrong bytes (forward, past the last row that checks are the unterminated
+    tail and lines appended since the index was extended). `probe(offset,
+    length, read)` may answer for a line without its bytes being read (a
+    cached entry whose mark it checked): its answer is yielded instead. Rows
+    are asked `batch` at a time (a page and a few more).
     """
-    position = start
-    while position < end:
-        rows = rows_from(position, batch)
-        if not rows:
+    position = end if backward else start
+    while start < position if backward else position < end:
+        batch_rows = rows(position, batch)
+        if not batch_rows:
             break
-        reads = RowReads(fd, rows)
+        reads = RowReads(fd, batch_rows)
         read = reads.pread
-        for offset, length in rows:
-            if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
+        for offset, length in batch_rows:
+            after = offset + length + 1  # where the next line may start
+            # The blank lines between this line and the one read before it (this
+            # line's own newline is checked with the line).
+            gap = (after, position) if backward else (position, offset)
+            if not 0 <= gap[1] - gap[0] <= MAX_INDEX_GAP or (not backward and after > end):
                 break
-            if position != offset and not _only_newlines(read, position, offset):
+            if gap[0] != gap[1] and not _only_newlines(read, *gap):
                 break
             known = None if probe is None else probe(offset, length, reads)
-            if known is not None:
+            if known is None:
+                line = _indexed_line(fd, read, offset, length, max_line)
+                if line is None:
+                    break
+                held, raw = line
+                try:
+                    yield raw
+                finally:
+                    _LONG_LINE_BUDGET.release(held)
+            else:
                 yield known
-                position = offset + length + 1
-                continue
-            line = _indexed_line(fd, read, offset, length, max_line)
-            if line is None:
-                break
-            held, raw = line
-            try:
-                yield raw
-            finally:
-                _LONG_LINE_BUDGET.release(held)
-            position = offset + length + 1
+            position = offset if backward else after
         else:
             continue
         break
-    if position < end:
+    if backward and position > 0:
+        yield from iter_lines_backward(fd, position, max_line)
+    elif not backward and position < end:
         yield from iter_lines_forward(fd, position, end, max_line)
 
 
