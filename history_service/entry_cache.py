@@ -42,6 +42,7 @@ from history_service.config import DEFAULT_ENTRY_CACHE_BYTES
 from history_service.lines import ROW_EDGE, ServedLine, json_parts
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.history.v1 import history_pb2 as pb
+from scrollback.linefile import FileVersion
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.serialized import length_delimited
 from scrollback.transcripts import Stamp
@@ -51,8 +52,8 @@ MARK_EDGE = ROW_EDGE
 # What an entry costs the budget beyond its encoded bytes (key, record, dict slot).
 ENTRY_OVERHEAD = 256
 
-# (dev, ino, head hash, session id, media mode, inline limit): one file version as one request serves it.
-Scope = tuple[int, int, int, str, int, int]
+# (file version, session id, media mode, inline limit): one file version as one request serves it.
+Scope = tuple[FileVersion, str, int, int]
 # The mark of a line read from the file when asked (None: not a whole line there).
 Mark = Callable[[], int | None]
 

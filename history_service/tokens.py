@@ -39,9 +39,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
-from scrollback.linefile import LineFile
+from scrollback.linefile import HEAD_BYTES, FileVersion, LineFile
 
-HEAD_BYTES = 4096
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
 _SEAL_KEY_LABEL = b"scrollback token seal v1\0"
@@ -77,6 +76,11 @@ class FileIdentity:
     head_len: int
     head_hash: int
     size: int
+
+    @property
+    def version(self) -> FileVersion:
+        """The file version this identity is of (what caches of its lines are keyed by)."""
+        return FileVersion(self.dev, self.ino, self.head_len, f"{self.head_hash:016x}")
 
     @property
     def is_null(self) -> bool:

@@ -232,9 +232,7 @@ class WindowReader:
         direction = token.direction if token else params.direction
         boundary = token.boundary if token else -1
         key = (
-            opened.identity.dev,
-            opened.identity.ino,
-            opened.identity.head_hash,
+            opened.identity.version,
             opened.identity.size,
             direction,
             boundary,
@@ -305,9 +303,7 @@ class WindowReader:
             return _Take(_uncached(serve), None)
         identity, session_id = opened.identity, params.session_id
         scope: Scope = (
-            identity.dev,
-            identity.ino,
-            identity.head_hash,
+            identity.version,
             session_id,
             int(params.mode),
             params.inline_limit,

@@ -14,22 +14,55 @@ file still has a whole line there. The rules, written once here and tested once
   bytes are read back from the end for the start of an unterminated tail
   (`tail_start`).
 
-`LineFile` holds only the descriptor: opening, identifying and closing the
-file are the caller's (scrollback.transcripts, scrollback.lineindex).
+`LineFile` holds only the descriptor: opening and closing the file are the
+caller's (scrollback.transcripts). `FileVersion` names which bytes a result came
+from: the caches, the line index and page tokens key what they keep by it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scrollback.contract.stripping import LineReader
+import xxhash
+
+if TYPE_CHECKING:
+    # Only a type: a workers' parent that loads the line index's state must not load the stripper.
+    from scrollback.contract.stripping import LineReader
 
 # Blocks read when searching for a newline.
 BLOCK_BYTES = 256 * 1024
 # The first read of a line from a hint; later reads grow fourfold, so a short
 # line costs one small read and a megabyte line a few.
 FIRST_READ_BYTES = 256 * 1024
+
+
+# The first bytes of a file that name its version (all of them while it is shorter).
+HEAD_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class FileVersion:
+    """Which file a result came from: its device and inode and the xxh3 of its first bytes.
+
+    It stays equal while the file only grows (past HEAD_BYTES), and differs once the
+    file is replaced or rewritten from its start; what a reader keeps of a file is
+    keyed by it, and checked against the bytes there before it is trusted.
+    """
+
+    dev: int
+    ino: int
+    head_len: int
+    head_hash: str
+
+    @classmethod
+    def of(cls, fd: int) -> FileVersion:
+        """The version of an open file now."""
+        stat = os.fstat(fd)
+        head = os.pread(fd, min(HEAD_BYTES, stat.st_size), 0)
+        return cls(stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_hexdigest(head))
 
 
 class LineFile:

@@ -36,13 +36,13 @@ import xxhash
 
 from scrollback.contract.text import indexable
 from scrollback.contract.top_level import top_level_strings
+from scrollback.linefile import FileVersion
 from scrollback.state.errors import StoreBusyError
-from scrollback.state.line_index import FileVersion, IndexedFile, IndexedLine, LineIndexStore
+from scrollback.state.line_index import IndexedFile, IndexedLine, LineIndexStore
 
 CHUNK_BYTES = 8 * 1024 * 1024
 # After a quote, this many bytes are searched for markers before the next quote is looked for.
 SPAN_BYTES = 4096
-HEAD_BYTES = 4096
 MARK_BYTES = 64
 _SPACE = rb"[ \t\r\n]{0,16}"
 # A `"uuid"` key with an id value (ids per docs/contract.md §4).
@@ -74,13 +74,6 @@ INDEX_UNAVAILABLE: tuple[type[Exception], ...] = (StoreBusyError, FileChangingEr
 
 def _hash(data: bytes | memoryview) -> str:
     return xxhash.xxh3_64_hexdigest(data)
-
-
-def file_version(fd: int) -> FileVersion:
-    """The version of an open file (its first bytes grow while it is short)."""
-    stat = os.fstat(fd)
-    head = os.pread(fd, min(HEAD_BYTES, stat.st_size), 0)
-    return FileVersion(stat.st_dev, stat.st_ino, len(head), _hash(head))
 
 
 def _continues(fd: int, state: IndexedFile) -> bool:
@@ -167,7 +160,7 @@ class LineIndex:
                         return None
                     if resets == MAX_RESETS:
                         raise FileChangingError()
-                    state = self.store.reset(key, file_version(fd))
+                    state = self.store.reset(key, FileVersion.of(fd))
                     resets += 1
                     self.builds += 1
                 # None: another builder moved the state first (it made progress,

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from scrollback.linefile import FileVersion
+
 # (comparison with the offset asked, order) of `lines_before` and `lines_from`: the one
 # difference between their queries (`RowQueries._lines`).
 LINES_BEFORE = ("<", "DESC")
@@ -48,16 +50,6 @@ class RowQueries:
     ) -> list[tuple[int, int]]:
         """(offset, length) of up to `limit` lines starting at or after `offset`, in file order."""
         return self._lines(key, generation, offset, limit, LINES_FROM)
-
-
-@dataclass(frozen=True, slots=True)
-class FileVersion:
-    """Which version of a file an index describes (stays equal while the file only grows)."""
-
-    dev: int
-    ino: int
-    head_len: int
-    head_hash: str
 
 
 @dataclass(frozen=True, slots=True)

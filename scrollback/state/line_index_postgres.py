@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 
+from scrollback.linefile import FileVersion
 from scrollback.state.line_index import (
-    FileVersion,
     IndexedFile,
     IndexedLine,
     RowQueries,

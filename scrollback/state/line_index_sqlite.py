@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scrollback.linefile import FileVersion
 from scrollback.state.line_index import (
-    FileVersion,
     IndexedFile,
     IndexedLine,
     RowQueries,
