@@ -18,7 +18,7 @@ from history_service.lines import is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import parse_json_object
 from scrollback.principals import Principal
-from scrollback.transcripts import TranscriptFile, TranscriptRoot
+from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
 
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
@@ -39,6 +39,7 @@ class SessionInfo:
     title: str
     is_subagent: bool
     parent_session_id: str
+    source: str = CLAUDE_CODE
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -46,7 +47,20 @@ class SessionInfo:
         return (-self.modified_ns, self.project_dir, self.session_id)
 
 
+def _rollout_prompt_text(entry: dict[str, object]) -> str:
+    """A Codex rollout's user prompt: the text of its `event_msg` `user_message`."""
+    payload = entry.get("payload")
+    if entry.get("type") != "event_msg" or not isinstance(payload, dict):
+        return ""
+    if payload.get("type") != "user_message":
+        return ""
+    text = payload.get("message")
+    return text.strip() if isinstance(text, str) else ""
+
+
 def _prompt_text(entry: dict[str, object]) -> str:
+    if "payload" in entry and "message" not in entry:
+        return _rollout_prompt_text(entry)
     if entry.get("type") != "user" or entry.get("isMeta") is True:
         return ""
     message = entry.get("message")
@@ -136,6 +150,7 @@ class SessionLister:
                         "",
                         transcript.is_subagent,
                         transcript.parent_session_id,
+                        transcript.source,
                     ),
                     transcript,
                 )
@@ -162,6 +177,7 @@ class SessionLister:
             "",
             transcript.is_subagent,
             transcript.parent_session_id,
+            transcript.source,
         )
         return self._with_title(info, transcript)
 
@@ -197,4 +213,5 @@ class SessionLister:
             title,
             info.is_subagent,
             info.parent_session_id,
+            info.source,
         )

@@ -339,14 +339,20 @@ def _walk_data_urls(line: bytes, payload: Any) -> list[tuple[Any, Any, RefString
 
 def _walk_all_images(line: bytes, entry: Any) -> list[tuple[Any, Any, RefString | None]]:
     """(payload text, media type, where) of each image: §2, or a rollout line's data URLs."""
-    if isinstance(entry, dict) and "message" not in entry and isinstance(entry.get("payload"), dict):
+    if (
+        isinstance(entry, dict)
+        and "message" not in entry
+        and isinstance(entry.get("payload"), dict)
+    ):
         return list(_walk_data_urls(line, entry["payload"]))
     images: list[tuple[Any, Any, RefString | None]] = []
     for block in _walk_images(entry):
         source = block.get("source")
         data = source.get("data") if isinstance(source, dict) else None
         media_type = source.get("media_type") if isinstance(source, dict) else None
-        where = RefString(str(data), data.start, data.end, None) if isinstance(data, RawStr) else None
+        where = (
+            RefString(str(data), data.start, data.end, None) if isinstance(data, RawStr) else None
+        )
         images.append((data, media_type, where))
     return images
 
@@ -935,7 +941,10 @@ def _events(line: bytes, expected: Reference, limit: int) -> None:
             event("base64 value at limit-1 (kept)")
     if b'"uuid"' not in line:
         event("no uuid")
-    if any(b"data:" in line[s:e] or b"\\u0064" in line[max(0, s - 30) : s] for s, e in expected.cut_spans):
+    if any(
+        b"data:" in line[s:e] or b"\\u0064" in line[max(0, s - 30) : s]
+        for s, e in expected.cut_spans
+    ):
         event("data URL payload cut")
     if b'"payload"' in line:
         event("rollout line")
