@@ -28,7 +28,7 @@ from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from tests.support.codex import CWD, Rollout, data_url, full_rollout, write_rollout
+from tests.support.codex import CWD, Rollout, data_url, full_rollout, usage, write_rollout
 from tests.support.media import png_bytes
 from tests.support.reasons import assert_reason
 from tests.support.servers import ServerPair, png, user_line
@@ -250,3 +250,53 @@ def test_data_url_in_a_claude_code_transcript_is_cut_without_a_ref(
     whole, _ = stubs.window("claude-mcp", media_mode=pb.MEDIA_MODE_INLINE)
     assert orjson.loads(whole[0].json) == orjson.loads(line)
     assert base64.b64decode(url.split(",", 1)[1]) == picture
+
+
+def test_insight_counts_a_rollouts_cumulative_usage_once_per_model(
+    codex_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = str(uuid.uuid4())
+    rollout = full_rollout(session)
+    path = write_rollout(_codex_dir(codex_pair), rollout)
+    insight = stubs.history.GetSession(pb.GetSessionRequest(session_id=session), timeout=10)
+    got = insight.session.insight
+    counts = {c.type: c.count for c in got.entry_counts}
+    assert counts == {
+        "session_meta": 1,
+        "turn_context": 2,
+        "response_item": 6,
+        "event_msg": 5,
+        "x_future_kind": 1,
+        "compacted": 1,
+    }
+    assert got.photo_count == 3  # the response items' images; copies are not counted again
+    # The last cumulative total, split by model: gpt-5 up to its count, o3 the growth after.
+    assert (got.usage.input_tokens, got.usage.cache_read_input_tokens) == (1600, 1400)
+    assert (got.usage.output_tokens, got.usage.cache_creation_input_tokens) == (700, 0)
+    models = {m.model: m for m in got.models}
+    assert set(models) == {"gpt-5", "o3"}
+    five, o3 = models["gpt-5"].usage, models["o3"].usage
+    assert (five.input_tokens, five.cache_read_input_tokens, five.output_tokens) == (600, 400, 200)
+    assert (o3.input_tokens, o3.cache_read_input_tokens, o3.output_tokens) == (1000, 1000, 500)
+    assert got.cost_complete
+    assert got.cost_usd == pytest.approx(0.0028 + 0.0065)
+
+    # Appends are counted incrementally: a repeated count, then a new one.
+    rollout.token_count(usage(3000, 1400, 700, 150), usage(1, 1, 1, 1))
+    rollout.token_count(usage(3500, 1500, 800, 150), usage(500, 100, 100, 0))
+    path.write_bytes(rollout.text())
+    again = stubs.history.GetSession(pb.GetSessionRequest(session_id=session), timeout=10)
+    grown = again.session.insight
+    assert (grown.usage.input_tokens, grown.usage.cache_read_input_tokens) == (2000, 1500)
+    assert grown.usage.output_tokens == 800
+    assert {m.model: m.usage.output_tokens for m in grown.models} == {"gpt-5": 200, "o3": 600}
+
+    # An unknown model: its tokens count, the cost is incomplete.
+    other = Rollout(str(uuid.uuid4()))
+    other.meta()
+    other.turn_context("some-future-model")
+    other.token_count(usage(10, 0, 5, 0), usage(10, 0, 5, 0))
+    write_rollout(_codex_dir(codex_pair), other)
+    priced = stubs.history.GetSession(pb.GetSessionRequest(session_id=other.session_id), timeout=10)
+    assert priced.session.insight.usage.output_tokens == 5
+    assert not priced.session.insight.cost_complete
