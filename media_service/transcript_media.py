@@ -357,7 +357,7 @@ class TranscriptMedia:
 
     def _index_key(self, transcript: TranscriptFile) -> str:
         """The transcript's name in the line index: its path under the root."""
-        return os.path.relpath(transcript.path, self._root.root)
+        return self._root.key_of(transcript)
 
     def _indexed_lines(
         self, fd: int, key: str, uuids: Sequence[str]

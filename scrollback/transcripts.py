@@ -566,6 +566,18 @@ class TranscriptRoot:
             t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
         )
 
+    def key_of(self, transcript: TranscriptFile) -> str:
+        """A transcript's stable name in the state store's indexes (search, line index).
+
+        Its path under the root; a rollout's is its path under the Codex home
+        (`sessions/...` or `archived_sessions/...`) after `//codex/`, which no
+        path under the root can start with.
+        """
+        if transcript.source == CODEX and self.codex is not None:
+            home = self.codex.parent
+            return "//codex/" + os.path.relpath(transcript.path, home).replace(os.sep, "/")
+        return os.path.relpath(transcript.path, self.root).replace(os.sep, "/")
+
     def is_jailed(self, transcript: TranscriptFile) -> bool:
         """True if the transcript's real location lies under its project dir's real location."""
         return self._is_real_path_jailed(os.path.realpath(transcript.path), transcript)

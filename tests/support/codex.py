@@ -157,7 +157,7 @@ class Rollout:
             {
                 "type": "message",
                 "role": "user",
-                "content": [{"type": "input_text", "text": "earlier"}, *map(image_item, images)],
+                "content": [{"type": "input_text", "text": "bygone"}, *map(image_item, images)],
             }
         ]
         self.add("compacted", {"message": summary, "replacement_history": history}, images)

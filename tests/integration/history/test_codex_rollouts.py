@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,16 @@ from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from tests.support.codex import CWD, Rollout, data_url, full_rollout, usage, write_rollout
+from scrollback.search.v1 import search_pb2, search_pb2_grpc
+from tests.support.codex import (
+    CWD,
+    SECRET_WORD,
+    Rollout,
+    data_url,
+    full_rollout,
+    usage,
+    write_rollout,
+)
 from tests.support.media import png_bytes
 from tests.support.reasons import assert_reason
 from tests.support.servers import ServerPair, png, user_line
@@ -300,3 +310,43 @@ def test_insight_counts_a_rollouts_cumulative_usage_once_per_model(
     priced = stubs.history.GetSession(pb.GetSessionRequest(session_id=other.session_id), timeout=10)
     assert priced.session.insight.usage.output_tokens == 5
     assert not priced.session.insight.cost_complete
+
+
+def _search(pair: ServerPair, query: str, session_id: str) -> list[Any]:
+    with grpc.insecure_channel(pair.history_addr) as channel:
+        stub = search_pb2_grpc.SearchServiceStub(channel)
+        request = search_pb2.SearchRequest(query=query, session_id=session_id)
+        return [m.hit for m in stub.Search(request, timeout=10) if m.WhichOneof("item") == "hit"]
+
+
+def test_search_finds_rollout_text_and_never_encrypted_content_or_base64(
+    codex_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = str(uuid.uuid4())
+    rollout = full_rollout(session)
+    write_rollout(_codex_dir(codex_pair), rollout)
+    offsets = _expected_by_offset(rollout)
+    found: dict[str, list[Any]] = {}
+    deadline = time.monotonic() + 20
+    words = ("flamingo", "pelican", "heron", "albatross", "view_image", "bygone")
+    while time.monotonic() < deadline:  # the indexer catches up in the background
+        found = {word: _search(codex_pair, word, session) for word in words}
+        if all(found[word] for word in words[:5]):
+            break
+        time.sleep(0.1)
+    flamingo = found["flamingo"]
+    # The user message (twice: plain and with images), never its event_msg copy.
+    assert {(hit.type, hit.role) for hit in flamingo} == {("response_item", "user")}
+    assert len(flamingo) == 2
+    assert any(hit.has_photos for hit in flamingo)
+    assert [hit.type for hit in found["pelican"]] == ["response_item"]  # a reasoning summary
+    assert len(found["heron"]) == 1  # the tool output's text
+    assert found["albatross"][0].role == "assistant"
+    assert len(found["view_image"]) == 1  # the call's arguments
+    assert found["bygone"] == []  # the replacement history is not indexed again
+    # Hits open windows at their entries, and name them by offset.
+    assert all(hit.entry_uuid == "" for hit in flamingo)
+    assert offsets  # the rollout has images; none of their base64 is searchable
+    encoded = base64.b64encode(png_bytes(40_000, seed=1)).decode()
+    for probe in (SECRET_WORD, encoded[100:140], "gAAAAAB"):
+        assert _search(codex_pair, probe, session) == []
