@@ -350,3 +350,44 @@ def test_search_finds_rollout_text_and_never_encrypted_content_or_base64(
     encoded = base64.b64encode(png_bytes(40_000, seed=1)).decode()
     for probe in (SECRET_WORD, encoded[100:140], "gAAAAAB"):
         assert _search(codex_pair, probe, session) == []
+
+
+def test_watch_streams_a_growing_rollout_and_holds_a_half_written_line(
+    codex_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = str(uuid.uuid4())
+    rollout = Rollout(session)
+    rollout.meta()
+    path = write_rollout(_codex_dir(codex_pair), rollout)
+    start = path.stat().st_size
+    picture = png_bytes(36_000, seed=5)
+    rollout.user("watch the egret", [picture])
+    added = rollout.text()[start:]
+    first_end = added.index(b"\n") + 1
+    half = first_end + (len(added) - first_end) // 2
+
+    call = stubs.history.WatchSession(pb.WatchSessionRequest(session_id=session), timeout=30)
+    entries: list[pb.Entry] = []
+    heartbeats = 0
+    try:
+        for message in call:
+            kind = message.WhichOneof("event")
+            if kind == "heartbeat":
+                heartbeats += 1
+                with path.open("ab") as handle:
+                    if heartbeats == 1:
+                        handle.write(added[:half])  # a whole line, then half of the next
+                    elif heartbeats == 3:
+                        assert len(entries) == 1  # the half line was held back
+                        handle.write(added[half:])
+            elif kind == "entry":
+                entries.append(message.entry)
+                if len(entries) == 2:
+                    break
+    finally:
+        call.cancel()
+    assert [e.type for e in entries] == ["response_item", "event_msg"]
+    for entry in entries:
+        (ref,) = entry.media_refs
+        assert ref.entry_uuid == f"at-{entry.byte_offset}"
+        assert stubs.read(ref, hint=False)[1] == picture
