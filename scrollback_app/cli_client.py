@@ -213,6 +213,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                 {
                     "session_id": s.session_id,
                     "project_dir": s.project_dir,
+                    "source": s.source,
                     "size_bytes": s.size_bytes,
                     "modified_time": s.modified_time.ToJsonString()
                     if s.HasField("modified_time")
@@ -266,6 +267,13 @@ def _fits(console: Console, table: Table) -> bool:
     return Measurement.get(console, unbounded, probe).maximum <= console.width
 
 
+def _project(session: hpb.Session) -> str:
+    """The project column: a Codex session's cwd says that it is one."""
+    if session.source == "codex":
+        return f"codex {session.project_dir}".rstrip()
+    return session.project_dir
+
+
 def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     """One row per session: every column on one line if the terminal is wide enough, else
     the id and the title on the first line, the other columns in one line under the title."""
@@ -292,14 +300,14 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     wide.add_column("usage", justify="right", no_wrap=True, min_width=usage_width)
     wide.add_column("title", overflow="ellipsis", min_width=_MAIN_MIN_WIDTH)
     for s, size, modified, usage, title in rows:
-        wide.add_row(Text(s.session_id), _line(s.project_dir), size, modified, usage, _line(title))
+        wide.add_row(Text(s.session_id), _line(_project(s)), size, modified, usage, _line(title))
     if _fits(console, wide):
         return wide
     narrow = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     narrow.add_column("session", no_wrap=True, min_width=id_width)
     narrow.add_column(Text("title\nmodified  usage  size  project"), overflow="ellipsis")
     for s, size, modified, usage, title in rows:
-        details = "  ".join(part for part in (modified, usage, f"{size} B", s.project_dir) if part)
+        details = "  ".join(part for part in (modified, usage, f"{size} B", _project(s)) if part)
         cell = _line(title) if title else _line("(no title)", style="dim")
         cell.append("\n" + details, style="dim")
         narrow.add_row(Text(s.session_id), cell)
@@ -384,6 +392,7 @@ def cmd_session(args: argparse.Namespace) -> int:
     info: dict[str, Any] = {
         "session_id": session.session_id,
         "project_dir": session.project_dir,
+        "source": session.source,
         "title": session.title,
         "size_bytes": session.size_bytes,
         "is_subagent": session.is_subagent,
