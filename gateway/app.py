@@ -237,6 +237,7 @@ def _session_json(s: hpb.Session) -> dict[str, Any]:
     return {
         "session_id": s.session_id,
         "project_dir": s.project_dir,
+        "source": s.source,
         "size_bytes": s.size_bytes,
         "modified_time": _time(s.modified_time),
         "title": s.title,
