@@ -44,6 +44,8 @@ _QUOTE = 0x22
 _BACKSLASH = 0x5C
 _COLON = 0x3A
 _JSON_WHITESPACE = b" \t\r\n"
+# The bytes a data URL's raw text can start with: `d`, or an escape of it.
+_DATA_URL_FIRST = frozenset(b"d\\")
 # The base64 alphabet with the JSON escapes that decode into it.
 _ESCAPED_ALPHABET_RUN = re.compile(
     rb"(?:[A-Za-z0-9+/=]|\\/|\\u00(?:2[bBfF]|3[0-9dD]|4[1-9a-fA-F]|5[0-9aA]|6[1-9a-fA-F]|7[0-9aA]))*"
@@ -232,6 +234,8 @@ def _long_string_values(line: Buffer, inline_limit: int) -> list[tuple[int, int]
 def _payload_start(read: LineReader, start: int, end: int) -> int:
     """Where the payload of the string value at [start, end) begins: after the
     prefix of a base64 data URL, else at `start`."""
+    if read(start, 1)[0] not in _DATA_URL_FIRST:
+        return start
     payload_start, _ = data_url_payload_start(
         lambda offset, length: read(offset, max(0, min(length, end - offset))), start
     )
@@ -309,7 +313,7 @@ def _base64_values(
                 # URL's payload starts after its prefix (docs/contract.md §3).
                 start = opening + 1
                 closing, pin = _validated_run(line, view, text, start)
-                if closing < 0:
+                if closing < 0 and line[start] in _DATA_URL_FIRST:
                     payload_start, _ = data_url_payload_start(bytes_reader(line), start)
                     if payload_start >= 0:
                         start = payload_start
