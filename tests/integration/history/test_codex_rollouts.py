@@ -140,6 +140,11 @@ def test_rollouts_listed_beside_claude_code_with_source_project_and_id(
     old.meta(cwd="/srv/elsewhere")
     old.user("an archived question", [])
     write_rollout(_codex_dir(codex_pair), old, archived=True)
+    pictured_id = str(uuid.uuid4())
+    pictured = Rollout(pictured_id)  # its first prompt carries a screenshot
+    pictured.meta()
+    pictured.user("why is this egret blurry", [png_bytes(60_000, seed=4)])
+    write_rollout(_codex_dir(codex_pair), pictured)
     headless = Rollout(bare)  # no session_meta: listed by its file name
     headless.assistant("no meta here")
     write_rollout(_codex_dir(codex_pair), headless)
@@ -153,8 +158,9 @@ def test_rollouts_listed_beside_claude_code_with_source_project_and_id(
     assert sessions[archived].project_dir == "/srv/elsewhere"
     assert sessions[archived].title == "an archived question"
     assert sessions[bare].source == "codex" and sessions[bare].project_dir == ""
+    assert sessions[pictured_id].title == "why is this egret blurry"
     only = stubs.history.ListSessions(pb.ListSessionsRequest(project_dir=CWD), timeout=10)
-    assert [s.session_id for s in only.sessions] == [live]
+    assert {s.session_id for s in only.sessions} == {live, pictured_id}
 
 
 def test_every_image_of_a_rollout_gets_a_ref_that_resolves_byte_exact(
