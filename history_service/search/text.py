@@ -142,7 +142,8 @@ def _rollout_texts(entry: dict[str, Any]) -> Iterator[str]:
     elif item in ("function_call_output", "custom_tool_call_output"):
         output = payload.get("output")
         if isinstance(output, str):
-            yield output
+            # Often JSON itself ({"output": ..., "metadata": ...}): its string values.
+            yield from _argument_strings(output)
         else:
             yield from _rollout_items(output)
     elif item == "local_shell_call":
@@ -161,7 +162,7 @@ def _rollout_items(items: Any) -> Iterator[str]:
 
 
 def _argument_strings(arguments: Any) -> Iterator[str]:
-    """A tool call's arguments: the string values of its JSON, or the text as it is."""
+    """A tool call's arguments (or output): the string values of its JSON, or the text as it is."""
     if not isinstance(arguments, str):
         return
     try:
