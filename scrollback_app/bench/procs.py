@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -69,10 +69,18 @@ def tree_status_kib(pid: int, field: str) -> int:
 class ServerProcess:
     """One server subprocess: `async with ServerProcess(module, args) as server`."""
 
-    def __init__(self, module: str, args: Sequence[str], name: str | None = None) -> None:
+    def __init__(
+        self,
+        module: str,
+        args: Sequence[str],
+        name: str | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self.module = module
         self.args = list(args)
         self.name = name or module
+        # SCROLLBACK_* settings of this server alone (the bench's own environment's are dropped).
+        self.settings = dict(settings or {})
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
@@ -103,6 +111,7 @@ class ServerProcess:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+        env.update(self.settings)
         return subprocess.Popen(
             [sys.executable, "-m", self.module, "--addr", self.addr, *self.args],
             stdin=subprocess.DEVNULL,
@@ -165,6 +174,7 @@ def history_server(
     *,
     search_indexing: bool = False,
     codex_sessions: Path | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`python -m history_service` over a transcripts root (with a token file if given).
 
@@ -179,11 +189,16 @@ def history_server(
         "history_service",
         ["--transcripts", str(transcripts), "--state", str(state), *auth, *indexing, *codex],
         name="history server",
+        settings=settings,
     )
 
 
 def media_server(
-    transcripts: Path, state: Path, *, codex_sessions: Path | None = None
+    transcripts: Path,
+    state: Path,
+    *,
+    codex_sessions: Path | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`python -m media_service` over a transcripts root (and a Codex sessions dir if given)."""
     state.mkdir(parents=True, exist_ok=True)
@@ -192,6 +207,7 @@ def media_server(
         "media_service",
         ["--transcripts", str(transcripts), "--state", str(state), *codex],
         name="media server",
+        settings=settings,
     )
 
 
