@@ -31,10 +31,10 @@ def test_rollout_sessions_and_photos_through_the_gateway(
     write_rollout(tmp_path / "codex" / "sessions", rollout)
     codex_stack.start_gateway()
     listed = httpx.get(f"{codex_stack.url}/api/v1/sessions").json()["sessions"]
-    (only,) = [s for s in listed if s["session_id"] == session]
-    assert (only["source"], only["project_dir"]) == ("codex", CWD)
+    (only,) = [s for s in listed if s["sessionId"] == session]
+    assert (only["source"], only["projectDir"]) == ("codex", CWD)
     window = httpx.get(f"{codex_stack.url}/api/v1/sessions/{session}/window").json()
-    refs = [(e["byte_offset"], r) for e in window["entries"] for r in e["refs"]]
+    refs = [(int(e["byteOffset"]), r) for e in window["entries"] for r in e["mediaRefs"]]
     expected = {
         offset: images
         for offset, images in zip(
