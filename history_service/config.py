@@ -72,6 +72,8 @@ class HistoryConfig:
     """Everything the history service needs to start."""
 
     transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
+    # Codex CLI's sessions dir (scrollback.server.service_config.codex_sessions_from_env); None: none.
+    codex_sessions: Path | None = None
     state_dir: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False

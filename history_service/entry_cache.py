@@ -40,7 +40,7 @@ import xxhash
 
 from history_service.config import DEFAULT_ENTRY_CACHE_BYTES
 from history_service.lines import ROW_EDGE, ServedLine, json_parts
-from scrollback.contract.refs import ID_PATTERN
+from scrollback.contract.refs import ID_PATTERN, entry_name
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.linefile import FileVersion
 from scrollback.ref.v1 import ref_pb2
@@ -97,16 +97,18 @@ def entry_messages(
     """An Entry, then EntryJsonChunks when its json does not fit in one message."""
     line = served.stripped
     refs = []
-    if line.uuid and ID_PATTERN.fullmatch(line.uuid) and ID_PATTERN.fullmatch(session_id):
+    if line.images and ID_PATTERN.fullmatch(session_id):
+        # A line without a usable uuid (every rollout line) is named by its offset.
+        name = entry_name(line.uuid, served.offset)
         refs = [
             ref_pb2.MediaRef(
                 session_id=session_id,
-                entry_uuid=line.uuid,
+                entry_uuid=name,
                 index=image.index,
                 pin=image.pin,
                 declared_media_type=image.declared_media_type,
                 approx_size_bytes=image.approx_size_bytes,
-                uri=f"{session_id}/{line.uuid}/{image.index}",
+                uri=f"{session_id}/{name}/{image.index}",
                 line_offset_hint=served.offset,
             )
             for image in line.images

@@ -26,6 +26,21 @@ of the Task call (`tool_use_id`). The sub-agent transcript is
 
 Cost is an estimate from list prices (PRICES below); a model whose family is
 not in the table counts its tokens but no cost.
+
+Codex rollouts (source "codex") count usage from their `event_msg`
+`token_count` lines, whose `info.total_token_usage` is cumulative over the
+session (`input_tokens` includes `cached_input_tokens`). Each distinct
+cumulative total is a row keyed by that total (so a token_count written twice
+counts once), holding its growth over the previous total, in our fields:
+input = uncached input, cache_read = cached input, output = output (reasoning
+included). The rows of a session add up to its last cumulative total, and
+each row's model is the one the last `turn_context` named, so the models'
+totals split it by model. The running state (current model, last total) of
+a rollout is kept in memory per index position; a worker that lacks it (a
+restart, another replica moved the index) reads the rollout again from its
+start. Photos of a rollout are those of its `response_item` lines: the
+`event_msg` copy of a user message and a compaction's replacement history
+repeat images already counted.
 """
 
 from __future__ import annotations
@@ -43,7 +58,7 @@ from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forwa
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.transcripts import TranscriptFile, TranscriptRoot
+from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
 # index never needs them, and the parse stays small.
@@ -68,7 +83,15 @@ class Price:
 # pricing page (https://www.anthropic.com/pricing, "API pricing", as of
 # 2025-11; cache writes at the 5-minute rate). An estimate, not a bill:
 # batch, long-context and 1-hour cache rates are not modelled. First match wins.
+# OpenAI models (Codex), from https://openai.com/api/pricing as of 2025-09: cached
+# input at its own rate, no cache-write charge.
 PRICES: tuple[tuple[re.Pattern[str], Price], ...] = (
+    (re.compile(r"^gpt-5(\.\d+)?-mini"), Price(0.25, 2.0, 0.0, 0.025)),
+    (re.compile(r"^gpt-5(\.\d+)?-nano"), Price(0.05, 0.40, 0.0, 0.005)),
+    (re.compile(r"^gpt-5(-codex)?(-\d{4}-\d{2}-\d{2})?$"), Price(1.25, 10.0, 0.0, 0.125)),
+    (re.compile(r"^o3(-\d{4}-\d{2}-\d{2})?$"), Price(2.0, 8.0, 0.0, 0.50)),
+    (re.compile(r"^o4-mini"), Price(1.10, 4.40, 0.0, 0.275)),
+    (re.compile(r"^gpt-4\.1(-\d{4}-\d{2}-\d{2})?$"), Price(2.0, 8.0, 0.0, 0.50)),
     (re.compile(r"claude-opus-4-[5-9]"), Price(5.0, 25.0, 6.25, 0.50)),
     (re.compile(r"claude-(opus-4|3-opus)"), Price(15.0, 75.0, 18.75, 1.50)),
     (re.compile(r"claude-(sonnet-4|3-7-sonnet|3-5-sonnet)"), Price(3.0, 15.0, 3.75, 0.30)),
@@ -372,6 +395,56 @@ def add_entry(
     )
 
 
+@dataclass(slots=True)
+class RolloutUsage:
+    """A rollout's running usage state: the current model and the last cumulative total."""
+
+    model: str = ""
+    total: Usage = Usage()
+    offset: int = 0  # how far the rollout was read into this state
+
+
+def _cumulative(info: object) -> Usage | None:
+    """`info.total_token_usage` of a token_count, in our fields; None when absent."""
+    if not isinstance(info, dict):
+        return None
+    total = info.get("total_token_usage")
+    if not isinstance(total, dict):
+        return None
+    inp, cached = _int(total.get("input_tokens")), _int(total.get("cached_input_tokens"))
+    return Usage(max(0, inp - cached), _int(total.get("output_tokens")), 0, min(cached, inp))
+
+
+def add_rollout_entry(delta: IndexDelta, entry: dict[str, Any], state: RolloutUsage) -> None:
+    """Count a rollout line's usage (token_count) and model switch (turn_context)."""
+    kind, payload = entry.get("type"), entry.get("payload")
+    if not isinstance(payload, dict):
+        return
+    if kind == "turn_context":
+        model = payload.get("model")
+        if isinstance(model, str) and model:
+            state.model = indexable(model)
+        return
+    if kind != "event_msg" or payload.get("type") != "token_count":
+        return
+    total = _cumulative(payload.get("info"))
+    if total is None:
+        return
+    last = state.total
+    if total == last:
+        return  # the same count written again
+    if total.input < last.input or total.output < last.output or total.cache_read < last.cache_read:
+        last = Usage()  # the count started over: all of it is new
+    grown = Usage(
+        total.input - last.input, total.output - last.output, 0, total.cache_read - last.cache_read
+    )
+    key = f"codex:{total.input}:{total.cache_read}:{total.output}"
+    seen = delta.messages.get(key)
+    usage = MessageUsage(state.model, grown)
+    delta.messages[key] = usage if seen is None else seen.merge(usage)
+    state.total = total
+
+
 class InsightIndex:
     """Brings the insight index of a transcript up to date, and reads it."""
 
@@ -383,6 +456,8 @@ class InsightIndex:
         self._locks_guard = threading.Lock()
         self.lines_read = 0  # lines parsed, for tests and benchmarks
         self.batch_lines = BATCH_LINES
+        # Per rollout, its running usage state where its index stands (see RolloutUsage).
+        self._rollouts: dict[tuple[str, str], RolloutUsage] = {}
 
     def _lock_for(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
@@ -397,13 +472,13 @@ class InsightIndex:
             handle = self._root.open(transcript)
             try:
                 for _ in range(3):  # another replica may move the state under us
-                    if self._catch_up(handle.fileno(), key):
+                    if self._catch_up(handle.fileno(), key, transcript.source == CODEX):
                         break
             finally:
                 handle.close()
         return self._store.insight(*key) or Insight()
 
-    def _catch_up(self, fd: int, key: tuple[str, str]) -> bool:
+    def _catch_up(self, fd: int, key: tuple[str, str], rollout: bool = False) -> bool:
         base = self._store.state(*key)
         reset = False
         offset = 0
@@ -420,31 +495,56 @@ class InsightIndex:
                 reset = True
         if base is not None and not reset and offset >= identity.size:
             return True
+        state: RolloutUsage | None = None
+        if rollout:
+            state = self._rollouts.get(key)
+            if state is None or state.offset != offset or reset:
+                # No running state for where the index stands: read it all again.
+                state, offset = RolloutUsage(), 0
+                reset = base is not None
+            self._rollouts[key] = state
         delta = IndexDelta()
         current = base
         for raw in iter_lines_forward(fd, offset, identity.size, self._max_line_size):
             if not raw.terminated:
                 # The last line counts once it is a complete object (docs/contract.md §1:
                 # no prefix of a line is one); a half-written line waits.
-                if is_blank(raw) or not self._add_line(delta, raw):
+                if is_blank(raw) or not self._add_line(delta, raw, state):
                     break
                 offset = raw.end
                 break
             if not is_blank(raw):
-                self._add_line(delta, raw)
+                self._add_line(delta, raw, state)
             delta.lines += 1
             delta.bytes += raw.next_start - raw.start
             offset = raw.next_start
             if delta.lines >= self.batch_lines or delta.bytes >= BATCH_BYTES:
-                state = IndexState.at(identity, offset)
-                if not self._store.apply(*key, current, reset, delta, state):
+                moved = IndexState.at(identity, offset)
+                if not self._applied(key, current, reset, delta, moved, state):
                     return False
-                current, reset, delta = state, False, IndexDelta()
+                current, reset, delta = moved, False, IndexDelta()
         if current is not None and not reset and offset == current.offset:
             return True  # no new complete line: nothing to write
-        return self._store.apply(*key, current, reset, delta, IndexState.at(identity, offset))
+        return self._applied(key, current, reset, delta, IndexState.at(identity, offset), state)
 
-    def _add_line(self, delta: IndexDelta, raw: RawLine) -> bool:
+    def _applied(
+        self,
+        key: tuple[str, str],
+        base: IndexState | None,
+        reset: bool,
+        delta: IndexDelta,
+        moved: IndexState,
+        rollout: RolloutUsage | None,
+    ) -> bool:
+        """Apply a delta; a rollout's running state follows the index, or is dropped."""
+        if not self._store.apply(*key, base, reset, delta, moved):
+            self._rollouts.pop(key, None)
+            return False
+        if rollout is not None:
+            rollout.offset = moved.offset
+        return True
+
+    def _add_line(self, delta: IndexDelta, raw: RawLine, rollout: RolloutUsage | None) -> bool:
         """Count one line; False if it is not a JSON object (not an entry)."""
         served = serve_line(raw, MediaMode.DEFERRED, INSIGHT_INLINE_LIMIT, self._max_line_size)
         if served is None:
@@ -452,7 +552,13 @@ class InsightIndex:
         line = served.stripped
         self.lines_read += 1
         entry = None if line.oversize else parse_json_object(line.json)
-        add_entry(delta, entry, line.type, line.image_count, line.timestamp)
+        if rollout is None:
+            add_entry(delta, entry, line.type, line.image_count, line.timestamp)
+            return True
+        photos = line.image_count if line.type == "response_item" else 0
+        add_entry(delta, None, line.type, photos, line.timestamp)
+        if entry is not None:
+            add_rollout_entry(delta, entry, rollout)
         return True
 
     def links(self, transcript: TranscriptFile) -> dict[str, str]:

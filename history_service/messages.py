@@ -78,6 +78,7 @@ def session_message(info: SessionInfo, detail: SessionDetail | None = None) -> p
         title=info.title,
         is_subagent=info.is_subagent,
         parent_session_id=info.parent_session_id,
+        source=info.source,
     )
     if detail is not None:
         if detail.insight is not None:

@@ -195,7 +195,11 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         )
         core = HistoryCore(
             config,
-            TranscriptRoot(config.transcripts, rescan_interval=config.rescan_interval_seconds),
+            TranscriptRoot(
+                config.transcripts,
+                rescan_interval=config.rescan_interval_seconds,
+                codex=config.codex_sessions,
+            ),
             TokenCodec(load_or_create_key(config.state_dir)),
             store,
             bus,
@@ -216,7 +220,9 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     # The indexer walks its own view of the root (refreshed at each pass), so its
     # passes never age the snapshot that ListSessions and ReadWindow answer from;
     # its passes, at start and every few seconds, report the files skipped.
-    indexer_root = TranscriptRoot(config.transcripts, rescan_interval=0, report_skipped=True)
+    indexer_root = TranscriptRoot(
+        config.transcripts, rescan_interval=0, report_skipped=True, codex=config.codex_sessions
+    )
     search = SearchParts(
         index, SearchIndexer(indexer_root, index, max_line_size=config.max_line_size)
     )

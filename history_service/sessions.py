@@ -12,13 +12,15 @@ import asyncio
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from history_service.errors import InvalidArgumentError
-from history_service.lines import is_blank, iter_lines_forward
+from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
-from scrollback.contract.stripping import parse_json_object
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
+from scrollback.linefile import LineFile
 from scrollback.principals import Principal
-from scrollback.transcripts import TranscriptFile, TranscriptRoot
+from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
 
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
@@ -39,6 +41,7 @@ class SessionInfo:
     title: str
     is_subagent: bool
     parent_session_id: str
+    source: str = CLAUDE_CODE
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -46,7 +49,20 @@ class SessionInfo:
         return (-self.modified_ns, self.project_dir, self.session_id)
 
 
+def _rollout_prompt_text(entry: dict[str, object]) -> str:
+    """A Codex rollout's user prompt: the text of its `event_msg` `user_message`."""
+    payload = entry.get("payload")
+    if entry.get("type") != "event_msg" or not isinstance(payload, dict):
+        return ""
+    if payload.get("type") != "user_message":
+        return ""
+    text = payload.get("message")
+    return text.strip() if isinstance(text, str) else ""
+
+
 def _prompt_text(entry: dict[str, object]) -> str:
+    if "payload" in entry and "message" not in entry:
+        return _rollout_prompt_text(entry)
     if entry.get("type") != "user" or entry.get("isMeta") is True:
         return ""
     message = entry.get("message")
@@ -71,13 +87,34 @@ def _prompt_text(entry: dict[str, object]) -> str:
     return ""
 
 
+def _head_entry(fd: int, raw: RawLine) -> dict[str, Any] | None:
+    """A head line parsed; one too long to hold (a prompt with a pasted image) is read
+    streaming with its payloads cut, when it ends within the head (the title's read bound)."""
+    if raw.data is not None and raw.size <= TITLE_MAX_LINE:
+        return parse_json_object(raw.data)
+    if raw.end > TITLE_HEAD_BYTES or not raw.terminated:
+        return None
+    try:
+        stripped = strip_line_streamed(
+            LineFile(fd).line_reader(raw.start, raw.size, FileShrankError),
+            raw.size,
+            MIN_INLINE_LIMIT,
+            TITLE_MAX_LINE,
+        )
+    except FileShrankError:
+        return None
+    if stripped is None or stripped.oversize:
+        return None
+    return parse_json_object(stripped.json)
+
+
 def read_title(fd: int, size: int) -> str:
     """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
     prompt = ""
     for raw in iter_lines_forward(fd, 0, min(size, TITLE_HEAD_BYTES), TITLE_MAX_LINE):
-        if raw.data is None or raw.size > TITLE_MAX_LINE or is_blank(raw):
+        if is_blank(raw):
             continue
-        entry = parse_json_object(raw.data)
+        entry = _head_entry(fd, raw)
         if entry is None:
             continue
         if entry.get("type") == "summary":
@@ -136,6 +173,7 @@ class SessionLister:
                         "",
                         transcript.is_subagent,
                         transcript.parent_session_id,
+                        transcript.source,
                     ),
                     transcript,
                 )
@@ -162,6 +200,7 @@ class SessionLister:
             "",
             transcript.is_subagent,
             transcript.parent_session_id,
+            transcript.source,
         )
         return self._with_title(info, transcript)
 
@@ -197,4 +236,5 @@ class SessionLister:
             title,
             info.is_subagent,
             info.parent_session_id,
+            info.source,
         )

@@ -272,7 +272,7 @@ class WindowReader:
             fd,
             identity,
             token,
-            os.path.relpath(transcript.path, self._root.root),
+            self._root.key_of(transcript),
             transcript,
             stamp,
         )

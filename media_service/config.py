@@ -102,6 +102,8 @@ class MediaConfig:
     """Everything the media server needs to start."""
 
     transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
+    # Codex CLI's sessions dir (scrollback.server.service_config.codex_sessions_from_env); None: none.
+    codex_sessions: Path | None = None
     state_dir: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False

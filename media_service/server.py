@@ -123,7 +123,7 @@ def build_library(
 ) -> tuple[MediaLibrary, BlobMetadataStore]:
     """The domain objects of a media server (also usable without gRPC)."""
     blobs, metadata = open_blob_store(config, clock=clock)
-    root = TranscriptRoot(config.transcripts)
+    root = TranscriptRoot(config.transcripts, codex=config.codex_sessions)
     try:
         line_index = open_line_index(config.state_dir, config.database_url)
     except BaseException:

@@ -76,7 +76,12 @@ from scrollback.contract.extraction import (
     strip_for_extraction,
 )
 from scrollback.contract.image_header import header_dimensions
-from scrollback.contract.refs import TranscriptImageRef, validate_pin
+from scrollback.contract.refs import (
+    TranscriptImageRef,
+    has_usable_uuid,
+    offset_of_entry_name,
+    validate_pin,
+)
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
 from scrollback.linefile import LineFile
@@ -318,6 +323,7 @@ class _Outcome:
     """What the candidate lines said, for the error when none serves."""
 
     def __init__(self) -> None:
+        self.other_line = False  # an offset-named entry's place holds another line
         self.pin_mismatch = False
         self.oversize = False
 
@@ -351,7 +357,7 @@ class TranscriptMedia:
 
     def _index_key(self, transcript: TranscriptFile) -> str:
         """The transcript's name in the line index: its path under the root."""
-        return os.path.relpath(transcript.path, self._root.root)
+        return self._root.key_of(transcript)
 
     def _indexed_lines(
         self, fd: int, key: str, uuids: Sequence[str]
@@ -415,7 +421,14 @@ class TranscriptMedia:
             if stripped is not None and stripped.oversize:
                 outcome.oversize = True  # too large even stripped: no ref was minted in it
                 return None
-        if stripped is None or stripped.uuid != ref.entry_uuid:
+        if stripped is None:
+            return None
+        offset = offset_of_entry_name(ref.entry_uuid)
+        if offset is None:
+            if stripped.uuid != ref.entry_uuid:
+                return None
+        elif start != offset or has_usable_uuid(stripped.uuid):
+            outcome.other_line = True
             return None
         try:
             located = locate_in_stripped(stripped, ref.index)
@@ -657,7 +670,14 @@ class TranscriptMedia:
         hint: int | None,
         size: int,
     ) -> _Found | None:
-        """The image, when the hinted or the cached offset holds its entry; None otherwise."""
+        """The image, when the hinted or the cached offset holds its entry; None otherwise.
+
+        An entry named by its offset (`at-<offset>`) is only ever at that
+        offset: it is found there or the ref fails here (`_at_named_offset`).
+        """
+        named = offset_of_entry_name(ref.entry_uuid)
+        if named is not None:
+            return self._at_named_offset(fd, ref, pin, named, size)
         key = (*file_id, ref.entry_uuid)
         hold = min(self._max_line_size, HOLD_LINE_BYTES)
         lines = LineFile(fd)
@@ -681,6 +701,36 @@ class TranscriptMedia:
                     return found
             self.cache.discard(key)
         return None
+
+    def _at_named_offset(
+        self, fd: int, ref: TranscriptImageRef, pin: str, offset: int, size: int
+    ) -> _Found:
+        """The image of the uuid-less line at `offset` (docs/contract.md §4), or the error.
+
+        Past the end of the file the entry does not exist (NOT_FOUND). Where no
+        line starts there, or the line there has a uuid, or the image there has
+        another pin, the file was rewritten since the ref was minted
+        (FAILED_PRECONDITION, as a pin mismatch); a line there with no such
+        image is NOT_FOUND.
+        """
+        if offset >= size:
+            raise MediaNotFoundError()
+        lines = LineFile(fd)
+        outcome = _Outcome()
+        found: _Found | None = None
+        if lines.starts_line(offset):
+            line = lines.line_from(offset, min(self._max_line_size, HOLD_LINE_BYTES))
+            found = self._try_line(line, offset, ref, pin, outcome, fd)
+        else:
+            outcome.other_line = True
+        if found is not None:
+            return found
+        if outcome.pin_mismatch or outcome.other_line:
+            metrics.PIN_MISMATCHES.inc()
+            raise PinMismatchError()
+        if outcome.oversize:
+            raise LineTooLargeError()
+        raise MediaNotFoundError()
 
     def _in_indexed(
         self,

@@ -21,6 +21,15 @@ and only see the project dirs it may read; a session in another project is
 not found, the same answer as one that does not exist, by the same code path
 at the same cost.
 
+A second root, Codex CLI's sessions dir (docs/contract.md §1), is listed beside
+it when configured: `<codex>/YYYY/MM/DD/rollout-<timestamp>-<uuid>.jsonl` and
+the sibling `archived_sessions/rollout-...jsonl`. Its session id is the uuid
+at the end of the file name (else the file name, when it is an id), its
+project the `cwd` of the rollout's first line (`session_meta`), read once per
+file (a rollout without one is listed with the project ""). A rollout is
+jailed to the dir it was listed from; symlinked dirs are not walked.
+Each `TranscriptFile` carries its `source` (`claude-code` or `codex`).
+
 The index of the root is an immutable snapshot that requests read without a
 lock, and a miss never rebuilds it. Refreshing it is incremental: stat the
 directories it came from (root, project dirs, session and `subagents` dirs)
@@ -33,20 +42,36 @@ moment ago is found, but concurrent misses share one refresh.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import orjson
+
 from scrollback.contract.refs import ID_PATTERN, validate_id
+from scrollback.linefile import LineFile
 from scrollback.principals import Principal
 
 log = logging.getLogger(__name__)
 
 TRANSCRIPT_SUFFIX = ".jsonl"
+CLAUDE_CODE = "claude-code"
+CODEX = "codex"
+# Codex's archive: a sibling of its sessions dir.
+CODEX_ARCHIVE_DIR = "archived_sessions"
+# A rollout's first line (session_meta, its instructions included) is read up to this long.
+SESSION_META_MAX = 1024 * 1024
+_ROLLOUT_UUID = re.compile(
+    r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\.jsonl"
+)
+# How deep the dated tree of Codex's sessions dir is walked (YYYY/MM/DD).
+_CODEX_DEPTH = 3
 # How many skipped file names the log line shows.
 _SKIPPED_SHOWN = 3
 SUBAGENT_DIR = "subagents"
@@ -104,6 +129,7 @@ class TranscriptFile:
     path: Path
     is_subagent: bool
     parent_session_id: str
+    source: str = CLAUDE_CODE
 
 
 def visible_to(principal: Principal | None, project_dir: str) -> bool:
@@ -116,6 +142,30 @@ def _session_id_of(name: str) -> str | None:
         return None
     stem = name[: -len(TRANSCRIPT_SUFFIX)]
     return stem if ID_PATTERN.fullmatch(stem) else None
+
+
+def rollout_session_id(name: str) -> str | None:
+    """A rollout's session id: the uuid ending its file name, else the name if it is an id."""
+    match = _ROLLOUT_UUID.search(name)
+    if match is not None and match.end() == len(name):
+        return match.group(1).lower()
+    return _session_id_of(name)
+
+
+def read_session_meta(fd: int) -> str:
+    """The `cwd` of a rollout's first line when it is `session_meta`, else ""."""
+    line = LineFile(fd).line_from(0, SESSION_META_MAX)
+    if not line:
+        return ""
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(entry, dict) or entry.get("type") != "session_meta":
+        return ""
+    payload = entry.get("payload")
+    cwd = payload.get("cwd") if isinstance(payload, dict) else None
+    return cwd if isinstance(cwd, str) else ""
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:
@@ -193,6 +243,99 @@ class _Snapshot:
 _EMPTY = _Snapshot({}, ())
 
 
+class _CodexTree:
+    """The rollouts of Codex's sessions dir and its archive, with the dirs' mtimes.
+
+    Listed again whole when any dir it came from changed; the project (cwd) of
+    each file is read once and kept, and retried while a file has none yet
+    (a rollout whose first line is still being written).
+    """
+
+    def __init__(self, sessions: Path) -> None:
+        self.dirs = (sessions, sessions.parent / CODEX_ARCHIVE_DIR)
+        self.files: list[TranscriptFile] = []
+        self.mtimes: dict[str, int | None] = {}
+        self.projects: dict[tuple[str, int, int], str] = {}  # (path, dev, ino) -> cwd
+        self.scans = 0
+
+    def changed(self, now_ns: int) -> bool:
+        """True if a dir it came from changed (it is to be scanned again)."""
+        if not self.mtimes:
+            return True
+        return any(old is None or _mtime(path, now_ns) != old for path, old in self.mtimes.items())
+
+    def found_projects(self) -> bool:
+        """Read the project of the files that had none yet; True if any has one now."""
+        found = False
+        for k, transcript in enumerate(self.files):
+            if not transcript.project_dir:
+                project = self._project(str(transcript.path))
+                if project:
+                    self.files[k] = dataclasses.replace(transcript, project_dir=project)
+                    found = True
+        return found
+
+    def scan(self, now_ns: int) -> None:
+        self.scans += 1
+        self.mtimes = {}
+        files: list[TranscriptFile] = []
+        for depth, base in zip((_CODEX_DEPTH, 0), self.dirs, strict=True):
+            self._walk(str(base), os.path.realpath(base), depth, files, now_ns)
+        self.files = files
+
+    def _walk(
+        self, path: str, base_real: str, depth: int, files: list[TranscriptFile], now_ns: int
+    ) -> None:
+        self.mtimes[path] = _mtime(path, now_ns)
+        try:
+            with os.scandir(path) as listing:
+                entries = list(listing)
+        except OSError:
+            return
+        for entry in entries:
+            if depth > 0 and _is_real_dir(entry):
+                self._walk(entry.path, base_real, depth - 1, files, now_ns)
+                continue
+            session_id = rollout_session_id(entry.name)
+            if session_id is None or not _is_file(entry):
+                continue
+            if _is_link(entry) and not _under(os.path.realpath(entry.path), base_real):
+                continue
+            files.append(
+                TranscriptFile(
+                    session_id=session_id,
+                    project_dir=self._project(entry.path),
+                    path=Path(entry.path),
+                    is_subagent=False,
+                    parent_session_id="",
+                    source=CODEX,
+                )
+            )
+
+    def _project(self, path: str) -> str:
+        """The rollout's cwd, read once per file (path, device, inode)."""
+        try:
+            stat = os.stat(path)
+            key = (path, stat.st_dev, stat.st_ino)
+            known = self.projects.get(key)
+            if known:
+                return known
+            with open(path, "rb", buffering=0) as handle:
+                cwd = read_session_meta(handle.fileno())
+        except OSError:
+            return ""
+        if cwd:
+            self.projects[key] = cwd
+        return cwd
+
+    def jail_of(self, transcript: TranscriptFile) -> str | None:
+        """The real path of the dir a listed rollout must lie under."""
+        for base in self.dirs:
+            if transcript.path.is_relative_to(base):
+                return os.path.realpath(base)
+        return None
+
+
 class TranscriptRoot:
     """The transcripts root: lists transcripts and resolves session ids, jailed.
 
@@ -204,9 +347,16 @@ class TranscriptRoot:
     """
 
     def __init__(
-        self, root: Path, *, rescan_interval: float = 2.0, report_skipped: bool = False
+        self,
+        root: Path,
+        *,
+        rescan_interval: float = 2.0,
+        report_skipped: bool = False,
+        codex: Path | None = None,
     ) -> None:
         self.root = root
+        self.codex = codex
+        self._codex = _CodexTree(codex) if codex is not None else None
         self._report_skipped = report_skipped
         # Paths under the root of the `.jsonl` files skipped because their names are not ids.
         self.skipped: tuple[str, ...] = ()
@@ -333,9 +483,17 @@ class TranscriptRoot:
             if name not in new and self._changed(project.mtimes, now_ns):
                 self._projects[name] = self._scan_project(name, now_ns)
                 changed = True
+        if self._codex is not None:
+            if self._codex.changed(now_ns):
+                self._codex.scan(now_ns)
+                changed = True
+            elif self._codex.found_projects():
+                changed = True
         if changed or self._snapshot is _EMPTY:
             by_id: dict[str, list[TranscriptFile]] = {}
             files = [t for project in self._projects.values() for t in project.files]
+            if self._codex is not None:
+                files += self._codex.files
             for transcript in files:
                 by_id.setdefault(transcript.session_id, []).append(transcript)
             self._snapshot = _Snapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
@@ -408,11 +566,26 @@ class TranscriptRoot:
             t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
         )
 
+    def key_of(self, transcript: TranscriptFile) -> str:
+        """A transcript's stable name in the state store's indexes (search, line index).
+
+        Its path under the root; a rollout's is its path under the Codex home
+        (`sessions/...` or `archived_sessions/...`) after `//codex/`, which no
+        path under the root can start with.
+        """
+        if transcript.source == CODEX and self.codex is not None:
+            home = self.codex.parent
+            return "//codex/" + os.path.relpath(transcript.path, home).replace(os.sep, "/")
+        return os.path.relpath(transcript.path, self.root).replace(os.sep, "/")
+
     def is_jailed(self, transcript: TranscriptFile) -> bool:
         """True if the transcript's real location lies under its project dir's real location."""
         return self._is_real_path_jailed(os.path.realpath(transcript.path), transcript)
 
     def _is_real_path_jailed(self, real: str, transcript: TranscriptFile) -> bool:
+        if transcript.source == CODEX:
+            jail = None if self._codex is None else self._codex.jail_of(transcript)
+            return jail is not None and _under(real, jail)
         project = os.path.join(self.root, transcript.project_dir)
         project_real = os.path.join(self._root_real, transcript.project_dir)
         # The project dir itself must be a real directory under the root, not a link.

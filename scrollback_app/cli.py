@@ -102,6 +102,8 @@ def _worker_argv(config: Any) -> list[str]:
         "--stall-timeout-seconds",
         str(config.stall_timeout_seconds),
     ]
+    if config.codex_sessions is not None:
+        argv += ["--codex-sessions", str(config.codex_sessions)]
     if config.insecure:
         argv.append("--insecure")
     if config.security.auth_tokens is not None:
@@ -158,6 +160,19 @@ def _transcripts_override(args: argparse.Namespace) -> Path | None:
     return Path(SAMPLES_ROOT)
 
 
+def _codex_override(args: argparse.Namespace, *, samples: bool) -> Path | None:
+    """`--codex-sessions`; with the sample sessions served and no Codex dir found, the sample
+    rollout's (so the README's Codex lines run on a fresh machine too)."""
+    from scrollback.samples import CODEX_SAMPLES
+    from scrollback.server.service_config import codex_sessions_from_env
+
+    if args.codex_sessions is not None:
+        return Path(args.codex_sessions).expanduser()
+    if not samples or codex_sessions_from_env() is not None:
+        return None
+    return Path(CODEX_SAMPLES)
+
+
 def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
     """The services' configurations of `scrollback up`: the environment, the flags winning.
 
@@ -166,9 +181,15 @@ def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
     """
     from history_service.config import HistoryConfig
     from media_service.config import MediaConfig
+    from scrollback.samples import SAMPLES_ROOT
     from scrollback.server.service_cli import shared_overrides
 
-    shared = {**shared_overrides(args), "transcripts": _transcripts_override(args)}
+    transcripts = _transcripts_override(args)
+    shared = {
+        **shared_overrides(args),
+        "transcripts": transcripts,
+        "codex_sessions": _codex_override(args, samples=transcripts == Path(SAMPLES_ROOT)),
+    }
     return (
         HistoryConfig.from_env(addr=args.history_addr, workers=args.workers, **shared),
         MediaConfig.from_env(addr=args.media_addr, workers=args.workers, **shared),

@@ -150,12 +150,60 @@ def _block_parts(blocks: list[Any], parts: list[str]) -> None:
             parts.append(f"[{kind}]")
 
 
+def _rollout_parts(payload: dict[str, Any], kind: str, parts: list[str]) -> None:
+    """A Codex rollout line's labels and texts: [role] text [image], [reasoning] summary,
+    [function_call NAME] arguments, [output] text, [event KIND] message."""
+    item = payload.get("type")
+    if kind == "response_item" and item == "message":
+        parts.append(f"[{payload.get('role', '')}]")
+        for block in payload.get("content") or []:
+            if isinstance(block, dict):
+                text = block.get("text")
+                parts.append(text if isinstance(text, str) else f"[{block.get('type', '')}]")
+    elif kind == "response_item" and item == "reasoning":
+        parts.append("[reasoning]")
+        for block in payload.get("summary") or []:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+    elif kind == "response_item" and isinstance(item, str) and item.endswith("_call"):
+        parts.append(f"[{item} {payload.get('name', '')}]".replace(" ]", "]"))
+        arguments = payload.get("arguments", payload.get("input"))
+        parts.append(arguments if isinstance(arguments, str) else "")
+    elif kind == "response_item" and isinstance(item, str) and item.endswith("_output"):
+        parts.append("[output]")
+        output = payload.get("output")
+        if isinstance(output, str):
+            parts.append(output)
+        elif isinstance(output, list):
+            for block in output:
+                if isinstance(block, dict):
+                    text = block.get("text")
+                    parts.append(text if isinstance(text, str) else f"[{block.get('type', '')}]")
+    elif kind == "event_msg":
+        parts.append(f"[event {item}]")
+        message = payload.get("message")
+        parts.append(message if isinstance(message, str) else "")
+    elif kind == "compacted":
+        parts.append("[compacted]")
+        message = payload.get("message")
+        parts.append(message if isinstance(message, str) else "")
+    elif kind == "session_meta":
+        parts.append(f"[session_meta] {payload.get('cwd', '')}")
+    elif kind == "turn_context":
+        parts.append(f"[turn_context] {payload.get('model', '')}")
+    else:
+        parts.append(f"[{kind} {item or ''}]".replace(" ]", "]"))
+
+
 def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
     """A one-line summary of an entry's message: its text, with [image]/[tool_use]/... labels."""
     parsed = _parsed(entry)
     message = parsed.get("message")
+    payload = parsed.get("payload")
     parts: list[str] = []
-    if entry.type == "summary":
+    if message is None and isinstance(payload, dict):
+        _rollout_parts(payload, entry.type, parts)
+    elif entry.type == "summary":
         parts.append(str(parsed.get("summary", "")))
     elif isinstance(message, dict):
         content = message.get("content")
@@ -233,6 +281,13 @@ def _fits(console: Console, table: Table) -> bool:
     return Measurement.get(console, unbounded, probe).maximum <= console.width
 
 
+def _project(session: hpb.Session) -> str:
+    """The project column: a Codex session's cwd says that it is one."""
+    if session.source == "codex":
+        return f"codex {session.project_dir}".rstrip()
+    return session.project_dir
+
+
 def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     """One row per session: every column on one line if the terminal is wide enough, else
     the id and the title on the first line, the other columns in one line under the title."""
@@ -259,14 +314,14 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     wide.add_column("usage", justify="right", no_wrap=True, min_width=usage_width)
     wide.add_column("title", overflow="ellipsis", min_width=_MAIN_MIN_WIDTH)
     for s, size, modified, usage, title in rows:
-        wide.add_row(Text(s.session_id), _line(s.project_dir), size, modified, usage, _line(title))
+        wide.add_row(Text(s.session_id), _line(_project(s)), size, modified, usage, _line(title))
     if _fits(console, wide):
         return wide
     narrow = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     narrow.add_column("session", no_wrap=True, min_width=id_width)
     narrow.add_column(Text("title\nmodified  usage  size  project"), overflow="ellipsis")
     for s, size, modified, usage, title in rows:
-        details = "  ".join(part for part in (modified, usage, f"{size} B", s.project_dir) if part)
+        details = "  ".join(part for part in (modified, usage, f"{size} B", _project(s)) if part)
         cell = _line(title) if title else _line("(no title)", style="dim")
         cell.append("\n" + details, style="dim")
         narrow.add_row(Text(s.session_id), cell)

@@ -94,7 +94,7 @@ class SearchIndexer:
 
     def path_key(self, transcript: TranscriptFile) -> str:
         """A transcript's key in the index: its path under the root."""
-        return transcript.path.relative_to(self._root.root).as_posix()
+        return self._root.key_of(transcript)
 
     def _index_file(self, transcript: TranscriptFile, key: str, state: FileState | None) -> None:
         if state is not None:

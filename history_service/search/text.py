@@ -8,6 +8,14 @@ never an image block, and never a string that looks like a base64 payload
 even when it was too short for the stripper to cut: one long run, or a run of
 lines as MIME and PEM wrap base64 (full lines of 60 characters or more, then
 a last line that is padded or too long to be a word).
+
+Each source has one function that picks its text: `_claude_code_texts` for
+Claude Code entries, `_rollout_texts` for Codex rollout lines (a `payload`
+object, no `message`): message text, reasoning summaries (never
+`encrypted_content`), tool calls (name and argument values) and their
+outputs, and a compaction's summary. The `event_msg` copies of messages and
+a compaction's replacement history repeat what their `response_item` lines
+already hold, and are not indexed again.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from scrollback.contract.enumeration import is_rollout_entry
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import StrippedLine
 
@@ -74,8 +83,8 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
     text = "\n".join(parts)[:MAX_TEXT_CHARS]
     if not text.strip():
         return None
-    message = entry.get("message")
-    role = message.get("role") if isinstance(message, dict) else None
+    holder = entry.get("payload") if is_rollout_entry(entry) else entry.get("message")
+    role = holder.get("role") if isinstance(holder, dict) else None
     return EntryText(
         uuid=stripped.uuid,
         type=stripped.type,
@@ -99,6 +108,73 @@ def _clean(text: str) -> str:
 
 
 def _texts(entry: dict[str, Any]) -> Iterator[str]:
+    if is_rollout_entry(entry):
+        return _rollout_texts(entry)
+    return _claude_code_texts(entry)
+
+
+# Rollout items whose text people read, by the payload's own "type".
+_ROLLOUT_MESSAGE_TEXT = frozenset({"input_text", "output_text", "text", "summary_text"})
+
+
+def _rollout_texts(entry: dict[str, Any]) -> Iterator[str]:
+    """A Codex rollout line's text (see the module docstring)."""
+    payload = entry["payload"]
+    kind = entry.get("type")
+    if kind == "compacted":
+        message = payload.get("message")
+        if isinstance(message, str):
+            yield message
+        return
+    if kind != "response_item":
+        return
+    item = payload.get("type")
+    if item == "message":
+        yield from _rollout_items(payload.get("content"))
+    elif item == "reasoning":
+        yield from _rollout_items(payload.get("summary"))
+    elif item in ("function_call", "custom_tool_call"):
+        name = payload.get("name")
+        if isinstance(name, str):
+            yield name
+        yield from _argument_strings(payload.get("arguments"))
+        yield from _argument_strings(payload.get("input"))
+    elif item in ("function_call_output", "custom_tool_call_output"):
+        output = payload.get("output")
+        if isinstance(output, str):
+            # Often JSON itself ({"output": ..., "metadata": ...}): its string values.
+            yield from _argument_strings(output)
+        else:
+            yield from _rollout_items(output)
+    elif item == "local_shell_call":
+        yield from _strings(payload.get("action"))
+
+
+def _rollout_items(items: Any) -> Iterator[str]:
+    """The text of content items (input_text, output_text, summary_text); never an image."""
+    if not isinstance(items, list):
+        return
+    for item in items:
+        if isinstance(item, dict) and item.get("type") in _ROLLOUT_MESSAGE_TEXT:
+            text = item.get("text")
+            if isinstance(text, str):
+                yield text
+
+
+def _argument_strings(arguments: Any) -> Iterator[str]:
+    """A tool call's arguments (or output): the string values of its JSON, or the text as it is."""
+    if not isinstance(arguments, str):
+        return
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        yield arguments
+        return
+    yield from _strings(parsed)
+
+
+def _claude_code_texts(entry: dict[str, Any]) -> Iterator[str]:
+    """A Claude Code entry's text (see the module docstring)."""
     summary = entry.get("summary")
     if isinstance(summary, str):
         yield summary

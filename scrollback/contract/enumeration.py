@@ -5,12 +5,22 @@ met in a depth-first walk of `message.content` in document order, descending
 into the `content` array of any block that has one. Only `message.content` is
 walked; indexes start at 0. The history service mints indexes with this code
 and the media service resolves them with the same code.
+
+A rollout line (Codex CLI: a top-level `payload` object and no top-level
+`message` member) holds its images as data URLs: its image with index i is
+the i-th string whose text is an `image/...` base64 data URL met in a
+depth-first walk of `payload` in document order (object members and array
+items alike). `iter_images` yields every image of either kind as the pair the
+stripper needs: the payload text (None where there is none) and the declared
+media type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+from scrollback.contract.data_url import is_image_media_type, split_data_url
 
 
 def iter_image_blocks(entry: Any) -> Iterator[dict[str, Any]]:
@@ -46,3 +56,43 @@ def image_source_field(block: dict[str, Any], field: str) -> Any:
     if isinstance(source, dict):
         return source.get(field)
     return None
+
+
+def is_rollout_entry(entry: dict[str, Any]) -> bool:
+    """True for a rollout line's shape: a `payload` object and no `message` member."""
+    return "message" not in entry and isinstance(entry.get("payload"), dict)
+
+
+def iter_images(entry: Any) -> Iterator[tuple[Any, Any]]:
+    """Yield (payload text, declared media type) of every image of an entry, in index order.
+
+    For an image block the payload text is `source.data` (any JSON value, or
+    None); for a data URL it is the text after the comma.
+    """
+    if not isinstance(entry, dict):
+        return
+    if not is_rollout_entry(entry):
+        for block in iter_image_blocks(entry):
+            yield image_source_field(block, "data"), image_source_field(block, "media_type")
+        return
+    for text in _iter_strings(entry["payload"]):
+        split = split_data_url(text)
+        if split is not None and is_image_media_type(split[0]):
+            yield split[1], split[0]
+
+
+def _iter_strings(value: Any) -> Iterator[str]:
+    """Every string value under `value` (never a key), depth first, in document order."""
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, str):
+                yield item
+            elif isinstance(item, dict):
+                stack.append(iter(item.values()))
+                break
+            elif isinstance(item, list):
+                stack.append(iter(item))
+                break
+        else:
+            stack.pop()

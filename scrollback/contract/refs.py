@@ -4,6 +4,10 @@
   `[A-Za-z0-9_-]{1,64}`, index a decimal 0-9999 with no sign or leading zeros,
   plus a pin (xxh3-128 of the raw payload text, 32 lowercase hex).
 - A content-addressed blob: `media:<64 lowercase hex sha256>`, only that form.
+- The entry of a line without a usable uuid (Codex rollouts have none) is named
+  by its line's byte offset, `at-<offset>` (`entry_name`, `offset_of_entry_name`):
+  a file only grows, so the name stays valid, and the pin guards against a
+  rewrite that put other bytes there.
 
 Anything else raises `RefError`, which services map to INVALID_ARGUMENT. Error
 messages describe the problem, never echo the offending text.
@@ -20,6 +24,9 @@ _INDEX_PATTERN = re.compile(r"0|[1-9][0-9]{0,3}")
 _PIN_PATTERN = re.compile(r"[0-9a-f]{32}")
 _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 BLOB_REF_PREFIX = "media:"
+# An entry named by its line's byte offset: `at-` and a decimal without leading zeros.
+OFFSET_NAME_PREFIX = "at-"
+_OFFSET_NAME = re.compile(r"at-(0|[1-9][0-9]{0,17})")
 
 
 class RefError(ValueError):
@@ -52,6 +59,22 @@ def validate_sha256(value: str) -> str:
     if not isinstance(value, str) or _SHA256_PATTERN.fullmatch(value) is None:
         raise RefError("sha256 must be 64 lowercase hex characters")
     return value
+
+
+def offset_of_entry_name(name: str) -> int | None:
+    """The byte offset an `at-<offset>` entry name stands for; None for any other name."""
+    match = _OFFSET_NAME.fullmatch(name)
+    return None if match is None else int(match.group(1))
+
+
+def has_usable_uuid(uuid: str) -> bool:
+    """True if a line's uuid can name its entry: an id, and not of the offset form."""
+    return ID_PATTERN.fullmatch(uuid) is not None and _OFFSET_NAME.fullmatch(uuid) is None
+
+
+def entry_name(uuid: str, offset: int) -> str:
+    """How a ref names the entry of the line at `offset`: its uuid, else `at-<offset>`."""
+    return uuid if has_usable_uuid(uuid) else f"{OFFSET_NAME_PREFIX}{offset}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,8 @@ import orjson
 import stringzilla
 import xxhash
 
-from scrollback.contract.enumeration import image_source_field, iter_image_blocks
+from scrollback.contract.data_url import bytes_reader, data_url_payload_start
+from scrollback.contract.enumeration import iter_images
 from scrollback.contract.limits import DEFAULT_INLINE_LIMIT as DEFAULT_INLINE_LIMIT
 from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE as DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.limits import MIN_INLINE_LIMIT as MIN_INLINE_LIMIT
@@ -43,6 +44,8 @@ _QUOTE = 0x22
 _BACKSLASH = 0x5C
 _COLON = 0x3A
 _JSON_WHITESPACE = b" \t\r\n"
+# The bytes a data URL's raw text can start with: `d`, or an escape of it.
+_DATA_URL_FIRST = frozenset(b"d\\")
 # The base64 alphabet with the JSON escapes that decode into it.
 _ESCAPED_ALPHABET_RUN = re.compile(
     rb"(?:[A-Za-z0-9+/=]|\\/|\\u00(?:2[bBfF]|3[0-9dD]|4[1-9a-fA-F]|5[0-9aA]|6[1-9a-fA-F]|7[0-9aA]))*"
@@ -221,9 +224,22 @@ def _long_string_values(line: Buffer, inline_limit: int) -> list[tuple[int, int]
         if closing < 0:
             break  # an unterminated string: the line is not JSON; nothing more to cut
         if closing - opening - 1 >= inline_limit and not _is_key(line, closing):
-            spans.append((opening + 1, closing))
+            start = _payload_start(bytes_reader(line), opening + 1, closing)
+            if closing - start >= inline_limit:
+                spans.append((start, closing))
         position = closing + 1
     return spans
+
+
+def _payload_start(read: LineReader, start: int, end: int) -> int:
+    """Where the payload of the string value at [start, end) begins: after the
+    prefix of a base64 data URL, else at `start`."""
+    if read(start, 1)[0] not in _DATA_URL_FIRST:
+        return start
+    payload_start, _ = data_url_payload_start(
+        lambda offset, length: read(offset, max(0, min(length, end - offset))), start
+    )
+    return start if payload_start < 0 else payload_start
 
 
 def _quote_before_long_run(line: Buffer, position: int, inline_limit: int) -> int:
@@ -293,19 +309,26 @@ def _base64_values(
                     position = opening + 1  # it closes a string: the run after it is outside
                     continue
                 # Long enough to be a payload: the fast path validates it and finds
-                # its closing quote in one pass; escapes take the exact path.
-                closing, pin = _validated_run(line, view, text, opening + 1)
+                # its closing quote in one pass; escapes take the exact path. A data
+                # URL's payload starts after its prefix (docs/contract.md §3).
+                start = opening + 1
+                closing, pin = _validated_run(line, view, text, start)
+                if closing < 0 and line[start] in _DATA_URL_FIRST:
+                    payload_start, _ = data_url_payload_start(bytes_reader(line), start)
+                    if payload_start >= 0:
+                        start = payload_start
+                        closing, pin = _validated_run(line, view, text, start)
                 if closing < 0:
                     closing = _closing_quote(line, opening)
                     if closing < 0:
                         break
-                    if not is_payload(line, opening + 1, closing):
+                    if not is_payload(line, start, closing):
                         position = closing + 1
                         continue
-                if not _is_key(line, closing):
-                    spans.append((opening + 1, closing))
+                if closing - start >= inline_limit and not _is_key(line, closing):
+                    spans.append((start, closing))
                     if pin:
-                        pins[(opening + 1, closing)] = pin
+                        pins[(start, closing)] = pin
                 position = closing + 1
         finally:
             del text  # the buffer is released with it, before the view
@@ -439,8 +462,11 @@ def strip_line_streamed(
     found = _stream_long_strings(read, size, inline_limit, chunk_size)
     spans: list[tuple[int, int]] = []
     pins: dict[tuple[int, int], str] = {}
-    for start, end in found:
+    for string_start, end in found:
         if _stream_is_key(read, size, end):
+            continue
+        start = _payload_start(read, string_start, end)
+        if end - start < inline_limit:
             continue
         pin = _stream_payload_pin(read, start, end, chunk_size)
         if pin is not None:
@@ -600,8 +626,7 @@ def _read_entry(
     images: list[StrippedImage] = []
     failed: list[int] = []
     index = -1
-    for index, block in enumerate(iter_image_blocks(entry)):
-        data = image_source_field(block, "data")
+    for index, (data, media_type) in enumerate(iter_images(entry)):
         if not isinstance(data, str):
             continue
         if data == "":
@@ -611,7 +636,6 @@ def _read_entry(
         if cut is None:
             continue  # a small inline image, or a marker already in the line
         start, end = spans[cut]
-        media_type = image_source_field(block, "media_type")
         images.append(
             StrippedImage(
                 index=index,
@@ -718,8 +742,11 @@ def probe_line_streamed(
     """
     spans: list[tuple[int, int]] = []
     pins: list[str] = []
-    for start, end in _stream_long_strings(read, size, inline_limit, chunk_size):
+    for string_start, end in _stream_long_strings(read, size, inline_limit, chunk_size):
         if _stream_is_key(read, size, end):
+            continue
+        start = _payload_start(read, string_start, end)
+        if end - start < inline_limit:
             continue
         pin = _stream_payload_pin(read, start, end, chunk_size)
         if pin is not None:

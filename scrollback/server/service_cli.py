@@ -37,6 +37,7 @@ from scrollback.server.listening import (
     listen_reason,
 )
 from scrollback.server.service_config import (
+    DEFAULT_CODEX_SESSIONS,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_STATE_TEXT,
     DEFAULT_TRANSCRIPTS,
@@ -118,6 +119,12 @@ def add_shared_flags(
         help=f"{transcripts_help} (SCROLLBACK_TRANSCRIPTS, default {DEFAULT_TRANSCRIPTS})",
     )
     parser.add_argument(
+        "--codex-sessions",
+        type=Path,
+        help=f"Codex CLI's sessions dir, its sibling archived_sessions read too "
+        f"(SCROLLBACK_CODEX_SESSIONS, default {DEFAULT_CODEX_SESSIONS} when it exists)",
+    )
+    parser.add_argument(
         "--state", type=Path, help=f"{state_help} (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
     )
     parser.add_argument(
@@ -148,6 +155,7 @@ def shared_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The config overrides of the shared flags; None where a flag was not given."""
     return {
         "transcripts": args.transcripts.expanduser() if args.transcripts else None,
+        "codex_sessions": args.codex_sessions.expanduser() if args.codex_sessions else None,
         "state_dir": args.state.expanduser() if args.state else None,
         "insecure": args.insecure or None,
         "auth_tokens": args.auth_tokens,

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSCRIPTS_ENV = "SCROLLBACK_TRANSCRIPTS"
+CODEX_SESSIONS_ENV = "SCROLLBACK_CODEX_SESSIONS"
+DEFAULT_CODEX_SESSIONS = "~/.codex/sessions"
 STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
@@ -152,6 +154,19 @@ def transcripts_from_env(env: Mapping[str, str] | None = None) -> Path:
     return Path(source.get(TRANSCRIPTS_ENV, "") or DEFAULT_TRANSCRIPTS).expanduser()
 
 
+def codex_sessions_from_env(env: Mapping[str, str] | None = None) -> Path | None:
+    """SCROLLBACK_CODEX_SESSIONS (~ expanded), else `~/.codex/sessions` when it exists, else None.
+
+    The second root (Codex CLI rollouts); its sibling `archived_sessions` is read too.
+    """
+    source = os.environ if env is None else env
+    text = source.get(CODEX_SESSIONS_ENV, "")
+    if text:
+        return Path(text).expanduser()
+    default = Path(DEFAULT_CODEX_SESSIONS).expanduser()
+    return default if default.is_dir() else None
+
+
 @contextmanager
 def auth_errors_as_config_errors() -> Iterator[None]:
     """Re-raise an AuthConfigError of the block as ConfigError (same text)."""
@@ -237,9 +252,10 @@ def read_server_values(
         service=service,
         shared=shared,
         aliases=aliases,
-        skip=frozenset({"transcripts", "state_dir"}),
+        skip=frozenset({"transcripts", "state_dir", "codex_sessions"}),
     )
     values["transcripts"] = transcripts_from_env(env)
+    values["codex_sessions"] = codex_sessions_from_env(env)
     values["state_dir"] = state_dir_from_env(env)
     values["security"] = security_from_env(env, service=service, auth_tokens=auth_tokens)
     return values

@@ -173,6 +173,7 @@ def history_server(
     auth_tokens: Path | None = None,
     *,
     search_indexing: bool = False,
+    codex_sessions: Path | None = None,
     settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`python -m history_service` over a transcripts root (with a token file if given).
@@ -183,22 +184,28 @@ def history_server(
     state.mkdir(parents=True, exist_ok=True)
     auth = ["--auth-tokens", str(auth_tokens)] if auth_tokens is not None else []
     indexing = [] if search_indexing else ["--no-search-indexing"]
+    codex = ["--codex-sessions", str(codex_sessions)] if codex_sessions is not None else []
     return ServerProcess(
         "history_service",
-        ["--transcripts", str(transcripts), "--state", str(state), *auth, *indexing],
+        ["--transcripts", str(transcripts), "--state", str(state), *auth, *indexing, *codex],
         name="history server",
         settings=settings,
     )
 
 
 def media_server(
-    transcripts: Path, state: Path, *, settings: Mapping[str, str] | None = None
+    transcripts: Path,
+    state: Path,
+    *,
+    codex_sessions: Path | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """`python -m media_service` over a transcripts root."""
+    """`python -m media_service` over a transcripts root (and a Codex sessions dir if given)."""
     state.mkdir(parents=True, exist_ok=True)
+    codex = ["--codex-sessions", str(codex_sessions)] if codex_sessions is not None else []
     return ServerProcess(
         "media_service",
-        ["--transcripts", str(transcripts), "--state", str(state)],
+        ["--transcripts", str(transcripts), "--state", str(state), *codex],
         name="media server",
         settings=settings,
     )

@@ -37,6 +37,9 @@ baseline in the same run, interleaved, median of repeats:
 - slim copy (`scrollback_app.bench.slim`): SlimSession of a 2 GB session vs a
   plain copy of the file (reported), and the history server's peak RSS while
   it streams the copy vs its RSS before (target <= 1.5x; quick: 20 MB).
+- Codex rollouts (`scrollback_app.bench.codex`): the latest window and a cold
+  image of a 300 MB rollout vs a Claude Code transcript of the same size
+  (targets <= 1.5x; quick: 20 MB).
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class BenchConfig:
     insight_bytes: int = 500 * MB
     insight_samples: int = 200
     slim_bytes: int = 2000 * MB
+    codex_bytes: int = 300 * MB
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -150,6 +154,7 @@ class BenchConfig:
             insight_bytes=20 * MB,
             insight_samples=40,
             slim_bytes=20 * MB,
+            codex_bytes=20 * MB,
             label="quick",
         )
 
@@ -801,6 +806,16 @@ class _Run:
 
         for figure in await slim.measure(
             self.work, self.config.slim_bytes, self.config.image_bytes, self.log
+        ):
+            self.add(figure)
+        from scrollback_app.bench import codex
+
+        for figure in await codex.measure(
+            self.work,
+            self.config.codex_bytes,
+            self.config.image_bytes,
+            self.config.repeats,
+            self.log,
         ):
             self.add(figure)
         return self.figures

@@ -57,6 +57,8 @@ EXPECTED = {
     "insight_get_session",
     "slim_copy",
     "slim_server_rss",
+    "codex_window_vs_claude",
+    "codex_ttfb_cold_vs_claude",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 25x target cannot show, so only "not much slower than the

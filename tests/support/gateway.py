@@ -101,7 +101,12 @@ class GatewayStack:
     """
 
     def __init__(
-        self, tmp_path: Path, *, tenants: dict[str, list[str]] | None = None, max_streams: int = 64
+        self,
+        tmp_path: Path,
+        *,
+        tenants: dict[str, list[str]] | None = None,
+        max_streams: int = 64,
+        codex: Path | None = None,
     ) -> None:
         self.tokens_file: Path | None = None
         security = None
@@ -110,7 +115,7 @@ class GatewayStack:
             security = SecuritySettings(
                 auth_tokens=self.tokens_file, max_streams_per_principal=max_streams
             )
-        self.pair = ServerPair(tmp_path / "root", tmp_path / "state", security)
+        self.pair = ServerPair(tmp_path / "root", tmp_path / "state", security, codex)
         self.tmp = tmp_path
         self.log = RequestLog()
         self.gateway: RunningGateway | None = None

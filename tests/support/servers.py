@@ -105,8 +105,16 @@ def assistant_line(uuid: str, text: str) -> bytes:
 class ServerPair:
     """Both services on 127.0.0.1, served from a background event loop."""
 
-    def __init__(self, root: Path, state: Path, security: SecuritySettings | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        state: Path,
+        security: SecuritySettings | None = None,
+        codex: Path | None = None,
+    ) -> None:
         self.root = root
+        # Codex's sessions dir (a second root), or None.
+        self.codex = codex
         self.state = state
         # Auth and limits of both servers (None: none, the loopback default).
         self.security = security or SecuritySettings()
@@ -146,6 +154,7 @@ class ServerPair:
         config = HistoryConfig.from_env(
             {},
             transcripts=self.root,
+            codex_sessions=self.codex,
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",
             rescan_interval_seconds=0.2,
@@ -161,6 +170,7 @@ class ServerPair:
         port = self.media_port if port is None else port
         config = MediaConfig(
             transcripts=self.root,
+            codex_sessions=self.codex,
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",
             gc_interval_seconds=3600,

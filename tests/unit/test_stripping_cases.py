@@ -605,3 +605,82 @@ def test_first_not_base64_knows_the_alphabet_exactly() -> None:
         assert first_not_base64(data) == expected, value
         assert first_not_base64(memoryview(data), 160, 161) == expected
         assert first_not_base64(data, 161) == -1
+
+
+# -- data URLs (docs/contract.md §3) ------------------------------------------
+
+URL = b"data:image/png;base64," + PNG_B64
+
+
+def test_data_url_in_a_rollout_line_is_cut_after_its_comma_and_gets_a_ref() -> None:
+    line = (
+        b'{"timestamp":"t","type":"response_item","payload":{"type":"message","role":"user",'
+        b'"content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"'
+        + URL
+        + b'"}]}}'
+    )
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None
+    assert result.json == line.replace(PNG_B64, STRIPPED_MEDIA_MARKER_BYTES)
+    (image,) = result.images
+    assert (image.index, image.declared_media_type) == (0, "image/png")
+    assert line[image.raw_start : image.raw_end] == PNG_B64
+    assert image.pin == xxhash.xxh3_128_hexdigest(PNG_B64)
+    data, located = extract_image(line, 0)
+    assert data == PNG and located.pin == image.pin
+
+
+def test_data_urls_of_an_event_msg_images_array_count_in_order() -> None:
+    jpeg = b"data:image/jpeg;base64," + PNG_B64[::-1].replace(b"=", b"A")
+    line = (
+        b'{"type":"event_msg","payload":{"type":"user_message","message":"two",'
+        b'"images":["' + URL + b'","data:image/gif;base64,","' + jpeg + b'"]}}'
+    )
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None
+    assert [(i.index, i.declared_media_type) for i in result.images] == [
+        (0, "image/png"),
+        (2, "image/jpeg"),
+    ]
+    assert result.failed_image_indexes == (1,)  # an empty payload: a failed upload
+    assert result.image_count == 3
+
+
+def test_data_url_in_a_claude_code_line_is_cut_without_a_ref() -> None:
+    text = b'{"type":"text","text":"' + URL + b'"}'
+    line = entry(b'{"type":"tool_result","tool_use_id":"t","content":[' + text + b"]}")
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None
+    assert result.cut_count == 1 and result.images == ()
+    assert b"data:image/png;base64," + STRIPPED_MEDIA_MARKER_BYTES in result.json
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        b"data:image\\/png;base64,",  # an escaped slash: still a data URL
+        b"\\u0064ata:image/png;base64,",
+    ],
+)
+def test_escaped_data_url_prefixes_are_read(prefix: bytes) -> None:
+    line = b'{"type":"x","payload":{"image_url":"' + prefix + PNG_B64 + b'"}}'
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None and [i.declared_media_type for i in result.images] == ["image/png"]
+    assert extract_image(line, 0)[0] == PNG
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [b"data:image/png,", b"data:image/png;base64;", b"Data:image/png;base64,", b"data:;base64,"],
+)
+def test_near_misses_of_the_prefix_are_prose(prefix: bytes) -> None:
+    line = b'{"type":"x","payload":{"image_url":"' + prefix + PNG_B64 + b'"}}'
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None and result.cut_count == 0 and result.image_count == 0
+
+
+def test_a_data_url_whose_payload_is_under_the_limit_is_kept() -> None:
+    short = PNG_B64[: LIMIT - 4]
+    line = b'{"type":"x","payload":{"image_url":"data:image/png;base64,' + short + b'"}}'
+    result = strip_line(line, inline_limit=LIMIT)
+    assert result is not None and result.cut_count == 0 and result.image_count == 1

@@ -24,6 +24,13 @@ a key, long base64 outside message.content, runs of the limit without a quote
 outside any string (a number array, spaces), lines without uuid, image blocks
 without source, and decoys that are not walked (tool_use input, arrays nested
 directly in arrays, attachment.prompt).
+
+Data URLs (§3): a string value whose text is `data:<type>/<subtype>;base64,`
+and a payload has that payload cut (the raw text after the comma), whatever
+escapes the prefix is written with; near misses of the prefix are prose. In a
+rollout line (a `payload` object, no `message` member) image i is the i-th
+`image/...` data URL string in a pre-order walk of `payload`; in a Claude Code
+line a data URL is cut but is never an image.
 """
 
 from __future__ import annotations
@@ -259,18 +266,95 @@ class Reference:
     image_data: list[Any] = field(default_factory=list)  # source.data of each image, or None
 
 
-def _is_payload(value: RawStr, limit: int) -> bool:
-    return value.end - value.start >= limit and all(c in B64_ALPHABET for c in value)
+_REF_DATA_URL = re.compile(
+    r"data:([A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127});base64,"
+)
 
 
-def _replace_cut(value: Any, cut: set[tuple[int, int]]) -> Any:
+def _raw_after_chars(line: bytes, start: int, chars: int) -> int:
+    """The raw offset reached after reading `chars` characters of the string at `start`."""
+    position = start
+    for _ in range(chars):
+        if line[position] != ord("\\"):
+            # one UTF-8 character (the prefix is ASCII, so one byte)
+            position += 1
+        elif line[position + 1] == ord("u"):
+            position += 6
+        else:
+            position += 2
+    return position
+
+
+@dataclass(frozen=True)
+class RefString:
+    """A string value seen as the contract sees it: where its payload is, if anywhere."""
+
+    payload: str  # the text a payload would be (after a data URL's comma, else the whole)
+    start: int  # raw offset of that text
+    end: int
+    media_type: str | None  # a data URL's declared type; None for a plain string
+
+
+def _ref_string(line: bytes, value: RawStr) -> RefString:
+    match = _REF_DATA_URL.match(value)
+    if match is None:
+        return RefString(str(value), value.start, value.end, None)
+    start = _raw_after_chars(line, value.start, match.end())
+    return RefString(value[match.end() :], start, value.end, match.group(1))
+
+
+def _is_payload(string: RefString, limit: int) -> bool:
+    return string.end - string.start >= limit and all(c in B64_ALPHABET for c in string.payload)
+
+
+def _replace_cut(value: Any, cut: dict[tuple[int, int], str]) -> Any:
     if isinstance(value, RawStr):
-        return STRIPPED_MEDIA_MARKER if (value.start, value.end) in cut else str(value)
+        return cut.get((value.start, value.end), str(value))
     if isinstance(value, dict):
         return {k: _replace_cut(v, cut) for k, v in value.items()}
     if isinstance(value, list):
         return [_replace_cut(v, cut) for v in value]
     return value
+
+
+def _walk_data_urls(line: bytes, payload: Any) -> list[tuple[Any, Any, RefString]]:
+    """A rollout line's images, recursively: image data URLs in a pre-order walk of payload."""
+    found: list[tuple[Any, Any, RefString]] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, RawStr):
+            string = _ref_string(line, value)
+            if string.media_type is not None and string.media_type.lower().startswith("image/"):
+                found.append((string.payload, string.media_type, string))
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    visit(payload)
+    return found
+
+
+def _walk_all_images(line: bytes, entry: Any) -> list[tuple[Any, Any, RefString | None]]:
+    """(payload text, media type, where) of each image: §2, or a rollout line's data URLs."""
+    if (
+        isinstance(entry, dict)
+        and "message" not in entry
+        and isinstance(entry.get("payload"), dict)
+    ):
+        return list(_walk_data_urls(line, entry["payload"]))
+    images: list[tuple[Any, Any, RefString | None]] = []
+    for block in _walk_images(entry):
+        source = block.get("source")
+        data = source.get("data") if isinstance(source, dict) else None
+        media_type = source.get("media_type") if isinstance(source, dict) else None
+        where = (
+            RefString(str(data), data.start, data.end, None) if isinstance(data, RawStr) else None
+        )
+        images.append((data, media_type, where))
+    return images
 
 
 def _walk_images(entry: Any) -> list[dict[str, Any]]:
@@ -308,7 +392,15 @@ def reference(line: bytes, limit: int) -> Reference | None:
         return None
     if not isinstance(value, dict):
         return None
-    cut = sorted((s.start, s.end) for s in parser.value_strings if _is_payload(s, limit))
+    replaced: dict[tuple[int, int], str] = {}
+    cut: list[tuple[int, int]] = []
+    for value_string in parser.value_strings:
+        string = _ref_string(line, value_string)
+        if _is_payload(string, limit):
+            cut.append((string.start, string.end))
+            prefix = value_string[: len(value_string) - len(string.payload)]
+            replaced[(value_string.start, value_string.end)] = prefix + STRIPPED_MEDIA_MARKER
+    cut.sort()
     pieces: list[bytes] = []
     previous = 0
     for start, end in cut:
@@ -319,24 +411,21 @@ def reference(line: bytes, limit: int) -> Reference | None:
 
     images: list[RefImage] = []
     failed: list[int] = []
-    blocks = _walk_images(value)
+    found = _walk_all_images(line, value)
     data_values: list[Any] = []
-    for index, block in enumerate(blocks):
-        source = block.get("source")
-        data = source.get("data") if isinstance(source, dict) else None
+    for index, (data, media_type, where) in enumerate(found):
         data_values.append(data)
         if data == "":
             failed.append(index)
-        elif isinstance(data, RawStr) and (data.start, data.end) in cut_set:
-            media_type = source.get("media_type")
+        elif where is not None and (where.start, where.end) in cut_set:
             images.append(
                 RefImage(
                     index=index,
-                    pin=xxhash.xxh3_128_hexdigest(line[data.start : data.end]),
+                    pin=xxhash.xxh3_128_hexdigest(line[where.start : where.end]),
                     media_type=media_type if isinstance(media_type, str) else "",
-                    raw_start=data.start,
-                    raw_end=data.end,
-                    decoded=_decode(data),
+                    raw_start=where.start,
+                    raw_end=where.end,
+                    decoded=_decode(where.payload),
                 )
             )
     uuid = value.get("uuid")
@@ -344,10 +433,10 @@ def reference(line: bytes, limit: int) -> Reference | None:
         value=value,
         cut_spans=cut,
         stripped=b"".join(pieces),
-        stripped_value=_replace_cut(value, cut_set),
+        stripped_value=_replace_cut(value, replaced),
         images=images,
         failed=failed,
-        image_count=len(blocks),
+        image_count=len(found),
         uuid=uuid if isinstance(uuid, str) else "",
         image_data=data_values,
     )
@@ -523,6 +612,79 @@ class Gen:
             raw = raw.replace(b"\\/", b"/").replace(b"/", b"\\/")
         return raw
 
+    def data_url(self, media_type: str | None = None) -> JStr:
+        """A data URL string: its prefix sometimes escaped, sometimes not quite a data URL."""
+        if media_type is None:
+            media_type = self.draw(st.sampled_from([*MEDIA_TYPES, "application/pdf", "IMAGE/PNG"]))
+        prefix = f"data:{media_type};base64,"
+        kind = self.draw(st.sampled_from(["plain", "plain", "slash", "u-escapes", "broken"]))
+        if kind == "slash":
+            raw_prefix = prefix.replace("/", "\\/").encode("ascii")
+        elif kind == "u-escapes":
+            flags = self.draw(st.lists(st.booleans(), min_size=len(prefix), max_size=len(prefix)))
+            raw_prefix = b"".join(
+                _u_escape(c, upper=False) if f else c.encode("ascii")
+                for c, f in zip(prefix, flags, strict=True)
+            )
+        elif kind == "broken":
+            broken = self.draw(
+                st.sampled_from(
+                    [
+                        f"data:{media_type};base64;",
+                        f"data:{media_type},",
+                        f"Data:{media_type};base64,",
+                        f"data:{media_type}/x;base64,",
+                        "data:;base64,",
+                        f"xdata:{media_type};base64,",
+                    ]
+                )
+            )
+            raw_prefix = broken.encode("ascii")
+        else:
+            raw_prefix = prefix.encode("ascii")
+        raw = self.payload()
+        if raw:
+            self.payload_raws.append(raw)
+        return JStr(raw_prefix + raw)
+
+    def rollout_value(self, depth: int) -> Any:
+        """Something under a rollout line's payload: images as data URLs at any depth."""
+        kinds = ["data-url", "data-url", "prose", "number"]
+        if depth < 3:
+            kinds += ["object", "object", "array"]
+        kind = self.draw(st.sampled_from(kinds))
+        if kind == "data-url":
+            return self.data_url()
+        if kind == "prose":
+            return self.prose()
+        if kind == "number":
+            return JLit(b"7")
+        if kind == "array":
+            count = self.draw(st.integers(0, 3))
+            return JArr([self.rollout_value(depth + 1) for _ in range(count)])
+        count = self.draw(st.integers(0, 3))
+        pairs: list[tuple[str | JStr, Any]] = [("type", self.s("input_image"))]
+        names = ["image_url", "output", "content", "images", "summary"]
+        for name in self.draw(st.permutations(names))[:count]:
+            pairs.append((name, self.rollout_value(depth + 1)))
+        return self.obj(pairs)
+
+    def rollout_entry(self) -> JObj:
+        """A Codex rollout line: timestamp, type, payload (and rarely a `message` as well)."""
+        kind = self.draw(st.sampled_from(["response_item", "event_msg", "compacted", "x-new"]))
+        payload = self.rollout_value(0)
+        if not isinstance(payload, JObj) or self.rare(10):
+            payload = self.obj([("type", self.s("message")), ("content", JArr([payload]))])
+        pairs: list[tuple[str | JStr, Any]] = [
+            ("timestamp", self.s("2025-01-02T03:04:05.678Z")),
+            ("type", self.s(kind)),
+            ("payload", payload),
+        ]
+        if self.rare(10):
+            # a message member makes it a Claude Code entry: payload is not walked
+            pairs.append(("message", self.obj([("content", self.blocks(0))])))
+        return self.obj(pairs)
+
     def long_b64(self) -> bytes:
         rng = random.Random(self.draw(st.integers(0, 2**32 - 1)))
         return base64.b64encode(rng.randbytes(self.limit * 3 // 4 + rng.randint(0, 60)))
@@ -602,7 +764,7 @@ class Gen:
         return JArr([self.block(depth) for _ in range(count)])
 
     def block(self, depth: int) -> Any:
-        kinds = ["image", "image", "image", "text", "document", "tool_use", "non-object"]
+        kinds = ["image", "image", "image", "text", "document", "tool_use", "non-object", "url"]
         if depth < 3:
             kinds += ["tool_result", "tool_result", "tool_result", "container"]
         kind = self.draw(st.sampled_from(kinds))
@@ -610,6 +772,9 @@ class Gen:
             return self.obj([("type", self.s("text")), ("text", self.prose())])
         if kind == "image":
             return self.image(depth)
+        if kind == "url":
+            # a data URL in a Claude Code text block: cut as a payload, never an image
+            return self.obj([("type", self.s("text")), ("text", self.data_url())])
         if kind == "document":
             return self.media_block("document", "application/pdf")
         if kind == "tool_use":
@@ -735,7 +900,7 @@ class Writer:
 @st.composite
 def transcript_lines(draw: Any, limit: int) -> bytes:
     gen = Gen(draw, limit)
-    entry = gen.entry()
+    entry = gen.rollout_entry() if draw(st.integers(0, 3)) == 3 else gen.entry()
     style = draw(st.sampled_from(["compact", "spaced", "messy"]))
     writer = Writer(style, draw(st.randoms(use_true_random=False)))
     out: list[bytes] = [writer.ws()]
@@ -776,6 +941,13 @@ def _events(line: bytes, expected: Reference, limit: int) -> None:
             event("base64 value at limit-1 (kept)")
     if b'"uuid"' not in line:
         event("no uuid")
+    if any(
+        b"data:" in line[s:e] or b"\\u0064" in line[max(0, s - 30) : s]
+        for s, e in expected.cut_spans
+    ):
+        event("data URL payload cut")
+    if b'"payload"' in line:
+        event("rollout line")
     if b", " in line:
         event("spaced")
     if any(i.index > 0 for i in expected.images):
@@ -920,7 +1092,10 @@ def test_strip_line_matches_reference_at_other_limits(case: tuple[bytes, int], l
 def _unprobed(value: Any, payloads: dict[str, str]) -> Any:
     """A probed value with each placeholder replaced by the payload it stands for."""
     if isinstance(value, str):
-        return payloads.get(value, value)
+        for placeholder, payload in payloads.items():
+            if value.endswith(placeholder):  # a whole payload, or a data URL's
+                return value[: len(value) - len(placeholder)] + payload
+        return value
     if isinstance(value, list):
         return [_unprobed(item, payloads) for item in value]
     if isinstance(value, dict):

@@ -165,10 +165,14 @@ class Session(_message.Message):
     SUBAGENT_INSIGHT_FIELD_NUMBER: _builtins.int
     SUBAGENT_COUNT_FIELD_NUMBER: _builtins.int
     PARENT_TOOL_USE_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id: the transcript's file name without ".jsonl"."""
     project_dir: _builtins.str
-    """The project directory's name under the root (never a full path)."""
+    """The project directory's name under the root (never a full path). For a
+    Codex rollout (source "codex"): the working directory its session_meta
+    names, or empty when it has none.
+    """
     size_bytes: _builtins.int
     """The transcript's size in bytes when it was listed."""
     title: _builtins.str
@@ -187,6 +191,11 @@ class Session(_message.Message):
     parent_tool_use_id: _builtins.str
     """For a sub-agent, the id of the parent's tool_use block that started it
     (from the parent's tool result naming the agent); empty when unknown.
+    """
+    source: _builtins.str
+    """Which agent wrote the transcript: "claude-code" (the transcripts root)
+    or "codex" (a Codex CLI rollout under the Codex sessions dir or its
+    archived_sessions sibling).
     """
     @_builtins.property
     def modified_time(self) -> _timestamp_pb2.Timestamp:
@@ -219,10 +228,11 @@ class Session(_message.Message):
         subagent_insight: Global___SessionInsight | None = ...,
         subagent_count: _builtins.int = ...,
         parent_tool_use_id: _builtins.str = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "modified_time", b"modified_time", "subagent_insight", b"subagent_insight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "source", b"source", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -14,12 +14,22 @@ Anything else is INVALID_ARGUMENT.
 Image enumeration (docs/contract.md §2): the image with index i of an entry
 is the i-th JSON object whose "type" is "image" met in a depth-first walk of
 the entry's message.content in document order, descending into the
-"content" array of any block that has one. Indexes start at 0. Both
-services use the same code for this rule.
+"content" array of any block that has one. Indexes start at 0. A rollout
+line (Codex CLI: a top-level "payload" object and no "message" member)
+holds its images as data URLs: its image i is the i-th string whose text
+is a "data:image/<subtype>;base64," URL met in a depth-first walk of
+"payload" in document order. Both services use the same code for this rule.
+
+Entries without a uuid (every rollout line, and any line whose "uuid" is
+missing or not an id) are named in refs by their line's byte offset in the
+transcript: "at-<offset>", a decimal without leading zeros (a line's own
+"uuid" of that form never names its entry). A transcript only grows, so
+the name stays valid as it does; the pin guards against a rewrite.
 
 The stripped-payload marker is the file option below: a line served in
 DEFERRED mode carries exactly this text, [scrollback:stripped-media],
-between the quotes where a payload was cut.
+between the quotes where a payload was cut (for a data URL, after its
+comma: "data:image/png;base64,[scrollback:stripped-media]").
 """
 
 from google.protobuf import descriptor as _descriptor
@@ -57,9 +67,13 @@ class MediaRef(_message.Message):
     NOT_FOUND.
     """
     entry_uuid: _builtins.str
-    """The "uuid" of the transcript entry that holds the image. Must match
+    """The "uuid" of the transcript entry that holds the image, or, for an
+    entry without one, "at-<offset>": the byte offset of its line. Must match
     [A-Za-z0-9_-]{1,64}, else INVALID_ARGUMENT. An unknown entry is
-    NOT_FOUND, the same answer as an unknown session.
+    NOT_FOUND, the same answer as an unknown session. An "at-<offset>" past
+    the end of the transcript is NOT_FOUND; one where no line starts any
+    more, or where the line has a uuid, is FAILED_PRECONDITION (the
+    transcript was rewritten), as is a pin that no longer matches.
     """
     index: _builtins.int
     """The image's index within the entry by the enumeration rule above, from 0
@@ -69,14 +83,16 @@ class MediaRef(_message.Message):
     """
     pin: _builtins.str
     """The xxh3-128 digest of the raw payload text as it stood in the line (the
-    bytes between the quotes, escapes as written), as 32 lowercase hex
+    bytes between the quotes, escapes as written; for a data URL, the bytes
+    after its comma up to the closing quote), as 32 lowercase hex
     characters. Required when reading: malformed or empty is
     INVALID_ARGUMENT; a pin that no longer matches the transcript (it was
     rewritten or rolled back) is FAILED_PRECONDITION.
     """
     declared_media_type: _builtins.str
     """Output only: the media type the transcript declares for the image (for
-    example "image/png"). Never trusted for serving; ignored on requests.
+    example "image/png": an image block's source.media_type, or the type a
+    data URL names). Never trusted for serving; ignored on requests.
     """
     approx_size_bytes: _builtins.int
     """Output only: the approximate decoded size of the image in bytes (three
@@ -91,7 +107,8 @@ class MediaRef(_message.Message):
     service minted the ref. Optional on requests: a hint that lets the media
     service read that one line instead of searching the transcript for the
     entry. A wrong or stale hint costs a search, never a wrong answer (the
-    entry uuid and the pin are still checked); it never causes an error.
+    entry uuid and the pin are still checked); it never causes an error. An
+    "at-<offset>" entry is read at its own offset, whatever the hint.
     The field has presence: unset means "no hint" (the media service goes
     straight to its cache or its search), and 0 is the first line. Declared
     `optional` after the fact, which keeps the wire format unchanged.

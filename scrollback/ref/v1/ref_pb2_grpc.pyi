@@ -14,12 +14,22 @@ Anything else is INVALID_ARGUMENT.
 Image enumeration (docs/contract.md §2): the image with index i of an entry
 is the i-th JSON object whose "type" is "image" met in a depth-first walk of
 the entry's message.content in document order, descending into the
-"content" array of any block that has one. Indexes start at 0. Both
-services use the same code for this rule.
+"content" array of any block that has one. Indexes start at 0. A rollout
+line (Codex CLI: a top-level "payload" object and no "message" member)
+holds its images as data URLs: its image i is the i-th string whose text
+is a "data:image/<subtype>;base64," URL met in a depth-first walk of
+"payload" in document order. Both services use the same code for this rule.
+
+Entries without a uuid (every rollout line, and any line whose "uuid" is
+missing or not an id) are named in refs by their line's byte offset in the
+transcript: "at-<offset>", a decimal without leading zeros (a line's own
+"uuid" of that form never names its entry). A transcript only grows, so
+the name stays valid as it does; the pin guards against a rewrite.
 
 The stripped-payload marker is the file option below: a line served in
 DEFERRED mode carries exactly this text, [scrollback:stripped-media],
-between the quotes where a payload was cut.
+between the quotes where a payload was cut (for a data URL, after its
+comma: "data:image/png;base64,[scrollback:stripped-media]").
 """
 
 from collections import abc as _abc

@@ -62,6 +62,8 @@ def test_readme_quickstart_runs_as_written_on_the_samples(
     # What the lines wrote: the photo, the same bytes back as an attachment, a thumbnail, a page.
     assert (here / "attachment.png").read_bytes() == (here / "photo.png").read_bytes()
     assert (here / "thumb.webp").read_bytes()[8:12] == b"WEBP"
+    # The Codex sample's screenshot, out of its data: URL, by its offset-named ref.
+    assert (here / "codex.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "The hello function is ready." in (here / "out" / "index.html").read_text()
 
 

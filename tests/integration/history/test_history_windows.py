@@ -147,7 +147,9 @@ async def test_empty_file_skipped_lines_and_no_uuid_lines(history: HistoryHarnes
     page = await read_page(history.stub, session_id="mixed")
     assert page.end.skipped_lines == 2
     first, second = page.entries
-    assert first.uuid == "" and list(first.media_refs) == [] and png not in first.json
+    assert first.uuid == "" and png not in first.json
+    # A line without a uuid names its entry by its offset (docs/contract.md §4).
+    assert [r.entry_uuid for r in first.media_refs] == [f"at-{first.byte_offset}"]
     assert second.uuid == "u1" and [r.index for r in second.media_refs] == [0]
     assert list(second.failed_image_indexes) == [1]
     ref = second.media_refs[0]
