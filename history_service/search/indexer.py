@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from history_service.errors import FileRewrittenError
@@ -29,7 +30,7 @@ from history_service.tokens import FileIdentity
 from history_service.windows import open_transcript
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.lineindex import LineFeed, LineIndex
+from scrollback.lineindex import LineFeed, LineIndex, background_priority
 from scrollback.transcripts import TranscriptFile, TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -216,10 +217,25 @@ class SearchIndexer:
             insight.finish()
 
     async def run(self, interval: float) -> None:
-        """Catch up now, then every `interval` seconds, until cancelled or stopped."""
+        """Catch up now, then every `interval` seconds, until cancelled or stopped.
+
+        The passes run on a thread of their own at a low OS priority
+        (`background_priority`): requests get the CPU first.
+        """
         loop = asyncio.get_running_loop()
+        thread = ThreadPoolExecutor(
+            1, thread_name_prefix="search-index", initializer=background_priority
+        )
+        try:
+            await self._run(loop, thread, interval)
+        finally:
+            thread.shutdown(wait=False)
+
+    async def _run(
+        self, loop: asyncio.AbstractEventLoop, thread: ThreadPoolExecutor, interval: float
+    ) -> None:
         while not self._stopping.is_set():
-            self._pass = loop.run_in_executor(None, self.catch_up)
+            self._pass = loop.run_in_executor(thread, self.catch_up)
             try:
                 # Shielded: cancelling the loop must not orphan the pass's thread;
                 # `stop` waits for it before the index is closed under it.
