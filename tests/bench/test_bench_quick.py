@@ -42,6 +42,7 @@ EXPECTED = {
     "gateway_photo_concurrent",
     "gateway_rss_big_vs_small_photos",
     "index_build",
+    "index_first_touch",
     "index_hintless_after_restart",
     "index_hintless_repeated",
     "stall_media_stalled",
