@@ -1,10 +1,17 @@
 """Domain errors of the history service.
 
-Each maps to one gRPC status in the single table of `servicer.py`. Messages are
+Each maps to one reason, and so one gRPC status, in ERROR_TABLE below. Messages are
 fixed texts: they never carry a path, a token or a payload.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+
+from scrollback.contract.reasons import Reason
+from scrollback.contract.refs import RefError
+from scrollback.state.errors import StoreBusyError
+from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
 
 class InvalidArgumentError(ValueError):
@@ -52,3 +59,19 @@ class LongTailPendingError(Exception):
             "the transcript ends in a line longer than the max line size; "
             "its start is being located, retry shortly"
         )
+
+
+# The one map from domain exceptions to reasons (docs/contract.md §9), applied to every RPC.
+ERROR_TABLE: Mapping[type[BaseException], Reason] = {
+    RefError: Reason.REF_INVALID,
+    InvalidArgumentError: Reason.INVALID_ARGUMENT,
+    SessionNotFoundError: Reason.SESSION_NOT_FOUND,
+    AmbiguousSessionError: Reason.SESSION_AMBIGUOUS,
+    FileRewrittenError: Reason.TRANSCRIPT_REWRITTEN,
+    BlobMissingError: Reason.BLOB_MISSING,
+    ChatKeyBoundError: Reason.CHAT_KEY_BOUND,
+    TxnConflictError: Reason.TXN_CONFLICT,
+    TooLargeError: Reason.TOO_LARGE,
+    LongTailPendingError: Reason.LONG_TAIL_PENDING,
+    StoreBusyError: Reason.STORE_BUSY,
+}

@@ -30,6 +30,7 @@ from typing import TypeVar
 import xxhash
 
 from history_service.errors import FileRewrittenError
+from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.stripping import (
     StrippedLine,
     oversize_line,
@@ -129,7 +130,7 @@ def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator
                 fd,
             )
         finally:
-            LONG_LINE_BUDGET.release(held)
+            _LONG_LINE_BUDGET.release(held)
         if not terminated:
             return
         position = newline + 1
@@ -173,7 +174,7 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
                 fd,
             )
         finally:
-            LONG_LINE_BUDGET.release(held)
+            _LONG_LINE_BUDGET.release(held)
         line_end = newline
 
 
@@ -272,109 +273,68 @@ class RowReads:
         return os.pread(self.fd, length, offset)
 
 
-def iter_indexed_backward(
-    fd: int,
-    end: int,
-    max_line: int,
-    rows_before: IndexRows,
-    probe: Probe[T] | None = None,
-    batch: int = INDEX_ROWS,
-) -> Iterator[RawLine | T]:
-    """The lines before `end` newest first, as `iter_lines_backward`, found through a line index.
-
-    `rows_before(offset, limit)` gives indexed (offset, length) rows starting
-    before `offset`, newest first (scrollback.lineindex). Each row is checked
-    against the file before it is used (`_indexed_line`): only blank lines
-    between it and the line after, a newline on both sides, none inside. At
-    the first row that fails, or when the rows run out, the byte scan goes on
-    from the last checked line start: a wrong row costs a scan, never wrong bytes.
-    `probe(offset, length, read)` may answer for a line without its bytes
-    being read (a cached entry whose mark it checked): its answer is yielded
-    instead. Rows are asked `batch` at a time (a page and a few more).
-    """
-    position = end
-    while position > 0:
-        rows = rows_before(position, batch)
-        if not rows:
-            break
-        reads = RowReads(fd, rows)
-        read = reads.pread
-        for offset, length in rows:
-            if not offset + length < position <= offset + length + 1 + MAX_INDEX_GAP:
-                break
-            # Blank lines between this line's newline and the next line (its
-            # own newline is checked with the line).
-            if offset + length + 1 != position and not _only_newlines(
-                read, offset + length + 1, position
-            ):
-                break
-            known = None if probe is None else probe(offset, length, reads)
-            if known is not None:
-                yield known
-                position = offset
-                continue
-            line = _indexed_line(fd, read, offset, length, max_line)
-            if line is None:
-                break
-            held, raw = line
-            try:
-                yield raw
-            finally:
-                LONG_LINE_BUDGET.release(held)
-            position = offset
-        else:
-            continue
-        break
-    if position > 0:
-        yield from iter_lines_backward(fd, position, max_line)
-
-
-def iter_indexed_forward(
+def iter_indexed(
     fd: int,
     start: int,
     end: int,
     max_line: int,
-    rows_from: IndexRows,
+    rows: IndexRows,
+    *,
+    backward: bool,
     probe: Probe[T] | None = None,
     batch: int = INDEX_ROWS,
 ) -> Iterator[RawLine | T]:
-    """The lines in [start, end) in file order, as `iter_lines_forward`, found through a line index.
+    """The lines in [start, end), found through a line index: as `iter_lines_backward` (newest
+    first, `start` 0) when `backward`, else as `iter_lines_forward`.
 
-    `rows_from(offset, limit)` gives indexed rows starting at or after
-    `offset`, in file order; each is checked as in `iter_indexed_backward`.
-    Past the last row that checks (the unterminated tail, lines appended since
-    the index was extended, or a row that fails) the byte scan goes on.
+    `rows(offset, limit)` gives indexed (offset, length) rows in reading order:
+    those starting before `offset`, newest first, backward; those at or after
+    it, in file order, forward (scrollback.lineindex). Each row is checked
+    against the file before it is used (`_indexed_line`): only blank lines
+    between it and the line read before it, a newline on both sides, none
+    inside. At the first row that fails, or when the rows run out, the byte
+    scan goes on from the last checked line: a wrong row costs a scan, never
+    wrong bytes (forward, past the last row that checks are the unterminated
+    tail and lines appended since the index was extended). `probe(offset,
+    length, read)` may answer for a line without its bytes being read (a
+    cached entry whose mark it checked): its answer is yielded instead. Rows
+    are asked `batch` at a time (a page and a few more).
     """
-    position = start
-    while position < end:
-        rows = rows_from(position, batch)
-        if not rows:
+    position = end if backward else start
+    while start < position if backward else position < end:
+        batch_rows = rows(position, batch)
+        if not batch_rows:
             break
-        reads = RowReads(fd, rows)
+        reads = RowReads(fd, batch_rows)
         read = reads.pread
-        for offset, length in rows:
-            if not position <= offset <= position + MAX_INDEX_GAP or offset + length >= end:
+        for offset, length in batch_rows:
+            after = offset + length + 1  # where the next line may start
+            # The blank lines between this line and the one read before it (this
+            # line's own newline is checked with the line).
+            gap = (after, position) if backward else (position, offset)
+            if not 0 <= gap[1] - gap[0] <= MAX_INDEX_GAP or (not backward and after > end):
                 break
-            if position != offset and not _only_newlines(read, position, offset):
+            if gap[0] != gap[1] and not _only_newlines(read, *gap):
                 break
             known = None if probe is None else probe(offset, length, reads)
-            if known is not None:
+            if known is None:
+                line = _indexed_line(fd, read, offset, length, max_line)
+                if line is None:
+                    break
+                held, raw = line
+                try:
+                    yield raw
+                finally:
+                    _LONG_LINE_BUDGET.release(held)
+            else:
                 yield known
-                position = offset + length + 1
-                continue
-            line = _indexed_line(fd, read, offset, length, max_line)
-            if line is None:
-                break
-            held, raw = line
-            try:
-                yield raw
-            finally:
-                LONG_LINE_BUDGET.release(held)
-            position = offset + length + 1
+            position = offset if backward else after
         else:
             continue
         break
-    if position < end:
+    if backward and position > 0:
+        yield from iter_lines_backward(fd, position, max_line)
+    elif not backward and position < end:
         yield from iter_lines_forward(fd, position, end, max_line)
 
 
@@ -393,7 +353,7 @@ def _indexed_line(
 
     It must be a whole line of the file now: a newline (or the file start)
     before it, a newline after it, none inside. A line held whole takes its
-    size from LONG_LINE_BUDGET when longer than a block (the caller gives it
+    size from _LONG_LINE_BUDGET when longer than a block (the caller gives it
     back); one over `max_line` is only searched for a newline, block by block.
     """
     if length <= 0:
@@ -418,14 +378,14 @@ def _indexed_line(
     edges = read(before, offset - before) + read(1, offset + length)
     if edges != b"\n" * (before + 1):
         return None
-    held = LONG_LINE_BUDGET.acquire(length)
+    held = _LONG_LINE_BUDGET.acquire(length)
     try:
         data = os.pread(fd, length, offset)
         if len(data) != length or b"\n" in data:
-            LONG_LINE_BUDGET.release(held)
+            _LONG_LINE_BUDGET.release(held)
             return None
     except BaseException:
-        LONG_LINE_BUDGET.release(held)
+        _LONG_LINE_BUDGET.release(held)
         raise
     return held, RawLine(offset, offset + length, data, True, fd)
 
@@ -461,7 +421,8 @@ class LineMemoryBudget:
             self._changed.notify_all()
 
 
-LONG_LINE_BUDGET = LineMemoryBudget(16 * 1024 * 1024)
+# Internal, not a setting: room for one line of the largest size a window serves at a time.
+_LONG_LINE_BUDGET = LineMemoryBudget(DEFAULT_MAX_LINE_SIZE)
 
 
 class FileShrankError(FileRewrittenError):
@@ -472,7 +433,7 @@ def _hold(block_start: int, block_end: int, start: int, end: int, max_line: int)
     """Take a long line's size from the budget until it is served; 0 for others."""
     if end - start > max_line or (block_start <= start and end <= block_end):
         return 0  # not read, or copied out of the block
-    return LONG_LINE_BUDGET.acquire(end - start)
+    return _LONG_LINE_BUDGET.acquire(end - start)
 
 
 def _line_bytes(

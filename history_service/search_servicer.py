@@ -13,10 +13,9 @@ from typing import Any
 
 import grpc
 
-from history_service.errors import InvalidArgumentError
+from history_service.errors import ERROR_TABLE, InvalidArgumentError
 from history_service.search.query import Filters, check_values, page_size, parse_query
 from history_service.search.searcher import Searcher, SearchHit
-from history_service.servicer import ERROR_TABLE
 from scrollback.contract.refs import validate_id
 from scrollback.search.v1 import search_pb2 as pb
 from scrollback.search.v1 import search_pb2_grpc

@@ -1,7 +1,7 @@
 """The gRPC servicer: translates protos to HistoryCore calls and back, and errors to statuses.
 
-`ERROR_TABLE` is the one map from domain exceptions to status codes (docs/contract.md
-§9); `scrollback.server.grpc_support.maps_errors` applies it to every RPC, in
+`ERROR_TABLE` (history_service.errors) is the one map from domain exceptions to reasons and
+status codes (docs/contract.md §9); `scrollback.server.grpc_support.maps_errors` applies it to every RPC, in
 its streaming phase too, and anything not in it is INTERNAL with a fixed text. The caller's principal (set by the auth
 interceptor) is read here, once per call, and passed to the core explicitly.
 """
@@ -17,15 +17,7 @@ from history_service.core import HistoryCore
 from history_service.entry_cache import (
     entry_messages,
 )
-from history_service.errors import (
-    BlobMissingError,
-    ChatKeyBoundError,
-    FileRewrittenError,
-    InvalidArgumentError,
-    LongTailPendingError,
-    TooLargeError,
-    TxnConflictError,
-)
+from history_service.errors import ERROR_TABLE
 from history_service.lines import MediaMode
 from history_service.messages import (
     accepted_message,
@@ -37,33 +29,15 @@ from history_service.messages import (
 from history_service.slim import SlimFileStart, SlimStart, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.window_wire import window_responses
-from scrollback.contract.reasons import Reason
-from scrollback.contract.refs import RefError, validate_id
+from scrollback.contract.refs import validate_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.server.caller import current_principal
 from scrollback.server.grpc_support import (
-    ErrorTable,
     add_servicer_sending_serialized,
     maps_errors,
 )
 from scrollback.server.serialized import Serialized
-from scrollback.state.errors import StoreBusyError
-from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
-
-ERROR_TABLE: ErrorTable = {
-    RefError: Reason.REF_INVALID,
-    InvalidArgumentError: Reason.INVALID_ARGUMENT,
-    SessionNotFoundError: Reason.SESSION_NOT_FOUND,
-    AmbiguousSessionError: Reason.SESSION_AMBIGUOUS,
-    FileRewrittenError: Reason.TRANSCRIPT_REWRITTEN,
-    BlobMissingError: Reason.BLOB_MISSING,
-    ChatKeyBoundError: Reason.CHAT_KEY_BOUND,
-    TxnConflictError: Reason.TXN_CONFLICT,
-    TooLargeError: Reason.TOO_LARGE,
-    LongTailPendingError: Reason.LONG_TAIL_PENDING,
-    StoreBusyError: Reason.STORE_BUSY,
-}
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

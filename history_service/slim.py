@@ -571,7 +571,7 @@ def _segments(fd: int, size: int, max_line: int) -> Iterator[_PlainRun | RawLine
     """
     position = 0
     while position < size:
-        block = os.pread(fd, min(SCAN_BLOCK, size - position), position)
+        block = LineFile(fd).read(min(SCAN_BLOCK, size - position), position)
         if not block:
             return  # the file shrank under us: stop at what we have
         cut = block.rfind(b"\n") + 1

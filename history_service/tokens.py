@@ -93,7 +93,7 @@ class FileIdentity:
         """The identity of an open file now."""
         stat = os.fstat(fd)
         head_len = min(HEAD_BYTES, stat.st_size)
-        head = os.pread(fd, head_len, 0)
+        head = LineFile(fd).read(head_len, 0)
         return cls(
             stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_intdigest(head), stat.st_size
         )
@@ -109,7 +109,7 @@ class FileIdentity:
             return current
         if (current.dev, current.ino) != (self.dev, self.ino) or current.size < self.size:
             raise FileRewrittenError()
-        head = os.pread(fd, self.head_len, 0)
+        head = LineFile(fd).read(self.head_len, 0)
         if len(head) != self.head_len or xxhash.xxh3_64_intdigest(head) != self.head_hash:
             raise FileRewrittenError()
         if boundary > 0 and not LineFile(fd).starts_line(boundary):
@@ -140,12 +140,12 @@ class PageToken:
         """A token for `boundary` in this file version, marked with the bytes around it."""
         start = cls._mark_start(boundary)
         end = min(identity.size, boundary + MARK_BYTES)
-        mark = os.pread(fd, max(0, end - start), start)
+        mark = LineFile(fd).read(max(0, end - start), start)
         return cls(direction, identity, boundary, len(mark), xxhash.xxh3_64_intdigest(mark))
 
     def check_mark(self, fd: int) -> None:
         """FileRewrittenError unless the bytes around the boundary are as at minting."""
-        mark = os.pread(fd, self.mark_len, self._mark_start(self.boundary))
+        mark = LineFile(fd).read(self.mark_len, self._mark_start(self.boundary))
         if len(mark) != self.mark_len or xxhash.xxh3_64_intdigest(mark) != self.mark_hash:
             raise FileRewrittenError()
 

@@ -78,7 +78,7 @@ def complete_end(fd: int, size: int, max_line_size: int) -> int:
     """Where the complete lines end now: after the tail if it is a complete object."""
     start = LineFile(fd).tail_start(size, size)
     if start < size and size - start <= max_line_size:
-        data = os.pread(fd, size - start, start)
+        data = LineFile(fd).read(size - start, start)
         if serve_line(
             RawLine(start, size, data, False), MediaMode.DEFERRED, 1 << 30, max_line_size
         ):

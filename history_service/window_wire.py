@@ -34,7 +34,7 @@ WindowResponse = TypeVar("WindowResponse", pb.ReadWindowResponse, pb.BootstrapRe
 # The largest EntryBatch message sent, whatever a client asks for: well below
 # the 4 MiB message bound, and small enough that a stream holds little more
 # than its window's small entries (which the window holds anyway).
-MAX_BATCH_BYTES = 1024 * 1024
+_MAX_BATCH_BYTES = 1024 * 1024
 
 
 _ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
@@ -82,14 +82,14 @@ async def window_responses(
     With `max_batch_bytes` 0 each Entry is its own message (then its json
     chunks). Otherwise runs of small entries (those the window holds anyway,
     each under the budget) are packed into EntryBatch messages of at most
-    min(max_batch_bytes, MAX_BATCH_BYTES) bytes; the others go alone as before.
+    min(max_batch_bytes, _MAX_BATCH_BYTES) bytes; the others go alone.
     Entries the window holds already encoded (history_service.entry_cache) go
     on the wire as they are: a batch is their bytes joined. Only the entry
     being sent (or one batch) is held beyond the window: a held-back entry is
     served again from the window's file (in a thread) just before it is sent,
     and dropped after; it is never batched.
     """
-    budget = min(max_batch_bytes, MAX_BATCH_BYTES)
+    budget = min(max_batch_bytes, _MAX_BATCH_BYTES)
     if budget and not links:
         # The common case: every entry already encoded and all of them within one
         # batch: that batch, joined in C, without the per-entry loop below.

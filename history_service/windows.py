@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from history_service.entry_cache import (
@@ -42,8 +42,7 @@ from history_service.lines import (
     RowReads,
     ServedLine,
     is_blank,
-    iter_indexed_backward,
-    iter_indexed_forward,
+    iter_indexed,
     iter_lines_backward,
     iter_lines_forward,
     serve_line,
@@ -67,7 +66,7 @@ MAX_PAGE_SIZE = 200
 MAX_BACKGROUND_BUILDS = 2
 log = logging.getLogger(__name__)
 # A served entry whose json is larger is not kept in its window (see HeldBack).
-HOLD_BACK_BYTES = 256 * 1024
+_HOLD_BACK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +129,7 @@ class Window:
         if entry.line_size > self.max_line_size:
             raw = RawLine(entry.offset, end, None, True, self.file.fd)  # stripped streaming
         else:
-            data = os.pread(self.file.fd, entry.line_size, entry.offset)
+            data = LineFile(self.file.fd).read(entry.line_size, entry.offset)
             if len(data) != entry.line_size:
                 raise FileShrankError()
             raw = RawLine(entry.offset, end, data, True)
@@ -335,7 +334,7 @@ class WindowReader:
             if (
                 whole
                 and not served.stripped.oversize
-                and len(served.stripped.json) <= HOLD_BACK_BYTES
+                and len(served.stripped.json) <= _HOLD_BACK_BYTES
             ):
                 encoded = encode(session_id, served)
                 cache.put(scope, mark, encoded, stamp)
@@ -445,7 +444,6 @@ class WindowReader:
         fd, identity = opened.fd, opened.identity
         size = identity.size
         newest: list[ServedLine | HeldBack | EncodedEntry] = []
-        skipped = 0
         scanned = 0
         if boundary < 0:
             start = LineFile(fd).tail_start(
@@ -453,7 +451,7 @@ class WindowReader:
             )
             newest_end = start
             if start < size and size - start <= self._max_line_size:
-                data = os.pread(fd, size - start, start)
+                data = LineFile(fd).read(size - start, start)
                 tail = serve(RawLine(start, start + len(data), data, False))
                 if tail is not None:
                     newest.append(_light(tail))
@@ -462,40 +460,29 @@ class WindowReader:
             end = start
         else:
             end = newest_end = boundary
-        oldest = end
         lines = (
             iter_lines_backward(fd, end, self._max_line_size)
             if rows is None
-            else iter_indexed_backward(
-                fd, end, self._max_line_size, rows[0], take.probe, params.page_size + 8
+            else iter_indexed(
+                fd,
+                0,
+                end,
+                self._max_line_size,
+                rows[0],
+                backward=True,
+                probe=take.probe,
+                batch=params.page_size + 8,
             )
         )
-        while len(newest) < params.page_size and scanned < self._max_window_bytes:
-            raw = next(lines, None)
-            if raw is None:
-                break
-            if isinstance(raw, EncodedEntry):
-                # An indexed line whose entry was cached (its mark checked).
-                oldest = raw.offset
-                scanned += raw.line_size + 1
-                newest.append(raw)
-                continue
-            oldest = raw.start
-            scanned += raw.size + 1
-            if is_blank(raw):
-                continue
-            entry = take.take(raw)
-            if entry is None:
-                skipped += 1
-            else:
-                newest.append(entry)
+        taken = self._take_lines(lines, newest, scanned, params.page_size, serve, take)
+        oldest = end if taken.first is None else taken.first
         newest.reverse()
         token = ""
         if oldest > 0:
             token = self._codec.page_token(
                 params.session_id, PageToken.at(DIRECTION_LATEST_FIRST, identity, oldest, fd)
             )
-        return Window(tuple(newest), skipped, size, token, identity, newest_end)
+        return Window(tuple(newest), taken.skipped, size, token, identity, newest_end)
 
     def _scan_forward(
         self,
@@ -509,54 +496,84 @@ class WindowReader:
         fd, identity = opened.fd, opened.identity
         size = identity.size
         entries: list[ServedLine | HeldBack | EncodedEntry] = []
-        skipped = 0
-        scanned = 0
-        position = boundary
-        at_end = False
         lines = (
             iter_lines_forward(fd, boundary, size, self._max_line_size)
             if rows is None
-            else iter_indexed_forward(
-                fd, boundary, size, self._max_line_size, rows[1], take.probe, params.page_size + 8
+            else iter_indexed(
+                fd,
+                boundary,
+                size,
+                self._max_line_size,
+                rows[1],
+                backward=False,
+                probe=take.probe,
+                batch=params.page_size + 8,
             )
         )
-        while len(entries) < params.page_size and scanned < self._max_window_bytes:
+        taken = self._take_lines(lines, entries, 0, params.page_size, serve, take)
+        position = boundary if taken.after is None else taken.after
+        token = ""
+        if not taken.exhausted and position < size:
+            token = self._codec.page_token(
+                params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
+            )
+        return Window(tuple(entries), taken.skipped, size, token, identity, position)
+
+    def _take_lines(
+        self,
+        lines: Iterator[RawLine | EncodedEntry],
+        entries: list[ServedLine | HeldBack | EncodedEntry],
+        scanned: int,
+        page_size: int,
+        serve: Callable[[RawLine], ServedLine | None],
+        take: _Take,
+    ) -> _Taken:
+        """Take lines, in the order `lines` gives them, into `entries` until the page is
+        full, the window's byte budget is spent or the lines end.
+
+        Both directions read through here. Only a forward scan meets the unterminated
+        last line: it is served if it is a complete object, and ends the scan.
+        """
+        skipped = 0
+        first: int | None = None  # where the last line taken starts
+        after: int | None = None  # where the line after it starts
+        while len(entries) < page_size and scanned < self._max_window_bytes:
             raw = next(lines, None)
             if raw is None:
-                at_end = True
-                break
+                return _Taken(skipped, first, after, True)
             if isinstance(raw, EncodedEntry):
+                # An indexed line whose entry was cached (its mark checked).
                 scanned += raw.line_size + 1
-                position = raw.offset + raw.line_size + 1
+                first, after = raw.offset, raw.offset + raw.line_size + 1
                 entries.append(raw)
                 continue
             scanned += raw.size + 1
-            if is_blank(raw):
-                if raw.terminated:
-                    position = raw.next_start
-                continue
             if not raw.terminated:
-                # The unterminated last line: served only if it is a complete object.
-                tail = serve(raw) if raw.data is not None else None
+                tail = None if is_blank(raw) or raw.data is None else serve(raw)
                 if tail is not None:
                     entries.append(_light(tail))
-                    position = raw.end
-                at_end = True
-                break
+                    after = raw.end
+                return _Taken(skipped, first, after, True)
+            first, after = raw.start, raw.next_start
+            if is_blank(raw):
+                continue
             entry = take.take(raw)
-            position = raw.next_start
             if entry is None:
                 skipped += 1
             else:
                 entries.append(entry)
-        if position >= size:
-            at_end = True
-        token = ""
-        if not at_end:
-            token = self._codec.page_token(
-                params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
-            )
-        return Window(tuple(entries), skipped, size, token, identity, position)
+        return _Taken(skipped, first, after, False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """What `_take_lines` read: lines skipped, where the last line taken starts and where the
+    next one does (None when none was), and whether the lines ran out."""
+
+    skipped: int
+    first: int | None
+    after: int | None
+    exhausted: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,7 +596,7 @@ def _uncached(
 
 def _light(served: ServedLine) -> ServedLine | HeldBack:
     """The entry itself if small; else only its place (a served unterminated tail stays)."""
-    if len(served.stripped.json) <= HOLD_BACK_BYTES or served.stripped.oversize:
+    if len(served.stripped.json) <= _HOLD_BACK_BYTES or served.stripped.oversize:
         return served
     return HeldBack(served.offset, served.line_size)
 

@@ -22,7 +22,9 @@ upload discarded), `WRITE_DEADLINE_SECONDS` (default 600, flag
 steadily it drips), `STALL_TIMEOUT_SECONDS` (default 60, flag
 `--stall-timeout-seconds`: a stream whose client grants no flow-control window
 that long is ended with DEADLINE_EXCEEDED), `THUMBNAIL_THREADS` (default 2: the
-threads that encode thumbnails, apart from those that serve reads),
+threads that encode thumbnails, apart from those that serve reads), `SEARCH_THREADS`
+(default 2: the threads StatMedia's transcript searches run on, apart from those
+that serve reads),
 `THUMBNAIL_MEMORY_BYTES` (default 512 MiB per worker: the memory budget that
 thumbnail encodes reserve from before they decode, one RGBA frame of the
 original each, media_service.thumbnail_encodes),
@@ -75,6 +77,8 @@ DEFAULT_GC_INTERVAL_SECONDS = 600.0
 DEFAULT_WRITE_IDLE_TIMEOUT_SECONDS = 30.0
 DEFAULT_WRITE_DEADLINE_SECONDS = 600.0
 DEFAULT_THUMBNAIL_THREADS = 2
+DEFAULT_SEARCH_THREADS = 2
+MAX_SEARCH_THREADS = 64
 MAX_THUMBNAIL_THREADS = 64
 DEFAULT_THUMBNAIL_MEMORY_BYTES = 512 * MIB
 # A budget under one 1 MP frame would serialize every encode of a photo.
@@ -112,6 +116,8 @@ class MediaConfig:
     write_deadline_seconds: float = DEFAULT_WRITE_DEADLINE_SECONDS
     stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS
     thumbnail_threads: int = DEFAULT_THUMBNAIL_THREADS
+    # StatMedia's transcript searches run on these threads, apart from those serving reads.
+    search_threads: int = DEFAULT_SEARCH_THREADS
     # The memory thumbnail encodes reserve from, per worker (media_service.thumbnail_encodes).
     thumbnail_memory_bytes: int = DEFAULT_THUMBNAIL_MEMORY_BYTES
     # Decoded transcript images kept per worker, ready to send (media_service.decoded); 0: off.
@@ -178,6 +184,8 @@ class MediaConfig:
             raise ConfigError(f"workers must be from 1 to {MAX_WORKERS}")
         if not 1 <= self.thumbnail_threads <= MAX_THUMBNAIL_THREADS:
             raise ConfigError(f"thumbnail threads must be from 1 to {MAX_THUMBNAIL_THREADS}")
+        if not 1 <= self.search_threads <= MAX_SEARCH_THREADS:
+            raise ConfigError(f"search threads must be from 1 to {MAX_SEARCH_THREADS}")
         if (
             not MIN_THUMBNAIL_MEMORY_BYTES
             <= self.thumbnail_memory_bytes

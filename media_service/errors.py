@@ -1,4 +1,4 @@
-"""The media service's domain errors; servicer.py maps each to one status code.
+"""The media service's domain errors and ERROR_TABLE, the reason (and so the status code) of each.
 
 Every message is fixed text: never a path, a token or a payload. Lookups that
 fail for any reason a caller may not tell apart (unknown session, entry or
@@ -6,6 +6,13 @@ index, failed upload) share one message.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+
+from scrollback.contract.reasons import Reason
+from scrollback.contract.refs import RefError
+from scrollback.state.errors import StoreBusyError
+from scrollback.transcripts import AmbiguousSessionError
 
 NOT_FOUND_MESSAGE = "media not found"
 
@@ -83,3 +90,34 @@ class NotAnImageError(Exception):
 
     def __init__(self) -> None:
         super().__init__("the medium is not an image a thumbnail can be made of")
+
+
+class UploadIdleError(Exception):
+    """A WriteBlob client stopped sending for longer than the idle timeout."""
+
+
+class UploadDeadlineError(Exception):
+    """A WriteBlob upload took longer than the overall upload deadline."""
+
+
+# The one map from domain exceptions to reasons (docs/contract.md §9), applied to every
+# RPC and to StatMedia's per-item errors.
+ERROR_TABLE: Mapping[type[BaseException], Reason] = {
+    RefError: Reason.REF_INVALID,
+    InvalidRequestError: Reason.INVALID_ARGUMENT,
+    BlobMismatchError: Reason.BLOB_MISMATCH,
+    MediaNotFoundError: Reason.MEDIA_NOT_FOUND,
+    PinMismatchError: Reason.PIN_MISMATCH,
+    AmbiguousSessionError: Reason.SESSION_AMBIGUOUS,
+    ReadRangeError: Reason.RANGE_NOT_SATISFIABLE,
+    LineTooLargeError: Reason.LINE_TOO_LARGE,
+    ThumbnailTooLargeError: Reason.IMAGE_TOO_LARGE,
+    NotAnImageError: Reason.NOT_AN_IMAGE,
+    BlobTooLargeError: Reason.BLOB_TOO_LARGE,
+    StorageFullError: Reason.STORAGE_FULL,
+    CorruptMediaError: Reason.MEDIA_CORRUPT,
+    StoreBusyError: Reason.STORE_BUSY,
+    UploadIdleError: Reason.UPLOAD_IDLE,
+    UploadDeadlineError: Reason.UPLOAD_DEADLINE,
+    SearchCancelledError: Reason.LOOKUP_CANCELLED,
+}

@@ -1,6 +1,8 @@
-"""One opened medium as ReadMedia's stream: its metadata, then its bytes in chunks.
+"""The media service's wire side: protos to domain values and back, and ReadMedia's stream.
 
-`media_responses` is what the servicer's ReadMedia yields. Bytes already in
+`selector_from_proto`, `thumbnail_pixels`, `metadata_to_proto`, `stat_response`
+and `error_to_proto` translate; `next_upload_message` reads WriteBlob's stream
+within its idle timeout and overall deadline. `media_responses` is what the servicer's ReadMedia yields. Bytes already in
 memory are sliced; a decoded transcript image cached as serialized chunks
 (`media_service.decoded`) goes out as those chunks, taken one at a time through
 a weak reference, so an entry evicted mid-stream is freed and the rest is read
@@ -12,14 +14,128 @@ only the copying is saved.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 
+from media_service.blobs import MediaInfo
 from media_service.decoded import DecodedCache, DecodedImage, Encoded, Filler
-from media_service.errors import CorruptMediaError
-from media_service.library import OpenMedia
+from media_service.errors import (
+    ERROR_TABLE,
+    CorruptMediaError,
+    InvalidRequestError,
+    UploadDeadlineError,
+    UploadIdleError,
+)
+from media_service.library import OpenMedia, Selector, TranscriptSelector
 from media_service.ranges import byte_range
+from scrollback.contract.reasons import STATUS_OF, Reason
+from scrollback.contract.refs import TranscriptImageRef, parse_blob_ref
 from scrollback.media.v1 import media_pb2
+from scrollback.server.grpc_support import error_message, reason_for
+
+# ThumbnailSize <-> the longest side in pixels (the domain's sizes).
+THUMBNAIL_PIXELS: dict[media_pb2.ThumbnailSize.ValueType, int] = {
+    media_pb2.THUMBNAIL_SIZE_96: 96,
+    media_pb2.THUMBNAIL_SIZE_320: 320,
+    media_pb2.THUMBNAIL_SIZE_960: 960,
+}
+THUMBNAIL_ENUMS: dict[int, media_pb2.ThumbnailSize.ValueType] = {
+    pixels: size for size, pixels in THUMBNAIL_PIXELS.items()
+}
+
+
+def selector_from_proto(selector: media_pb2.MediaSelector) -> Selector:
+    """The domain selector of a MediaSelector; RefError / InvalidRequestError."""
+    which = selector.WhichOneof("ref")
+    if which == "media_ref":
+        ref = selector.media_ref
+        # The hint has presence: unset is no hint at all (straight to the cache or
+        # the search), never a guess at offset 0.
+        return TranscriptSelector(
+            TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index),
+            ref.pin,
+            ref.line_offset_hint if ref.HasField("line_offset_hint") else None,
+        )
+    if which == "blob_ref":
+        return parse_blob_ref(selector.blob_ref)
+    raise InvalidRequestError("a media selector needs media_ref or blob_ref")
+
+
+def thumbnail_pixels(size: media_pb2.ThumbnailSize.ValueType) -> int | None:
+    """The longest side of a requested ThumbnailSize; None for the original."""
+    if size == media_pb2.THUMBNAIL_SIZE_UNSPECIFIED:
+        return None
+    pixels = THUMBNAIL_PIXELS.get(size)
+    if pixels is None:
+        raise InvalidRequestError("size must be one of the ThumbnailSize values")
+    return pixels
+
+
+def metadata_to_proto(info: MediaInfo) -> media_pb2.MediaMetadata:
+    """MediaInfo -> MediaMetadata."""
+    return media_pb2.MediaMetadata(
+        content_type=info.content_type,
+        declared_media_type=info.declared_media_type,
+        size_bytes=info.size_bytes,
+        sha256=info.sha256,
+        safe_inline=info.safe_inline,
+        pin=info.pin,
+        width=info.width,
+        height=info.height,
+        thumbnail_size=THUMBNAIL_ENUMS.get(
+            info.thumbnail_size, media_pb2.THUMBNAIL_SIZE_UNSPECIFIED
+        ),
+        source_sha256=info.source_sha256,
+        still_of_animation=info.still_of_animation,
+    )
+
+
+def error_to_proto(error: BaseException) -> media_pb2.MediaError:
+    """A per-item error, through the service's table; unknown errors say nothing more."""
+    reason = reason_for(error, ERROR_TABLE)
+    message = "internal error" if reason is None else error_message(error, reason)
+    reason = reason or Reason.INTERNAL
+    return media_pb2.MediaError(code=STATUS_OF[reason], message=message, reason=reason)
+
+
+def stat_response(results: list[MediaInfo | BaseException]) -> media_pb2.StatMediaResponse:
+    """One StatMediaResult per result: its metadata, or its error."""
+    return media_pb2.StatMediaResponse(
+        results=[
+            media_pb2.StatMediaResult(metadata=metadata_to_proto(result))
+            if isinstance(result, MediaInfo)
+            else media_pb2.StatMediaResult(error=error_to_proto(result))
+            for result in results
+        ]
+    )
+
+
+async def next_upload_message(
+    messages: AsyncIterator[media_pb2.WriteBlobRequest],
+    deadline: float,
+    idle_timeout: float,
+    total_seconds: float,
+) -> media_pb2.WriteBlobRequest | None:
+    """The next WriteBlob message, None at the end.
+
+    UploadIdleError after `idle_timeout` seconds of silence; UploadDeadlineError
+    once the monotonic `deadline` of the whole upload (`total_seconds` after it
+    began) passes, so a client dripping a byte just inside the idle timeout is
+    still bounded.
+    """
+    remaining = deadline - time.monotonic()
+    try:
+        return await asyncio.wait_for(anext(messages, None), max(0.0, min(idle_timeout, remaining)))
+    except TimeoutError:
+        if remaining <= idle_timeout:
+            raise UploadDeadlineError(
+                f"the upload took over {total_seconds:g} s (write_deadline_seconds)"
+            ) from None
+        raise UploadIdleError(
+            f"no upload data for {idle_timeout:g} s (write_idle_timeout_seconds)"
+        ) from None
+
 
 # Bytes are read from disk (or decoded from a transcript) in blocks of this
 # size, then sent in chunks: a stream holds at most one block.

@@ -19,6 +19,7 @@ from media_service.blob_paths import BlobPaths
 from media_service.blobs import BlobStore, Clock
 from media_service.config import MediaConfig
 from media_service.gc import GcReport, collect_garbage
+from media_service.instance import MediaInstance
 from media_service.library import MediaLibrary
 from media_service.servicer import MediaServicer, add_media_servicer
 from media_service.store.base import BlobMetadataStore
@@ -157,13 +158,10 @@ async def start_media_server(
     if removed:
         log.info("removed %d stale upload temp files", removed)
     servicer = MediaServicer(
-        library,
+        MediaInstance(library, config),
         chunk_size=config.chunk_size,
         write_idle_timeout=config.write_idle_timeout_seconds,
         write_deadline=config.write_deadline_seconds,
-        thumbnail_threads=config.thumbnail_threads,
-        thumbnail_memory_bytes=config.thumbnail_memory_bytes,
-        decoded_cache_bytes=config.decoded_cache_bytes,
     )
 
     def register(server: grpc.aio.Server) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 
 import imagesize
 import orjson
-from google.protobuf.json_format import MessageToDict
 from rich import box
 from rich.console import Console, Group
 from rich.measure import Measurement
@@ -38,6 +37,7 @@ from client import Client, Deadlines, Media, media_selector
 from client.errors import InvalidArgument
 from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.contract.proto_json import message_json
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
@@ -99,11 +99,6 @@ class _Console(Console):
 
 def _console() -> Console:
     return _Console(soft_wrap=False, highlight=False)
-
-
-def _proto_dict(message: Any) -> dict[str, Any]:
-    result: dict[str, Any] = MessageToDict(message, preserving_proto_field_name=True)
-    return result
 
 
 def _parsed(entry: hpb.Entry) -> dict[str, Any]:
@@ -182,21 +177,8 @@ def photo_marker(entry: hpb.Entry) -> str:
 
 
 def entry_dict(entry: hpb.Entry) -> dict[str, Any]:
-    """The JSON form of an entry: its fields, the parsed line and its media refs."""
-    return {
-        "uuid": entry.uuid,
-        "type": entry.type,
-        "timestamp": entry.timestamp,
-        "byte_offset": entry.byte_offset,
-        "oversize": entry.oversize,
-        "entry": _parsed(entry),
-        "media_refs": [
-            {"ref": r.uri or f"{r.session_id}/{r.entry_uuid}/{r.index}", "pin": r.pin}
-            | ({"declared_media_type": r.declared_media_type} if r.declared_media_type else {})
-            for r in entry.media_refs
-        ],
-        "failed_image_indexes": list(entry.failed_image_indexes),
-    }
+    """An entry in the one JSON shape (its `json` field is the stripped line as a string)."""
+    return message_json(entry)
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -208,23 +190,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             if args.limit and len(sessions) >= args.limit:
                 break
     if args.json:
-        _print_json(
-            [
-                {
-                    "session_id": s.session_id,
-                    "project_dir": s.project_dir,
-                    "size_bytes": s.size_bytes,
-                    "modified_time": s.modified_time.ToJsonString()
-                    if s.HasField("modified_time")
-                    else "",
-                    "title": s.title,
-                    "is_subagent": s.is_subagent,
-                    "parent_session_id": s.parent_session_id,
-                    "usage": _insight_json(s.insight) if s.HasField("insight") else None,
-                }
-                for s in sessions
-            ]
-        )
+        _print_json([message_json(s) for s in sessions])
         return 0
     console = _console()
     console.print(_sessions_table(console, sessions))
@@ -348,55 +314,37 @@ def _short_usage(session: hpb.Session) -> str:
     return f"{_tokens(total)} {'' if complete else '~'}${cost:.2f}"
 
 
-def _insight_json(insight: hpb.SessionInsight) -> dict[str, Any]:
-    return {
-        "entry_counts": {c.type: c.count for c in insight.entry_counts},
-        "photos": insight.photo_count,
-        "first_time": insight.first_time.ToJsonString() if insight.HasField("first_time") else "",
-        "last_time": insight.last_time.ToJsonString() if insight.HasField("last_time") else "",
-        "usage": {
-            "input_tokens": insight.usage.input_tokens,
-            "output_tokens": insight.usage.output_tokens,
-            "cache_creation_input_tokens": insight.usage.cache_creation_input_tokens,
-            "cache_read_input_tokens": insight.usage.cache_read_input_tokens,
-        },
-        "models": [
-            {
-                "model": m.model,
-                "messages": m.messages,
-                "input_tokens": m.usage.input_tokens,
-                "output_tokens": m.usage.output_tokens,
-                "cache_creation_input_tokens": m.usage.cache_creation_input_tokens,
-                "cache_read_input_tokens": m.usage.cache_read_input_tokens,
-                "cost_usd": round(m.cost_usd, 6) if m.cost_known else None,
-            }
-            for m in insight.models
-        ],
-        "cost_usd_estimate": round(insight.cost_usd, 6),
-        "cost_complete": insight.cost_complete,
-    }
+def _stamp(stamp: Any) -> str:
+    return stamp.ToJsonString() if stamp.seconds or stamp.nanos else ""
+
+
+def _print_insight(console: Console, label: str, insight: hpb.SessionInsight) -> None:
+    usage = insight.usage
+    counts = ", ".join(f"{c.type or '(none)'} {c.count}" for c in insight.entry_counts)
+    console.print(Text(f"{label}:"))
+    console.print(Text(f"  entries   {counts}"))
+    console.print(Text(f"  photos    {insight.photo_count}"))
+    console.print(Text(f"  time      {_stamp(insight.first_time)} .. {_stamp(insight.last_time)}"))
+    console.print(
+        Text(
+            f"  tokens    in {usage.input_tokens:,}  out {usage.output_tokens:,}"
+            f"  cache write {usage.cache_creation_input_tokens:,}"
+            f"  cache read {usage.cache_read_input_tokens:,}"
+        )
+    )
+    for m in insight.models:
+        cost = f"${m.cost_usd:.4f}" if m.cost_known else "no price"
+        console.print(Text(f"  model     {m.model or '(none)'}: {m.messages} messages, {cost}"))
+    mark = "" if insight.cost_complete else " (some models unpriced)"
+    console.print(Text(f"  cost      ~${insight.cost_usd:.4f} estimate{mark}"))
 
 
 def cmd_session(args: argparse.Namespace) -> int:
     """One session's totals: entries, photos, time span, models, tokens, estimated cost."""
     with _client(args) as sb:
         session = sb.history.get_session(args.session)
-    info: dict[str, Any] = {
-        "session_id": session.session_id,
-        "project_dir": session.project_dir,
-        "title": session.title,
-        "size_bytes": session.size_bytes,
-        "is_subagent": session.is_subagent,
-        "parent_session_id": session.parent_session_id,
-        "parent_tool_use_id": session.parent_tool_use_id,
-        "insight": _insight_json(session.insight),
-        "subagent_count": session.subagent_count,
-        "subagents": _insight_json(session.subagent_insight)
-        if session.HasField("subagent_insight")
-        else None,
-    }
     if args.json:
-        _print_json(info)
+        _print_json(message_json(session))
         return 0
     console = _console()
     console.print(Text(f"{session.session_id}  {session.title}"))
@@ -404,29 +352,9 @@ def cmd_session(args: argparse.Namespace) -> int:
         console.print(
             Text(f"sub-agent of {session.parent_session_id} {session.parent_tool_use_id}".rstrip())
         )
-    for label, part in (("session", info["insight"]), ("sub-agents", info["subagents"])):
-        if part is None:
-            continue
-        usage = part["usage"]
-        counts = ", ".join(f"{k or '(none)'} {v}" for k, v in part["entry_counts"].items())
-        console.print(Text(f"{label}:"))
-        console.print(Text(f"  entries   {counts}"))
-        console.print(Text(f"  photos    {part['photos']}"))
-        console.print(Text(f"  time      {part['first_time']} .. {part['last_time']}"))
-        console.print(
-            Text(
-                f"  tokens    in {usage['input_tokens']:,}  out {usage['output_tokens']:,}"
-                f"  cache write {usage['cache_creation_input_tokens']:,}"
-                f"  cache read {usage['cache_read_input_tokens']:,}"
-            )
-        )
-        for m in part["models"]:
-            cost = "no price" if m["cost_usd"] is None else f"${m['cost_usd']:.4f}"
-            console.print(
-                Text(f"  model     {m['model'] or '(none)'}: {m['messages']} messages, {cost}")
-            )
-        mark = "" if part["cost_complete"] else " (some models unpriced)"
-        console.print(Text(f"  cost      ~${part['cost_usd_estimate']:.4f} estimate{mark}"))
+    _print_insight(console, "session", session.insight)
+    if session.HasField("subagent_insight"):
+        _print_insight(console, "sub-agents", session.subagent_insight)
     if session.subagent_count:
         console.print(Text(f"sub-agents: {session.subagent_count}"))
     return 0
@@ -447,11 +375,11 @@ def cmd_window(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "session_id": args.session,
-                "entries": [entry_dict(e) for e in window.entries],
-                "next_page_token": window.next_page_token,
-                "skipped_lines": window.skipped_lines,
-                "file_size_bytes": window.file_size_bytes,
+                "sessionId": args.session,
+                "entries": [message_json(e) for e in window.entries],
+                "nextPageToken": window.next_page_token,
+                "skippedLines": window.skipped_lines,
+                "fileSizeBytes": str(window.file_size_bytes),
             }
         )
         return 0
@@ -577,23 +505,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "hits": [
-                    {
-                        "session_id": h.session_id,
-                        "project_dir": h.project_dir,
-                        "entry_uuid": h.entry_uuid,
-                        "type": h.type,
-                        "role": h.role,
-                        "timestamp": h.timestamp,
-                        "byte_offset": h.byte_offset,
-                        "has_photos": h.has_photos,
-                        "snippet": h.snippet.text,
-                        "highlights": [[m.start, m.end] for m in h.snippet.highlights],
-                        "window_page_token": h.window_page_token,
-                    }
-                    for h in page.hits
-                ],
-                "next_page_token": page.next_page_token,
+                "hits": [message_json(h) for h in page.hits],
+                "nextPageToken": page.next_page_token,
             }
         )
         return 0
@@ -631,7 +544,7 @@ def cmd_media(args: argparse.Namespace) -> int:
         sys.stdout.buffer.flush()
     else:
         Path(args.output).write_bytes(media.data)
-    summary = _proto_dict(media.metadata) | {"output": args.output}
+    summary = message_json(media.metadata) | {"output": args.output}
     if args.json:
         _print_json(summary)
     elif args.output != "-":
@@ -673,7 +586,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             chat_key=args.chat_key or None,
         )
     if args.json:
-        _print_json(_proto_dict(accepted))
+        _print_json(message_json(accepted))
     else:
         print(
             f"accepted #{accepted.seq} ({accepted.client_txn_id}) with "
@@ -706,7 +619,7 @@ def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json:
         if entry is not None:
             _print_json({"event": "entry"} | entry_dict(entry))
         else:
-            _print_json({"event": kind} | _proto_dict(message))
+            _print_json({"event": kind} | message_json(message))
         return
     if entry is not None:
         stamp = entry.timestamp[11:19]

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from client.history import ImageList
+from scrollback.contract.proto_json import message_json
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback_app.cli_client import (
     UsageError,
     _check_output_file,
     _client,
     _print_json,
-    _proto_dict,
 )
 
 PARTIAL_SUFFIX = ".slim-partial"
@@ -281,15 +281,6 @@ def _matches(path: str, at: str) -> bool:
     return bool(path) and (path == at or path.startswith(at + ".") or at.startswith(path + "."))
 
 
-def _image_json(info: hpb.ImageInfo) -> dict[str, Any]:
-    data = _proto_dict(info)
-    data["index"] = info.index if info.HasField("index") else None
-    for name in ("size_bytes", "width", "height", "line_number"):
-        data[name] = int(getattr(info, name))
-    data.setdefault("problems", [])
-    return data
-
-
 def cmd_images(args: argparse.Namespace) -> int:
     """List a session's images and documents (or the one an API error names)."""
     at = ""
@@ -309,13 +300,8 @@ def cmd_images(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "images": [_image_json(i) for i in images],
-                "totals": {
-                    "images": totals.images,
-                    "documents": totals.documents,
-                    "with_problems": totals.with_problems,
-                    "size_bytes": int(totals.size_bytes),
-                },
+                "images": [message_json(i) for i in images],
+                "totals": message_json(totals),
             }
         )
     else:

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # How long the lane's running call may run before new calls overflow (seconds).
-STUCK_AFTER_SECONDS = 0.02
+_STUCK_AFTER_SECONDS = 0.02
 # How many calls may wait on the lane (queued or running) before new ones overflow:
 # whoever fills the queue (one principal's many fast windows, say), a call waits
 # behind at most this many, some 30 ms of fast calls.
@@ -51,7 +51,7 @@ class Lane:
 
     def __init__(
         self,
-        stuck_after: float = STUCK_AFTER_SECONDS,
+        stuck_after: float = _STUCK_AFTER_SECONDS,
         name: str = "lane",
         max_queued: int = MAX_QUEUED,
     ) -> None:

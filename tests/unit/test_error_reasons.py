@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from client import errors
-from history_service.servicer import ERROR_TABLE as HISTORY_TABLE
-from media_service.servicer import ERROR_TABLE as MEDIA_TABLE
+from history_service.errors import ERROR_TABLE as HISTORY_TABLE
+from media_service.errors import ERROR_TABLE as MEDIA_TABLE
 from scrollback.contract.reasons import STATUS_OF, Reason
 
 REPO = Path(__file__).resolve().parents[2]

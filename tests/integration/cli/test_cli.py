@@ -45,7 +45,7 @@ def _session(pair: ServerPair) -> None:
 def test_sessions_and_window(capsys: pytest.CaptureFixture[str], cli_servers: ServerPair) -> None:
     _session(cli_servers)
     sessions = run_json(capsys, cli_servers, "sessions")
-    assert [s["session_id"] for s in sessions] == ["c1"] and sessions[0]["project_dir"] == "proj"
+    assert [s["sessionId"] for s in sessions] == ["c1"] and sessions[0]["projectDir"] == "proj"
     code, out, _ = run(capsys, cli_servers, "sessions")
     assert code == 0 and "c1" in out
 
@@ -59,14 +59,14 @@ def test_sessions_and_window(capsys: pytest.CaptureFixture[str], cli_servers: Se
         "--page-size",
         "10",
         "--older",
-        latest["next_page_token"],
+        latest["nextPageToken"],
     )
     assert [e["uuid"] for e in older["entries"]] == [f"u{n}" for n in range(11, 21)]
     first = run_json(capsys, cli_servers, "window", "c1", "--oldest-first", "--page-size", "2")
     assert [e["uuid"] for e in first["entries"]] == ["u0", "a0"]
-    assert first["entries"][0]["entry"]["message"]["content"].startswith("<script>")
-    refs = latest["entries"][-1]["media_refs"]
-    assert [r["ref"] for r in refs] == ["c1/p0/0", "c1/p0/1"] and all(r["pin"] for r in refs)
+    assert json.loads(first["entries"][0]["json"])["message"]["content"].startswith("<script>")
+    refs = latest["entries"][-1]["mediaRefs"]
+    assert [r["uri"] for r in refs] == ["c1/p0/0", "c1/p0/1"] and all(r["pin"] for r in refs)
 
     code, out, _ = run(capsys, cli_servers, "window", "c1", "--page-size", "10")
     assert code == 0 and "--older" in out and "photo refs" in out and "q29" in out
@@ -101,13 +101,13 @@ def test_media_send_and_gc(
     capsys: pytest.CaptureFixture[str], cli_servers: ServerPair, tmp_path: Path
 ) -> None:
     _session(cli_servers)
-    ref = run_json(capsys, cli_servers, "window", "c1")["entries"][-1]["media_refs"][0]
+    ref = run_json(capsys, cli_servers, "window", "c1")["entries"][-1]["mediaRefs"][0]
     out_file = tmp_path / "photo.png"
     meta = run_json(
-        capsys, cli_servers, "media", ref["ref"], "--pin", ref["pin"], "-o", str(out_file)
+        capsys, cli_servers, "media", ref["uri"], "--pin", ref["pin"], "-o", str(out_file)
     )
-    assert out_file.read_bytes() == png(4) and meta["content_type"] == "image/png"
-    code, _, err = run(capsys, cli_servers, "media", ref["ref"], "--pin", "0" * 32, "-o", "-")
+    assert out_file.read_bytes() == png(4) and meta["contentType"] == "image/png"
+    code, _, err = run(capsys, cli_servers, "media", ref["uri"], "--pin", "0" * 32, "-o", "-")
     assert code == 1 and err.startswith("scrollback: FAILED_PRECONDITION: ")
 
     image = tmp_path / "upload.png"
@@ -118,7 +118,7 @@ def test_media_send_and_gc(
     blob = run_json(capsys, cli_servers, "media", f"media:{sha}", "-o", str(tmp_path / "b.png"))
     assert blob["sha256"] == sha and (tmp_path / "b.png").read_bytes() == png(5)
     keyed = run_json(capsys, cli_servers, "send", "--chat-key", "k9", "first message")
-    assert keyed["chat_key"] == "k9"
+    assert keyed["chatKey"] == "k9"
     code, out, _ = run(capsys, cli_servers, "send", "c1", "plain")
     assert code == 0 and out.startswith("accepted #")
 
@@ -219,14 +219,14 @@ def test_session_totals_and_usage_column(
         assistant("a1", "m1", 2000) + assistant("a2", "m1", 2000) + assistant("a3", "m2", 0)
     )
     info = run_json(capsys, cli_servers, "session", "t1")
-    assert info["insight"]["usage"]["input_tokens"] == 2000
-    assert info["insight"]["usage"]["output_tokens"] == 2000
-    assert info["insight"]["entry_counts"] == {"assistant": 3}
-    assert info["insight"]["cost_usd_estimate"] == pytest.approx((2000 * 15 + 2000 * 75) / 1e6)
+    assert info["insight"]["usage"]["inputTokens"] == "2000"
+    assert info["insight"]["usage"]["outputTokens"] == "2000"
+    assert info["insight"]["entryCounts"] == [{"type": "assistant", "count": "3"}]
+    assert info["insight"]["costUsd"] == pytest.approx((2000 * 15 + 2000 * 75) / 1e6)
     code, out, _ = run(capsys, cli_servers, "info", "t1")
     assert code == 0 and "in 2,000" in out and "$0.1800" in out and "claude-opus-4" in out
     listed = run_json(capsys, cli_servers, "sessions")
-    assert listed[0]["usage"]["usage"]["output_tokens"] == 2000
+    assert listed[0]["insight"]["usage"]["outputTokens"] == "2000"
     code, out, _ = run(capsys, cli_servers, "sessions")
     assert code == 0 and "4k $0.18" in out
     code, _, err = run(capsys, cli_servers, "session", "nope")
@@ -245,21 +245,21 @@ def test_search(capsys: pytest.CaptureFixture[str], cli_servers: ServerPair) -> 
         if len(found["hits"]) == 3 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert [h["entry_uuid"] for h in found["hits"]] == ["u2", "u1", "a1"]
+    assert [h["entryUuid"] for h in found["hits"]] == ["u2", "u1", "a1"]
     first = found["hits"][0]
-    start, end = first["highlights"][0]
-    assert first["snippet"][start:end] == "tangerine"
+    start, end = (first["snippet"]["highlights"][0][k] for k in ("start", "end"))
+    assert first["snippet"]["text"][start:end] == "tangerine"
     only = run_json(capsys, cli_servers, "search", "tangerine", "--type", "assistant")
-    assert [h["entry_uuid"] for h in only["hits"]] == ["a1"]
+    assert [h["entryUuid"] for h in only["hits"]] == ["a1"]
     since = run_json(capsys, cli_servers, "search", "tangerine", "--since", "2026-05-01T10:30")
-    assert [h["entry_uuid"] for h in since["hits"]] == ["u2"]
+    assert [h["entryUuid"] for h in since["hits"]] == ["u2"]
     paged = run_json(capsys, cli_servers, "search", "tangerine", "--limit", "2")
     rest = run_json(
-        capsys, cli_servers, "search", "tangerine", "--page-token", paged["next_page_token"]
+        capsys, cli_servers, "search", "tangerine", "--page-token", paged["nextPageToken"]
     )
-    assert [h["entry_uuid"] for h in rest["hits"]] == ["a1"]
+    assert [h["entryUuid"] for h in rest["hits"]] == ["a1"]
     # The jump token opens the window ending at the hit.
-    window = run_json(capsys, cli_servers, "window", "c1", "--older", first["window_page_token"])
+    window = run_json(capsys, cli_servers, "window", "c1", "--older", first["windowPageToken"])
     assert window["entries"][-1]["uuid"] == "u2"
     code, out, _ = run(capsys, cli_servers, "search", "tangerine")
     assert code == 0 and "tangerine" in out and "scrollback window c1 --older" in out

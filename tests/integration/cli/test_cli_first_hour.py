@@ -120,8 +120,8 @@ def test_failed_export_leaves_no_directory(cli_servers: ServerPair, tmp_path: Pa
 def _photo(pair: ServerPair) -> tuple[str, str]:
     pair.transcript("ph").write_bytes(user_line("p0", "a photo", images=(png(5, 120),)))
     page = json.loads(cli(pair, "window", "ph", "--json").stdout)
-    ref = page["entries"][0]["media_refs"][0]
-    return ref["ref"], ref["pin"]
+    ref = page["entries"][0]["mediaRefs"][0]
+    return ref["uri"], ref["pin"]
 
 
 def test_media_output_errors(cli_servers: ServerPair, tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ def test_images_json_agrees_with_the_pixels(
     assert code == 0, err
     listing = json.loads(printed)
     rows = [
-        (i["session_id"], i["api_path"], i["kind"], i["index"], i["width"], i["height"])
+        (i["sessionId"], i["apiPath"], i["kind"], i.get("index"), i["width"], i["height"])
         for i in listing["images"]
     ]
     assert rows == [
@@ -258,16 +258,16 @@ def test_images_json_agrees_with_the_pixels(
     ]
     blobs = [session.screenshot, session.read_image, session.pdf, session.tiny, session.agent_image]
     for info, data in zip(listing["images"], blobs, strict=True):
-        assert info["size_bytes"] == len(data)
+        assert info["sizeBytes"] == str(len(data))
         assert info["sha256"] == hashlib.sha256(data).hexdigest()
         assert info["problems"] == []
     assert listing["images"][0]["ref"]["uri"] == f"{SESSION}/u-1/0"
-    assert [i["line_number"] for i in listing["images"]] == [2, 4, 6, 6, 2]
+    assert [i["lineNumber"] for i in listing["images"]] == ["2", "4", "6", "6", "2"]
     assert listing["totals"] == {
         "images": 4,
         "documents": 1,
-        "with_problems": 0,
-        "size_bytes": sum(len(b) for b in blobs),
+        "withProblems": 0,
+        "sizeBytes": str(sum(len(b) for b in blobs)),
     }
 
     code, printed, err = run(
@@ -280,7 +280,7 @@ def test_images_json_agrees_with_the_pixels(
         "messages.2.content.0: image exceeds 5 MB maximum",
     )
     assert code == 0, err
-    assert [i["api_path"] for i in json.loads(printed)["images"]] == [
+    assert [i["apiPath"] for i in json.loads(printed)["images"]] == [
         "messages.2.content.0.content.0"
     ]
     code, printed, err = run(capsys, cli_servers, "images", SESSION, "--at", "messages.9.content.0")
@@ -333,12 +333,12 @@ def test_images_names_the_problems(
     images = json.loads(printed)["images"]
     assert len(images) == 23
     # 21 consecutive user entries are one API message; the assistant's is the next.
-    assert images[20]["api_path"] == "messages.0.content.20"
+    assert images[20]["apiPath"] == "messages.0.content.20"
     assert all(i["problems"] == ["over_2000_px_with_many_images"] for i in images[:21])
-    assert images[21]["api_path"] == "messages.2.content.0"
+    assert images[21]["apiPath"] == "messages.2.content.0"
     assert images[21]["problems"] == ["over_8000_px"]
     assert images[22]["problems"] == ["undecodable"]
-    assert json.loads(printed)["totals"]["with_problems"] == 23
+    assert json.loads(printed)["totals"]["withProblems"] == 23
 
     code, out, err = run(capsys, cli_servers, "images", "many")
     assert code == 0 and "over_8000_px" in out and "23 with problems" in out

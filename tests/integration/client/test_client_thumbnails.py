@@ -102,7 +102,7 @@ def test_cli_media_size(
     code = main(["media", *addrs, upload.ref, "--size", "320", "-o", str(target), "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert summary["content_type"] == "image/webp" and summary["width"] == 320
+    assert summary["contentType"] == "image/webp" and summary["width"] == 320
     assert longest_side(target.read_bytes()) == 320
     with pytest.raises(SystemExit):
         main(["media", *addrs, upload.ref, "--size", "100", "-o", str(target)])

@@ -46,7 +46,7 @@ SMALL_WINDOW = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 *
 def _cache(env: MediaEnv) -> DecodedCache:
     servicer = env.server.servicer
     assert isinstance(servicer, MediaServicer)
-    return servicer.decoded
+    return servicer.instance.decoded
 
 
 def _selector(ref: object) -> media_pb2.MediaSelector:

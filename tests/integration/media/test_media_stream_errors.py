@@ -71,4 +71,4 @@ async def test_transcript_changed_mid_stream_is_data_loss(
     assert caught.value.code() == grpc.StatusCode.DATA_LOSS
     assert str(media.root) not in (caught.value.details() or "")
     servicer = media.server.servicer
-    assert servicer is not None and servicer.decoded.total_bytes == 0  # nothing cached
+    assert servicer is not None and servicer.instance.decoded.total_bytes == 0  # nothing cached

@@ -279,7 +279,7 @@ async def test_a_queued_encode_whose_caller_leaves_is_never_made(
         await asyncio.sleep(0.005)
     leaving.cancel()
     await first
-    encodes = media.server.servicer.thumbnail_encodes if media.server.servicer else None
+    encodes = media.server.servicer.instance.thumbnail_encodes if media.server.servicer else None
     assert encodes is not None
     while encodes.running or encodes.queued:
         assert time.monotonic() < deadline, "the encodes never drained"
@@ -486,7 +486,7 @@ async def test_a_flood_of_thumbnails_does_not_starve_plain_reads(media: MediaEnv
         )
         for o in originals
     ]
-    encodes = media.server.servicer.thumbnail_encodes if media.server.servicer else None
+    encodes = media.server.servicer.instance.thumbnail_encodes if media.server.servicer else None
     assert encodes is not None
     try:
         deadline = time.monotonic() + 30
@@ -747,7 +747,7 @@ async def test_encodes_wait_for_the_memory_budget_and_one_over_it_runs_alone(
     )
     assert {(m.width, m.height) for m, _ in results} == {(96, 96)}
     assert overlap.most == 1, "two encodes ran at once beyond the budget"
-    encodes = tight.server.servicer.thumbnail_encodes if tight.server.servicer else None
+    encodes = tight.server.servicer.instance.thumbnail_encodes if tight.server.servicer else None
     assert encodes is not None and encodes.reserved == 0 and encodes.queued == 0
     # The default budget (512 MiB) holds both threads' encodes: they run together.
     overlap.most = 0

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from history_service.errors import (
 )
 from history_service.lines import (
     BLOCK_BYTES,
+    RawLine,
+    iter_indexed,
     iter_lines_backward,
     iter_lines_forward,
     json_parts,
@@ -65,6 +68,55 @@ def test_line_scans_agree_with_split(tmp_path: Path, seed: int) -> None:
                 assert raw.data == data[raw.start : raw.end]
             else:
                 assert raw.data is None or raw.size < 2 * BLOCK_BYTES
+    finally:
+        os.close(fd)
+
+
+def _nonblank(lines: Iterable[RawLine | object]) -> list[tuple[int, int, bytes | None]]:
+    """The lines an index may serve (it leaves blank lines out), as (start, end, bytes)."""
+    return [(r.start, r.end, r.data) for r in lines if isinstance(r, RawLine) and r.size]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_indexed_reads_agree_with_the_byte_scan_both_ways(tmp_path: Path, seed: int) -> None:
+    """Through a right, a stale or a wrong line index, each direction yields the byte scan's lines."""
+    rng = random.Random(seed)
+    lines = [b"x" * rng.choice([0, 3, 40, 5000]) for _ in range(rng.randint(1, 40))]
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    index: list[tuple[int, int]] = []
+    position = 0
+    for line in lines:
+        if line:  # the index leaves blank lines out
+            index.append((position, len(line)))
+        position += len(line) + 1
+    fault = rng.choice(["none", "stale", "wrong", "gap"])
+    if fault == "stale" and index:
+        index = index[: rng.randint(0, len(index))]
+    elif fault == "wrong" and index:
+        at = rng.randrange(len(index))
+        index[at] = (index[at][0] + 1, index[at][1])
+    elif fault == "gap" and len(index) > 2:
+        del index[rng.randrange(1, len(index) - 1)]
+
+    def rows_before(offset: int, limit: int) -> list[tuple[int, int]]:
+        return [row for row in reversed(index) if row[0] < offset][:limit]
+
+    def rows_from(offset: int, limit: int) -> list[tuple[int, int]]:
+        return [row for row in index if row[0] >= offset][:limit]
+
+    batch = rng.choice([1, 3, 208])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start = rng.choice([0, *(row[0] for row in index)])
+        forward = iter_indexed(fd, start, len(data), 10**7, rows_from, backward=False, batch=batch)
+        scanned = iter_lines_forward(fd, start, len(data), 10**7)
+        assert _nonblank(forward) == _nonblank(scanned)
+        end = rng.choice([len(data), *(row[0] for row in index)])
+        backward = iter_indexed(fd, 0, end, 10**7, rows_before, backward=True, batch=batch)
+        scanned = iter_lines_backward(fd, end, 10**7)
+        assert _nonblank(backward) == _nonblank(scanned)
     finally:
         os.close(fd)
 

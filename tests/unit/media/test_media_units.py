@@ -242,13 +242,14 @@ def test_blob_paths_are_sharded_and_validated(tmp_path: Path) -> None:
             paths.blob(bad)
 
 
-def test_thumbnail_threads_from_env_and_bounds() -> None:
-    assert MediaConfig.from_env({}).thumbnail_threads == 2
-    config = MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": "4"})
-    assert config.thumbnail_threads == 4
+@pytest.mark.parametrize("name", ["THUMBNAIL_THREADS", "SEARCH_THREADS"])
+def test_thread_counts_from_env_and_bounds(name: str) -> None:
+    field = name.lower()
+    assert getattr(MediaConfig.from_env({}), field) == 2
+    assert getattr(MediaConfig.from_env({f"SCROLLBACK_MEDIA_{name}": "4"}), field) == 4
     for value in ("0", "65", "many"):
         with pytest.raises(ConfigError):
-            MediaConfig.from_env({"SCROLLBACK_MEDIA_THUMBNAIL_THREADS": value})
+            MediaConfig.from_env({f"SCROLLBACK_MEDIA_{name}": value})
 
 
 def test_thumbnail_memory_bytes_from_env_and_bounds() -> None:
