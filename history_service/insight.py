@@ -381,6 +381,7 @@ class InsightIndex:
         self._max_line_size = max_line_size
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._waiting: dict[tuple[str, str], int] = {}  # refreshes waiting for a file's lock
         self.lines_read = 0  # lines parsed, for tests and benchmarks
         self.batch_lines = BATCH_LINES
 
@@ -393,7 +394,19 @@ class InsightIndex:
     def refresh(self, transcript: TranscriptFile) -> Insight:
         """Index what the file gained since last time (all of it if rewritten); the totals."""
         key = (transcript.project_dir, transcript.session_id)
-        with self._lock_for(key):
+        lock = self._lock_for(key)
+        if not lock.acquire(blocking=False):
+            # Held by an indexing pass's feed, maybe: it hands over at its next batch.
+            with self._locks_guard:
+                self._waiting[key] = self._waiting.get(key, 0) + 1
+            try:
+                lock.acquire()
+            finally:
+                with self._locks_guard:
+                    self._waiting[key] -= 1
+                    if not self._waiting[key]:
+                        del self._waiting[key]
+        try:
             handle = self._root.open(transcript)
             try:
                 for _ in range(3):  # another replica may move the state under us
@@ -401,7 +414,14 @@ class InsightIndex:
                         break
             finally:
                 handle.close()
+        finally:
+            lock.release()
         return self._store.insight(*key) or Insight()
+
+    def _wanted(self, key: tuple[str, str]) -> bool:
+        """True while a refresh waits for this file's lock."""
+        with self._locks_guard:
+            return key in self._waiting
 
     def _catch_up(self, fd: int, key: tuple[str, str]) -> bool:
         feed = self.feed(fd, key)
@@ -535,10 +555,16 @@ class InsightFeed:
                 self.active = False
                 return False
             self._current, self._reset, self._delta = state, False, IndexDelta()
+            if self.lock is not None and self._index._wanted(self._key):
+                # A GetSession waits: it goes on from here itself, not after the whole pass.
+                self.active = False
+                self.release()
+                return False
         return True
 
     def finish(self) -> bool:
-        """Write what is left; False if another indexer moved the state first."""
+        """Write what is left; False if another indexer moved the state first (or it handed
+        the file over to a refresh)."""
         if not self.active:
             return False
         current = self._current

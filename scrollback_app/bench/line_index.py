@@ -263,3 +263,33 @@ def _ttfb_figure(
         target=target,
         note=note,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scrollback_app.bench.line_index [--big-mb N] [--small-mb N]`: these alone."""
+    import argparse
+
+    from scrollback_app.bench.figures import run_alone
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--big-mb", type=float, default=1000.0, help="the big transcript (1000)")
+    parser.add_argument("--small-mb", type=float, default=5.0, help="the small one (5)")
+    parser.add_argument("--image-kb", type=float, default=750.0, help="raw image bytes, KB (750)")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved repeats (15)")
+    args = parser.parse_args(argv)
+    return run_alone(
+        "scrollback line index bench",
+        lambda work, log: measure(
+            work,
+            big_bytes=int(args.big_mb * MB),
+            small_bytes=int(args.small_mb * MB),
+            image_bytes=int(args.image_kb * 1000),
+            repeats=args.repeats,
+            batch=5,
+            log=log,
+        ),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -387,7 +387,7 @@ async def measure_hidden(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m scrollback_app.bench.search [--mb N] [--files N] [--samples N]`: these figures alone."""
+    """`python -m scrollback_app.bench.search [--mb N] [--build-mb N] [--build-only]`: these alone."""
     import argparse
 
     from scrollback_app.bench.figures import run_alone
