@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -69,10 +69,18 @@ def tree_status_kib(pid: int, field: str) -> int:
 class ServerProcess:
     """One server subprocess: `async with ServerProcess(module, args) as server`."""
 
-    def __init__(self, module: str, args: Sequence[str], name: str | None = None) -> None:
+    def __init__(
+        self,
+        module: str,
+        args: Sequence[str],
+        name: str | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self.module = module
         self.args = list(args)
         self.name = name or module
+        # SCROLLBACK_* settings of this server alone (the bench's own environment's are dropped).
+        self.settings = dict(settings or {})
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
@@ -103,6 +111,7 @@ class ServerProcess:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+        env.update(self.settings)
         return subprocess.Popen(
             [sys.executable, "-m", self.module, "--addr", self.addr, *self.args],
             stdin=subprocess.DEVNULL,
@@ -164,6 +173,7 @@ def history_server(
     auth_tokens: Path | None = None,
     *,
     search_indexing: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`python -m history_service` over a transcripts root (with a token file if given).
 
@@ -177,16 +187,20 @@ def history_server(
         "history_service",
         ["--transcripts", str(transcripts), "--state", str(state), *auth, *indexing],
         name="history server",
+        settings=settings,
     )
 
 
-def media_server(transcripts: Path, state: Path) -> ServerProcess:
+def media_server(
+    transcripts: Path, state: Path, *, settings: Mapping[str, str] | None = None
+) -> ServerProcess:
     """`python -m media_service` over a transcripts root."""
     state.mkdir(parents=True, exist_ok=True)
     return ServerProcess(
         "media_service",
         ["--transcripts", str(transcripts), "--state", str(state)],
         name="media server",
+        settings=settings,
     )
 
 

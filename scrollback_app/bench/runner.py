@@ -59,7 +59,15 @@ from client.aio import AsyncClient
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import line_index, lookup, procs, services, stalls, thumbnails
+from scrollback_app.bench import (
+    caches,
+    line_index,
+    lookup,
+    procs,
+    services,
+    stalls,
+    thumbnails,
+)
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.floor import write_messages
 from scrollback_app.bench.stripper import measure as measure_stripper
@@ -738,6 +746,18 @@ class _Run:
                 photo_session="photo",
             ):
                 self.add(figure)
+        for figure in await caches.measure(
+            self.root,
+            self.work,
+            window_session="large",
+            photos=refs.photo,
+            repeats=self.config.repeats,
+            clients=self.config.clients,
+            throughput_seconds=self.config.throughput_seconds,
+            throughput_rounds=self.config.throughput_rounds,
+            log=self.log,
+        ):
+            self.add(figure)
         await self.rss()
         for figure in await lookup.measure(
             self.work,

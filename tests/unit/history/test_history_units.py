@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import random
@@ -26,7 +25,6 @@ from history_service.lines import (
     iter_lines_forward,
     json_parts,
 )
-from history_service.singleflight import SingleFlight
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import (
     DIRECTION_OLDEST_FIRST,
@@ -197,32 +195,6 @@ def test_tokens_round_trip_and_refuse_tampering(tmp_path: Path) -> None:
             identity.check(fd, 8)
     finally:
         os.close(fd)
-
-
-async def test_single_flight_shares_one_run_and_caches_no_failure() -> None:
-    flights: SingleFlight[int] = SingleFlight()
-    calls = 0
-
-    async def work() -> int:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.05)
-        return calls
-
-    results = await asyncio.gather(*(flights.do("k", work()) for _ in range(5)))
-    assert calls == 1 and [r for r, _ in results] == [1] * 5
-    assert sum(shared for _, shared in results) == 4
-
-    async def fail() -> int:
-        await asyncio.sleep(0.01)
-        raise ValueError("boom")
-
-    for _ in range(2):
-        outcomes = await asyncio.gather(
-            *(flights.do("f", fail()) for _ in range(3)), return_exceptions=True
-        )
-        assert all(isinstance(o, ValueError) for o in outcomes)
-    assert flights.runs == 3  # one per burst: the failure was not cached
 
 
 def test_store_idempotency_binding_and_retirement(tmp_path: Path) -> None:
