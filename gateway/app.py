@@ -1,11 +1,14 @@
 """The gateway's ASGI app: JSON API, photos, live events and the viewer.
 
+Every body is the proto's canonical JSON mapping (`message_json`, docs/contract.md §5; the bodies per
+route in §12), the gateway adding only a signed `url` beside each media ref and attachment.
+
 Routes (the fixed names of docs/contract.md §12 first):
-- `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "next_page_token"}`;
+- `GET /api/v1/sessions?page_size=&page_token=&project=`: `{"sessions": [...], "nextPageToken"}`;
 - `GET /api/v1/sessions/{id}`: one session with its insight (GetSession): entries by type,
   photos, time span, token usage and cost per model and in total, sub-agent totals;
 - `GET /api/v1/sessions/{id}/window?page_token=&direction=latest_first|oldest_first&page_size=`:
-  `{"entries": [...], "next_page_token", ...}`, each ref with a signed `url`;
+  `{"entries": [...], "nextPageToken", ...}`, each of `mediaRefs` with a signed `url`;
 - `GET /api/v1/sessions/{id}/bootstrap?page_size=`: pending messages, watch position, latest window;
 - `POST /api/v1/sessions/{id}/messages` (JSON `text`, `client_txn_id`, `attachments`): accept;
 - `GET /api/v1/sessions/{id}/events?position=`: WatchSession as Server-Sent Events, each `id:`
@@ -13,9 +16,10 @@ Routes (the fixed names of docs/contract.md §12 first):
 - `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=&size=`: one photo, streamed, or its thumbnail
   with `size=96|320|960` (see gateway.media);
 - `GET /api/v1/search?q=&project=&session=&type=&role=&since=&until=&photos=with|without&page_size=&page_token=`:
-  `{"hits": [...], "next_page_token"}`, each hit with its snippet, highlights and the
-  `window_page_token` that opens the session's window at it;
-- `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its script and style.
+  `{"hits": [...], "nextPageToken"}`, each hit with its snippet, highlights and the
+  `windowPageToken` that opens the session's window at it;
+- `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its scripts (render.js draws the
+  entries, vendor/ holds marked, DOMPurify and highlight.js) and style.
 
 Every gRPC call goes through `client.aio` on two channels opened at start-up; the
 caller's bearer token is passed through per call.
@@ -34,7 +38,6 @@ from urllib.parse import quote, urlencode
 
 import grpc
 import orjson
-from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -42,7 +45,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from client import channel_target
+from client import Window, channel_target
 from client.aio import AsyncHistoryClient, AsyncMediaClient
 from client.errors import ScrollbackError
 from gateway.config import GatewayConfig
@@ -52,8 +55,10 @@ from gateway.hosts import HostGuard
 from gateway.media import serve_media
 from gateway.rescue import session_images, slim_download
 from gateway.signing import UrlSigner
+from scrollback.contract.proto_json import message_json
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.ref.v1 import ref_pb2
+from scrollback.search.v1 import search_pb2 as spb
 from scrollback.server.auth import ON_BEHALF_OF, TokenTable
 
 log = logging.getLogger("scrollback.gateway")
@@ -151,102 +156,36 @@ class Gateway:
         query = urlencode({"pin": pin, "p": principal, "exp": expires, "sig": signature})
         return f"{MEDIA_PREFIX}{quote(ref, safe='/:')}?{query}"
 
-    # JSON shapes -----------------------------------------------------------------
+    # JSON shapes: the proto's canonical JSON mapping (message_json), plus the gateway's `url`s.
 
     def ref_json(self, ref: ref_pb2.MediaRef, principal: str) -> dict[str, Any]:
-        """One transcript image reference, with its signed URL."""
-        return {
-            "uri": ref.uri,
-            "index": ref.index,
-            "pin": ref.pin,
-            "declared_media_type": ref.declared_media_type,
-            "approx_size_bytes": ref.approx_size_bytes,
-            "url": self.media_url(ref.uri, ref.pin, principal),
-        }
+        """One MediaRef in the canonical mapping, with its signed `url` beside its fields."""
+        return {**message_json(ref), "url": self.media_url(ref.uri, ref.pin, principal)}
 
     def entry_json(self, entry: hpb.Entry, principal: str) -> dict[str, Any]:
-        """One entry: its fields, the (stripped) line as JSON, refs with URLs."""
-        return {
-            "uuid": entry.uuid,
-            "type": entry.type,
-            "timestamp": entry.timestamp,
-            "byte_offset": entry.byte_offset,
-            "line": orjson.Fragment(entry.json.encode()),
-            "refs": [self.ref_json(ref, principal) for ref in entry.media_refs],
-            "failed_image_indexes": list(entry.failed_image_indexes),
-            "line_size_bytes": entry.line_size_bytes,
-            "oversize": entry.oversize,
-        }
+        """One Entry in the canonical mapping (the line as the string `json`), each of its
+        `mediaRefs` with a signed `url`."""
+        body = message_json(entry)
+        body["mediaRefs"] = [self.ref_json(ref, principal) for ref in entry.media_refs]
+        return body
 
     def accepted_json(self, message: hpb.AcceptedMessage, principal: str) -> dict[str, Any]:
-        """One accepted message, its attachments with URLs."""
-        return {
-            "seq": message.seq,
-            "client_txn_id": message.client_txn_id,
-            "session_id": message.session_id,
-            "text": message.text,
-            "accepted_time": _time(message.accepted_time),
-            "attachments": [
-                {
-                    "ref": a.ref,
-                    "name": a.name,
-                    "media_type": a.media_type,
-                    "url": self.media_url(a.ref, "", principal),
-                }
-                for a in message.attachments
-            ],
-        }
+        """One AcceptedMessage in the canonical mapping, each attachment with a signed `url`."""
+        body = message_json(message)
+        body["attachments"] = [
+            {**message_json(a), "url": self.media_url(a.ref, "", principal)}
+            for a in message.attachments
+        ]
+        return body
 
 
-def _usage_json(usage: hpb.TokenUsage) -> dict[str, int]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-        "cache_read_input_tokens": usage.cache_read_input_tokens,
-    }
-
-
-def insight_json(insight: hpb.SessionInsight) -> dict[str, Any]:
-    """A SessionInsight as JSON (token counts as numbers, times as RFC 3339)."""
-    return {
-        "entry_counts": {c.type: c.count for c in insight.entry_counts},
-        "entries": sum(c.count for c in insight.entry_counts),
-        "photo_count": insight.photo_count,
-        "first_time": _time(insight.first_time),
-        "last_time": _time(insight.last_time),
-        "models": [
-            {
-                "model": m.model,
-                "usage": _usage_json(m.usage),
-                "messages": m.messages,
-                "cost_usd": m.cost_usd,
-                "cost_known": m.cost_known,
-            }
-            for m in insight.models
-        ],
-        "usage": _usage_json(insight.usage),
-        "cost_usd": insight.cost_usd,
-        "cost_complete": insight.cost_complete,
-        "indexed_bytes": insight.indexed_bytes,
-    }
-
-
-def _session_json(s: hpb.Session) -> dict[str, Any]:
-    """The fields ListSessions and GetSession both answer with."""
-    return {
-        "session_id": s.session_id,
-        "project_dir": s.project_dir,
-        "size_bytes": s.size_bytes,
-        "modified_time": _time(s.modified_time),
-        "title": s.title,
-        "is_subagent": s.is_subagent,
-        "parent_session_id": s.parent_session_id,
-    }
-
-
-def _time(stamp: Timestamp) -> str:
-    return stamp.ToJsonString() if stamp.seconds or stamp.nanos else ""
+def _window_end(window: Window) -> hpb.WindowEnd:
+    """The WindowEnd fields of an assembled window, as the message they came in."""
+    return hpb.WindowEnd(
+        next_page_token=window.next_page_token,
+        skipped_lines=window.skipped_lines,
+        file_size_bytes=window.file_size_bytes,
+    )
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -316,8 +255,7 @@ async def list_sessions(request: Request) -> Response:
         page_token=params.get("page_token", ""),
         project_dir=params.get("project", ""),
     )
-    sessions = [_session_json(s) for s in page.sessions]
-    return _json({"sessions": sessions, "next_page_token": page.next_page_token})
+    return _json(message_json(page))
 
 
 async def get_session(request: Request) -> Response:
@@ -325,17 +263,7 @@ async def get_session(request: Request) -> Response:
     gateway = _gateway(request)
     caller = gateway.caller(request)
     s = await gateway.history(caller.token).get_session(request.path_params["session_id"])
-    return _json(
-        {
-            **_session_json(s),
-            "parent_tool_use_id": s.parent_tool_use_id,
-            "insight": insight_json(s.insight) if s.HasField("insight") else None,
-            "subagent_count": s.subagent_count,
-            "subagent_insight": (
-                insight_json(s.subagent_insight) if s.HasField("subagent_insight") else None
-            ),
-        }
-    )
+    return _json(message_json(s))
 
 
 async def read_window(request: Request) -> Response:
@@ -351,9 +279,7 @@ async def read_window(request: Request) -> Response:
     return _json(
         {
             "entries": [gateway.entry_json(e, caller.principal) for e in window.entries],
-            "next_page_token": window.next_page_token,
-            "skipped_lines": window.skipped_lines,
-            "file_size_bytes": window.file_size_bytes,
+            **message_json(_window_end(window)),
         }
     )
 
@@ -395,22 +321,10 @@ async def search(request: Request) -> Response:
         page_size=_int_param(params, "page_size"),
         page_token=params.get("page_token", ""),
     )
-    hits = [
-        {
-            "session_id": h.session_id,
-            "project_dir": h.project_dir,
-            "entry_uuid": h.entry_uuid,
-            "type": h.type,
-            "role": h.role,
-            "timestamp": h.timestamp,
-            "has_photos": h.has_photos,
-            "snippet": h.snippet.text,
-            "highlights": [[m.start, m.end] for m in h.snippet.highlights],
-            "window_page_token": h.window_page_token,
-        }
-        for h in page.hits
-    ]
-    return _json({"hits": hits, "next_page_token": page.next_page_token})
+    hits = [message_json(hit) for hit in page.hits]
+    return _json(
+        {"hits": hits, **message_json(spb.SearchEnd(next_page_token=page.next_page_token))}
+    )
 
 
 async def bootstrap(request: Request) -> Response:
@@ -422,12 +336,10 @@ async def bootstrap(request: Request) -> Response:
     header = window.header or hpb.BootstrapHeader()
     return _json(
         {
-            "session_id": header.session_id,
-            "watch_position": header.watch_position,
+            **message_json(header),
             "pending": [gateway.accepted_json(m, caller.principal) for m in header.pending],
             "entries": [gateway.entry_json(e, caller.principal) for e in window.entries],
-            "next_page_token": window.next_page_token,
-            "file_size_bytes": window.file_size_bytes,
+            **message_json(_window_end(window)),
         }
     )
 
@@ -464,8 +376,8 @@ async def accept_message(request: Request) -> Response:
     )
     return _json(
         {
+            **message_json(response),
             "message": gateway.accepted_json(response.message, caller.principal),
-            "replayed": response.replayed,
         }
     )
 

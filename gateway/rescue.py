@@ -1,7 +1,7 @@
 """The gateway's rescue routes: a session's image list and a slim copy to download (contract §14).
 
-- `GET /api/v1/sessions/{session_id}/images`: ListImages as JSON (`images`,
-  each with its `api_path`, size, pixels and `problems`, and a signed `url`
+- `GET /api/v1/sessions/{session_id}/images`: ListImages in the canonical JSON mapping (`images`,
+  each with its `apiPath`, size, pixels and `problems`, and a signed `url`
   where the media service serves it; `totals`).
 - `GET /api/v1/sessions/{session_id}/slim[?images=downscale]`: SlimSession of
   the session alone, streamed as an attachment `<id>.slim.jsonl`. The first
@@ -21,31 +21,17 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.errors import HttpError
+from scrollback.contract.proto_json import message_json
 from scrollback.history.v1 import history_pb2 as hpb
 
 DOWNLOAD_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
 def image_json(gateway: Any, info: hpb.ImageInfo, principal: str) -> dict[str, Any]:
-    """One image of the list, with a signed URL where it has a ref."""
-    return {
-        "session_id": info.session_id,
-        "entry_uuid": info.entry_uuid,
-        "index": info.index if info.HasField("index") else None,
-        "api_path": info.api_path,
-        "kind": info.kind,
-        "declared_media_type": info.declared_media_type,
-        "media_type": info.media_type,
-        "size_bytes": info.size_bytes,
-        "width": info.width,
-        "height": info.height,
-        "problems": list(info.problems),
-        "sha256": info.sha256,
-        "line_number": info.line_number,
-        "url": gateway.media_url(info.ref.uri, info.ref.pin, principal)
-        if info.HasField("ref")
-        else None,
-    }
+    """One ImageInfo in the canonical JSON mapping, with a signed `url` beside its fields where
+    it has a ref (null where it has none)."""
+    url = gateway.media_url(info.ref.uri, info.ref.pin, principal) if info.HasField("ref") else None
+    return {**message_json(info), "url": url}
 
 
 async def session_images(request: Request) -> Response:
@@ -53,15 +39,9 @@ async def session_images(request: Request) -> Response:
     gateway = request.app.state.gateway
     caller = gateway.caller(request)
     listing = await gateway.history(caller.token).list_images(request.path_params["session_id"])
-    totals = listing.totals
     body = {
         "images": [image_json(gateway, i, caller.principal) for i in listing.images],
-        "totals": {
-            "images": totals.images,
-            "documents": totals.documents,
-            "with_problems": totals.with_problems,
-            "size_bytes": totals.size_bytes,
-        },
+        "totals": message_json(listing.totals),
     }
     return Response(orjson.dumps(body), media_type="application/json")
 

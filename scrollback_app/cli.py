@@ -23,7 +23,7 @@
 - `scrollback tail SESSION`: the last entries, then new entries and accepted messages
   live, until Ctrl-C.
 - `scrollback gc [--state DIR] [--grace SECONDS]`: collect unreferenced blobs.
-- `scrollback export SESSION --html DIR`: a static HTML page, images as lazy files.
+- `scrollback export SESSION --html DIR`: a static HTML page drawn by the viewer's renderer, images as lazy files.
 - `scrollback slim SESSION [-o FILE | --install] [--fork]`: a copy with images cut, to
   rescue a session that images have broken; `scrollback images SESSION [--at PATH]`:
   its images with their API positions and problems (scrollback_app/cli_rescue.py).

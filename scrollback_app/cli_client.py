@@ -41,6 +41,7 @@ from scrollback.contract.proto_json import message_json
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
+from scrollback_app import export_page
 
 # The fewest columns a table's main column (a title, a text) gets before the secondary
 # columns move to a line of their own.
@@ -706,20 +707,6 @@ _EXTENSIONS = {
     "image/heic": ".heic",
 }
 
-_PAGE_HEAD = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<style>
-body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }}
-.entry {{ border-left: 3px solid #ccc; margin: 1rem 0; padding: .25rem .75rem; }}
-.user {{ border-color: #3b82f6; }} .assistant {{ border-color: #10b981; }}
-.meta {{ color: #666; font-size: 12px; }} .text {{ white-space: pre-wrap; }}
-img {{ max-width: 100%; height: auto; }} pre {{ white-space: pre-wrap; background: #f6f6f6; }}
-</style></head><body>
-<h1>{title}</h1>
-"""
-
 
 def _html_text(text: str) -> str:
     """Transcript text for HTML: terminal escapes removed (they render as boxes), escaped."""
@@ -737,6 +724,8 @@ class _Exporter:
         self.written: dict[str, str] = {}
         self.sizes: dict[str, tuple[int, int]] = {}
         self.images = 0
+        # (entry offset, image index) -> the exported file the page shows for it.
+        self.files: dict[tuple[int, int], str] = {}
 
     def _media_file(self, media: Media) -> str:
         sha256 = media.metadata.sha256
@@ -765,6 +754,7 @@ class _Exporter:
         name = html.escape(self._media_file(media), quote=True)
         if not media.metadata.safe_inline:
             return f'<p><a href="{name}" download>attachment ({media.metadata.size_bytes:,} bytes)</a></p>'
+        self.files[(entry.byte_offset, index)] = self._media_file(media)
         width, height = self.sizes.get(media.metadata.sha256, (-1, -1))
         # Width and height reserve the box before the lazy image loads (no layout jump).
         size = f' width="{width}" height="{height}"' if width > 0 and height > 0 else ""
@@ -806,6 +796,17 @@ class _Exporter:
                 else:
                     out.append(f'<p class="meta">[{label}]</p>')
         return "".join(out)
+
+    def entry_data(self, entry: hpb.Entry) -> dict[str, Any]:
+        """One entry for the page's renderer: the canonical JSON mapping, each media ref's
+        `url` its exported file (a ref whose photo was not exported inline is left out)."""
+        body = message_json(entry)
+        body["mediaRefs"] = [
+            {**message_json(ref), "url": self.files[(entry.byte_offset, ref.index)]}
+            for ref in entry.media_refs
+            if (entry.byte_offset, ref.index) in self.files
+        ]
+        return body
 
     def entry_html(self, entry: hpb.Entry) -> str:
         """One entry as an HTML fragment ("" for bookkeeping entries)."""
@@ -868,15 +869,19 @@ def _export(args: argparse.Namespace, directory: Path) -> int:
     with _client(args) as sb:
         exporter = _Exporter(sb, directory)
         fragments: list[str] = []
+        entries: list[dict[str, Any]] = []
         count = 0
         with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
             for entry in _entries_with_progress(sb, args.session, progress):
                 count += 1
                 fragments.append(exporter.entry_html(entry))
-    title = html.escape(f"Scrollback session {args.session}")
-    page = _PAGE_HEAD.format(title=title) + "".join(fragments) + "</body></html>\n"
-    index = directory / "index.html"
-    index.write_text(page, encoding="utf-8")
+                entries.append(exporter.entry_data(entry))
+        session = message_json(sb.history.get_session(args.session))
+    # The viewer's rendering (export_page); the plain fragments are its <noscript> fallback.
+    export_page.write_assets(directory)
+    index = export_page.write_page(
+        directory, f"Scrollback session {args.session}", session, entries, "".join(fragments)
+    )
     summary = {
         "index": str(index),
         "entries": count,

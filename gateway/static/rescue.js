@@ -38,10 +38,10 @@
     for (const image of listing.images) {
       const row = el("tr", image.problems.length ? "problem" : "");
       row.append(
-        el("td", "", image.api_path || "(not sent)"),
-        el("td", "", `${image.session_id === sessionId ? "" : image.session_id + " "}${image.entry_uuid}`),
-        el("td", "", `${image.kind} ${image.media_type || image.declared_media_type}`),
-        el("td", "", count(image.size_bytes) + " B"),
+        el("td", "", image.apiPath || "(not sent)"),
+        el("td", "", `${image.sessionId === sessionId ? "" : image.sessionId + " "}${image.entryUuid}`),
+        el("td", "", `${image.kind} ${image.mediaType || image.declaredMediaType}`),
+        el("td", "", count(image.sizeBytes) + " B"),
         el("td", "", image.width ? `${image.width}×${image.height}` : ""),
         el("td", "", image.problems.join(", ")),
       );
@@ -50,7 +50,7 @@
         const thumb = el("img");
         thumb.loading = "lazy";
         thumb.src = sized(image.url, 96);
-        thumb.alt = image.api_path;
+        thumb.alt = image.apiPath;
         cell.append(thumb);
       }
       row.append(cell);
@@ -63,7 +63,7 @@
     const listing = await api(base + "/images");
     const totals = listing.totals;
     const toggle = el("button", "images-toggle",
-      `images (${totals.images}, ${totals.with_problems} too large)`);
+      `images (${totals.images}, ${totals.withProblems} too large)`);
     let shown = null;
     toggle.addEventListener("click", () => {
       if (shown) { shown.remove(); shown = null; return; }

@@ -1,17 +1,21 @@
-// The Scrollback viewer: no dependencies, no build step.
-// "/" lists sessions; "/sessions/<id>" opens a session at its latest window, loads older
+// The Scrollback viewer: static files, no build step; entries are drawn by render.js.
+// "/" lists sessions, newest first, page after page (sub-agents nested under their parent),
+// filterable by project; "/sessions/<id>" opens a session at its latest window, loads older
 // windows as the reader scrolls up (keeping the scroll position), fetches a photo's 320 px
 // thumbnail only when its reserved box enters the viewport (each once), the full image only
-// when it is clicked, and appends live events (SSE). A session opens under a header of its
-// insight (entries, photos, tokens, cost: GET /api/v1/sessions/<id>).
-// "/?q=..." lists search hits (newest first, matched words marked); a hit opens
-// "/sessions/<id>?at=<window token>": the window that ends with the hit, older ones on scroll.
+// when it is clicked, and appends live events (SSE), keeping the header (title, project, time
+// span, insight figures: GET /api/v1/sessions/<id>) current.
+// "/?q=..." lists search hits grouped by session; a hit opens "/sessions/<id>?at=<window
+// token>&hl=<words>": the window that ends with the hit, its blocks open and the words marked.
+// Keys: "/" search, "j"/"k" next/previous message, Esc closes the photo or leaves the box.
 "use strict";
 
 const PAGE_SIZE = 50;
+const LIST_PAGE_SIZE = 100;
 const TOKEN_KEY = "scrollback-token";
 const main = document.getElementById("main");
 const statusLine = document.getElementById("status");
+const el = Render.el;
 
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
@@ -21,31 +25,71 @@ function authHeaders(extra) {
   return headers;
 }
 
+// An API failure: the HTTP status and the gateway's error (code, reason, message).
+class ApiError extends Error {
+  constructor(status, error) {
+    super(error.message || error.reason || error.code || String(status));
+    this.status = status;
+    this.code = error.code || "";
+    this.reason = error.reason || "";
+  }
+}
+
 async function api(path, options) {
   const init = Object.assign({}, options || {});
   init.headers = authHeaders(init.headers);
-  const response = await fetch(path, init);
-  if (response.status === 401) {
-    const entered = window.prompt("Bearer token");
-    if (entered) { sessionStorage.setItem(TOKEN_KEY, entered); return api(path, options); }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError(0, { code: "NETWORK", message: "the gateway did not answer" });
+  }
+  if (response.status === 401 && !(options && options.noPrompt)) {
+    const entered = window.prompt("This gateway needs a bearer token (from your token file):");
+    if (entered) { sessionStorage.setItem(TOKEN_KEY, entered.trim()); return api(path, options); }
   }
   if (!response.ok) {
-    // The gateway's fixed text for the cause (its reason), else the status.
-    let text = String(response.status);
-    try {
-      const error = (await response.json()).error;
-      text = error.message || error.reason || error.code;
-    } catch (e) { /* not JSON */ }
-    throw new Error(text);
+    let error = {};
+    try { error = (await response.json()).error || {}; } catch (e) { /* not JSON */ }
+    throw new ApiError(response.status, error);
   }
   return response.json();
 }
 
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
+// What went wrong and what to do about it, for the error page.
+function explain(error) {
+  const status = error.status || 0;
+  if (status === 404) {
+    return ["Not found", error.reason === "SESSION_NOT_FOUND" || /session/.test(error.message)
+      ? "No session with this id is visible to you. It may have been deleted or moved, or belong to a project your token does not cover."
+      : "Nothing is at this address.", "Go back to the session list and pick one from there."];
+  }
+  if (status === 401) {
+    return ["A token is needed", "This gateway runs with authentication and the token given was missing or not accepted.",
+      "Reload the page and enter the bearer token of your principal (the token file the services read)."];
+  }
+  if (status === 403) return ["Not allowed", "Your token does not cover this session's project.", "Ask for access, or use a token that covers it."];
+  if (status === 409) return ["The transcript changed", error.message, "Open the session again from the list to start from its latest window."];
+  if (status === 503 || status === 504 || status === 0) {
+    return ["A service is not answering", "The gateway is up but the history or media service is down or still starting (" + (error.message || error.code) + ").",
+      "Start them with `scrollback up` (or check its log), then reload this page."];
+  }
+  if (status === 400) return ["Bad request", error.message, "Check the address; a session id is letters, digits, - and _."];
+  return ["Something went wrong", error.message || String(error), "Reload the page; if it persists, check the gateway's log."];
+}
+
+function showError(error) {
+  const [title, what, todo] = explain(error);
+  const box = el("section", "error-page");
+  box.setAttribute("role", "alert");
+  box.append(el("h1", "", title), el("p", "", what), el("p", "hint", todo));
+  const back = el("a", "", "← all sessions");
+  back.href = "/";
+  box.append(back);
+  if (error.code) box.append(el("p", "code", `(${error.status || ""} ${error.code}${error.reason ? " / " + error.reason : ""})`));
+  main.replaceChildren(box);
+  document.title = title + " · Scrollback";
+  document.body.dataset.ready = "1";
 }
 
 // Photos: the box is reserved by CSS (width and height), the bytes load on intersection.
@@ -68,19 +112,7 @@ function sized(url, size) {
   return url + (url.includes("?") ? "&" : "?") + "size=" + size;
 }
 
-function photo(url) {
-  const img = el("img", "photo");
-  img.width = 320;
-  img.height = 240;
-  img.alt = "photo";
-  img.loading = "lazy";
-  img.decoding = "async";
-  img.dataset.src = sized(url, THUMBNAIL_SIZE);
-  img.dataset.full = url;
-  img.title = "open the full image";
-  img.addEventListener("click", () => showFull(url));
-  return img;
-}
+const renderOptions = { thumbnail: (url) => sized(url, THUMBNAIL_SIZE) };
 
 // The full image over the page, fetched only now; a click or Escape closes it.
 function showFull(url) {
@@ -97,190 +129,290 @@ function showFull(url) {
 
 function closeFull() {
   const open = document.getElementById("lightbox");
-  if (open) open.remove();
+  if (open) { open.remove(); return true; }
+  return false;
 }
 
-document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeFull(); });
+main.addEventListener("click", (event) => {
+  const img = event.target.closest && event.target.closest("img.photo");
+  if (img) showFull(img.dataset.full);
+});
 
 function observePhotos(root) {
-  for (const img of root.querySelectorAll("img.photo[data-src]:not([src])")) {
-    photoObserver.observe(img);
-  }
+  for (const img of root.querySelectorAll("img.photo[data-src]:not([src])")) photoObserver.observe(img);
 }
 
-// The image enumeration rule (docs/contract.md §2): depth-first over message.content,
-// descending into the "content" array of any block; the i-th image has index i.
-function renderBlocks(blocks, entry, counter, into) {
-  for (const block of blocks) {
-    if (!block || typeof block !== "object") continue;
-    if (block.type === "image") {
-      const index = counter.next++;
-      const ref = entry.refs.find((r) => r.index === index);
-      if (entry.failed_image_indexes.includes(index)) {
-        into.append(el("div", "failed", "[image not displayed]"));
-      } else if (ref) {
-        into.append(photo(ref.url));
-      } else if (block.source && block.source.data && /^image\/(png|jpeg|gif|webp)$/.test(block.source.media_type || "")) {
-        into.append(photo("data:" + block.source.media_type + ";base64," + block.source.data));
-      } else {
-        into.append(el("div", "failed", "[image not displayed]"));
+function count(n) { return Number(n || 0).toLocaleString("en-US"); }
+
+function entryTotal(insight) {
+  return (insight && insight.entryCounts || []).reduce((sum, c) => sum + Number(c.count || 0), 0);
+}
+
+function money(insight) {
+  return "$" + Number(insight.costUsd || 0).toFixed(2) + (insight.costComplete ? "" : "+");
+}
+
+function plural(n, word, words) { return count(n) + " " + (Number(n) === 1 ? word : words || word + "s"); }
+
+// --- The session list -----------------------------------------------------------------------
+
+const listState = { next: "", project: "", loading: false, byId: new Map(), projects: new Set() };
+
+function sessionCard(s) {
+  const item = el("li", "session" + (s.isSubagent ? " subagent" : ""));
+  item.dataset.sessionId = s.sessionId;
+  if (s.isSubagent && s.parentSessionId) item.dataset.parent = s.parentSessionId;
+  const link = el("a", "session-link");
+  link.href = "/sessions/" + encodeURIComponent(s.sessionId);
+  const title = Render.cleanTitle(s.title) || s.sessionId;
+  if (s.isSubagent) link.append(el("span", "badge", "sub-agent"), " ");
+  link.append(el("span", "session-title", title));
+  const facts = el("span", "session-facts");
+  const insight = s.insight;
+  const last = (insight && insight.lastTime) || s.modifiedTime;
+  facts.append(el("span", "project", projectName(s.projectDir)));
+  if (last) facts.append(Render.timeNode(last));
+  if (insight) {
+    facts.append(el("span", "", plural(entryTotal(insight), "entry", "entries")));
+    if (Number(insight.photoCount)) facts.append(el("span", "", plural(insight.photoCount, "photo")));
+    if (Number(insight.costUsd) > 0) facts.append(el("span", "", money(insight)));
+  }
+  if (s.subagentCount) facts.append(el("span", "", plural(s.subagentCount, "sub-agent")));
+  link.append(facts);
+  item.append(link);
+  return item;
+}
+
+// A project directory's name as Claude Code writes it ("-home-me-src-app"): its last parts.
+function projectName(dir) {
+  const name = String(dir || "");
+  return name.length > 40 ? "…" + name.slice(-39) : name;
+}
+
+async function showSessions(project) {
+  listState.project = project || "";
+  listState.next = "";
+  listState.byId = new Map();
+  document.title = "Sessions · Scrollback";
+  const box = el("section", "sessions");
+  const head = el("div", "list-head");
+  head.append(el("h1", "", "Sessions"));
+  const label = el("label", "", "Project ");
+  const select = el("select");
+  select.id = "project-filter";
+  select.append(new Option("all projects", ""));
+  label.append(select);
+  head.append(label);
+  const list = el("ul", "session-list");
+  const more = el("button", "more-sessions", "more sessions");
+  more.type = "button";
+  more.hidden = true;
+  box.append(head, list, more);
+  main.replaceChildren(box);
+  select.addEventListener("change", () => {
+    const url = select.value ? "/?" + new URLSearchParams({ project: select.value }) : "/";
+    history.pushState(null, "", url);
+    showSessions(select.value).catch(showError);
+  });
+  more.addEventListener("click", () => loadSessions(list, more, select).catch(showError));
+  await loadSessions(list, more, select);
+  if (!list.children.length) list.append(el("li", "empty", "No sessions under the root yet."));
+  // Later pages come as the reader nears the end of the list.
+  const sentinel = new IntersectionObserver((records) => {
+    if (records.some((r) => r.isIntersecting) && listState.next && !listState.loading) {
+      loadSessions(list, more, select).catch(showError);
+    }
+  });
+  sentinel.observe(more);
+  document.body.dataset.ready = "1";
+}
+
+async function loadSessions(list, more, select) {
+  if (listState.loading) return;
+  listState.loading = true;
+  try {
+    const query = new URLSearchParams({ page_size: String(LIST_PAGE_SIZE) });
+    if (listState.next) query.set("page_token", listState.next);
+    if (listState.project) query.set("project", listState.project);
+    const page = await api("/api/v1/sessions?" + query);
+    for (const s of page.sessions) {
+      const card = sessionCard(s);
+      listState.byId.set(s.sessionId, card);
+      const parent = s.isSubagent && s.parentSessionId ? listState.byId.get(s.parentSessionId) : null;
+      if (parent) {
+        let nested = parent.querySelector("ul.subagents");
+        if (!nested) { nested = el("ul", "subagents"); parent.append(nested); }
+        nested.append(card);
+      } else list.append(card);
+      if (!listState.projects.has(s.projectDir)) {
+        listState.projects.add(s.projectDir);
+        select.append(new Option(s.projectDir, s.projectDir));
       }
-      continue;
     }
-    if (block.type === "text") {
-      into.append(el("div", "text", block.text || ""));
-    } else if (block.type === "thinking" || block.type === "redacted_thinking") {
-      const details = el("details", "thinking");
-      details.append(el("summary", "", "thinking"), el("pre", "", block.thinking || ""));
-      into.append(details);
-    } else if (block.type === "tool_use") {
-      const details = el("details", "tool");
-      details.append(el("summary", "", "tool call: " + (block.name || "")),
-        el("pre", "", JSON.stringify(block.input, null, 2)));
-      into.append(details);
-    } else if (block.type === "tool_result") {
-      const details = el("details", "tool");
-      details.append(el("summary", "", "tool result"));
-      const inner = Array.isArray(block.content) ? block.content : [];
-      if (typeof block.content === "string") details.append(el("pre", "", block.content));
-      for (const part of inner) {
-        if (part && part.type === "text") details.append(el("pre", "", part.text || ""));
-      }
-      into.append(details);
-      // Photos of a result stay visible (screenshots are what readers look for).
-      renderBlocks(inner.filter((p) => p && p.type !== "text"), entry, counter, into);
-      continue;
+    // A sub-agent listed before its parent (it changed later) moves under it once it is here.
+    for (const card of list.querySelectorAll(":scope > li.subagent[data-parent]")) {
+      const parent = listState.byId.get(card.dataset.parent);
+      if (!parent) continue;
+      let nested = parent.querySelector("ul.subagents");
+      if (!nested) { nested = el("ul", "subagents"); parent.append(nested); }
+      nested.append(card);
     }
-    if (Array.isArray(block.content) && block.type !== "tool_result") {
-      renderBlocks(block.content, entry, counter, into);
-    }
+    select.value = listState.project;
+    listState.next = page.nextPageToken;
+    more.hidden = !listState.next;
+  } finally {
+    listState.loading = false;
   }
 }
 
-function renderEntry(entry) {
-  const line = entry.line || {};
-  const message = line.message;
-  if (!message || (entry.type !== "user" && entry.type !== "assistant")) {
-    const meta = el("div", "entry meta", entry.type || "entry");
-    if (line.summary) meta.textContent += ": " + line.summary;
-    meta.dataset.offset = entry.byte_offset;
-    return meta;
-  }
-  const node = el("div", "entry " + entry.type);
-  node.dataset.offset = entry.byte_offset;
-  node.append(el("div", "role", (message.role || entry.type) + (entry.timestamp ? " · " + entry.timestamp : "")));
-  if (entry.oversize) node.append(el("div", "text", String(message.content)));
-  else if (typeof message.content === "string") node.append(el("div", "text", message.content));
-  else if (Array.isArray(message.content)) renderBlocks(message.content, entry, { next: 0 }, node);
-  return node;
-}
-
-function renderAccepted(message) {
-  const node = el("div", "entry accepted");
-  node.dataset.seq = message.seq;
-  node.append(el("div", "role", "sent · " + message.accepted_time), el("div", "text", message.text));
-  for (const attachment of message.attachments) node.append(photo(attachment.url));
-  return node;
-}
-
-async function showSessions() {
-  const page = await api("/api/v1/sessions?page_size=200");
-  const list = el("div", "sessions");
-  for (const s of page.sessions) {
-    const link = el("a", "", s.title || s.session_id);
-    link.href = "/sessions/" + encodeURIComponent(s.session_id);
-    link.append(el("small", "", s.project_dir + " · " + Math.round(s.size_bytes / 1024) + " KB"));
-    list.append(link);
-  }
-  if (!page.sessions.length) list.append(el("p", "", "No sessions."));
-  main.replaceChildren(list);
-}
+// --- Search ---------------------------------------------------------------------------------
 
 // A snippet as text nodes with <mark> around each highlight (never innerHTML).
-function marked(text, highlights) {
-  const node = el("div", "text");
-  const chars = Array.from(text); // highlights count code points
+function markedSnippet(snippet) {
+  const node = el("div", "snippet");
+  const chars = Array.from(snippet.text || ""); // highlights count code points
   let at = 0;
-  for (const [start, end] of highlights) {
-    node.append(chars.slice(at, start).join(""), el("mark", "", chars.slice(start, end).join("")));
-    at = end;
+  for (const h of snippet.highlights || []) {
+    const start = h.start || 0;
+    node.append(chars.slice(at, start).join(""), el("mark", "", chars.slice(start, h.end).join("")));
+    at = h.end;
   }
   node.append(chars.slice(at).join(""));
   return node;
 }
 
+function hitWords(hit) {
+  const chars = Array.from(hit.snippet.text || "");
+  return [...new Set((hit.snippet.highlights || []).map((h) => chars.slice(h.start || 0, h.end).join("").toLowerCase()))];
+}
+
 async function showSearch(q, pageToken) {
   document.getElementById("search-q").value = q;
+  document.title = q + " · search · Scrollback";
   const query = new URLSearchParams({ q, page_size: "50" });
   if (pageToken) query.set("page_token", pageToken);
   const page = await api("/api/v1/search?" + query);
-  const list = el("div", "hits");
+  const box = el("section", "hits");
+  box.append(el("h1", "", `Search: ${q}`));
+  const groups = new Map();
   for (const hit of page.hits) {
-    const link = el("a", "hit-link");
-    link.href = `/sessions/${encodeURIComponent(hit.session_id)}?` +
-      new URLSearchParams({ at: hit.window_page_token });
-    link.append(el("small", "", `${hit.project_dir} · ${hit.session_id} · ${hit.type} · ${hit.timestamp}`),
-      marked(hit.snippet, hit.highlights));
-    list.append(link);
+    if (!groups.has(hit.sessionId)) groups.set(hit.sessionId, []);
+    groups.get(hit.sessionId).push(hit);
   }
-  if (!page.hits.length) list.append(el("p", "", "No hits."));
-  if (page.next_page_token) {
+  const sessions = await Promise.all([...groups.keys()].map((id) =>
+    api(`/api/v1/sessions/${encodeURIComponent(id)}`).catch(() => null)));
+  let i = 0;
+  for (const [sessionId, hits] of groups) {
+    const session = sessions[i++];
+    const group = el("section", "hit-group");
+    const head = el("h2", "hit-session");
+    const title = el("a", "", (session && Render.cleanTitle(session.title)) || sessionId);
+    title.href = "/sessions/" + encodeURIComponent(sessionId);
+    head.append(title);
+    const facts = el("div", "session-facts");
+    facts.append(el("span", "project", projectName(hits[0].projectDir)), el("span", "hit-count", plural(hits.length, "hit")));
+    if (session && session.insight && session.insight.lastTime) facts.append(Render.timeNode(session.insight.lastTime));
+    group.append(head, facts);
+    for (const hit of hits) {
+      const link = el("a", "hit-link");
+      link.href = `/sessions/${encodeURIComponent(sessionId)}?` +
+        new URLSearchParams({ at: hit.windowPageToken, hl: hitWords(hit).join(" "), hit: hit.entryUuid });
+      const meta = el("small", "hit-meta");
+      meta.append(el("span", "", hit.role || hit.type));
+      if (hit.timestamp) meta.append(" · ", Render.timeNode(hit.timestamp));
+      link.append(meta, markedSnippet(hit.snippet));
+      group.append(link);
+    }
+    box.append(group);
+  }
+  if (!page.hits.length) box.append(el("p", "", "No hits. Words match whole; \"quotes\" match a phrase."));
+  if (page.nextPageToken) {
     const more = el("a", "more", "more hits");
-    more.href = "/?" + new URLSearchParams({ q, page_token: page.next_page_token });
-    list.append(more);
+    more.href = "/?" + new URLSearchParams({ q, page_token: page.nextPageToken });
+    box.append(more);
   }
-  main.replaceChildren(list);
+  main.replaceChildren(box);
   document.body.dataset.ready = "1";
 }
 
-const view = { sessionId: "", older: "", loading: false, list: null, more: null };
+// --- One session ----------------------------------------------------------------------------
 
-function count(n) { return Number(n || 0).toLocaleString("en-US"); }
+const view = { sessionId: "", older: "", loading: false, list: null, more: null, session: null };
 
-// The insight header: what the session holds, from the insight index. It loads beside the
-// window (never before it) into a line of the bar whose height is fixed, so nothing below
-// moves when it arrives; a failure leaves the line empty.
-async function showInsight(sessionId) {
-  const header = document.getElementById("insight");
-  header.replaceChildren();
-  header.hidden = false;
+// The header: title (tags removed), project, time span and the insight figures. Loaded beside
+// the window (never before it) into lines of the bar whose height is fixed, so nothing below
+// moves when it arrives; called again as live lines arrive. A failure leaves it as it was.
+async function showHeader(sessionId) {
   let session;
   try {
-    session = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}`);
+    session = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}`, { noPrompt: true });
   } catch (error) {
     return;
   }
+  view.session = session;
+  const title = Render.cleanTitle(session.title) || session.sessionId;
+  document.getElementById("title").textContent = title;
+  document.title = title + " · Scrollback";
+  const where = document.getElementById("where");
+  where.replaceChildren();
+  where.append(el("span", "project", session.projectDir));
   const insight = session.insight;
+  if (insight && insight.firstTime) {
+    const span = el("span", "span");
+    span.append(Render.timeNode(insight.firstTime));
+    if (insight.lastTime && insight.lastTime !== insight.firstTime) span.append(" – ", Render.timeNode(insight.lastTime));
+    where.append(span);
+  }
+  if (session.isSubagent && session.parentSessionId) {
+    const back = el("a", "parent-link", "← parent session");
+    back.href = "/sessions/" + encodeURIComponent(session.parentSessionId) +
+      (session.parentToolUseId ? "#call-" + encodeURIComponent(session.parentToolUseId) : "");
+    where.append(back);
+  }
+  const header = document.getElementById("insight");
+  header.hidden = false;
   if (!insight) return;
-  const usage = insight.usage;
-  const tokens = usage.input_tokens + usage.output_tokens +
-    usage.cache_creation_input_tokens + usage.cache_read_input_tokens;
-  const cost = "$" + insight.cost_usd.toFixed(2) + (insight.cost_complete ? "" : "+");
+  const usage = insight.usage || {};
+  const tokens = ["inputTokens", "outputTokens", "cacheCreationInputTokens", "cacheReadInputTokens"]
+    .reduce((sum, k) => sum + Number(usage[k] || 0), 0);
   const facts = [
-    ["entries", count(insight.entries)],
-    ["photos", count(insight.photo_count)],
+    ["entries", count(entryTotal(insight))],
+    ["photos", count(insight.photoCount)],
     ["tokens", count(tokens)],
-    ["cost", cost],
+    ["cost", money(insight)],
   ];
+  const nodes = [];
   for (const [name, value] of facts) {
     const fact = el("span", "fact");
     fact.dataset.fact = name;
-    fact.append(el("b", "", value), " " + (value === "1" ? name.replace(/s$/, "") : name));
-    header.append(fact);
+    fact.append(el("b", "", value), " " + (value === "1" ? name.replace(/ies$/, "y").replace(/s$/, "") : name));
+    nodes.push(fact);
   }
-  const models = insight.models.map((m) => m.model).join(", ");
-  if (models) header.append(el("span", "models", models));
-  if (session.subagent_count) {
-    header.append(el("span", "models", session.subagent_count + " sub-agents"));
-  }
-  header.title = `input ${count(usage.input_tokens)} · output ${count(usage.output_tokens)} · ` +
-    `cache write ${count(usage.cache_creation_input_tokens)} · ` +
-    `cache read ${count(usage.cache_read_input_tokens)} (cost: an estimate from list prices)`;
+  const models = (insight.models || []).map((m) => m.model).join(", ");
+  if (models) nodes.push(el("span", "models", models));
+  if (session.subagentCount) nodes.push(el("span", "models", plural(session.subagentCount, "sub-agent")));
+  header.replaceChildren(...nodes);
+  header.title = `input ${count(usage.inputTokens)} · output ${count(usage.outputTokens)} · ` +
+    `cache write ${count(usage.cacheCreationInputTokens)} · ` +
+    `cache read ${count(usage.cacheReadInputTokens)} (cost: an estimate from list prices)`;
+}
+
+let headerTimer = null;
+function refreshHeaderSoon() {
+  if (headerTimer) return;
+  headerTimer = setTimeout(() => { headerTimer = null; showHeader(view.sessionId); }, 500);
 }
 
 function nearBottom() {
   const scroller = document.scrollingElement;
   return scroller.scrollHeight - scroller.scrollTop - window.innerHeight < 80;
+}
+
+function renderInto(target, entries, prepend) {
+  const fragment = document.createDocumentFragment();
+  for (const entry of entries) fragment.append(Render.entry(entry, renderOptions));
+  if (prepend) target.prepend(fragment); else target.append(fragment);
+  Render.pairTools(target);
 }
 
 async function loadOlder() {
@@ -292,10 +424,8 @@ async function loadOlder() {
     const scroller = document.scrollingElement;
     const before = scroller.scrollHeight;
     const top = scroller.scrollTop;
-    const fragment = document.createDocumentFragment();
-    for (const entry of window_.entries) fragment.append(renderEntry(entry));
-    view.list.prepend(fragment);
-    view.older = window_.next_page_token;
+    renderInto(view.list, window_.entries, true);
+    view.older = window_.nextPageToken;
     if (!view.older) view.more.textContent = "start of session";
     // Keep what the reader looks at in place: shift by what was added above it.
     scroller.scrollTop = top + (scroller.scrollHeight - before);
@@ -310,52 +440,123 @@ function maybeLoadOlder() {
   if (document.scrollingElement.scrollTop < 600 && view.older) loadOlder();
 }
 
-async function showSession(sessionId) {
+function openSessionFrame(sessionId) {
   view.sessionId = sessionId;
   document.getElementById("title").textContent = sessionId;
-  const boot = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/bootstrap?page_size=${PAGE_SIZE}`);
-  view.more = el("div", "more", boot.next_page_token ? "loading older…" : "start of session");
   view.list = el("div", "entries");
-  for (const entry of boot.entries) view.list.append(renderEntry(entry));
+  view.list.setAttribute("aria-label", "messages");
+}
+
+async function showSession(sessionId) {
+  openSessionFrame(sessionId);
+  const boot = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/bootstrap?page_size=${PAGE_SIZE}`);
+  view.more = el("div", "more", boot.nextPageToken ? "loading older…" : "start of session");
+  renderInto(view.list, boot.entries, false);
   for (const message of boot.pending) view.list.append(renderAccepted(message));
-  view.older = boot.next_page_token;
-  showInsight(sessionId);
+  view.older = boot.nextPageToken;
+  showHeader(sessionId);
   main.replaceChildren(view.more, view.list);
+  // Opened from a sub-agent's thread (#call-<id>): older windows load until the call is here.
+  const wanted = location.hash.startsWith("#call-") ? decodeURIComponent(location.hash.slice(1)) : "";
+  let target = wanted ? document.getElementById(wanted) : null;
+  const deadline = Date.now() + 15000;
+  while (wanted && !target && view.older && Date.now() < deadline) {
+    if (view.loading) await new Promise((resolve) => setTimeout(resolve, 50));
+    else await loadOlder();
+    target = document.getElementById(wanted);
+  }
+  if (target) { target.open = true; target.scrollIntoView({ block: "center" }); target.classList.add("linked"); }
   // Open at the end, then watch photos: only the boxes now in view load.
-  document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
+  else document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
   observePhotos(view.list);
   window.addEventListener("scroll", maybeLoadOlder, { passive: true });
   maybeLoadOlder();
-  watch(sessionId, boot.watch_position);
+  watch(sessionId, boot.watchPosition);
   setUpSend(sessionId);
   document.body.dataset.ready = "1";
 }
 
-// Jump to a search hit: the window that ends with it (no live tail: this is the past).
-async function showSessionAt(sessionId, at) {
-  view.sessionId = sessionId;
-  document.getElementById("title").textContent = sessionId;
+// Marks each occurrence of `words` in the text under `root` (text nodes split, never HTML).
+function markWords(root, words) {
+  const wanted = words.filter(Boolean).map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  if (!wanted.length) return [];
+  const pattern = new RegExp("(" + wanted.join("|") + ")", "gi");
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const nodes = [];
+  while (walker.nextNode()) nodes.push(walker.currentNode);
+  const marks = [];
+  for (const node of nodes) {
+    const text = node.nodeValue;
+    pattern.lastIndex = 0;
+    if (!pattern.test(text) || node.parentElement.closest("mark, summary")) continue;
+    const fragment = document.createDocumentFragment();
+    let at = 0;
+    pattern.lastIndex = 0;
+    for (const found of text.matchAll(pattern)) {
+      fragment.append(text.slice(at, found.index));
+      const mark = el("mark", "found", found[0]);
+      marks.push(mark);
+      fragment.append(mark);
+      at = found.index + found[0].length;
+    }
+    fragment.append(text.slice(at));
+    node.replaceWith(fragment);
+  }
+  return marks;
+}
+
+// Jump to a search hit: the window that ends with it (no live tail: this is the past), its
+// blocks open and the searched words marked.
+async function showSessionAt(sessionId, at, words, hitUuid) {
+  openSessionFrame(sessionId);
   const query = new URLSearchParams({ page_token: at, page_size: String(PAGE_SIZE) });
   const window_ = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/window?${query}`);
-  view.more = el("div", "more", window_.next_page_token ? "loading older…" : "start of session");
-  view.list = el("div", "entries");
-  for (const entry of window_.entries) view.list.append(renderEntry(entry));
-  const hit = view.list.lastElementChild;
-  if (hit) hit.classList.add("hit");
+  view.more = el("div", "more", window_.nextPageToken ? "loading older…" : "start of session");
+  renderInto(view.list, window_.entries, false);
+  let hit = hitUuid ? view.list.querySelector(`.entry[data-uuid="${CSS.escape(hitUuid)}"]`) : null;
+  hit = hit || view.list.lastElementChild;
   const latest = el("a", "more", "go to the latest messages");
   latest.href = "/sessions/" + encodeURIComponent(sessionId);
-  view.older = window_.next_page_token;
-  showInsight(sessionId);
+  view.older = window_.nextPageToken;
+  showHeader(sessionId);
   main.replaceChildren(view.more, view.list, latest);
-  if (hit) hit.scrollIntoView({ block: "center" });
+  if (hit) {
+    hit.classList.add("hit");
+    // A result folded into its call is read there.
+    const places = [hit, ...view.list.querySelectorAll(`.tool-result[data-from-offset="${hit.dataset.offset}"]`)];
+    for (const place of places.slice(1)) place.closest(".entry").classList.add("hit");
+    const marks = [];
+    for (const place of places) {
+      for (const details of place.querySelectorAll("details")) details.open = true;
+      let up = place.parentElement;
+      while (up && up !== view.list) { if (up.tagName === "DETAILS") up.open = true; up = up.parentElement; }
+      marks.push(...markWords(place, words));
+    }
+    const first = marks.find((m) => m.getClientRects().length) || (hit.classList.contains("folded") ? places[1] : hit);
+    if (first) first.scrollIntoView({ block: "center" });
+  }
   observePhotos(view.list);
   window.addEventListener("scroll", maybeLoadOlder, { passive: true });
   document.body.dataset.ready = "1";
+}
+
+function renderAccepted(message) {
+  const node = el("div", "entry accepted");
+  node.dataset.seq = message.seq;
+  const head = el("div", "role");
+  head.append(el("span", "who", "queued for the session's process"));
+  if (message.acceptedTime) head.append(" · ", Render.timeNode(message.acceptedTime));
+  const body = el("div", "body");
+  body.append(el("div", "text", message.text));
+  for (const attachment of message.attachments) body.append(Render.photo(attachment.url, renderOptions));
+  node.append(head, body);
+  return node;
 }
 
 function appendLive(node) {
   const follow = nearBottom();
   view.list.append(node);
+  Render.pairTools(view.list);
   observePhotos(node);
   if (follow) document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
 }
@@ -390,9 +591,16 @@ async function watch(sessionId, position) {
             else if (field === "data") event.data += text;
             else if (field === "id") event.id = text;
           }
-          if (event.type === "error") { statusLine.textContent = "stopped: " + event.data; return; }
-          if (event.type === "entry") appendLive(renderEntry(JSON.parse(event.data)));
-          else if (event.type === "accepted") {
+          if (event.type === "error") {
+            let reason = "";
+            try { const e = JSON.parse(event.data); reason = e.reason || e.code; } catch (e) { /* as sent */ }
+            statusLine.textContent = "stopped: " + (reason || event.data);
+            return;
+          }
+          if (event.type === "entry") {
+            appendLive(Render.entry(JSON.parse(event.data), renderOptions));
+            refreshHeaderSoon();
+          } else if (event.type === "accepted") {
             const message = JSON.parse(event.data);
             if (!view.list.querySelector(`[data-seq="${message.seq}"]`)) appendLive(renderAccepted(message));
           }
@@ -409,28 +617,80 @@ async function watch(sessionId, position) {
 function setUpSend(sessionId) {
   const form = document.getElementById("send");
   const input = document.getElementById("send-text");
+  const result = document.getElementById("send-result");
   form.hidden = false;
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const text = input.value.trim();
     if (!text) return;
     const txn = "web-" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
-    await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ client_txn_id: txn, text }),
-    });
-    input.value = "";
+    try {
+      await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ client_txn_id: txn, text }),
+      });
+      input.value = "";
+      result.textContent = "queued";
+    } catch (error) {
+      result.textContent = "not queued: " + error.message;
+    }
   });
 }
+
+// --- Keys -----------------------------------------------------------------------------------
+
+function messages() {
+  return [...document.querySelectorAll(".entries > .entry:not(.folded):not(.meta)")];
+}
+
+function move(step) {
+  const all = messages();
+  if (!all.length) return;
+  const current = document.querySelector(".entry.current");
+  let index = current ? all.indexOf(current) : -1;
+  if (index < 0) {
+    // From the message nearest the middle of the viewport.
+    const middle = window.innerHeight / 2;
+    index = all.findIndex((e) => e.getBoundingClientRect().bottom > middle);
+    if (index < 0) index = all.length - 1;
+    if (step > 0) index -= 1;
+    if (step < 0) index += 1;
+  }
+  const next = all[Math.max(0, Math.min(all.length - 1, index + step))];
+  if (current) current.classList.remove("current");
+  next.classList.add("current");
+  next.focus({ preventScroll: true });
+  next.scrollIntoView({ block: "nearest" });
+}
+
+document.addEventListener("keydown", (event) => {
+  const typing = event.target.closest && event.target.closest("input, textarea, select");
+  if (event.key === "Escape") {
+    if (closeFull()) return;
+    if (typing) event.target.blur();
+    return;
+  }
+  if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (event.key === "/") {
+    event.preventDefault();
+    document.getElementById("search-q").focus();
+  } else if (event.key === "j") move(1);
+  else if (event.key === "k") move(-1);
+});
+
+// Relative times age while the page is open.
+setInterval(() => { for (const node of document.querySelectorAll("time[data-stamp]")) Render.setTime(node); }, 60000);
 
 const match = location.pathname.match(/^\/sessions\/([^/]+)$/);
 const params = new URLSearchParams(location.search);
 let page;
-if (match && params.get("at")) page = showSessionAt(decodeURIComponent(match[1]), params.get("at"));
-else if (match) page = showSession(decodeURIComponent(match[1]));
+if (match && params.get("at")) {
+  page = showSessionAt(decodeURIComponent(match[1]), params.get("at"),
+    (params.get("hl") || "").split(" "), params.get("hit") || "");
+} else if (match) page = showSession(decodeURIComponent(match[1]));
 else if (params.get("q")) page = showSearch(params.get("q"), params.get("page_token") || "");
-else page = showSessions();
-page.catch((error) => {
-  main.replaceChildren(el("p", "failed", "Error: " + error.message));
-});
+else if (location.pathname === "/") page = showSessions(params.get("project") || "");
+else page = Promise.reject(new ApiError(404, { code: "NOT_FOUND", message: "no such page" }));
+window.addEventListener("popstate", () => location.reload());
+page.catch(showError);

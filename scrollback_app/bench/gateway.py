@@ -98,7 +98,7 @@ async def photo_urls(client: httpx.AsyncClient, url: str, session_id: str) -> li
     """The signed photo URLs of a session's latest window."""
     answer = await client.get(f"{url}/api/v1/sessions/{session_id}/window?page_size=200")
     answer.raise_for_status()
-    return [url + ref["url"] for e in answer.json()["entries"] for ref in e["refs"]]
+    return [url + ref["url"] for e in answer.json()["entries"] for ref in e["mediaRefs"]]
 
 
 async def drain_http(client: httpx.AsyncClient, url: str) -> int:

@@ -233,6 +233,7 @@ def test_a_dead_workers_counts_are_forgotten(tmp_path: Path) -> None:
         other.close()
 
 
+@pytest.mark.slow
 def test_a_stop_while_a_replacement_waits_its_turn_is_a_clean_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -142,11 +142,24 @@ def test_export_html(
     summary = run_json(capsys, cli_servers, "export", "c1", "--html", str(target))
     assert summary["entries"] == 32 and summary["media_files"] == 1 and summary["images"] == 2
     page = (target / "index.html").read_text()
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; hello" in page and "<script>" not in page
+    # The <noscript> fallback: escaped text, photos as lazy files.
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt; &amp; hello" in page and "<script>alert" not in page
+    )
     assert page.count('<img loading="lazy" src="media/') == 2
     (photo,) = (target / "media").iterdir()
     assert photo.read_bytes() == png(4) and photo.suffix == ".png"
     assert photo.name in page
+    # What the viewer's renderer draws (test_gateway_reader opens it in Chromium): the
+    # entries in the canonical JSON mapping, each photo's ref with its file as `url`.
+    data = (target / "session.js").read_text()
+    assert data.startswith('"use strict";\nconst SCROLLBACK_EXPORT = ') and data.isascii()
+    exported = json.loads(data.split(" = ", 1)[1].rstrip().removesuffix(";"))
+    assert exported["session"]["sessionId"] == "c1" and len(exported["entries"]) == 32
+    urls = [ref["url"] for e in exported["entries"] for ref in e["mediaRefs"]]
+    assert urls == [f"media/{photo.name}"] * 2
+    assert (target / "viewer" / "render.js").is_file()
+    assert (target / "viewer" / "vendor" / "purify.LICENSE").is_file()
 
 
 @pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])

@@ -15,9 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from client import Client
 from scrollback.samples import PHOTO_SESSION, SAMPLES_ROOT
 from tests.support.cli import fresh_env
+
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
 
 SCROLLBACK = str(Path(sys.executable).with_name("scrollback"))
 

@@ -14,7 +14,12 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import SCROLLBACK, fresh_env
+
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 

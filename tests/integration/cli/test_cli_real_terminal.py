@@ -23,6 +23,9 @@ from tests.support.security import ServerProcess
 from tests.support.servers import ServerPair, free_port, png, user_line
 from tests.support.workers import WorkerService
 
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 TITLES = [
     "Explore the code organization of the viewer project",
     "Use the Explore task in sub-agents to map the services",

@@ -21,6 +21,9 @@ from client import Client, RetryPolicy, TlsOptions
 from client.errors import Unavailable
 from tests.support.servers import ServerPair, free_port, user_line
 
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 SCROLLBACK = str(Path(sys.executable).with_name("scrollback"))
 
 

@@ -194,9 +194,9 @@ def test_gateway_container_serves_windows_and_photos(pair: Project) -> None:
     """The browser path in containers: the gateway reaches both services by service name."""
     _wait_for_gateway(pair)
     sessions = httpx.get(_gateway(pair) + "/api/v1/sessions", timeout=10).json()["sessions"]
-    assert set(TRANSCRIPTS) <= {s["session_id"] for s in sessions}
+    assert set(TRANSCRIPTS) <= {s["sessionId"] for s in sessions}
     window = httpx.get(_gateway(pair) + "/api/v1/sessions/two-images/window", timeout=10).json()
-    refs = [ref for entry in window["entries"] for ref in entry["refs"]]
+    refs = [ref for entry in window["entries"] for ref in entry["mediaRefs"]]
     assert refs, "the transcript has photos"
     with (
         HistoryClient(_addr(pair, "history")) as history,

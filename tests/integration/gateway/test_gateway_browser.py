@@ -14,11 +14,8 @@ Debian package. Without it the test skips, except under CI=true where it fails.
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,31 +60,6 @@ def usage_line(uuid: str, message_id: str, model: str, tokens_in: int, tokens_ou
         )
         + b"\n"
     )
-
-
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    """A headless Chromium from the Debian package."""
-    reason = ""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "playwright is not installed"
-    if not reason and not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
-        reason = "Debian's chromium is not installed (scripts/test installs it)"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _media_path(url: str) -> str:

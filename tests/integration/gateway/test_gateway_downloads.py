@@ -62,7 +62,7 @@ def _bearer(name: str) -> dict[str, str]:
 def _refs(stack: GatewayStack, session: str, name: str) -> dict[str, dict[str, Any]]:
     window = httpx.get(f"{stack.url}/api/v1/sessions/{session}/window", headers=_bearer(name))
     assert window.status_code == 200, window.text
-    return {e["uuid"]: e["refs"][0] for e in window.json()["entries"]}
+    return {e["uuid"]: e["mediaRefs"][0] for e in window.json()["entries"]}
 
 
 def _stall(stack: GatewayStack, url: str, count: int) -> list[RawConnection]:

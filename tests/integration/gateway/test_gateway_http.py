@@ -26,7 +26,7 @@ def _first_ref(stack: GatewayStack, **headers: str) -> dict[str, Any]:
         f"{stack.url}/api/v1/sessions/{SESSION}/window?page_size=20", headers=headers
     )
     assert window.status_code == 200, window.text
-    return next(ref for e in window.json()["entries"] for ref in e["refs"])
+    return next(ref for e in window.json()["entries"] for ref in e["mediaRefs"])
 
 
 def _bearer(name: str) -> dict[str, str]:
@@ -37,7 +37,7 @@ def test_sessions_and_windows_page_with_signed_photo_urls(stack: GatewayStack) -
     photo_session(stack, entries=60, photos=10)
     stack.start_gateway()
     sessions = httpx.get(f"{stack.url}/api/v1/sessions?page_size=10").json()
-    assert [s["session_id"] for s in sessions["sessions"]] == [SESSION]
+    assert [s["sessionId"] for s in sessions["sessions"]] == [SESSION]
     seen: list[str] = []
     token = ""
     while True:
@@ -47,10 +47,10 @@ def test_sessions_and_windows_page_with_signed_photo_urls(stack: GatewayStack) -
         ).json()
         seen = [e["uuid"] for e in body["entries"]] + seen
         for entry in body["entries"]:
-            assert entry["line"]["uuid"] == entry["uuid"]
-            for ref in entry["refs"]:
+            assert orjson.loads(entry["json"])["uuid"] == entry["uuid"]
+            for ref in entry["mediaRefs"]:
                 assert ref["url"].startswith(f"/api/v1/media/{ref['uri']}?pin={ref['pin']}&")
-        token = body["next_page_token"]
+        token = body["nextPageToken"]
         if not token:
             break
     assert seen == [f"e{n:04d}" for n in range(60)]
@@ -212,11 +212,11 @@ def test_events_stream_entries_and_accepts_and_resume_from_last_event_id(
     photo_session(stack, entries=10, photos=1)
     stack.start_gateway()
     boot = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/bootstrap?page_size=5").json()
-    assert len(boot["entries"]) == 5 and boot["watch_position"]
+    assert len(boot["entries"]) == 5 and boot["watchPosition"]
     events: list[dict[str, Any]] = []
     url = f"{stack.url}/api/v1/sessions/{SESSION}/events"
     with httpx.stream(
-        "GET", url, params={"position": boot["watch_position"]}, timeout=20
+        "GET", url, params={"position": boot["watchPosition"]}, timeout=20
     ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         reader = threading.Thread(target=_read_events, args=(response, 2, events))
@@ -267,17 +267,18 @@ def test_search_finds_and_opens_the_window_at_the_hit(stack: GatewayStack) -> No
         if len(body["hits"]) == 5 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert len(body["hits"]) == 5 and body["next_page_token"]
+    assert len(body["hits"]) == 5 and body["nextPageToken"]
     hit = body["hits"][0]
-    start, end = hit["highlights"][0]
-    assert hit["snippet"][start:end] == "question" and hit["session_id"] == SESSION
+    first = hit["snippet"]["highlights"][0]
+    assert hit["snippet"]["text"][first["start"] : first["end"]] == "question"
+    assert hit["sessionId"] == SESSION and isinstance(hit["byteOffset"], str)
     photos = httpx.get(f"{stack.url}/api/v1/search", params={"q": "photo", "photos": "with"})
     assert len(photos.json()["hits"]) == 10
     window = httpx.get(
         f"{stack.url}/api/v1/sessions/{SESSION}/window",
-        params={"page_token": hit["window_page_token"], "page_size": 3},
+        params={"page_token": hit["windowPageToken"], "page_size": 3},
     ).json()
-    assert window["entries"][-1]["uuid"] == hit["entry_uuid"]
+    assert window["entries"][-1]["uuid"] == hit["entryUuid"]
     for params in ({"q": ""}, {"q": "x", "since": "soon"}, {"q": "x", "photos": "maybe"}):
         answer = httpx.get(f"{stack.url}/api/v1/search", params=params)
         assert answer.status_code == 400
@@ -379,16 +380,21 @@ def test_get_session_returns_the_insight(stack: GatewayStack) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.headers["cache-control"] == "no-store"
     body = answer.json()
-    assert body["session_id"] == SESSION and body["subagent_count"] == 0
+    # The canonical mapping: lowerCamelCase, uint64 as strings, unset messages left out.
+    assert body["sessionId"] == SESSION and body["subagentCount"] == 0
+    assert body["isSubagent"] is False and body["parentToolUseId"] == ""
     insight = body["insight"]
-    assert insight["entry_counts"] == {"assistant": 3, "user": 1} and insight["entries"] == 4
-    assert insight["photo_count"] == 2
-    assert insight["usage"]["input_tokens"] == 200 and insight["usage"]["output_tokens"] == 50
+    assert insight["entryCounts"] == [
+        {"type": "assistant", "count": "3"},
+        {"type": "user", "count": "1"},
+    ]
+    assert insight["photoCount"] == "2"
+    assert insight["usage"]["inputTokens"] == "200" and insight["usage"]["outputTokens"] == "50"
     (model,) = insight["models"]
-    assert model["model"] == "claude-sonnet-4-5" and model["messages"] == 2
-    assert model["cost_known"] and insight["cost_complete"] and insight["cost_usd"] > 0
-    assert insight["first_time"].startswith("2026-01-01T09:00:00")
-    assert body["subagent_insight"] is None
+    assert model["model"] == "claude-sonnet-4-5" and model["messages"] == "2"
+    assert model["costKnown"] and insight["costComplete"] and insight["costUsd"] > 0
+    assert insight["firstTime"].startswith("2026-01-01T09:00:00")
+    assert "subagentInsight" not in body
     for url, headers, status in (
         (f"{stack.url}/api/v1/sessions/{SESSION}", {}, 401),
         (f"{stack.url}/api/v1/sessions/no-such-session", _bearer("alice"), 404),
@@ -539,7 +545,7 @@ def test_error_bodies_name_the_reason_the_service_sent(stack: GatewayStack) -> N
     assert missing.json()["error"]["reason"] == "SESSION_NOT_FOUND"
     token = httpx.get(
         f"{stack.url}/api/v1/sessions/{SESSION}/window", params={"page_size": 10}
-    ).json()["next_page_token"]
+    ).json()["nextPageToken"]
     path = stack.pair.transcript(SESSION)
     path.write_bytes(path.read_bytes().replace(b"question", b"QUESTION"))
     stale = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/window", params={"page_token": token})
@@ -550,3 +556,41 @@ def test_error_bodies_name_the_reason_the_service_sent(stack: GatewayStack) -> N
     # The gateway's own refusals have no service reason.
     bad = httpx.get(f"{stack.url}/api/v1/sessions/{SESSION}/window?page_size=x")
     assert bad.status_code == 400 and "reason" not in bad.json()["error"]
+
+
+def test_the_api_answers_the_canonical_json_mapping_plus_signed_urls(stack: GatewayStack) -> None:
+    """Sessions, insight, window entries and search hits are exactly message_json of what the
+    services answer; the gateway adds only a signed `url` beside each media ref."""
+    from client import HistoryClient
+    from scrollback.contract.proto_json import message_json
+
+    photo_session(stack, entries=30, photos=3)
+    stack.start_gateway()
+    api = f"{stack.url}/api/v1"
+    deadline = time.monotonic() + 15
+    while True:
+        hits = httpx.get(f"{api}/search", params={"q": "question", "page_size": 4}).json()
+        if len(hits["hits"]) == 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    with HistoryClient(stack.pair.history_addr) as history:
+        listed = history.list_sessions(page_size=10)
+        session = history.get_session(SESSION)
+        window = history.read_window(SESSION, page_size=30)
+        found = history.search("question", page_size=4)
+    assert httpx.get(f"{api}/sessions?page_size=10").json() == message_json(listed)
+    assert httpx.get(f"{api}/sessions/{SESSION}").json() == message_json(session)
+    assert hits == {
+        "hits": [message_json(hit) for hit in found.hits],
+        "nextPageToken": found.next_page_token,
+    }
+    body = httpx.get(f"{api}/sessions/{SESSION}/window?page_size=30").json()
+    assert body["nextPageToken"] == "" and body["fileSizeBytes"] == str(window.file_size_bytes)
+    assert len(body["entries"]) == 30
+    for got, entry in zip(body["entries"], window.entries, strict=True):
+        urls = [ref.pop("url") for ref in got["mediaRefs"]]
+        assert got == message_json(entry)
+        assert [url.partition("?")[0] for url in urls] == [
+            f"/api/v1/media/{ref.uri}" for ref in entry.media_refs
+        ]
+    assert sum(len(e["mediaRefs"]) for e in body["entries"]) == 3

@@ -20,20 +20,22 @@ def test_images_and_slim_download(stack: GatewayStack) -> None:
     assert listing["totals"] == {
         "images": 4,
         "documents": 1,
-        "with_problems": 0,
-        "size_bytes": sum(
-            len(b)
-            for b in (
-                session.screenshot,
-                session.read_image,
-                session.pdf,
-                session.tiny,
-                session.agent_image,
+        "withProblems": 0,
+        "sizeBytes": str(
+            sum(
+                len(b)
+                for b in (
+                    session.screenshot,
+                    session.read_image,
+                    session.pdf,
+                    session.tiny,
+                    session.agent_image,
+                )
             )
         ),
     }
     first = listing["images"][0]
-    assert (first["api_path"], first["width"], first["height"]) == (
+    assert (first["apiPath"], first["width"], first["height"]) == (
         "messages.0.content.1",
         2400,
         1600,

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
@@ -185,6 +186,7 @@ def _start(root: Path, state: Path, port: int) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow
 async def test_accepted_message_survives_sigkill(tmp_path: Path) -> None:
     root, state = tmp_path / "root", tmp_path / "state"
     (root / "proj").mkdir(parents=True)

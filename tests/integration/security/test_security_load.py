@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from scrollback_app.loadtest import run_load
+
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("SCROLLBACK_LOAD_SECONDS", "8"))
 

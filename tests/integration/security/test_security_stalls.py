@@ -33,6 +33,9 @@ from scrollback.server.memory import TRIM_DELAY_SECONDS
 from scrollback_app.bench.procs import ServerProcess
 from scrollback_app.bench.stalled import StalledClient
 
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 MB = 1_000_000
 STALL_SECONDS = 3.0
 DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]

@@ -43,6 +43,9 @@ from tests.support.backends import ADMIN_URL
 from tests.support.reasons import assert_reason
 from tests.support.servers import png, user_line
 
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[3]
 GRACE = 2.0  # the media replicas' GC grace period in these tests
 

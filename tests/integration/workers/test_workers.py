@@ -37,7 +37,8 @@ from tests.support.workers import (
 )
 
 SESSION = "0b7e1c2a-5d4f-4b8e-9a61-3f2d1c0b9a87"
-pytestmark = pytest.mark.timeout(120)
+# Whole processes and real terminals: CI runs these, the quick loop leaves them out.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 def _history_pid(channel: grpc.Channel) -> int:

@@ -77,7 +77,7 @@ def present(store: BlobStore, k: int) -> bool:
     return has_row
 
 
-@settings(max_examples=300)
+@settings(max_examples=max(100, settings.default.max_examples // 7))
 @given(ops)
 def test_gc_never_deletes_referenced_and_always_collects_expired(
     operations: list[tuple[str, float]],
