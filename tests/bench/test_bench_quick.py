@@ -58,6 +58,10 @@ EXPECTED = {
     "insight_index_build",
     "insight_get_session",
     "slim_copy",
+    "cache_entries",
+    "cache_decoded",
+    "cache_decoded_throughput",
+    "cache_lookup",
     "slim_server_rss",
 }
 # The naive reader's cost grows with the file while a window's does not: at
