@@ -56,7 +56,7 @@ from typing import Any, Protocol
 from history_service.errors import FileRewrittenError
 from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
 from history_service.tokens import FileIdentity
-from scrollback.contract.stripping import parse_json_object
+from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
 from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
@@ -454,10 +454,11 @@ class InsightIndex:
         self._max_line_size = max_line_size
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self.lines_read = 0  # lines parsed, for tests and benchmarks
-        self.batch_lines = BATCH_LINES
+        self._waiting: dict[tuple[str, str], int] = {}  # refreshes waiting for a file's lock
         # Per rollout, its running usage state where its index stands (see RolloutUsage).
         self._rollouts: dict[tuple[str, str], RolloutUsage] = {}
+        self.lines_read = 0  # lines parsed, for tests and benchmarks
+        self.batch_lines = BATCH_LINES
 
     def _lock_for(self, key: tuple[str, str]) -> threading.Lock:
         with self._locks_guard:
@@ -468,7 +469,19 @@ class InsightIndex:
     def refresh(self, transcript: TranscriptFile) -> Insight:
         """Index what the file gained since last time (all of it if rewritten); the totals."""
         key = (transcript.project_dir, transcript.session_id)
-        with self._lock_for(key):
+        lock = self._lock_for(key)
+        if not lock.acquire(blocking=False):
+            # Held by an indexing pass's feed, maybe: it hands over at its next batch.
+            with self._locks_guard:
+                self._waiting[key] = self._waiting.get(key, 0) + 1
+            try:
+                lock.acquire()
+            finally:
+                with self._locks_guard:
+                    self._waiting[key] -= 1
+                    if not self._waiting[key]:
+                        del self._waiting[key]
+        try:
             handle = self._root.open(transcript)
             try:
                 for _ in range(3):  # another replica may move the state under us
@@ -476,9 +489,56 @@ class InsightIndex:
                         break
             finally:
                 handle.close()
+        finally:
+            lock.release()
         return self._store.insight(*key) or Insight()
 
+    def _wanted(self, key: tuple[str, str]) -> bool:
+        """True while a refresh waits for this file's lock."""
+        with self._locks_guard:
+            return key in self._waiting
+
     def _catch_up(self, fd: int, key: tuple[str, str], rollout: bool = False) -> bool:
+        feed = self.feed(fd, key, rollout)
+        if feed is None:
+            return True
+        for raw in iter_lines_forward(fd, feed.start, feed.size, self._max_line_size):
+            served = None
+            if not is_blank(raw):
+                served = serve_line(
+                    raw, MediaMode.DEFERRED, INSIGHT_INLINE_LIMIT, self._max_line_size
+                )
+            line = None if served is None else served.stripped
+            entry = None if line is None or line.oversize else parse_json_object(line.json)
+            if not feed.line(raw, line, entry):
+                break
+        return feed.finish()
+
+    def try_feed(self, fd: int, key: tuple[str, str], rollout: bool = False) -> InsightFeed | None:
+        """`feed` for a reader of the whole file (the indexing pass), holding the file's lock
+        until the feed's `release`; None when up to date, or when a refresh holds the lock
+        (it reads the file itself). A refresh meanwhile waits, then finds it up to date.
+        """
+        lock = self._lock_for(key)
+        if not lock.acquire(blocking=False):
+            return None
+        try:
+            feed = self.feed(fd, key, rollout)
+        except BaseException:
+            lock.release()
+            raise
+        if feed is None:
+            lock.release()
+        else:
+            feed.lock = lock
+        return feed
+
+    def feed(self, fd: int, key: tuple[str, str], rollout: bool = False) -> InsightFeed | None:
+        """A feed to bring the index of the open file (a Codex rollout if `rollout`) up to
+        date; None if it is.
+
+        The caller hands it the lines from `InsightFeed.start` to `InsightFeed.size`.
+        """
         base = self._store.state(*key)
         reset = False
         offset = 0
@@ -494,7 +554,7 @@ class InsightIndex:
             except FileRewrittenError:
                 reset = True
         if base is not None and not reset and offset >= identity.size:
-            return True
+            return None
         state: RolloutUsage | None = None
         if rollout:
             state = self._rollouts.get(key)
@@ -503,29 +563,23 @@ class InsightIndex:
                 state, offset = RolloutUsage(), 0
                 reset = base is not None
             self._rollouts[key] = state
-        delta = IndexDelta()
-        current = base
-        for raw in iter_lines_forward(fd, offset, identity.size, self._max_line_size):
-            if not raw.terminated:
-                # The last line counts once it is a complete object (docs/contract.md §1:
-                # no prefix of a line is one); a half-written line waits.
-                if is_blank(raw) or not self._add_line(delta, raw, state):
-                    break
-                offset = raw.end
-                break
-            if not is_blank(raw):
-                self._add_line(delta, raw, state)
-            delta.lines += 1
-            delta.bytes += raw.next_start - raw.start
-            offset = raw.next_start
-            if delta.lines >= self.batch_lines or delta.bytes >= BATCH_BYTES:
-                moved = IndexState.at(identity, offset)
-                if not self._applied(key, current, reset, delta, moved, state):
-                    return False
-                current, reset, delta = moved, False, IndexDelta()
-        if current is not None and not reset and offset == current.offset:
-            return True  # no new complete line: nothing to write
-        return self._applied(key, current, reset, delta, IndexState.at(identity, offset), state)
+        return InsightFeed(self, key, base, reset, identity, offset, state)
+
+    def _count(
+        self,
+        delta: IndexDelta,
+        line: StrippedLine,
+        entry: dict[str, Any] | None,
+        rollout: RolloutUsage | None,
+    ) -> None:
+        self.lines_read += 1
+        if rollout is None:
+            add_entry(delta, entry, line.type, line.image_count, line.timestamp)
+            return
+        photos = line.image_count if line.type == "response_item" else 0
+        add_entry(delta, None, line.type, photos, line.timestamp)
+        if entry is not None:
+            add_rollout_entry(delta, entry, rollout)
 
     def _applied(
         self,
@@ -544,23 +598,6 @@ class InsightIndex:
             rollout.offset = moved.offset
         return True
 
-    def _add_line(self, delta: IndexDelta, raw: RawLine, rollout: RolloutUsage | None) -> bool:
-        """Count one line; False if it is not a JSON object (not an entry)."""
-        served = serve_line(raw, MediaMode.DEFERRED, INSIGHT_INLINE_LIMIT, self._max_line_size)
-        if served is None:
-            return False
-        line = served.stripped
-        self.lines_read += 1
-        entry = None if line.oversize else parse_json_object(line.json)
-        if rollout is None:
-            add_entry(delta, entry, line.type, line.image_count, line.timestamp)
-            return True
-        photos = line.image_count if line.type == "response_item" else 0
-        add_entry(delta, None, line.type, photos, line.timestamp)
-        if entry is not None:
-            add_rollout_entry(delta, entry, rollout)
-        return True
-
     def links(self, transcript: TranscriptFile) -> dict[str, str]:
         """The sub-agent links the index knows for a parent transcript (no refresh)."""
         return self._store.links(transcript.project_dir, transcript.session_id)
@@ -568,6 +605,92 @@ class InsightIndex:
     def parent_of(self, transcript: TranscriptFile) -> tuple[str, str] | None:
         """(parent session id, tool_use id) of a sub-agent, as the index knows it."""
         return self._store.parent_of(transcript.project_dir, transcript.session_id)
+
+
+class InsightFeed:
+    """Counts a file's lines into its insight index as a caller reads them.
+
+    The caller strips each line (payloads cut at INSIGHT_INLINE_LIMIT) and
+    parses it once, then hands both here (`line`), so one read of the file can
+    feed other indexes too. Changes are written in batches, each a
+    compare-and-set on the stored state.
+    """
+
+    def __init__(
+        self,
+        index: InsightIndex,
+        key: tuple[str, str],
+        base: IndexState | None,
+        reset: bool,
+        identity: FileIdentity,
+        offset: int,
+        rollout: RolloutUsage | None = None,
+    ) -> None:
+        self._index = index
+        self._rollout = rollout
+        self._key = key
+        self._current = base
+        self._reset = reset
+        self._identity = identity
+        self._offset = offset
+        self._delta = IndexDelta()
+        self.start = offset
+        self.size = identity.size
+        self.active = True
+        self.lock: threading.Lock | None = None  # held for the feed (`try_feed`)
+
+    def release(self) -> None:
+        """Let go of the file's lock, if the feed holds it (again: nothing)."""
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            lock.release()
+
+    def line(self, raw: RawLine, line: StrippedLine | None, entry: dict[str, Any] | None) -> bool:
+        """Count one line (`line` None: blank or not a JSON object); False once done."""
+        if not self.active or raw.start < self._offset:
+            return self.active
+        if raw.start >= self.size:
+            return False
+        if not raw.terminated:
+            # The last line counts once it is a complete object (docs/contract.md §1:
+            # no prefix of a line is one); a half-written line waits.
+            if line is not None:
+                self._index._count(self._delta, line, entry, self._rollout)
+                self._offset = raw.end
+            return False
+        if line is not None:
+            self._index._count(self._delta, line, entry, self._rollout)
+        delta = self._delta
+        delta.lines += 1
+        delta.bytes += raw.next_start - raw.start
+        self._offset = raw.next_start
+        if delta.lines >= self._index.batch_lines or delta.bytes >= BATCH_BYTES:
+            state = IndexState.at(self._identity, self._offset)
+            if not self._index._applied(
+                self._key, self._current, self._reset, delta, state, self._rollout
+            ):
+                self.active = False
+                return False
+            self._current, self._reset, self._delta = state, False, IndexDelta()
+            if self.lock is not None and self._index._wanted(self._key):
+                # A GetSession waits: it goes on from here itself, not after the whole pass.
+                self.active = False
+                self.release()
+                return False
+        return True
+
+    def finish(self) -> bool:
+        """Write what is left; False if another indexer moved the state first (or it handed
+        the file over to a refresh)."""
+        if not self.active:
+            return False
+        current = self._current
+        if current is not None and not self._reset and self._offset == current.offset:
+            return True  # no new complete line: nothing to write
+        state = IndexState.at(self._identity, self._offset)
+        return self._index._applied(
+            self._key, current, self._reset, self._delta, state, self._rollout
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,9 +223,15 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     indexer_root = TranscriptRoot(
         config.transcripts, rescan_interval=0, report_skipped=True, codex=config.codex_sessions
     )
-    search = SearchParts(
-        index, SearchIndexer(indexer_root, index, max_line_size=config.max_line_size)
+    # Each pass reads a file once for search, its line index and its insight.
+    indexer = SearchIndexer(
+        indexer_root,
+        index,
+        max_line_size=config.max_line_size,
+        line_index=core.line_index,
+        insight=core.insight,
     )
+    search = SearchParts(index, indexer)
     searcher = Searcher(core.root, index, core.codec)
 
     def register(server: grpc.aio.Server) -> None:

@@ -57,7 +57,7 @@ from history_service.tokens import (
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
 from scrollback.linefile import LineFile
-from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex, background_priority
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
 
@@ -392,6 +392,7 @@ class WindowReader:
         fd = os.dup(opened.fd)
 
         def build() -> None:
+            background_priority()  # requests keep the CPU first
             try:
                 index.ensure(key, fd)
             except Exception:  # best effort: the store busy or closed, the file gone

@@ -9,8 +9,11 @@ The entry's line is found, in this order:
 2. at the offset remembered in an LRU cache keyed by (file identity, entry
    uuid), re-verified the same way;
 3. at the offsets the persisted line index (scrollback.lineindex) gives for
-   the uuid, re-verified the same way (built on first touch of the file,
-   extended as it grows, rebuilt when it is rewritten; it survives a restart);
+   the uuid, re-verified the same way (extended as the file grows, rebuilt when
+   it is rewritten; it survives a restart). A file whose index does not cover
+   it is answered from the part built so far and the search below, from the
+   end of that part, while the rest is built in the background: the first
+   touch of a file costs O(the entry's position), not a whole-file build;
 4. by a bounded-chunk byte search for the quoted value `"<id>"` (`bytes.find`),
    each hit confirmed as a top-level `"uuid"` key by a small anchored regex
    over the bytes just before it (`"uuid"`, whitespace allowed around the
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import re
 import threading
@@ -98,6 +102,8 @@ from scrollback.transcripts import (
 )
 
 SCAN_CHUNK = 1024 * 1024
+# An index this close to the file's end is extended before a lookup answers.
+CATCH_UP_BYTES = 8 * 1024 * 1024
 # A candidate line up to this size is read whole to be stripped (fastest);
 # a longer one is stripped streaming, so that no read holds a large line.
 HOLD_LINE_BYTES = 4 * 1024 * 1024
@@ -146,8 +152,11 @@ def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int
     return bool(before) and before[-1] in b"{,"
 
 
-def iter_candidate_lines(fd: int, entry_uuid: str, max_line_size: int) -> Iterator[Candidate]:
-    """Every line with a `"uuid"` key equal to `entry_uuid` preceded by `{` or `,`.
+def iter_candidate_lines(
+    fd: int, entry_uuid: str, max_line_size: int, start: int = 0
+) -> Iterator[Candidate]:
+    """Every line from `start` (a line start) with a `"uuid"` key equal to `entry_uuid`
+    preceded by `{` or `,`.
 
     Reads the file in SCAN_CHUNK blocks into one reused buffer, keeping an
     overlap for matches across block boundaries, and looks for the quoted
@@ -160,8 +169,8 @@ def iter_candidate_lines(fd: int, entry_uuid: str, max_line_size: int) -> Iterat
     buffer = bytearray(overlap + chunk_size)
     view = memoryview(buffer)
     kept = 0  # overlap bytes from the previous block, at the buffer's front
-    read_at = 0
-    line_start_carry = 0  # start of the line in effect at `read_at`
+    read_at = start
+    line_start_carry = start  # start of the line in effect at `read_at`
     done_until = -1  # candidate lines already yielded end before this offset
     oversize_start = -1
     try:
@@ -361,19 +370,32 @@ class TranscriptMedia:
 
     def _indexed_lines(
         self, fd: int, key: str, uuids: Sequence[str]
-    ) -> dict[str, list[IndexedLine]]:
-        """Lines the index gives per uuid; empty when there is none or it cannot answer."""
+    ) -> tuple[dict[str, list[IndexedLine]], int]:
+        """Lines the index gives per uuid, and where the lines it does not cover start.
+
+        A lookup costs O(the entry's position), not O(file): an index that
+        does not cover the file answers from the part built so far, and the
+        rest is built in the background while the caller searches the file
+        from the end of that part (0 for a file never indexed). Only a few
+        megabytes of growth are indexed before answering. A covering index
+        gives 0: a search after it is the whole file's, as ever.
+        """
         found: dict[str, list[IndexedLine]] = {}
         if self.line_index is None or not uuids:
-            return found
+            return found, 0
+        index = self.line_index
         try:
-            lines = self.line_index.lookup(key, fd, uuids)
+            lines, covered, complete = index.lines_so_far(key, fd, uuids)
+            if not complete and covered and os.fstat(fd).st_size - covered <= CATCH_UP_BYTES:
+                lines, covered, complete = index.lookup(key, fd, uuids), 0, True
         except INDEX_UNAVAILABLE:
-            return found  # the state store is busy: a search still finds the line
+            return found, 0  # the state store is busy: a search still finds the line
+        if not complete:
+            index.build_later(key, fd)
         for line in lines:
             if line.uuid is not None:
                 found.setdefault(line.uuid, []).append(line)
-        return found
+        return found, 0 if complete else covered
 
     def _try_indexed(
         self, fd: int, indexed: IndexedLine, ref: TranscriptImageRef, pin: str, hold: int
@@ -541,8 +563,9 @@ class TranscriptMedia:
         the selectors the others leave (`_search_many`).
         """
         found = self._at_known_place(fd, file_id, ref, pin, line_offset_hint, size)
+        scan_from = 0
         if found is None and index_key:
-            indexed = self._indexed_lines(fd, index_key, [ref.entry_uuid])
+            indexed, scan_from = self._indexed_lines(fd, index_key, [ref.entry_uuid])
             found = self._in_indexed(fd, file_id, ref, pin, indexed.get(ref.entry_uuid, []))
         if found is not None:
             return found
@@ -550,7 +573,12 @@ class TranscriptMedia:
         outcome = _Outcome()
         # Longer lines are never held: they are stripped streaming from the file.
         hold = min(self._max_line_size, HOLD_LINE_BYTES)
-        for candidate in iter_candidate_lines(fd, ref.entry_uuid, hold):
+        candidates = iter_candidate_lines(fd, ref.entry_uuid, hold, scan_from)
+        if scan_from:
+            # Past the part indexed so far first; the part before it only if the
+            # entry is not there (an index is a list of candidates, not the truth).
+            candidates = itertools.chain(candidates, iter_candidate_lines(fd, ref.entry_uuid, hold))
+        for candidate in candidates:
             found = self._try_line(candidate.line, candidate.start, ref, pin, outcome, fd)
             if found is not None:
                 if candidate.line is not None:
@@ -826,7 +854,7 @@ class TranscriptMedia:
         results: list[MediaInfo | Exception | None],
     ) -> list[int]:
         """Resolve what the line index can (one lookup for all); return what is left."""
-        starts = self._indexed_lines(
+        starts, _ = self._indexed_lines(
             fd, index_key, [selectors[number][0].entry_uuid for number in pending]
         )
         left: list[int] = []

@@ -16,6 +16,13 @@ finds them.
 - **Extend**: the file grows append-only while the agent writes; the pass
   resumes where the index stopped (`covered`, or `scanned` within an
   unterminated tail, so a long tail is read once).
+- **First touch**: a caller that must answer now asks `lines_so_far` (the
+  rows of the part built so far, never waiting for a build) and has the rest
+  built in the background (`build_later`, on threads at a low OS priority, so
+  requests keep the CPU).
+- **Fed**: a reader that goes through the file's lines anyway (the history
+  service's indexing pass, which also feeds search and insight) hands them to
+  a `LineFeed` (`LineIndex.feed`) instead, so the file is read once for all.
 - **Rebuild**: before every use the file's version is checked (device, inode,
   the hash of its first bytes, a size not below what was scanned, and the hash
   of the bytes just before `covered`); any difference discards the rows.
@@ -25,6 +32,8 @@ finds them.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import threading
@@ -39,6 +48,8 @@ from scrollback.contract.top_level import top_level_strings
 from scrollback.linefile import FileVersion
 from scrollback.state.errors import StoreBusyError
 from scrollback.state.line_index import IndexedFile, IndexedLine, LineIndexStore
+
+log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 8 * 1024 * 1024
 # After a quote, this many bytes are searched for markers before the next quote is looked for.
@@ -59,6 +70,13 @@ MAX_RESETS = 4
 # the fewest rows each asks the store for: a window asks for a page and a few more.
 ROW_RUNS = 64
 ROW_RUN_MIN = 256
+# Files built at once per process by `build_later`'s threads.
+MAX_BACKGROUND_BUILDS = 4
+# Background work runs at this nice value: requests get the CPU first.
+BACKGROUND_NICE = 19
+# Rows a LineFeed writes per transaction, and the bytes of lines it indexes at once.
+FEED_ROWS = 20_000
+FEED_BYTES = 1024 * 1024
 
 
 class FileChangingError(Exception):
@@ -70,6 +88,17 @@ class FileChangingError(Exception):
 
 # What a caller catches to read the file without the index instead.
 INDEX_UNAVAILABLE: tuple[type[Exception], ...] = (StoreBusyError, FileChangingError)
+
+
+def background_priority() -> None:
+    """Lower the calling thread's OS priority (Linux: a thread has its own nice value).
+
+    For threads that do background work (index builds) on a machine whose
+    cores the requests share; a platform without per-thread priorities keeps
+    the thread as it is.
+    """
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 def _hash(data: bytes | memoryview) -> str:
@@ -116,6 +145,8 @@ class LineIndex:
         self._runs = OrderedDict()
         self._runs_lock = threading.Lock()
         self.row_queries = 0  # store queries `_rows` made (for tests)
+        self._building: set[str] = set()
+        self._building_lock = threading.Lock()
 
     def _lock(self, key: str) -> threading.Lock:
         with self._locks_lock:
@@ -172,6 +203,69 @@ class LineIndex:
     def close(self) -> None:
         """Close the store."""
         self.store.close()
+
+    def lines_so_far(
+        self, key: str, fd: int, uuids: Sequence[str]
+    ) -> tuple[list[IndexedLine], int, bool]:
+        """(rows of these uuids, bytes covered, complete) from the index as built now.
+
+        Never builds, extends or waits for a builder: a file never indexed, or
+        rewritten since, gives ([], 0, False). `complete` when the index
+        covers the whole file; else the lines from `covered` on are not in it.
+        """
+        state = self.store.state(key)
+        if state is None or not _continues(fd, state):
+            return [], 0, False
+        lines = self.store.lines_for(key, state.generation, uuids)
+        return lines, state.covered, state.scanned >= os.fstat(fd).st_size
+
+    def build_later(self, key: str, fd: int) -> None:
+        """Build or extend the open file's index on a background thread (low priority).
+
+        The thread has its own descriptor of the file; at most
+        MAX_BACKGROUND_BUILDS files at once per process, each once. A build
+        that fails is tried again by a later call.
+        """
+        with self._building_lock:
+            if key in self._building or len(self._building) >= MAX_BACKGROUND_BUILDS:
+                return
+            self._building.add(key)
+        try:
+            own = os.dup(fd)
+        except OSError:
+            with self._building_lock:
+                self._building.discard(key)
+            raise
+
+        def build() -> None:
+            background_priority()
+            try:
+                self.ensure(key, own)
+            except Exception:  # best effort: the store busy or closed, the file gone
+                log.debug("a background line index build did not finish", exc_info=True)
+            finally:
+                os.close(own)
+                with self._building_lock:
+                    self._building.discard(key)
+
+        threading.Thread(target=build, name="line-index-build", daemon=True).start()
+
+    def feed(self, key: str, fd: int) -> LineFeed | None:
+        """A feed to index the open file from the lines a caller reads; None if up to date.
+
+        The caller hands it every line from `LineFeed.start` on, in file order.
+        A file never indexed, or rewritten since, starts a new generation here.
+        """
+        state = self.store.state(key)
+        if state is None or not _continues(fd, state):
+            with self._lock(key):
+                state = self.store.state(key)
+                if state is None or not _continues(fd, state):
+                    state = self.store.reset(key, FileVersion.of(fd))
+                    self.builds += 1
+        if state.scanned >= os.fstat(fd).st_size:
+            return None
+        return LineFeed(self, key, fd, state)
 
     def lookup(self, key: str, fd: int, uuids: Sequence[str]) -> list[IndexedLine]:
         """The indexed lines of these uuids (callers verify each line before trusting it)."""
@@ -324,6 +418,77 @@ class LineIndex:
                 return position + found, position + found + 1
             position += count
         return None, position
+
+
+class LineFeed:
+    """Indexes a file's lines as a caller reads them (`LineIndex.feed`).
+
+    The lines held in memory are gathered into a buffer of about FEED_BYTES
+    and indexed as a chunk is (`_chunk_lines`: C-level scans of the whole
+    buffer); a line too long to hold is read for its uuid and markers as the
+    builder reads one. Rows are written in batches of FEED_ROWS, each a
+    compare-and-set on the store's state: when another builder moved the state
+    first, the feed stops (`active` turns False) and leaves the file to it.
+    """
+
+    def __init__(self, index: LineIndex, key: str, fd: int, state: IndexedFile) -> None:
+        self._index = index
+        self._key = key
+        self._fd = fd
+        self._state = state
+        self._rows: list[IndexedLine] = []
+        self._buffer = bytearray()
+        self._base = self._covered = state.covered
+        self._scanned: int | None = None
+        self.active = True
+
+    @property
+    def start(self) -> int:
+        """Where the caller's lines must start (a line start: the index's covered end)."""
+        return self._state.covered
+
+    def line(self, start: int, end: int, data: bytes | None, terminated: bool) -> None:
+        """One line [start, end), newline excluded; `data` its bytes, or None if too long to hold."""
+        if not self.active or start < self._covered:
+            return
+        if not terminated:
+            # The tail being written: remembered as scanned, indexed once it ends.
+            self._scanned = end
+            return
+        if data is None:
+            self._gather()
+            self._rows.append(_long_line_entry(self._fd, self._index._chunk, start, end))
+            self._covered = self._base = end + 1
+        else:
+            self._buffer += data
+            self._buffer += b"\n"
+            self._covered = end + 1
+            if len(self._buffer) >= FEED_BYTES:
+                self._gather()
+        if len(self._rows) >= FEED_ROWS:
+            self._write()
+
+    def finish(self) -> IndexedFile | None:
+        """Write what is left; the state reached (None if another builder took over)."""
+        scanned = self._scanned is not None and self._scanned > self._state.scanned
+        if self.active and (self._buffer or self._covered > self._state.covered or scanned):
+            self._write()
+        return self._state if self.active else None
+
+    def _gather(self) -> None:
+        if self._buffer:
+            self._rows.extend(_chunk_lines(self._buffer, len(self._buffer), self._base))
+            self._buffer = bytearray()
+        self._base = self._covered
+
+    def _write(self) -> None:
+        self._gather()
+        reached = self._index._reached(self._fd, self._state, self._covered, self._scanned)
+        if self._index.store.append(self._key, self._state, self._rows, reached):
+            self._state = reached
+        else:
+            self.active = False
+        self._rows = []
 
 
 def _quoted_spans(data: bytes | bytearray, start: int, end: int) -> list[tuple[int, int]]:

@@ -18,27 +18,27 @@ import contextlib
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from history_service.errors import FileRewrittenError
-from history_service.lines import is_blank, iter_lines_forward
+from history_service.insight import InsightFeed, InsightIndex
+from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
 from history_service.search.store import EntryRow, FileState, SearchIndex, timestamp_ms
 from history_service.search.text import entry_text
 from history_service.tokens import FileIdentity
 from history_service.windows import open_transcript
-from scrollback.contract.stripping import (
-    MIN_INLINE_LIMIT,
-    StrippedLine,
-    strip_line,
-    strip_line_streamed,
-)
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.transcripts import TranscriptFile, TranscriptRoot
+from scrollback.lineindex import LineFeed, LineIndex, background_priority
+from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 500
-BATCH_TEXT_BYTES = 4 * 1024 * 1024
+# Entries are written in large transactions (FTS5 builds its segments in memory
+# until a commit), bounded so memory stays bounded.
+BATCH_ROWS = 20_000
+BATCH_TEXT_BYTES = 16 * 1024 * 1024
 
 
 def identity_text(identity: FileIdentity) -> str:
@@ -63,13 +63,46 @@ class IndexStats:
     bytes_read: int = 0
 
 
-class SearchIndexer:
-    """Indexes the transcripts under one root into one SearchIndex."""
+def search_row(raw: RawLine, stripped: StrippedLine) -> EntryRow | None:
+    """What the search index keeps of one line (stripped at MIN_INLINE_LIMIT); None: nothing."""
+    found = entry_text(stripped)
+    if found is None:
+        return None
+    return EntryRow(
+        offset=raw.start,
+        line_end=raw.next_start,
+        # The same text on every backend (scrollback.contract.text).
+        uuid=indexable(found.uuid),
+        type=indexable(found.type),
+        role=indexable(found.role),
+        timestamp=indexable(found.timestamp),
+        ts_ms=timestamp_ms(found.timestamp),
+        has_photos=found.has_photos,
+        text=indexable(found.text),
+    )
 
-    def __init__(self, root: TranscriptRoot, index: SearchIndex, *, max_line_size: int) -> None:
+
+class SearchIndexer:
+    """Indexes the transcripts under one root into one SearchIndex.
+
+    Given the line index and the insight index, each pass over a file feeds
+    them too from the same read of its lines (`_one_pass`).
+    """
+
+    def __init__(
+        self,
+        root: TranscriptRoot,
+        index: SearchIndex,
+        *,
+        max_line_size: int,
+        line_index: LineIndex | None = None,
+        insight: InsightIndex | None = None,
+    ) -> None:
         self._root = root
         self._index = index
         self._max_line_size = max_line_size
+        self._line_index = line_index
+        self._insight = insight
         self.stats = IndexStats()
         # Set by `stop`: a pass in its thread ends at the next file or batch.
         self._stopping = threading.Event()
@@ -125,68 +158,86 @@ class SearchIndexer:
                     key, transcript.project_dir, transcript.session_id, identity_text(current)
                 )
             if start < current.size:
-                self._index_lines(fd, file_id, start, current.size)
+                self._one_pass(transcript, fd, key, _SearchFeed(self, file_id, start), current.size)
                 self.stats.files_indexed += 1
         finally:
             os.close(fd)
 
-    def _index_lines(self, fd: int, file_id: int, start: int, size: int) -> None:
-        rows: list[EntryRow] = []
-        text_bytes = 0
-        batch_start = progress = start
-        for raw in iter_lines_forward(fd, start, size, self._max_line_size):
-            if not raw.terminated:
-                break  # the line being written: indexed once it is complete
-            progress = raw.next_start
-            self.stats.bytes_read += raw.size + 1
-            if is_blank(raw):
+    def _one_pass(
+        self, transcript: TranscriptFile, fd: int, key: str, search: _SearchFeed, size: int
+    ) -> None:
+        """Read the file's new lines once, feeding search and, when given, the line index
+        and insight (each from where it stopped); each line is stripped once for all."""
+        lines = None if self._line_index is None else self._line_index.feed(key, fd)
+        insight = None
+        if self._insight is not None:
+            insight = self._insight.try_feed(
+                fd, (transcript.project_dir, transcript.session_id), transcript.source == CODEX
+            )
+        try:
+            self._feed(fd, size, search, lines, insight)
+        finally:
+            if insight is not None:
+                insight.release()
+
+    def _feed(
+        self,
+        fd: int,
+        size: int,
+        search: _SearchFeed,
+        lines: LineFeed | None,
+        insight: InsightFeed | None,
+    ) -> None:
+        starts = [search.start]
+        if lines is not None:
+            starts.append(lines.start)
+        if insight is not None:
+            starts.append(insight.start)
+        begin = min(starts)
+        for raw in iter_lines_forward(fd, begin, size, self._max_line_size):
+            wants_search = search.active and raw.start >= search.start
+            wants_insight = insight is not None and insight.active and raw.start >= insight.start
+            if lines is not None:
+                lines.line(raw.start, raw.end, raw.data, raw.terminated)
+            if not (wants_search or wants_insight):
                 continue
-            stripped = self._strip(fd, raw.start, raw.size, raw.data)
-            found = entry_text(stripped) if stripped is not None else None
-            if found is not None:
-                rows.append(
-                    EntryRow(
-                        offset=raw.start,
-                        line_end=raw.next_start,
-                        # The same text on every backend (scrollback.contract.text).
-                        uuid=indexable(found.uuid),
-                        type=indexable(found.type),
-                        role=indexable(found.role),
-                        timestamp=indexable(found.timestamp),
-                        ts_ms=timestamp_ms(found.timestamp),
-                        has_photos=found.has_photos,
-                        text=indexable(found.text),
-                    )
-                )
-                text_bytes += len(found.text)
-            if len(rows) >= BATCH_ROWS or text_bytes >= BATCH_TEXT_BYTES:
-                if self._stopping.is_set():
-                    return  # not written: the next server's pass starts from `batch_start`
-                if not self._index.add_entries(file_id, rows, batch_start, progress):
-                    return  # another indexer is ahead on this file
-                self.stats.entries += len(rows)
-                rows, text_bytes, batch_start = [], 0, progress
-        if progress > batch_start and self._index.add_entries(file_id, rows, batch_start, progress):
-            self.stats.entries += len(rows)
-
-    def _strip(self, fd: int, start: int, size: int, data: bytes | None) -> StrippedLine | None:
-        # The smallest inline limit: every payload any window could cut is cut here.
-        if data is not None:
-            return strip_line(data, MIN_INLINE_LIMIT, self._max_line_size)
-
-        def read(offset: int, length: int) -> bytes:
-            chunk = os.pread(fd, length, start + offset)
-            if len(chunk) != length:
-                raise FileRewrittenError()
-            return chunk
-
-        return strip_line_streamed(read, size, MIN_INLINE_LIMIT, self._max_line_size)
+            stripped = None
+            if not is_blank(raw):
+                served = serve_line(raw, MediaMode.DEFERRED, MIN_INLINE_LIMIT, self._max_line_size)
+                stripped = None if served is None else served.stripped
+            if wants_insight and insight is not None:
+                entry = None
+                if stripped is not None and not stripped.oversize:
+                    entry = parse_json_object(stripped.json)
+                insight.line(raw, stripped, entry)
+            if wants_search and not search.line(raw, stripped) and self._stopping.is_set():
+                return  # not written: the next server's pass starts from there
+        search.finish()
+        if lines is not None:
+            lines.finish()
+        if insight is not None:
+            insight.finish()
 
     async def run(self, interval: float) -> None:
-        """Catch up now, then every `interval` seconds, until cancelled or stopped."""
+        """Catch up now, then every `interval` seconds, until cancelled or stopped.
+
+        The passes run on a thread of their own at a low OS priority
+        (`background_priority`): requests get the CPU first.
+        """
         loop = asyncio.get_running_loop()
+        thread = ThreadPoolExecutor(
+            1, thread_name_prefix="search-index", initializer=background_priority
+        )
+        try:
+            await self._run(loop, thread, interval)
+        finally:
+            thread.shutdown(wait=False)
+
+    async def _run(
+        self, loop: asyncio.AbstractEventLoop, thread: ThreadPoolExecutor, interval: float
+    ) -> None:
         while not self._stopping.is_set():
-            self._pass = loop.run_in_executor(None, self.catch_up)
+            self._pass = loop.run_in_executor(thread, self.catch_up)
             try:
                 # Shielded: cancelling the loop must not orphan the pass's thread;
                 # `stop` waits for it before the index is closed under it.
@@ -203,3 +254,56 @@ class SearchIndexer:
         if self._pass is not None:
             with contextlib.suppress(Exception):
                 await self._pass
+
+    @property
+    def stopping(self) -> bool:
+        """True once `stop` was asked: a pass ends at its next batch."""
+        return self._stopping.is_set()
+
+
+class _SearchFeed:
+    """One file's new entries into the search index, in batches of bounded rows and text."""
+
+    def __init__(self, indexer: SearchIndexer, file_id: int, start: int) -> None:
+        self._indexer = indexer
+        self._file_id = file_id
+        self._rows: list[EntryRow] = []
+        self._text_bytes = 0
+        self._batch_start = self._progress = start
+        self._failed = False
+        self.start = start
+        self.active = True  # False once it wants no more lines
+
+    def line(self, raw: RawLine, stripped: StrippedLine | None) -> bool:
+        """One line from `start` on (`stripped` None: blank or not an object); False once done."""
+        if not raw.terminated:
+            self.active = False  # the line being written: indexed once it is complete
+            return False
+        self._progress = raw.next_start
+        stats = self._indexer.stats
+        stats.bytes_read += raw.size + 1
+        row = None if stripped is None else search_row(raw, stripped)
+        if row is not None:
+            self._rows.append(row)
+            self._text_bytes += len(row.text)
+        full = len(self._rows) >= BATCH_ROWS or self._text_bytes >= BATCH_TEXT_BYTES
+        if full and (self._indexer.stopping or not self._write()):
+            self.active, self._failed = False, True
+            return False
+        return True
+
+    def finish(self) -> None:
+        """Write the last batch (kept unwritten when the indexer is stopping)."""
+        if not self._failed and not self._indexer.stopping:
+            self._write()
+        self.active, self._failed = False, True
+
+    def _write(self) -> bool:
+        if self._progress <= self._batch_start:
+            return True
+        index = self._indexer._index
+        if not index.add_entries(self._file_id, self._rows, self._batch_start, self._progress):
+            return False  # another indexer is ahead on this file
+        self._indexer.stats.entries += len(self._rows)
+        self._rows, self._text_bytes, self._batch_start = [], 0, self._progress
+        return True

@@ -40,6 +40,7 @@ from scrollback.state.sqlite import use_wal, write_transaction
 FILE_NAME = "search.sqlite"
 SCHEMA_VERSION = 2
 _DROP_BATCH = 500
+FTS_HASH_BYTES = 64 * 1024 * 1024
 _TABLES = ("search_text", "search_all", "search_entry", "search_file")
 _SCHEMA = (
     """CREATE TABLE search_file (
@@ -98,13 +99,19 @@ class SqliteSearchIndex:
     @staticmethod
     def _create(connection: sqlite3.Connection) -> None:
         (version,) = connection.execute("PRAGMA user_version").fetchone()
-        if version == SCHEMA_VERSION:
-            return
-        for table in _TABLES:
-            connection.execute(f"DROP TABLE IF EXISTS {table}")
-        for statement in _SCHEMA:
-            connection.execute(statement)
-        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version != SCHEMA_VERSION:
+            for table in _TABLES:
+                connection.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        for table in ("search_text", "search_all"):
+            # FTS5 keeps a transaction's terms in memory up to `hashsize` and writes
+            # them as one segment: the indexer's large batches become a segment each
+            # instead of many small ones merged again and again.
+            connection.execute(
+                f"INSERT INTO {table} ({table}, rank) VALUES ('hashsize', ?)", (FTS_HASH_BYTES,)
+            )
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)

@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--search-mb", type=float, help="transcripts the search bench indexes, MB (1000; quick 20)"
     )
     parser.add_argument(
+        "--search-build-mb",
+        type=float,
+        help="text sessions the search build figure indexes, MB (200; quick 10)",
+    )
+    parser.add_argument(
         "--insight-mb", type=float, help="the session the insight bench indexes, MB (500; quick 20)"
     )
     parser.add_argument(
@@ -80,6 +85,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         stripper_bytes=_mib(args.stripper_mb),
         index_bytes=_mb(args.index_mb),
         search_bytes=_mb(args.search_mb),
+        search_build_bytes=_mb(args.search_build_mb),
         insight_bytes=_mb(args.insight_mb),
         slim_bytes=_mb(args.slim_mb),
         image_bytes=None if args.image_kb is None else int(args.image_kb * 1000),

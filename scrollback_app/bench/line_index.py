@@ -10,6 +10,11 @@
   server restarted after both files were indexed (index persisted, offset
   cache empty): target <= 1.5x.
 - **The same, repeated** (the refs resolved before): target <= 1.2x.
+- **First touch**: a hintless ref to the first image (near line 1) of the big
+  transcript vs the same of the 5 MB one, each on a fresh media server with a
+  fresh state (the file never seen, no line index), time to first byte:
+  target <= 2x (a lookup costs O(the entry's position), the index is built in
+  the background).
 """
 
 from __future__ import annotations
@@ -128,6 +133,9 @@ async def measure(
     for number, ref in enumerate(shallow):
         ref.CopyFrom(first)
         ref.session_id = f"small-{number}"
+    figures.append(
+        await _first_touch_figure(root, big, small, work, big_label, small_label, repeats)
+    )
     state = work / "state-index"
     # Index every file once (one StatMedia), then restart: the index persists.
     async with procs.media_server(root, state) as server, services.channel(server.addr) as ch:
@@ -178,6 +186,44 @@ async def measure(
     return figures
 
 
+async def _first_touch_figure(
+    root: Path, big: Path, small: Path, work: Path, big_label: str, small_label: str, repeats: int
+) -> Figure:
+    """The first image of each file, read on a fresh server and state (never seen)."""
+    refs = {"big": bare_refs(big, "big", 0, 1)[0], "small": bare_refs(small, "small-0", 0, 1)[0]}
+    rounds = 0
+
+    def fresh(name: str) -> services.TimedCase:
+        async def run(_round: int) -> float | None:
+            nonlocal rounds
+            rounds += 1
+            state = work / f"state-first-touch-{rounds}"
+            try:
+                async with (
+                    procs.media_server(root, state) as server,
+                    services.channel(server.addr) as channel,
+                ):
+                    stub = media_pb2_grpc.MediaServiceStub(channel)
+                    return await services.media_ttfb(stub, refs[name])
+            finally:
+                shutil.rmtree(state, ignore_errors=True)
+
+        return run
+
+    medians = await services.interleave(
+        {"big": fresh("big"), "small": fresh("small")}, max(3, min(repeats, 5))
+    )
+    return _ttfb_figure(
+        "index_first_touch",
+        f"ReadMedia time to first byte, hintless ref to the first image of a never-seen "
+        f"{big_label} vs of a never-seen {small_label} (fresh server and state)",
+        medians,
+        small_label,
+        Target("<=", 2.0),
+        "no line index yet: answered by a search from the start, the index built in the background",
+    )
+
+
 def _build_figure(big: Path, work: Path, label: str, repeats: int) -> Figure:
     newline_scan(big)  # page-cache the file
     scans: list[float] = []
@@ -217,3 +263,33 @@ def _ttfb_figure(
         target=target,
         note=note,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scrollback_app.bench.line_index [--big-mb N] [--small-mb N]`: these alone."""
+    import argparse
+
+    from scrollback_app.bench.figures import run_alone
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--big-mb", type=float, default=1000.0, help="the big transcript (1000)")
+    parser.add_argument("--small-mb", type=float, default=5.0, help="the small one (5)")
+    parser.add_argument("--image-kb", type=float, default=750.0, help="raw image bytes, KB (750)")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved repeats (15)")
+    args = parser.parse_args(argv)
+    return run_alone(
+        "scrollback line index bench",
+        lambda work, log: measure(
+            work,
+            big_bytes=int(args.big_mb * MB),
+            small_bytes=int(args.small_mb * MB),
+            image_bytes=int(args.image_kb * 1000),
+            repeats=args.repeats,
+            batch=5,
+            log=log,
+        ),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

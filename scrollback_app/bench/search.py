@@ -8,6 +8,12 @@ pasted image every so often), then:
   SQLite FTS5 index, in this process) over the whole root, in MB of
   transcript per second, beside a bare newline scan of the same files (the
   floor: reading the bytes and finding the line ends). Reported, no target.
+- index build vs the engine (`search_build_vs_fts5`): text sessions (no
+  image) made searchable to their last line as the history server does it,
+  one pass per file writing the search index, the line index and insight
+  together (`SearchIndexer` given both), beside inserting the same texts (the
+  index's entry bodies) into a bare SQLite FTS5 table in one transaction,
+  each bare insert timed before and after the build. Target: >= 0.5x.
 - query latency: a history server subprocess on that index answers Search
   calls (common, middling and rare words, two-word queries, a phrase, a
   prefix, a role filter, a session filter), one at a time; p50 and p99 of
@@ -27,6 +33,7 @@ import itertools
 import json
 import os
 import random
+import sqlite3
 import statistics
 import time
 from collections.abc import Callable
@@ -34,9 +41,13 @@ from pathlib import Path
 
 import orjson
 
+from history_service.insight import InsightIndex
 from history_service.search.indexer import SearchIndexer
+from history_service.search.sqlite import FILE_NAME as SEARCH_FILE_NAME
 from history_service.search.sqlite import SqliteSearchIndex
+from history_service.store.insight import SqliteInsightStore
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
+from scrollback.server.service_config import open_line_index
 from scrollback.transcripts import TranscriptRoot
 from scrollback_app.bench import procs, services
 from scrollback_app.bench.figures import Figure, Target
@@ -60,8 +71,11 @@ def _words() -> tuple[list[str], list[float]]:
     return words, weights
 
 
-def write_root(root: Path, total_bytes: int, files: int) -> tuple[int, list[str]]:
-    """Transcripts of about `total_bytes` in all; returns (bytes written, words by rank)."""
+def write_root(
+    root: Path, total_bytes: int, files: int, *, image_every: int | None = IMAGE_EVERY
+) -> tuple[int, list[str]]:
+    """Transcripts of about `total_bytes` in all (an image every `image_every` lines, None:
+    text only); returns (bytes written, words by rank)."""
     words, weights = _words()
     rng = random.Random(5)
     per_file = max(1, total_bytes // files)
@@ -89,7 +103,7 @@ def write_root(root: Path, total_bytes: int, files: int) -> tuple[int, list[str]
                             "input": {"command": " ".join(rng.choices(words, k=6))},
                         }
                     )
-                if line_number % IMAGE_EVERY == 0:
+                if image_every is not None and line_number % image_every == 0:
                     data = base64.b64encode(os.urandom(IMAGE_BYTES)).decode()
                     content.append(
                         {
@@ -123,6 +137,79 @@ def newline_scan(root: Path) -> int:
             while chunk := handle.read(1 << 20):
                 count += chunk.count(b"\n")
     return count
+
+
+def one_pass_build(root: Path, state: Path) -> tuple[float, int]:
+    """(seconds, entries): the root indexed for search, line index and insight in one pass."""
+    transcripts = TranscriptRoot(root)
+    index = SqliteSearchIndex(state)
+    line_index = open_line_index(state, "")
+    insight_store = SqliteInsightStore(state)
+    try:
+        indexer = SearchIndexer(
+            transcripts,
+            index,
+            max_line_size=16 * 1024 * 1024,
+            line_index=line_index,
+            insight=InsightIndex(transcripts, insight_store, max_line_size=16 * 1024 * 1024),
+        )
+        started = time.perf_counter()
+        indexer.catch_up()
+        return time.perf_counter() - started, indexer.stats.entries
+    finally:
+        insight_store.close()
+        line_index.close()
+        index.close()
+
+
+def bare_fts5_insert(texts: list[str], path: Path) -> float:
+    """Seconds to insert `texts` into a bare FTS5 table (default tokenizer) in one transaction."""
+    path.unlink(missing_ok=True)
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("CREATE VIRTUAL TABLE bare USING fts5 (body)")
+        started = time.perf_counter()
+        connection.execute("BEGIN")
+        connection.executemany("INSERT INTO bare (body) VALUES (?)", ((text,) for text in texts))
+        connection.execute("COMMIT")
+        return time.perf_counter() - started
+    finally:
+        connection.close()
+
+
+def measure_build(work: Path, total_bytes: int, files: int, log: Callable[[str], None]) -> Figure:
+    """The one-pass index build of text sessions vs a bare FTS5 insert of the same texts."""
+    root = work / "search-build-root"
+    state = work / "state-search-build"
+    written, _ = write_root(root, total_bytes, files, image_every=None)
+    log(f"search build: {written / 1e6:,.0f} MB of text sessions in {files} transcripts")
+    texts_db = work / "search-build-bare.sqlite"
+    seconds, entries = one_pass_build(root, state)
+    connection = sqlite3.connect(state / SEARCH_FILE_NAME)
+    try:
+        texts = [row[0] for row in connection.execute("SELECT body FROM search_entry")]
+    finally:
+        connection.close()
+    # The bare insert before and after the build's own time, so both see the same machine.
+    bare = statistics.median([bare_fts5_insert(texts, texts_db), bare_fts5_insert(texts, texts_db)])
+    texts_db.unlink(missing_ok=True)
+    log(f"search build: {entries:,} entries in {seconds:.1f} s, bare FTS5 {bare:.1f} s")
+    return Figure(
+        key="search_build_vs_fts5",
+        name=(
+            f"search index build of {written / 1e6:,.0f} MB of text sessions (search, line index"
+            " and insight in one pass) vs the same texts into a bare FTS5 table"
+        ),
+        figure=written / 1e6 / seconds,
+        baseline=written / 1e6 / bare,
+        unit="MB/s",
+        baseline_label="bare FTS5 insert",
+        ratio=bare / seconds,
+        target=Target(">=", 0.5),
+        note=f"{entries:,} entries, {sum(map(len, texts)) / 1e6:,.0f} MB of text",
+    )
 
 
 def _queries(words: list[str]) -> list[search_pb2.SearchRequest]:
@@ -300,7 +387,7 @@ async def measure_hidden(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m scrollback_app.bench.search [--mb N] [--files N] [--samples N]`: these figures alone."""
+    """`python -m scrollback_app.bench.search [--mb N] [--build-mb N] [--build-only]`: these alone."""
     import argparse
 
     from scrollback_app.bench.figures import run_alone
@@ -309,11 +396,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=float, default=1000.0, help="MB of transcripts (1000)")
     parser.add_argument("--files", type=int, default=200, help="transcripts (200)")
     parser.add_argument("--samples", type=int, default=300, help="queries timed (300)")
-    args = parser.parse_args(argv)
-    return run_alone(
-        "scrollback search bench",
-        lambda work, log: measure(work, int(args.mb * 1e6), args.files, args.samples, log),
+    parser.add_argument(
+        "--build-mb", type=float, default=200.0, help="text sessions the build figure indexes (200)"
     )
+    parser.add_argument(
+        "--build-only", action="store_true", help="only the build vs bare FTS5 figure"
+    )
+    args = parser.parse_args(argv)
+
+    async def figures(work: Path, log: Callable[[str], None]) -> list[Figure]:
+        build = measure_build(work, int(args.build_mb * 1e6), args.files, log)
+        if args.build_only:
+            return [build]
+        return [build, *await measure(work, int(args.mb * 1e6), args.files, args.samples, log)]
+
+    return run_alone("scrollback search bench", figures)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,38 @@
 """Refs without a hint resolve through the persisted line index (issue 16).
 
 A ref rebuilt from its string form carries no offset hint. The media service
-finds its line through the line index (scrollback.lineindex), built on first
-touch and kept in the state database, so a restarted server finds it without
-a search, and StatMedia of 1,000 selectors into one file is 1,000 lookups, no
-search pass. A wrong index (rows edited to point elsewhere) never yields
-wrong bytes: each indexed line is verified (uuid, pin) and a miss costs a search.
+finds its line through the line index (scrollback.lineindex), kept in the
+state database, so a restarted server finds it without a search, and StatMedia
+of 1,000 selectors into one file is 1,000 lookups, no search pass. The first
+touch of a file never waits for its index: it is answered by a search from the
+start (O(the entry's position)) while the index is built in the background,
+and a lookup returns while that build is still held back. A wrong index (rows
+edited to point elsewhere) never yields wrong bytes: each indexed line is
+verified (uuid, pin) and a miss costs a search.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from media_service import transcript_media
+from media_service.blobs import MediaInfo
 from media_service.transcript_media import Candidate, TranscriptMedia
+from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
+from scrollback.lineindex import LineIndex
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
+from scrollback.state.line_index import IndexedFile, IndexedLine
+from scrollback.state.line_index_sqlite import SqliteLineIndexStore
 from scrollback.state.sqlite import database_path
+from scrollback.transcripts import TranscriptRoot
 from tests.support.media import (
     MediaEnv,
     StartMedia,
@@ -32,6 +44,7 @@ from tests.support.media import (
     read_media,
     write_transcript,
 )
+from tests.support.security import wait_until
 
 
 def mint(session_id: str, line: bytes) -> list[ref_pb2.MediaRef]:
@@ -66,12 +79,31 @@ def searches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     calls: list[str] = []
     real = transcript_media.iter_candidate_lines
 
-    def recording(fd: int, entry_uuid: str, max_line_size: int) -> Iterator[Candidate]:
+    def recording(
+        fd: int, entry_uuid: str, max_line_size: int, start: int = 0
+    ) -> Iterator[Candidate]:
         calls.append(entry_uuid)
-        return real(fd, entry_uuid, max_line_size)
+        return real(fd, entry_uuid, max_line_size, start)
 
     monkeypatch.setattr(transcript_media, "iter_candidate_lines", recording)
     yield calls
+
+
+def ref_of(ref: ref_pb2.MediaRef) -> TranscriptImageRef:
+    return TranscriptImageRef(ref.session_id, ref.entry_uuid, ref.index)
+
+
+def wait_indexed(media: MediaEnv, path: Path) -> None:
+    """Wait (polling, with a deadline) until the background build covers the file."""
+    index = transcripts_of(media).line_index
+    assert index is not None
+    key = os.path.relpath(path, media.root)
+
+    def covered() -> bool:
+        state = index.store.state(key)
+        return state is not None and state.scanned >= path.stat().st_size
+
+    assert wait_until(covered, timeout=30.0), "the background build finished"
 
 
 def bare(refs: list[ref_pb2.MediaRef]) -> list[media_pb2.MediaSelector]:
@@ -91,12 +123,17 @@ async def test_hintless_ref_after_restart_needs_no_search(
 ) -> None:
     lines = image_lines(50)
     first = await start_media()
-    write_transcript(first.root, "s", lines)
+    path = write_transcript(first.root, "s", lines)
     (ref,) = mint("s", lines[60])
     (selector,) = bare([ref])
     _, data, _ = await read_media(first.stub, selector)
     assert data == expected_images(lines[60])[0]
-    assert searches == []  # the index was built on first touch, and answered
+    assert searches == ["img-30"]  # first touch: a search, the index built meanwhile
+    wait_indexed(first, path)
+    (again,) = bare(mint("s", lines[70]))
+    _, data, _ = await read_media(first.stub, again)
+    assert data == expected_images(lines[70])[0]
+    assert searches == ["img-30"]  # the index answered
     await first.server.stop(0)
     restarted = await start_media()
     index = transcripts_of(restarted).line_index
@@ -104,7 +141,7 @@ async def test_hintless_ref_after_restart_needs_no_search(
     (other,) = bare(mint("s", lines[80]))
     _, data, _ = await read_media(restarted.stub, other)
     assert data == expected_images(lines[80])[0]
-    assert searches == []
+    assert searches == ["img-30"]
     assert index.builds == 0 and index.bytes_read == 0  # read from the state database
 
 
@@ -113,18 +150,81 @@ async def test_stat_of_1000_selectors_is_no_search_pass(
 ) -> None:
     lines = image_lines(1000)
     media = await start_media()
-    write_transcript(media.root, "many", lines)
+    path = write_transcript(media.root, "many", lines)
     refs = [ref for line in lines[::2] for ref in mint("many", line)]
     assert len(refs) == 1000
     answer = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=bare(refs)))
     assert [r.error.code for r in answer.results] == [""] * 1000
-    assert transcripts_of(media).search_passes == 0
+    assert transcripts_of(media).search_passes <= 1  # first touch: one pass at most
+    wait_indexed(media, path)
+    passes = transcripts_of(media).search_passes
+    again = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=bare(refs)))
+    assert list(again.results) == list(answer.results)
+    assert transcripts_of(media).search_passes == passes
     await media.server.stop(0)
     restarted = await start_media()
     again = await restarted.stub.StatMedia(media_pb2.StatMediaRequest(media=bare(refs)))
     assert list(again.results) == list(answer.results)
     assert transcripts_of(restarted).search_passes == 0
     assert searches == []
+
+
+class HeldStore(SqliteLineIndexStore):
+    """The SQLite line index store, whose first rows wait until the test lets them in."""
+
+    def __init__(self, state: Path) -> None:
+        super().__init__(state)
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def append(
+        self, key: str, expected: IndexedFile, lines: Sequence[IndexedLine], reached: IndexedFile
+    ) -> bool:
+        self.held.set()
+        assert self.release.wait(60), "the test let the build go on"
+        return super().append(key, expected, lines, reached)
+
+
+def test_first_touch_answers_before_the_index_is_built(tmp_path: Path) -> None:
+    lines = image_lines(400)
+    root = tmp_path / "root"
+    path = write_transcript(root, "big", lines)
+    key = os.path.relpath(path, root)
+    store = HeldStore(tmp_path / "state")
+    transcripts = TranscriptMedia(
+        TranscriptRoot(root), max_line_size=16 * 1024 * 1024, line_index=LineIndex(store)
+    )
+    try:
+        (ref,) = mint("big", lines[0])
+        answers: list[MediaInfo] = []
+        answered = threading.Event()
+
+        def lookup() -> None:
+            answers.append(transcripts.stat(None, ref_of(ref), ref.pin, None))
+            answered.set()
+
+        # The lookup runs in a thread and is waited for with a deadline, while the
+        # file's index build stays held back before its first rows.
+        threading.Thread(target=lookup, daemon=True).start()
+        assert answered.wait(30), "the lookup answered while the index was not built"
+        assert answers[0].size_bytes == len(expected_images(lines[0])[0] or b"")
+        assert store.held.wait(30), "a build was started in the background"
+        state = store.state(key)
+        assert state is None or state.scanned < path.stat().st_size, "not built yet"
+        # Then the build finishes, and the index answers the next lookup.
+        store.release.set()
+
+        def built() -> bool:
+            state = store.state(key)
+            return state is not None and state.scanned == path.stat().st_size
+
+        assert wait_until(built, timeout=30.0)
+        (last,) = mint("big", lines[-2])
+        info = transcripts.stat(None, ref_of(last), last.pin, None)
+        assert info.size_bytes == len(expected_images(lines[-2])[0] or b"")
+    finally:
+        store.release.set()
+        transcripts.close()
 
 
 async def test_a_wrong_index_never_yields_wrong_bytes(
@@ -135,7 +235,7 @@ async def test_a_wrong_index_never_yields_wrong_bytes(
     write_transcript(media.root, "w", lines)
     refs = [ref for line in lines[::2] for ref in mint("w", line)]
     built = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=bare(refs)))
-    assert transcripts_of(media).search_passes == 0
+    wait_indexed(media, media.root / "proj" / "w.jsonl")
     await media.server.stop(0)
     # Corrupt the rows: each image entry's uuid now names the next image line,
     # and one row points into the middle of a line.
