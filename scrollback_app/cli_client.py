@@ -36,7 +36,7 @@ from rich.text import Text
 from client import Client, Deadlines, Media, media_selector
 from client.errors import InvalidArgument
 from client.tls import TlsConfigError, TlsOptions
-from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.contract.enumeration import is_rollout_entry, iter_image_blocks
 from scrollback.contract.proto_json import message_json
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
@@ -852,6 +852,34 @@ class _Exporter:
                     out.append(f'<p class="meta">[{label}]</p>')
         return "".join(out)
 
+    def _rollout_html(self, entry: hpb.Entry, parsed: dict[str, Any]) -> str:
+        """A Codex rollout line's text and photos ("" for event_msg lines: copies of what its
+        response_items hold, or bookkeeping). Exporting its photos here is what gives the
+        page's renderer their files."""
+        if entry.type == "event_msg":
+            return ""
+        payload = parsed["payload"]
+        texts: list[str] = []
+        for key in ("content", "summary", "replacement_history"):
+            items = payload.get(key)
+            for item in items if isinstance(items, list) else []:
+                if isinstance(item, dict) and isinstance(item.get("text"), str):
+                    texts.append(item["text"])
+        if isinstance(payload.get("message"), str):
+            texts.append(payload["message"])
+        body = "".join(f'<div class="text">{_html_text(t)}</div>' for t in texts)
+        body += "".join(
+            self._image_html(entry, ref.index)
+            for ref in sorted(entry.media_refs, key=lambda r: r.index)
+        )
+        kind = html.escape(f"{entry.type} {payload.get('type', '')}".strip())
+        stamp = html.escape(entry.timestamp)
+        anchor = html.escape(f"e-{entry.uuid or entry.byte_offset}", quote=True)
+        return (
+            f'<div class="entry" id="{anchor}"><div class="meta">{kind} · '
+            f'<a href="#{anchor}">{stamp}</a></div>{body}</div>\n'
+        )
+
     def entry_data(self, entry: hpb.Entry) -> dict[str, Any]:
         """One entry for the page's renderer: the canonical JSON mapping, each media ref's
         `url` its exported file (a ref whose photo was not exported inline is left out)."""
@@ -869,6 +897,8 @@ class _Exporter:
         if entry.type == "summary":
             text = _html_text(str(parsed.get("summary", "")))
             return f'<p class="meta">summary: {text}</p>\n'
+        if is_rollout_entry(parsed):
+            return self._rollout_html(entry, parsed)
         if entry.type not in ("user", "assistant"):
             return ""
         message = parsed.get("message")

@@ -585,6 +585,330 @@ const Render = (function () {
     return subtype ? subtype.replace(/_/g, " ") : "system";
   }
 
+  // --- Codex rollouts -----------------------------------------------------------------------
+
+  // A Codex CLI rollout line: `{timestamp, type, payload}` (docs/contract.md §1), no message.
+  function isRollout(line) {
+    return !!line && typeof line.payload === "object" && line.payload !== null && !("message" in line);
+  }
+
+  const DATA_URL = /^data:([A-Za-z0-9!#$&^_.+-]{1,127})\/([A-Za-z0-9!#$&^_.+-]{1,127});base64,/;
+  const STRIPPED = "[scrollback:stripped-media]";
+  const INLINE_TYPES = /^image\/(png|jpeg|gif|webp)$/i;
+
+  // The rollout image rule (docs/contract.md §2): the i-th string value that is an image data
+  // URL in a depth-first walk of the payload, in document order, has index i. An explicit
+  // stack, as the server's walk, so a deeply nested line cannot exhaust the call stack.
+  // Returns holder -> {key: index}.
+  function rolloutImages(payload) {
+    const found = new Map();
+    let next = 0;
+    const stack = [[null, null, payload]];
+    while (stack.length) {
+      const [holder, key, value] = stack.pop();
+      if (typeof value === "string") {
+        const url = DATA_URL.exec(value);
+        if (!url || url[1].toLowerCase() !== "image") continue;
+        if (!found.has(holder)) found.set(holder, {});
+        found.get(holder)[key] = next++;
+      } else if (value && typeof value === "object") {
+        const keys = Array.isArray(value) ? value.map((_, i) => i) : Object.keys(value);
+        for (let k = keys.length - 1; k >= 0; k--) stack.push([value, keys[k], value[keys[k]]]);
+      }
+    }
+    return found;
+  }
+
+  // The photo for the image at holder[key]: its ref, else an uncut small data URL, else a note.
+  function rolloutPhoto(holder, key, data, images, ctx) {
+    const index = (images.get(holder) || {})[key];
+    const value = holder[key];
+    if (index === undefined) return el("div", "failed", "[image not displayed]");
+    const ref = (data.mediaRefs || []).find((r) => (r.index || 0) === index);
+    if ((data.failedImageIndexes || []).includes(index)) return el("div", "failed", "[image not displayed]");
+    if (ref) return photo(ref.url, ctx);
+    const url = DATA_URL.exec(value);
+    const rest = value.slice(url[0].length);
+    if (rest && rest !== STRIPPED && INLINE_TYPES.test(url[1] + "/" + url[2]) && /^[A-Za-z0-9+/=\s]+$/.test(rest)) {
+      return photo(value, {});
+    }
+    return el("div", "failed", "[image not displayed]");
+  }
+
+  // Codex's own context (AGENTS.md instructions, the environment) sent as a user message.
+  const CODEX_CONTEXT = /^\s*<(environment_context|user_instructions|user_shell_command|turn_aborted)>/;
+
+  // The text and photos of a message's content items (input_text, output_text, input_image).
+  function codexContent(items, data, images, into, ctx, typed) {
+    for (const item of Array.isArray(items) ? items : []) {
+      if (typeof item === "string") { into.append(textBlock(item, { type: typed ? "user" : "assistant" })); continue; }
+      if (!item || typeof item !== "object") continue;
+      if (item.type === "input_image" || typeof item.image_url === "string") into.append(rolloutPhoto(item, "image_url", data, images, ctx));
+      else if (typeof item.text === "string") {
+        if (CODEX_CONTEXT.test(item.text)) into.append(note("context", "context: " + CODEX_CONTEXT.exec(item.text)[1].replace(/_/g, " "), stripAnsi(item.text)));
+        else into.append(textBlock(item.text, { type: typed ? "user" : "assistant" }));
+      } else if (item.type === "refusal" && typeof item.refusal === "string") into.append(el("div", "note", "refused: " + item.refusal));
+    }
+  }
+
+  function parseJson(text) {
+    if (typeof text !== "string") return text;
+    try { return JSON.parse(text); } catch (e) { return null; }
+  }
+
+  // A shell command as a reader types it: `bash -lc <script>` as the script.
+  function shellText(command) {
+    if (typeof command === "string") return command;
+    if (!Array.isArray(command)) return "";
+    const parts = command.map(String);
+    if (parts.length === 3 && /^(?:\/\S*\/)?(?:ba|z|da|k)?sh$/.test(parts[0]) && /^-l?c$/.test(parts[1])) return parts[2];
+    return parts.map((p) => (/^[\w@%+=:,./-]+$/.test(p) ? p : "'" + p.replace(/'/g, "'\\''") + "'")).join(" ");
+  }
+
+  // The patch of an apply_patch call, wherever Codex wrote it (its own tool's input, a
+  // function's `input` argument, or a shell command).
+  function patchText(text) {
+    const source = String(text || "");
+    const start = source.indexOf("*** Begin Patch");
+    if (start < 0) return "";
+    const end = source.indexOf("*** End Patch", start);
+    return end < 0 ? source.slice(start) : source.slice(start, end + "*** End Patch".length);
+  }
+
+  // Codex's patch format as a diff per file: `*** Update File: p` (with `*** Move to: q`),
+  // `*** Add File: p`, `*** Delete File: p`, then @@ hunks of +/-/space lines.
+  function patchDiff(patch) {
+    const box = el("div", "tool-input");
+    let pre = null;
+    const files = [];
+    for (const raw of patch.split("\n")) {
+      const header = /^\*\*\* (Update|Add|Delete) File: (.*)$/.exec(raw);
+      const moved = /^\*\*\* Move to: (.*)$/.exec(raw);
+      if (header) {
+        files.push(header[2]);
+        const diffBox = el("div", "diff");
+        const path = el("div", "diff-path", header[2] + (header[1] === "Update" ? "" : header[1] === "Add" ? " (added)" : " (deleted)"));
+        pre = el("pre", "diff-lines");
+        diffBox.append(path, pre);
+        box.append(diffBox);
+        continue;
+      }
+      if (moved && pre) { pre.previousSibling.textContent += " → " + moved[1]; continue; }
+      if (!pre || /^\*\*\* (Begin|End) Patch|^\*\*\* End of File/.test(raw)) continue;
+      if (raw.startsWith("@@")) pre.append(el("span", "diff-hunk", raw));
+      else if (raw.startsWith("+")) pre.append(el("span", "diff-add", "+ " + raw.slice(1)));
+      else if (raw.startsWith("-")) pre.append(el("span", "diff-del", "- " + raw.slice(1)));
+      else pre.append(el("span", "diff-ctx", "  " + raw.slice(1)));
+    }
+    return { box, files };
+  }
+
+  // One call (function_call, custom_tool_call, local_shell_call, web_search_call) as
+  // toolUse draws Claude Code's: a line with its name and main argument, its output folded in.
+  function codexCall(payload) {
+    let name = String(payload.name || (payload.type === "local_shell_call" ? "shell" : payload.type === "web_search_call" ? "web_search" : "tool"));
+    const args = payload.type === "function_call" ? parseJson(payload.arguments) : null;
+    const input = payload.type === "custom_tool_call" ? String(payload.input || "")
+      : payload.type === "local_shell_call" ? (payload.action || {}) : args;
+    let arg = "";
+    let body = el("div", "tool-input");
+    const command = input && typeof input === "object" ? shellText(input.command || input.cmd) : "";
+    const patch = patchText(typeof input === "string" ? input : input && typeof input === "object" ? (input.input || command) : "");
+    if (patch) {
+      const drawn = patchDiff(patch);
+      body = drawn.box;
+      if (name !== "apply_patch") name = "apply_patch";
+      arg = drawn.files.join(", ");
+    } else if (command) {
+      arg = command;
+      body.append(codeBlock(command, "bash"));
+      const workdir = input.workdir || input.working_directory;
+      if (typeof workdir === "string" && workdir) body.append(el("div", "tool-note", "in " + workdir));
+    } else if (name === "update_plan" && input && Array.isArray(input.plan)) {
+      const plan = input.plan.map((p) => ({ content: p && p.step, status: p && p.status }));
+      arg = `${plan.filter((p) => p.status === "completed").length}/${plan.length} done`;
+      if (typeof input.explanation === "string" && input.explanation) body.append(markdown(input.explanation));
+      body.append(checklist(plan));
+    } else if (payload.type === "web_search_call") {
+      const action = payload.action || {};
+      arg = String(action.query || action.url || "");
+    } else if (typeof input === "string") {
+      arg = input;
+      if (input) body.append(ansiPre(input));
+    } else if (input && typeof input === "object") {
+      arg = mainArgument(name, input);
+      body.append(codeBlock(JSON.stringify(input, null, 2), "json"));
+    } else if (typeof payload.arguments === "string" && payload.arguments) {
+      body.append(ansiPre(payload.arguments));
+    }
+    const details = el("details", "tool");
+    const id = payload.call_id || payload.id;
+    if (typeof id === "string" && id) {
+      details.dataset.toolUseId = id;
+      details.id = "call-" + id;
+    }
+    const summary = el("summary", "tool-line");
+    summary.append(el("span", "tool-name", name));
+    if (arg) summary.append(" ", el("code", "tool-arg", String(arg).split("\n")[0].slice(0, 200)));
+    const status = el("span", "tool-status");
+    summary.append(status);
+    if (payload.type === "web_search_call" && payload.status) status.textContent = payload.status === "completed" ? " ✓" : " " + payload.status;
+    details.append(summary, body);
+    if (name === "update_plan") details.open = true;
+    return details;
+  }
+
+  // A call's output: Codex writes a shell's as JSON text ({output, metadata: {exit_code}}),
+  // others as text or as content items (text and images).
+  function codexOutput(payload, data, images, ctx) {
+    let output = payload.output;
+    let failed = false;
+    let holder = payload;
+    let key = "output";
+    if (output && typeof output === "object" && !Array.isArray(output)) {
+      if (output.success === false) failed = true;
+      holder = output;
+      key = "content";
+      output = output.content;
+    }
+    const parsed = typeof output === "string" ? parseJson(output) : null;
+    if (parsed && typeof parsed === "object" && !Array.isArray(parsed) && typeof parsed.output === "string") {
+      const code = parsed.metadata && parsed.metadata.exit_code;
+      if (typeof code === "number" && code !== 0) failed = true;
+      output = parsed.output;
+    }
+    const box = el("div", "tool-result" + (failed ? " tool-error" : ""));
+    if (typeof payload.call_id === "string" && payload.call_id) box.dataset.for = payload.call_id;
+    box.dataset.fromOffset = data.byteOffset;
+    box.append(el("div", "tool-result-label", failed ? "error" : "result"));
+    if (typeof output === "string") {
+      if (output) box.append(ansiPre(output.replace(/\n+$/, "")));
+    } else if (Array.isArray(output)) {
+      for (let i = 0; i < output.length; i++) {
+        const item = output[i];
+        if (typeof item === "string") box.append(ansiPre(item));
+        else if (item && typeof item === "object" && typeof item.image_url === "string") box.append(rolloutPhoto(item, "image_url", data, images, ctx));
+        else if (item && typeof item.text === "string") box.append(ansiPre(item.text.replace(/\n+$/, "")));
+      }
+    } else if (holder[key] !== undefined && holder[key] !== null) box.append(ansiPre(JSON.stringify(holder[key], null, 2)));
+    return box;
+  }
+
+  function codexFolded(node, role, label) {
+    node.className = "entry meta folded codex";
+    role(label);
+    return node;
+  }
+
+  // What a reader sees of a rollout line: messages as Claude Code's, reasoning summaries folded
+  // (never the encrypted blob), calls with their outputs, patches as diffs, photos lazily; the
+  // event_msg copies of messages and the token counts hidden; session and turn settings as notes.
+  function codexEntry(data, line, node, head, body, role, ctx) {
+    const type = line.type || data.type || "entry";
+    const payload = line.payload;
+    const kind = typeof payload.type === "string" ? payload.type : "";
+    const images = rolloutImages(payload);
+    node.classList.add("codex");
+    if (type === "session_meta") {
+      node.className = "entry meta codex session-meta";
+      role("session");
+      const facts = ["Codex" + (payload.cli_version ? " " + payload.cli_version : "")];
+      if (payload.cwd) facts.push("in " + payload.cwd);
+      if (payload.git && payload.git.branch) facts.push("on " + payload.git.branch);
+      body.append(el("span", "", facts.join(" ")));
+      return node;
+    }
+    if (type === "turn_context") {
+      node.className = "entry meta codex turn-context";
+      role("turn");
+      const facts = [];
+      if (payload.model) facts.push("model " + payload.model);
+      if (payload.approval_policy) facts.push("approval " + payload.approval_policy);
+      const sandbox = payload.sandbox_policy;
+      const mode = typeof sandbox === "string" ? sandbox : sandbox && (sandbox.mode || sandbox.type);
+      if (mode) facts.push("sandbox " + mode);
+      body.append(el("span", "", facts.join(" · ")));
+      return node;
+    }
+    if (type === "compacted") {
+      node.className = "entry codex compaction";
+      role("compaction summary");
+      const details = el("details", "note note-compaction");
+      details.append(el("summary", "", "Summary of the conversation before compaction"));
+      if (typeof payload.message === "string") details.append(markdown(payload.message));
+      for (const item of Array.isArray(payload.replacement_history) ? payload.replacement_history : []) {
+        if (item && typeof item === "object" && item.type === "message") codexContent(item.content, data, images, details, ctx, item.role === "user");
+      }
+      body.append(details);
+      return node;
+    }
+    if (type === "event_msg") {
+      // Copies of what response_items hold (user_message, agent_message, agent_reasoning) and
+      // bookkeeping (token_count, task_started, ...) say nothing new; errors do.
+      if (kind === "error" || kind === "stream_error") {
+        node.className = "entry meta system error codex";
+        role("error");
+        body.append(ansiPre(String(payload.message || kind), "system-text"));
+        return node;
+      }
+      if (kind === "turn_aborted") {
+        node.className = "entry meta codex";
+        role("turn");
+        body.append(el("span", "", "turn aborted" + (payload.reason ? " (" + payload.reason + ")" : "")));
+        return node;
+      }
+      return codexFolded(node, role, kind || type);
+    }
+    if (type !== "response_item") {
+      node.className = "entry meta codex";
+      role(type);
+      return node;
+    }
+    if (kind === "message") {
+      const who = String(payload.role || "assistant");
+      const texts = (Array.isArray(payload.content) ? payload.content : []).filter((i) => i && typeof i.text === "string");
+      const context = who === "developer" || who === "system" || (texts.length && texts.every((i) => CODEX_CONTEXT.test(i.text)));
+      node.className = "entry codex " + (who === "user" ? "user" : "assistant") + (context ? " context" : "");
+      role(context ? "context" : who === "user" ? "user" : who === "assistant" ? "assistant" : who);
+      if (context && who !== "user") {
+        const all = texts.map((i) => i.text).join("\n\n");
+        body.append(note("context", who + " instructions", stripAnsi(all)));
+      } else codexContent(payload.content, data, images, body, ctx, who === "user" && !context);
+      return node;
+    }
+    if (kind === "reasoning") {
+      node.className = "entry codex assistant reasoning";
+      role("assistant");
+      const details = el("details", "thinking");
+      details.append(el("summary", "", "reasoning"));
+      const parts = [];
+      for (const list of [payload.summary, payload.content]) {
+        for (const item of Array.isArray(list) ? list : []) {
+          if (item && typeof item.text === "string" && item.text) parts.push(item.text);
+        }
+      }
+      if (!parts.length) return codexFolded(node, role, "reasoning");
+      details.append(markdown(parts.join("\n\n")));
+      body.append(details);
+      return node;
+    }
+    if (kind === "function_call" || kind === "custom_tool_call" || kind === "local_shell_call" || kind === "web_search_call") {
+      node.className = "entry codex assistant";
+      role("assistant");
+      body.append(codexCall(payload));
+      return node;
+    }
+    if (kind === "function_call_output" || kind === "custom_tool_call_output") {
+      node.className = "entry codex user tool-output";
+      role("tool output");
+      body.append(codexOutput(payload, data, images, ctx));
+      return node;
+    }
+    node.className = "entry meta codex";
+    role(kind || type);
+    return node;
+  }
+
   const BOOKKEEPING = new Set(["queue-operation", "progress", "file-history-snapshot", "last-prompt"]);
 
   // One entry as a node: `.entry` with data-offset, a role line (who, when) and its body.
@@ -605,6 +929,7 @@ const Render = (function () {
       head.append(el("span", "who", label));
       if (stamp) head.append(" · ", timeNode(stamp));
     };
+    if (isRollout(line)) return codexEntry(data, line, node, head, body, role, ctx);
     if (type === "system") {
       node.className = "entry meta system" + (line.level === "error" || /error/.test(line.subtype || "") ? " error" : "");
       if (line.subtype === "compact_boundary") {

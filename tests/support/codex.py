@@ -142,6 +142,29 @@ class Rollout:
             images,
         )
 
+    def apply_patch(self, call_id: str, patch: str, output: str) -> None:
+        """An apply_patch call (Codex's freeform tool: the patch is the input) and its output,
+        JSON text with the exit code, as Codex writes it."""
+        self.add(
+            "response_item",
+            {
+                "type": "custom_tool_call",
+                "status": "completed",
+                "call_id": call_id,
+                "name": "apply_patch",
+                "input": patch,
+            },
+        )
+        result = {"output": output, "metadata": {"exit_code": 0, "duration_seconds": 0.1}}
+        self.add(
+            "response_item",
+            {
+                "type": "custom_tool_call_output",
+                "call_id": call_id,
+                "output": orjson.dumps(result).decode(),
+            },
+        )
+
     def token_count(self, total: dict[str, int], last: dict[str, int]) -> None:
         self.add(
             "event_msg",
