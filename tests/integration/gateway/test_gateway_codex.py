@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.cli import cli
 from tests.support.codex import CWD, SECRET_WORD, Rollout, full_rollout, write_rollout
-from tests.support.gateway import GatewayStack, artifacts_dir
+from tests.support.gateway import REPO, GatewayStack, artifacts_dir
 
 
 @pytest.fixture
@@ -150,7 +150,9 @@ def test_a_reader_sees_a_rollout_in_the_viewer(
     session = str(uuid.uuid4())
     write_rollout(tmp_path / "codex" / "sessions", _reader_rollout(session))
     codex_stack.start_gateway()
-    page = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    # bypass_csp only so that the test can add axe-core's script (the CSP is checked by
+    # test_no_rollout_markup_runs and test_gateway_http).
+    page = browser.new_context(viewport={"width": 1100, "height": 900}, bypass_csp=True).new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(f"{codex_stack.url}/sessions/{session}")
@@ -174,6 +176,16 @@ def test_a_reader_sees_a_rollout_in_the_viewer(
         assert (answer.status_code, answer.headers["content-type"]) == (200, "image/png")
     page.screenshot(path=str(artifacts_dir() / "reader-codex.png"), full_page=True)
     assert errors == []
+    axe = REPO / ".tools" / "node_modules" / "axe-core" / "axe.min.js"
+    if not axe.exists():
+        pytest.skip("axe-core is not installed (scripts/test installs it into .tools)")
+    page.add_script_tag(path=str(axe))
+    violations = page.evaluate(
+        "async () => (await axe.run(document, { resultTypes: ['violations'] })).violations"
+        ".filter((v) => v.impact === 'serious' || v.impact === 'critical')"
+        ".map((v) => v.id + ': ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', '))"
+    )
+    assert violations == []
 
 
 @pytest.mark.browser
@@ -197,3 +209,48 @@ def test_the_html_export_of_a_rollout_reads_as_the_viewer_does(
         assert str(img.get_attribute("src")).startswith("media/")
     page.screenshot(path=str(artifacts_dir() / "reader-codex-export.png"), full_page=True)
     assert errors == []
+
+
+@pytest.mark.browser
+def test_no_rollout_markup_runs(codex_stack: GatewayStack, tmp_path: Path, browser: Any) -> None:
+    """A rollout's messages, call names, arguments, patches and outputs are text, never markup,
+    with the page's CSP in force."""
+    attack = (
+        "<img src=x onerror=\"document.body.dataset.pwned='1'\"> "
+        "[click](javascript:document.body.dataset.pwned='2') "
+        "<script>document.body.dataset.pwned='3'</script>"
+    )
+    session = str(uuid.uuid4())
+    rollout = Rollout(session)
+    rollout.meta(cwd=CWD)
+    rollout.assistant(attack)
+    rollout.add(
+        "response_item",
+        {"type": "function_call", "name": attack, "arguments": attack, "call_id": "c<b>1"},
+    )
+    rollout.add(
+        "response_item", {"type": "function_call_output", "call_id": "c<b>1", "output": attack}
+    )
+    rollout.apply_patch(
+        "c2", f"*** Begin Patch\n*** Add File: {attack}\n+{attack}\n*** End Patch", attack
+    )
+    rollout.add(
+        "response_item",
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": attack}]},
+    )
+    write_rollout(tmp_path / "codex" / "sessions", rollout)
+    codex_stack.start_gateway()
+    page = browser.new_context().new_page()
+    page.goto(f"{codex_stack.url}/sessions/{session}")
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector("details.tool[data-tool-use-id='c2'] .tool-result", state="attached")
+    for summary in page.locator("main details > summary").all():
+        summary.click()
+    assert page.evaluate("() => document.body.dataset.pwned") is None
+    assert page.locator("main img, main script").count() == 0
+    assert page.locator("main a[href^='javascript']").count() == 0
+    assert "<img src=x onerror=" in page.inner_text(".entry.assistant .md")
+    call = page.locator("details.tool[data-tool-use-id='c<b>1']")
+    assert call.locator(".tool-name").inner_text() == attack
+    assert "<script>" in call.locator(".tool-result").inner_text()
+    assert "<script>" in page.inner_text("details.tool[data-tool-use-id='c2'] .diff-add")
