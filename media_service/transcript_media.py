@@ -148,7 +148,7 @@ def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int
     # The key sits at the start of the buffer: look just before it in the file.
     absolute = buf_base + index
     back = min(absolute, 256)
-    before = os.pread(fd, back, absolute - back).rstrip(_WHITESPACE)
+    before = LineFile(fd).read(back, absolute - back).rstrip(_WHITESPACE)
     return bool(before) and before[-1] in b"{,"
 
 
@@ -175,7 +175,7 @@ def iter_candidate_lines(
     oversize_start = -1
     try:
         while True:
-            count = os.preadv(fd, [view[kept : kept + chunk_size]], read_at)
+            count = LineFile(fd).read_into(view[kept : kept + chunk_size], read_at)
             if count == 0:
                 return
             size = kept + count
@@ -198,7 +198,7 @@ def iter_candidate_lines(
                             yield Candidate(start, None)
                         else:
                             done_until = end
-                            yield Candidate(start, os.pread(fd, end - start, start))
+                            yield Candidate(start, LineFile(fd).read(end - start, start))
                 hit = buffer.find(needle, hit + 1, size)
             newline = buffer.rfind(b"\n", kept, size)
             if newline >= 0:
@@ -232,7 +232,7 @@ def iter_candidate_lines_many(
     try:
         while True:
             on_slice()
-            count = os.preadv(fd, [view[kept : kept + SCAN_CHUNK]], read_at)
+            count = LineFile(fd).read_into(view[kept : kept + SCAN_CHUNK], read_at)
             size = kept + count
             buf_base = read_at - kept
             # Keys starting in the last `reach` bytes are looked at with the next slice.
@@ -255,7 +255,10 @@ def iter_candidate_lines_many(
                             if end is None:
                                 yield entry_id, Candidate(start, None)
                             else:
-                                yield entry_id, Candidate(start, os.pread(fd, end - start, start))
+                                yield (
+                                    entry_id,
+                                    Candidate(start, LineFile(fd).read(end - start, start)),
+                                )
                 hit = buffer.find(b'"uuid"', hit + 1, max(limit, 0))
             if count == 0:
                 return
@@ -304,7 +307,7 @@ class _Found:
 
 def _file_reader(fd: int) -> RawReader:
     def read(offset: int, length: int) -> bytes:
-        return os.pread(fd, length, offset)
+        return LineFile(fd).read(length, offset)
 
     return read
 
@@ -319,7 +322,7 @@ class _LineChanged(ValueError):
 def _has_backslash(fd: int, start: int, end: int) -> bool:
     position = start
     while position < end:
-        block = os.pread(fd, min(SCAN_CHUNK, end - position), position)
+        block = LineFile(fd).read(min(SCAN_CHUNK, end - position), position)
         if not block:
             return False
         if b"\\" in block:

@@ -77,6 +77,10 @@ class LineFile:
         """The bytes [offset, offset + length), fewer at the end of the file (os.pread)."""
         return os.pread(self.fd, length, offset)
 
+    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
+        """Read into `buffer` from `offset`; the count read, fewer at the end (os.preadv)."""
+        return os.preadv(self.fd, [buffer], offset)
+
     def starts_line(self, offset: int) -> bool:
         """True if a line starts at `offset`: the file's start, or just after a newline."""
         return offset == 0 or (offset > 0 and os.pread(self.fd, 1, offset - 1) == b"\n")
