@@ -58,9 +58,9 @@ class FileVersion:
     head_hash: str
 
     @classmethod
-    def of(cls, fd: int) -> FileVersion:
-        """The version of an open file now."""
-        stat = os.fstat(fd)
+    def of(cls, fd: int, stat: os.stat_result | None = None) -> FileVersion:
+        """The version of an open file now (`stat`: its fstat, when the caller took one)."""
+        stat = os.fstat(fd) if stat is None else stat
         head = os.pread(fd, min(HEAD_BYTES, stat.st_size), 0)
         return cls(stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_hexdigest(head))
 
