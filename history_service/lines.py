@@ -20,7 +20,6 @@ contract's `strip_line` (the only stripper).
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -113,7 +112,7 @@ def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator
                 search = block_end
             if search >= end:
                 break
-            read = os.preadv(fd, [view[: min(BLOCK_BYTES, end - search)]], search)
+            read = LineFile(fd).read_into(view[: min(BLOCK_BYTES, end - search)], search)
             if read <= 0:
                 end = search  # the file shrank under us: stop at what we have
                 break
@@ -159,7 +158,7 @@ def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
             if search <= 0:
                 break
             read_from = max(0, search - BLOCK_BYTES)
-            read = os.preadv(fd, [view[: search - read_from]], read_from)
+            read = LineFile(fd).read_into(view[: search - read_from], read_from)
             if read != search - read_from:
                 raise FileShrankError()
             block_start, block_end = read_from, search
@@ -235,7 +234,7 @@ class RowReads:
                 merged.append([start, end])
         for start, end in merged:
             self._starts.append(start)
-            self._blocks.append(os.pread(self.fd, end - start, start))
+            self._blocks.append(LineFile(self.fd).read(end - start, start))
 
     def mark(self, offset: int, length: int) -> int | None:
         """The xxh3 mark of the line [offset, offset + length), None if it is not a whole line.
@@ -270,7 +269,7 @@ class RowReads:
             start, block = self._starts[at], self._blocks[at]
             if offset + length <= start + len(block):
                 return block[offset - start : offset - start + length]
-        return os.pread(self.fd, length, offset)
+        return LineFile(self.fd).read(length, offset)
 
 
 def iter_indexed(
@@ -380,7 +379,7 @@ def _indexed_line(
         return None
     held = _LONG_LINE_BUDGET.acquire(length)
     try:
-        data = os.pread(fd, length, offset)
+        data = LineFile(fd).read(length, offset)
         if len(data) != length or b"\n" in data:
             _LONG_LINE_BUDGET.release(held)
             return None
@@ -444,7 +443,7 @@ def _line_bytes(
         return None
     if block_start <= start and end <= block_end:
         return bytes(view[start - block_start : end - block_start])
-    data = os.pread(fd, end - start, start)
+    data = LineFile(fd).read(end - start, start)
     if len(data) != end - start:
         raise FileShrankError()
     return data

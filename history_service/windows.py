@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -57,13 +56,11 @@ from history_service.tokens import (
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
 from scrollback.linefile import LineFile
-from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex, background_priority
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
 
 MAX_PAGE_SIZE = 200
-# Line indexes one process builds in the background at once (each holds a chunk buffer).
-MAX_BACKGROUND_BUILDS = 2
 log = logging.getLogger(__name__)
 # A served entry whose json is larger is not kept in its window (see HeldBack).
 _HOLD_BACK_BYTES = 256 * 1024
@@ -210,9 +207,6 @@ class WindowReader:
         self._root = root
         self._line_index = line_index
         self.entry_cache = entry_cache if entry_cache is not None and entry_cache.enabled else None
-        # Keys whose index is being built in the background (at most MAX_BACKGROUND_BUILDS).
-        self._building: set[str] = set()
-        self._building_lock = threading.Lock()
         self._codec = codec
         self._max_line_size = max_line_size
         self._max_window_bytes = max_window_bytes
@@ -357,7 +351,8 @@ class WindowReader:
             else:
                 found = index.current(opened.index_key, opened.fd)
                 if found is None:
-                    self._build_later(index, opened)
+                    # The window goes on with the byte scan (a first page stays O(window)).
+                    index.build_later(opened.index_key, opened.fd)
                     return None
                 snapshot = found
         except INDEX_UNAVAILABLE:
@@ -377,33 +372,6 @@ class WindowReader:
 
         return before, from_
 
-    def _build_later(self, index: LineIndex, opened: _Opened) -> None:
-        """Build the file's index in a background thread, so later first pages use it.
-
-        The window that asked goes on with the byte scan (a first page stays
-        O(window)); at most MAX_BACKGROUND_BUILDS files are built at once per
-        process, each once. A build that fails is tried again by a later window.
-        """
-        key = opened.index_key
-        with self._building_lock:
-            if key in self._building or len(self._building) >= MAX_BACKGROUND_BUILDS:
-                return
-            self._building.add(key)
-        fd = os.dup(opened.fd)
-
-        def build() -> None:
-            background_priority()  # requests keep the CPU first
-            try:
-                index.ensure(key, fd)
-            except Exception:  # best effort: the store busy or closed, the file gone
-                log.debug("a background line index build did not finish", exc_info=True)
-            finally:
-                os.close(fd)
-                with self._building_lock:
-                    self._building.discard(key)
-
-        threading.Thread(target=build, name="line-index-build", daemon=True).start()
-
     def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
         """Where a tail longer than the max line size starts, from the line index.
 
@@ -422,7 +390,7 @@ class WindowReader:
             except INDEX_UNAVAILABLE:
                 start = None
             if start is None:
-                self._build_later(index, opened)
+                index.build_later(opened.index_key, opened.fd)
                 raise LongTailPendingError()
             return start
 

@@ -39,6 +39,7 @@ import threading
 import weakref
 from collections import OrderedDict
 
+from scrollback.linefile import FileVersion
 from scrollback.media.v1 import media_pb2
 from scrollback.server.serialized import Serialized, field_header
 
@@ -48,8 +49,8 @@ MAX_CACHED_IMAGE_BYTES = 16 * MIB
 # ReadMediaResponse's `bytes data`: the field a chunk is sent in.
 _DATA_FIELD = media_pb2.ReadMediaResponse.DESCRIPTOR.fields_by_name["data"].number
 
-# (device, inode, payload's raw start offset in the file, pin)
-DecodedKey = tuple[int, int, int, str]
+# (file version, payload's raw start offset in the file, pin)
+DecodedKey = tuple[FileVersion, int, str]
 
 
 class Encoded(Serialized):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -47,6 +46,7 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
+from scrollback.linefile import LineFile
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs
 from scrollback.transcripts import TranscriptRoot
@@ -113,7 +113,7 @@ class OpenMedia:
     def of_file(cls, info: MediaInfo, handle: BinaryIO) -> OpenMedia:
         """A medium read from an open file."""
         fd = handle.fileno()
-        return cls(info, lambda offset, length: os.pread(fd, length, offset), handle.close)
+        return cls(info, lambda offset, length: LineFile(fd).read(length, offset), handle.close)
 
 
 def _verified_reads(info: MediaInfo, reader: PayloadReader) -> Callable[[int, int], bytes]:

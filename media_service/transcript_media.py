@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from media_service.blobs import MediaInfo
+from media_service.decoded import DecodedKey
 from media_service.errors import (
     CorruptMediaError,
     LineTooLargeError,
@@ -88,7 +89,7 @@ from scrollback.contract.refs import (
 )
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
-from scrollback.linefile import LineFile
+from scrollback.linefile import FileVersion, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.server import metrics
@@ -148,7 +149,7 @@ def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int
     # The key sits at the start of the buffer: look just before it in the file.
     absolute = buf_base + index
     back = min(absolute, 256)
-    before = os.pread(fd, back, absolute - back).rstrip(_WHITESPACE)
+    before = LineFile(fd).read(back, absolute - back).rstrip(_WHITESPACE)
     return bool(before) and before[-1] in b"{,"
 
 
@@ -175,7 +176,7 @@ def iter_candidate_lines(
     oversize_start = -1
     try:
         while True:
-            count = os.preadv(fd, [view[kept : kept + chunk_size]], read_at)
+            count = LineFile(fd).read_into(view[kept : kept + chunk_size], read_at)
             if count == 0:
                 return
             size = kept + count
@@ -198,7 +199,7 @@ def iter_candidate_lines(
                             yield Candidate(start, None)
                         else:
                             done_until = end
-                            yield Candidate(start, os.pread(fd, end - start, start))
+                            yield Candidate(start, LineFile(fd).read(end - start, start))
                 hit = buffer.find(needle, hit + 1, size)
             newline = buffer.rfind(b"\n", kept, size)
             if newline >= 0:
@@ -232,7 +233,7 @@ def iter_candidate_lines_many(
     try:
         while True:
             on_slice()
-            count = os.preadv(fd, [view[kept : kept + SCAN_CHUNK]], read_at)
+            count = LineFile(fd).read_into(view[kept : kept + SCAN_CHUNK], read_at)
             size = kept + count
             buf_base = read_at - kept
             # Keys starting in the last `reach` bytes are looked at with the next slice.
@@ -255,7 +256,10 @@ def iter_candidate_lines_many(
                             if end is None:
                                 yield entry_id, Candidate(start, None)
                             else:
-                                yield entry_id, Candidate(start, os.pread(fd, end - start, start))
+                                yield (
+                                    entry_id,
+                                    Candidate(start, LineFile(fd).read(end - start, start)),
+                                )
                 hit = buffer.find(b'"uuid"', hit + 1, max(limit, 0))
             if count == 0:
                 return
@@ -270,26 +274,26 @@ def iter_candidate_lines_many(
         view.release()
 
 
-# (device, inode, entry uuid) -> (line offset, line length)
-LineOffsetCache = LruCache[tuple[int, int, str], tuple[int, int]]
-# (device, inode, entry uuid, index, pin) -> metadata of the decoded bytes
-MediaInfoCache = LruCache[tuple[int, int, str, int, str], MediaInfo]
-# (device, inode, entry uuid, index, pin, line offset hint) -> where the image
+# (file version, entry uuid) -> (line offset, line length)
+LineOffsetCache = LruCache[tuple[FileVersion, str], tuple[int, int]]
+# (file version, entry uuid, index, pin) -> metadata of the decoded bytes
+MediaInfoCache = LruCache[tuple[FileVersion, str, int, str], MediaInfo]
+# (file version, entry uuid, index, pin, line offset hint) -> where the image
 # was found and verified, and the file's stamp then (scrollback.transcripts.stamp_of)
-FoundCache = LruCache[tuple[int, int, str, int, str, int | None], tuple[Stamp, "_Found"]]
+FoundCache = LruCache[tuple[FileVersion, str, int, str, int | None], tuple[Stamp, "_Found"]]
 
 
 @dataclass(frozen=True, slots=True)
 class OpenedPayload:
     """An image found and verified: metadata, a reader of its decoded bytes, its open file.
 
-    `key` (device, inode, payload offset, pin) names its decoded bytes.
+    `key` (file version, payload offset, pin) names its decoded bytes.
     """
 
     info: MediaInfo
     reader: PayloadReader
     handle: BinaryIO
-    key: tuple[int, int, int, str]
+    key: DecodedKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +308,7 @@ class _Found:
 
 def _file_reader(fd: int) -> RawReader:
     def read(offset: int, length: int) -> bytes:
-        return os.pread(fd, length, offset)
+        return LineFile(fd).read(length, offset)
 
     return read
 
@@ -319,7 +323,7 @@ class _LineChanged(ValueError):
 def _has_backslash(fd: int, start: int, end: int) -> bool:
     position = start
     while position < end:
-        block = os.pread(fd, min(SCAN_CHUNK, end - position), position)
+        block = LineFile(fd).read(min(SCAN_CHUNK, end - position), position)
         if not block:
             return False
         if b"\\" in block:
@@ -470,11 +474,11 @@ class TranscriptMedia:
         return _Found(located, raw_start, raw_end, escaped)
 
     def _info(
-        self, fd: int, found: _Found, file_id: tuple[int, int], ref: TranscriptImageRef
+        self, fd: int, found: _Found, version: FileVersion, ref: TranscriptImageRef
     ) -> MediaInfo:
         """The decoded bytes' metadata: cached per pin, else one streaming pass over them."""
         located = found.located
-        info_key = (*file_id, ref.entry_uuid, ref.index, located.pin)
+        info_key = (version, ref.entry_uuid, ref.index, located.pin)
         info = self.infos.get(info_key)
         if info is None:
             digest = hashlib.sha256()
@@ -527,7 +531,7 @@ class TranscriptMedia:
         pin: str,
         line_offset_hint: int | None,
         index_key: str = "",
-    ) -> tuple[_Found, tuple[int, int]]:
+    ) -> tuple[_Found, FileVersion]:
         """Find the entry's line in the open transcript and the image in it.
 
         An image found while the file had settled is found again without
@@ -535,22 +539,22 @@ class TranscriptMedia:
         it can have changed (scrollback.transcripts.stamp_of).
         """
         stat = os.fstat(fd)  # before any byte is read: a write after it changes the stamp
-        file_id = (stat.st_dev, stat.st_ino)
+        version = FileVersion.of(fd, stat)
         stamp = stamp_of(stat)
-        found_key = (*file_id, ref.entry_uuid, ref.index, pin, line_offset_hint)
+        found_key = (version, ref.entry_uuid, ref.index, pin, line_offset_hint)
         if stamp is not None:
             known = self.found.get(found_key)
             if known is not None and known[0] == stamp:
-                return known[1], file_id
-        found = self._find(fd, file_id, stat.st_size, ref, pin, line_offset_hint, index_key)
+                return known[1], version
+        found = self._find(fd, version, stat.st_size, ref, pin, line_offset_hint, index_key)
         if stamp is not None:
             self.found.put(found_key, (stamp, found))
-        return found, file_id
+        return found, version
 
     def _find(
         self,
         fd: int,
-        file_id: tuple[int, int],
+        version: FileVersion,
         size: int,
         ref: TranscriptImageRef,
         pin: str,
@@ -562,14 +566,14 @@ class TranscriptMedia:
         `stat_many` asks in the same order, the file's search made once for all
         the selectors the others leave (`_search_many`).
         """
-        found = self._at_known_place(fd, file_id, ref, pin, line_offset_hint, size)
+        found = self._at_known_place(fd, version, ref, pin, line_offset_hint, size)
         scan_from = 0
         if found is None and index_key:
             indexed, scan_from = self._indexed_lines(fd, index_key, [ref.entry_uuid])
-            found = self._in_indexed(fd, file_id, ref, pin, indexed.get(ref.entry_uuid, []))
+            found = self._in_indexed(fd, version, ref, pin, indexed.get(ref.entry_uuid, []))
         if found is not None:
             return found
-        key = (*file_id, ref.entry_uuid)
+        key = (version, ref.entry_uuid)
         outcome = _Outcome()
         # Longer lines are never held: they are stripped streaming from the file.
         hold = min(self._max_line_size, HOLD_LINE_BYTES)
@@ -633,14 +637,14 @@ class TranscriptMedia:
     ) -> OpenedPayload:
         """`open`, with the key that names this payload's decoded bytes (media_service.decoded).
 
-        The key is (device, inode, payload offset, pin) of the line as just
+        The key is (file version, payload offset, pin) of the line as just
         verified, so it names bytes only a verified line can lead to.
         """
         handle, index_key = self._open(principal, ref, pin)
         try:
             fd = handle.fileno()
-            found, file_id = self._locate(fd, ref, pin, line_offset_hint, index_key)
-            info = self._info(fd, found, file_id, ref)
+            found, version = self._locate(fd, ref, pin, line_offset_hint, index_key)
+            info = self._info(fd, found, version, ref)
             reader = PayloadReader(
                 _file_reader(fd),
                 found.raw_start,
@@ -651,7 +655,7 @@ class TranscriptMedia:
         except BaseException:
             handle.close()
             raise
-        return OpenedPayload(info, reader, handle, (*file_id, found.raw_start, found.located.pin))
+        return OpenedPayload(info, reader, handle, (version, found.raw_start, found.located.pin))
 
     def read(
         self,
@@ -686,13 +690,13 @@ class TranscriptMedia:
         handle, index_key = self._open(principal, ref, pin)
         with handle:
             fd = handle.fileno()
-            found, file_id = self._locate(fd, ref, pin, line_offset_hint, index_key)
-            return self._info(fd, found, file_id, ref)
+            found, version = self._locate(fd, ref, pin, line_offset_hint, index_key)
+            return self._info(fd, found, version, ref)
 
     def _at_known_place(
         self,
         fd: int,
-        file_id: tuple[int, int],
+        version: FileVersion,
         ref: TranscriptImageRef,
         pin: str,
         hint: int | None,
@@ -706,7 +710,7 @@ class TranscriptMedia:
         named = offset_of_entry_name(ref.entry_uuid)
         if named is not None:
             return self._at_named_offset(fd, ref, pin, named, size)
-        key = (*file_id, ref.entry_uuid)
+        key = (version, ref.entry_uuid)
         hold = min(self._max_line_size, HOLD_LINE_BYTES)
         lines = LineFile(fd)
         cached = self.cache.get(key)
@@ -763,7 +767,7 @@ class TranscriptMedia:
     def _in_indexed(
         self,
         fd: int,
-        file_id: tuple[int, int],
+        version: FileVersion,
         ref: TranscriptImageRef,
         pin: str,
         indexed: Sequence[IndexedLine],
@@ -774,7 +778,7 @@ class TranscriptMedia:
             found = self._try_indexed(fd, line, ref, pin, hold)
             if found is not None:
                 if line.length <= hold:
-                    self.cache.put((*file_id, ref.entry_uuid), (line.offset, line.length))
+                    self.cache.put((version, ref.entry_uuid), (line.offset, line.length))
                 return found
         return None
 
@@ -822,13 +826,13 @@ class TranscriptMedia:
             with handle:
                 fd = handle.fileno()
                 stat = os.fstat(fd)
-                file_id = (stat.st_dev, stat.st_ino)
+                version = FileVersion.of(fd, stat)
                 pending: list[int] = []
                 for number in numbers:
                     ref, pin, hint = selectors[number]
                     try:
-                        found = self._at_known_place(fd, file_id, ref, pin, hint, stat.st_size)
-                        info = None if found is None else self._info(fd, found, file_id, ref)
+                        found = self._at_known_place(fd, version, ref, pin, hint, stat.st_size)
+                        info = None if found is None else self._info(fd, found, version, ref)
                     except Exception as error:
                         results[number] = error
                         continue
@@ -838,17 +842,17 @@ class TranscriptMedia:
                         results[number] = info
                 if pending:
                     pending = self._from_index(
-                        fd, self._index_key(transcript), file_id, selectors, pending, results
+                        fd, self._index_key(transcript), version, selectors, pending, results
                     )
                 if pending:
-                    self._search_many(fd, file_id, selectors, pending, results, should_stop)
+                    self._search_many(fd, version, selectors, pending, results, should_stop)
         return [r if r is not None else MediaNotFoundError() for r in results]
 
     def _from_index(
         self,
         fd: int,
         index_key: str,
-        file_id: tuple[int, int],
+        version: FileVersion,
         selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
         pending: list[int],
         results: list[MediaInfo | Exception | None],
@@ -861,8 +865,8 @@ class TranscriptMedia:
         for number in pending:
             ref, pin, _ = selectors[number]
             try:
-                found = self._in_indexed(fd, file_id, ref, pin, starts.get(ref.entry_uuid, []))
-                info = None if found is None else self._info(fd, found, file_id, ref)
+                found = self._in_indexed(fd, version, ref, pin, starts.get(ref.entry_uuid, []))
+                info = None if found is None else self._info(fd, found, version, ref)
             except Exception as error:
                 results[number] = error
                 continue
@@ -875,7 +879,7 @@ class TranscriptMedia:
     def _search_many(
         self,
         fd: int,
-        file_id: tuple[int, int],
+        version: FileVersion,
         selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
         pending: list[int],
         results: list[MediaInfo | Exception | None],
@@ -904,7 +908,7 @@ class TranscriptMedia:
                     found = self._try_line(
                         candidate.line, candidate.start, ref, pin, outcomes[number], fd
                     )
-                    info = None if found is None else self._info(fd, found, file_id, ref)
+                    info = None if found is None else self._info(fd, found, version, ref)
                 except Exception as error:
                     results[number] = error
                     numbers.remove(number)
@@ -912,7 +916,7 @@ class TranscriptMedia:
                 if info is not None:
                     results[number] = info
                     if candidate.line is not None:
-                        self.cache.put((*file_id, entry_id), (candidate.start, len(candidate.line)))
+                        self.cache.put((version, entry_id), (candidate.start, len(candidate.line)))
                     numbers.remove(number)
             if not numbers:
                 del waiting[entry_id]

@@ -58,9 +58,9 @@ class FileVersion:
     head_hash: str
 
     @classmethod
-    def of(cls, fd: int) -> FileVersion:
-        """The version of an open file now."""
-        stat = os.fstat(fd)
+    def of(cls, fd: int, stat: os.stat_result | None = None) -> FileVersion:
+        """The version of an open file now (`stat`: its fstat, when the caller took one)."""
+        stat = os.fstat(fd) if stat is None else stat
         head = os.pread(fd, min(HEAD_BYTES, stat.st_size), 0)
         return cls(stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_hexdigest(head))
 
@@ -76,6 +76,10 @@ class LineFile:
     def read(self, length: int, offset: int) -> bytes:
         """The bytes [offset, offset + length), fewer at the end of the file (os.pread)."""
         return os.pread(self.fd, length, offset)
+
+    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
+        """Read into `buffer` from `offset`; the count read, fewer at the end (os.preadv)."""
+        return os.preadv(self.fd, [buffer], offset)
 
     def starts_line(self, offset: int) -> bool:
         """True if a line starts at `offset`: the file's start, or just after a newline."""

@@ -45,7 +45,7 @@ import xxhash
 
 from scrollback.contract.text import indexable
 from scrollback.contract.top_level import top_level_strings
-from scrollback.linefile import FileVersion
+from scrollback.linefile import FileVersion, LineFile
 from scrollback.state.errors import StoreBusyError
 from scrollback.state.line_index import IndexedFile, IndexedLine, LineIndexStore
 
@@ -111,11 +111,11 @@ def _continues(fd: int, state: IndexedFile) -> bool:
     version = state.version
     if (stat.st_dev, stat.st_ino) != (version.dev, version.ino) or stat.st_size < state.scanned:
         return False
-    head = os.pread(fd, version.head_len, 0)
+    head = LineFile(fd).read(version.head_len, 0)
     if len(head) != version.head_len or _hash(head) != version.head_hash:
         return False
     if state.mark_len:
-        mark = os.pread(fd, state.mark_len, state.covered - state.mark_len)
+        mark = LineFile(fd).read(state.mark_len, state.covered - state.mark_len)
         if _hash(mark) != state.mark_hash or mark[-1:] != b"\n":
             return False
     return True
@@ -363,8 +363,8 @@ class LineIndex:
                 count = 0
                 # A tail already known to be longer than a chunk is not read again.
                 if state.scanned - state.covered < self._chunk:
-                    count = os.preadv(
-                        fd, [view[: min(self._chunk, size - state.covered)]], state.covered
+                    count = LineFile(fd).read_into(
+                        view[: min(self._chunk, size - state.covered)], state.covered
                     )
                     self.bytes_read += count
                 last = buffer.rfind(b"\n", 0, count) if count else -1
@@ -393,7 +393,7 @@ class LineIndex:
         self, fd: int, state: IndexedFile, covered: int, scanned: int | None
     ) -> IndexedFile:
         mark_len = min(MARK_BYTES, covered)
-        mark = os.pread(fd, mark_len, covered - mark_len) if mark_len else b""
+        mark = LineFile(fd).read(mark_len, covered - mark_len) if mark_len else b""
         return IndexedFile(
             state.generation,
             state.version,
@@ -409,7 +409,7 @@ class LineIndex:
         """Find the newline ending a long line from `position`: (its offset or None, scanned)."""
         limit = min(size, position + 64 * self._chunk)  # commit progress now and then
         while position < limit:
-            count = os.preadv(fd, [view[: min(self._chunk, limit - position)]], position)
+            count = LineFile(fd).read_into(view[: min(self._chunk, limit - position)], position)
             if count <= 0:
                 break
             self.bytes_read += count
@@ -594,7 +594,7 @@ def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
     """A line longer than a chunk: uuid from its ends, image markers counted chunk by chunk."""
 
     def read(offset: int, length: int) -> bytes:
-        return os.pread(fd, length, start + offset)
+        return LineFile(fd).read(length, start + offset)
 
     uuid = _kept_uuid(top_level_strings(read, end - start, _UUID_KEYS).get("uuid"))
     count = 0
@@ -603,7 +603,7 @@ def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
         # Each piece starts a little early, so a `"type":` cut by the previous
         # piece is seen; a marker is counted in the piece where `"image"` starts.
         back = min(_TYPE_REACH, position - start)
-        data = os.pread(fd, back + min(chunk, end - position) + 6, position - back)
+        data = LineFile(fd).read(back + min(chunk, end - position) + 6, position - back)
         limit = back + min(chunk, end - position)
         spans = _quoted_spans(data, 0, len(data))
         count += sum(1 for hit in _image_markers(data, spans, 0, len(data)) if back <= hit < limit)
