@@ -92,6 +92,8 @@ class BootstrapResult:
     pending: list[AcceptedRecord]
     watch_position: str
     window: Window | None
+    # tool_use id -> sub-agent session id, as ReadWindow links them.
+    links: dict[str, str]
 
 
 class HistoryCore:
@@ -262,13 +264,6 @@ class HistoryCore:
             max_line_size=self.config.max_line_size,
         )
 
-    async def read_window(self, principal: Principal | None, params: WindowParams) -> Window:
-        """One window of a session `principal` may see (on the window lane, as ReadWindow's)."""
-        window, _transcript = await self.window_lane.run(
-            lambda: self.reader.read_with_transcript(principal, params)
-        )
-        return window
-
     async def accept(
         self,
         principal: Principal | None,
@@ -371,17 +366,18 @@ class HistoryCore:
             self.store.pending, owner, target, "" if target else chat_key
         )
         window: Window | None = None
+        links: dict[str, str] = {}
         identity, offset = FileIdentity.null(), 0
         if params is not None:
             try:
-                window = await self.read_window(principal, params)
+                window, links = await self.read_window_with_links(principal, params)
                 identity, offset = window.identity, window.newest_end
             except SessionNotFoundError:
                 if not pending and not chat_key:
                     raise
         scope = position_scope(session_id, chat_key)
         position = self.codec.position(scope, WatchPosition(identity, offset, last_seq))
-        return BootstrapResult(target, pending, position, window)
+        return BootstrapResult(target, pending, position, window, links)
 
     def watch_mode(self, mode: int, inline_limit: int) -> tuple[int, int]:
         """Validate a watch's media mode and inline limit."""

@@ -109,7 +109,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             yield pb.BootstrapResponse(end=pb.WindowEnd())
             return
         async for response in window_responses(
-            pb.BootstrapResponse, result.session_id, window, None, request.max_batch_bytes
+            pb.BootstrapResponse, result.session_id, window, result.links, request.max_batch_bytes
         ):
             yield response
 

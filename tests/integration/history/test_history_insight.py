@@ -303,6 +303,35 @@ async def test_subagent_linked_from_the_parents_tool_use(
         tool_use = next(e for e in linked if e.type == "assistant")
         blocks = json.loads(tool_use.json)["message"]["content"]
         assert any(b.get("type") == "tool_use" and b.get("id") == EF_TOOL_USE for b in blocks)
+        # Bootstrap's window links the same entries as ReadWindow's.
+        window = await collect_window(harness.stub, EF_PARENT, 200)
+        booted = [
+            entry
+            async for response in harness.stub.Bootstrap(
+                pb.BootstrapRequest(session_id=EF_PARENT, page_size=200)
+            )
+            for entry in _entries_of(response)
+        ]
+        links = [(e.uuid, list(e.subagent_links)) for e in window]
+        assert any(found for _, found in links)
+        assert [(e.uuid, list(e.subagent_links)) for e in booted] == links
+
+
+def _entries_of(response: pb.BootstrapResponse) -> list[pb.Entry]:
+    """The entry one Bootstrap or ReadWindow message carries (unbatched: no max_batch_bytes)."""
+    if response.HasField("entry"):
+        return [response.entry]
+    return []
+
+
+async def collect_window(stub: Any, session_id: str, page_size: int) -> list[pb.Entry]:
+    """The latest window's entries, as ReadWindow sends them."""
+    entries: list[pb.Entry] = []
+    async for response in stub.ReadWindow(
+        pb.ReadWindowRequest(session_id=session_id, page_size=page_size)
+    ):
+        entries += _entries_of(response)  # type: ignore[arg-type]
+    return entries
 
 
 async def test_get_session_errors(history_server: HarnessFactory) -> None:
