@@ -317,7 +317,7 @@ async def test_subagent_linked_from_the_parents_tool_use(
         assert [(e.uuid, list(e.subagent_links)) for e in booted] == links
 
 
-def _entries_of(response: pb.BootstrapResponse) -> list[pb.Entry]:
+def _entries_of(response: pb.BootstrapResponse | pb.ReadWindowResponse) -> list[pb.Entry]:
     """The entry one Bootstrap or ReadWindow message carries (unbatched: no max_batch_bytes)."""
     if response.HasField("entry"):
         return [response.entry]
@@ -330,7 +330,7 @@ async def collect_window(stub: Any, session_id: str, page_size: int) -> list[pb.
     async for response in stub.ReadWindow(
         pb.ReadWindowRequest(session_id=session_id, page_size=page_size)
     ):
-        entries += _entries_of(response)  # type: ignore[arg-type]
+        entries += _entries_of(response)
     return entries
 
 
