@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
-from scrollback.linefile import HEAD_BYTES, FileVersion, LineFile
+from scrollback.linefile import FileVersion, LineFile
 
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
@@ -94,12 +94,11 @@ class FileIdentity:
 
     @classmethod
     def of(cls, fd: int) -> FileIdentity:
-        """The identity of an open file now."""
+        """The identity of an open file now: its FileVersion and its size."""
         stat = os.fstat(fd)
-        head_len = min(HEAD_BYTES, stat.st_size)
-        head = LineFile(fd).read(head_len, 0)
+        version = FileVersion.of(fd, stat)
         return cls(
-            stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_intdigest(head), stat.st_size
+            version.dev, version.ino, version.head_len, int(version.head_hash, 16), stat.st_size
         )
 
     def check(self, fd: int, boundary: int) -> FileIdentity:
