@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOKENS = {"alice": "alice-secret-token", "bob": "bob-secret-token", "admin": "admin-secret-token"}
 PROJECTS = {"alice": ["proj-a"], "bob": ["proj-b"], "admin": ["*"]}
+# A server's start-up line names the port it bound (it is started on port 0).
+LISTENING_PORT = re.compile(r"listening on \S*:(\d+)")
 
 
 def write_token_file(path: Path) -> Path:
@@ -228,7 +230,7 @@ class ServerProcess:
         for raw in self.process.stderr:
             text = raw.decode(errors="replace")
             self.lines.append(text)
-            match = re.search(r"listening on \S*:(\d+)", text)
+            match = LISTENING_PORT.search(text)
             if match and self._port is None:
                 self._port = int(match.group(1))
                 self._ready.set()
@@ -252,6 +254,21 @@ class ServerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(20)
+
+
+def port_from_log(log: Path, process: subprocess.Popen[bytes], deadline: float) -> int:
+    """The port a server started on port 0 bound, read from the start-up line of its log file.
+
+    A port picked beforehand and handed to the server can be taken by another
+    process in between; a server binding port 0 itself cannot lose that race.
+    """
+    while True:
+        match = LISTENING_PORT.search(log.read_text(errors="replace"))
+        if match:
+            return int(match.group(1))
+        assert process.poll() is None, log.read_text(errors="replace")
+        assert time.monotonic() < deadline, "the server never said where it listens"
+        time.sleep(0.05)
 
 
 def rss_kib(pid: int) -> int:

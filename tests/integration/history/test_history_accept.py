@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +13,8 @@ import pytest
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.state.sqlite import connect
-from tests.support.history import REPO, HarnessFactory, HistoryHarness, collect, expect_error, line
+from tests.support.history import HarnessFactory, HistoryHarness, collect, expect_error, line
+from tests.support.security import ServerProcess
 
 
 def _add_blob(state: Path, data: bytes) -> str:
@@ -159,60 +155,24 @@ async def test_pending_messages_age_out_and_release_blobs(history_server: Harnes
         assert retired == 4
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _start(root: Path, state: Path, port: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "history_service",
-            "--transcripts",
-            str(root),
-            "--state",
-            str(state),
-            "--addr",
-            f"127.0.0.1:{port}",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
 @pytest.mark.slow
 async def test_accepted_message_survives_sigkill(tmp_path: Path) -> None:
     root, state = tmp_path / "root", tmp_path / "state"
     (root / "proj").mkdir(parents=True)
     (root / "proj" / "s1.jsonl").write_bytes(line(type="user", uuid="u1"))
-    for attempt in range(3):
-        port = _free_port()
-        process = _start(root, state, port)
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                await asyncio.wait_for(channel.channel_ready(), 20)
-                stub = history_pb2_grpc.HistoryServiceStub(channel)
-                answer = await stub.AcceptMessage(
-                    pb.AcceptMessageRequest(client_txn_id="kill1", session_id="s1", text="durable")
-                )
-                process.send_signal(signal.SIGKILL)
-            break
-        except (TimeoutError, grpc.aio.AioRpcError):
-            if attempt == 2:
-                raise
-        finally:
-            process.kill()
-            process.wait(timeout=10)
-    port = _free_port()
-    process = _start(root, state, port)
+    server = ServerProcess("history_service", root, state)
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 20)
+            stub = history_pb2_grpc.HistoryServiceStub(channel)
+            answer = await stub.AcceptMessage(
+                pb.AcceptMessageRequest(client_txn_id="kill1", session_id="s1", text="durable")
+            )
+    finally:
+        server.kill()
+    server = ServerProcess("history_service", root, state)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 20)
             stub = history_pb2_grpc.HistoryServiceStub(channel)
             headers, _ = await collect(stub.Bootstrap(pb.BootstrapRequest(session_id="s1")))
@@ -223,5 +183,4 @@ async def test_accepted_message_survives_sigkill(tmp_path: Path) -> None:
             )
             assert replay.replayed and replay.message == answer.message
     finally:
-        process.terminate()
-        assert process.wait(timeout=10) == 0
+        assert server.terminate() == 0

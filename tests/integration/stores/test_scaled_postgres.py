@@ -18,7 +18,6 @@ import asyncio
 import hashlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from scrollback.search.v1 import search_pb2 as spb
 from scrollback.search.v1 import search_pb2_grpc
 from tests.support.backends import ADMIN_URL
 from tests.support.reasons import assert_reason
+from tests.support.security import port_from_log
 from tests.support.servers import png, user_line
 
 # Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
@@ -48,12 +48,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[3]
 GRACE = 2.0  # the media replicas' GC grace period in these tests
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -114,7 +108,6 @@ def cluster(make_database: Callable[[], str], tmp_path: Path) -> Iterator[Cluste
     try:
         for service in ("history", "media", "history", "media"):
             name = f"{service}-{sum(r.name.startswith(service) for r in replicas) + 1}"
-            port = _free_port()
             log = tmp_path / f"{name}.log"
             command = [
                 sys.executable,
@@ -125,7 +118,7 @@ def cluster(make_database: Callable[[], str], tmp_path: Path) -> Iterator[Cluste
                 "--state",
                 str(state),
                 "--addr",
-                f"127.0.0.1:{port}",
+                "127.0.0.1:0",
                 "--database-url",
                 url,
             ]
@@ -133,9 +126,10 @@ def cluster(make_database: Callable[[], str], tmp_path: Path) -> Iterator[Cluste
                 process = subprocess.Popen(
                     command, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT
                 )
-            replicas.append(Replica(name, port, process, log))
+            replicas.append(Replica(name, 0, process, log))
         deadline = time.monotonic() + 30
         for replica in replicas:
+            replica.port = port_from_log(replica.log, replica.process, deadline)
             _wait_healthy(replica, deadline)
         yield Cluster(
             url,
