@@ -61,6 +61,7 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id
+from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
 from scrollback.server.lane import Lane
@@ -407,8 +408,8 @@ class HistoryCore:
             links = {}
         return [transcript, *subagents_of(transcript, self.root.list(principal), links)]
 
-    def _opened(self, files: list[TranscriptFile]) -> Iterator[tuple[TranscriptFile, int]]:
-        """Each file open in turn, with its descriptor (blocking); a sub-agent gone since the
+    def _opened(self, files: list[TranscriptFile]) -> Iterator[tuple[TranscriptFile, ByteSource]]:
+        """Each file open in turn, as a byte source (blocking); a sub-agent gone since the
         listing is left out, the session itself gone is SessionNotFoundError."""
         for transcript in files:
             try:
@@ -418,7 +419,7 @@ class HistoryCore:
                     raise
                 continue
             with handle:
-                yield transcript, handle.fileno()
+                yield transcript, handle
 
     def slim_events(
         self,

@@ -57,7 +57,7 @@ from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forwa
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile
 from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
@@ -485,7 +485,7 @@ class InsightIndex:
             handle = self._root.open(transcript)
             try:
                 for _ in range(3):  # another replica may move the state under us
-                    if self._catch_up(handle.fileno(), key, transcript.source == CODEX):
+                    if self._catch_up(handle, key, transcript.source == CODEX):
                         break
             finally:
                 handle.close()
@@ -498,7 +498,7 @@ class InsightIndex:
         with self._locks_guard:
             return key in self._waiting
 
-    def _catch_up(self, fd: int, key: tuple[str, str], rollout: bool = False) -> bool:
+    def _catch_up(self, fd: ByteSource, key: tuple[str, str], rollout: bool = False) -> bool:
         feed = self.feed(fd, key, rollout)
         if feed is None:
             return True
@@ -514,7 +514,9 @@ class InsightIndex:
                 break
         return feed.finish()
 
-    def try_feed(self, fd: int, key: tuple[str, str], rollout: bool = False) -> InsightFeed | None:
+    def try_feed(
+        self, fd: ByteSource, key: tuple[str, str], rollout: bool = False
+    ) -> InsightFeed | None:
         """`feed` for a reader of the whole file (the indexing pass), holding the file's lock
         until the feed's `release`; None when up to date, or when a refresh holds the lock
         (it reads the file itself). A refresh meanwhile waits, then finds it up to date.
@@ -533,7 +535,9 @@ class InsightIndex:
             feed.lock = lock
         return feed
 
-    def feed(self, fd: int, key: tuple[str, str], rollout: bool = False) -> InsightFeed | None:
+    def feed(
+        self, fd: ByteSource, key: tuple[str, str], rollout: bool = False
+    ) -> InsightFeed | None:
         """A feed to bring the index of the open file (a Codex rollout if `rollout`) up to
         date; None if it is.
 

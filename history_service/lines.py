@@ -37,7 +37,7 @@ from scrollback.contract.stripping import (
     strip_line_streamed,
 )
 from scrollback.history.v1 import history_pb2
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile
 from scrollback.server import metrics
 
 BLOCK_BYTES = 256 * 1024
@@ -64,8 +64,8 @@ class RawLine:
     data: bytes | None
     terminated: bool
     # The file it was read from, so a line too large to hold can be stripped
-    # by streaming it (-1 when the bytes are all there is).
-    fd: int = -1
+    # by streaming it (None when the bytes are all there is).
+    fd: ByteSource | None = None
 
     @property
     def size(self) -> int:
@@ -88,7 +88,7 @@ class ServedLine:
     payloads_deferred: bool
 
 
-def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator[RawLine]:
+def iter_lines_forward(fd: ByteSource, start: int, end: int, max_line: int) -> Iterator[RawLine]:
     """Yield the lines in [start, end) in file order; the last may be unterminated.
 
     Newlines are searched in one reusable block buffer; a line that fits in the
@@ -135,7 +135,7 @@ def iter_lines_forward(fd: int, start: int, end: int, max_line: int) -> Iterator
         position = newline + 1
 
 
-def iter_lines_backward(fd: int, end: int, max_line: int) -> Iterator[RawLine]:
+def iter_lines_backward(fd: ByteSource, end: int, max_line: int) -> Iterator[RawLine]:
     """Yield the lines before `end` (0 or just after a newline), newest first.
 
     The mirror of `iter_lines_forward`: newlines are searched backwards in one
@@ -210,7 +210,7 @@ class RowReads:
     (history_service.entry_cache) reads nothing.
     """
 
-    def __init__(self, fd: int, rows: list[tuple[int, int]]) -> None:
+    def __init__(self, fd: ByteSource, rows: list[tuple[int, int]]) -> None:
         self.fd = fd
         self._rows: list[tuple[int, int]] | None = rows
         self._starts: list[int] = []
@@ -273,7 +273,7 @@ class RowReads:
 
 
 def iter_indexed(
-    fd: int,
+    fd: ByteSource,
     start: int,
     end: int,
     max_line: int,
@@ -346,7 +346,7 @@ def _only_newlines(read: Read, start: int, end: int) -> bool:
 
 
 def _indexed_line(
-    fd: int, read: Read, offset: int, length: int, max_line: int
+    fd: ByteSource, read: Read, offset: int, length: int, max_line: int
 ) -> tuple[int, RawLine] | None:
     """An indexed line read and checked against the file: (budget held, line), or None.
 
@@ -436,7 +436,13 @@ def _hold(block_start: int, block_end: int, start: int, end: int, max_line: int)
 
 
 def _line_bytes(
-    fd: int, view: memoryview, block_start: int, block_end: int, start: int, end: int, max_line: int
+    fd: ByteSource,
+    view: memoryview,
+    block_start: int,
+    block_end: int,
+    start: int,
+    end: int,
+    max_line: int,
 ) -> bytes | None:
     """The bytes of [start, end): from the block when it holds them, else one read."""
     if end - start > max_line:
@@ -463,7 +469,7 @@ def serve_line(
     served stripped when that brings it under the max line size; only a line
     still too large after stripping (or one with no file) becomes the stub.
     """
-    if raw.data is None and raw.fd >= 0:
+    if raw.data is None and raw.fd is not None:
         stripped = strip_line_streamed(
             LineFile(raw.fd).line_reader(raw.start, raw.size, FileShrankError),
             raw.size,

@@ -9,7 +9,6 @@ are cached per file version.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile
 from scrollback.principals import Principal
 from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
 
@@ -87,7 +86,7 @@ def _prompt_text(entry: dict[str, object]) -> str:
     return ""
 
 
-def _head_entry(fd: int, raw: RawLine) -> dict[str, Any] | None:
+def _head_entry(fd: ByteSource, raw: RawLine) -> dict[str, Any] | None:
     """A head line parsed; one too long to hold (a prompt with a pasted image) is read
     streaming with its payloads cut, when it ends within the head (the title's read bound)."""
     if raw.data is not None and raw.size <= TITLE_MAX_LINE:
@@ -108,7 +107,7 @@ def _head_entry(fd: int, raw: RawLine) -> dict[str, Any] | None:
     return parse_json_object(stripped.json)
 
 
-def read_title(fd: int, size: int) -> str:
+def read_title(fd: ByteSource, size: int) -> str:
     """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
     prompt = ""
     for raw in iter_lines_forward(fd, 0, min(size, TITLE_HEAD_BYTES), TITLE_MAX_LINE):
@@ -160,7 +159,7 @@ class SessionLister:
             if project_dir and transcript.project_dir != project_dir:
                 continue
             try:
-                stat = os.stat(transcript.path)
+                stat = self._root.stat(transcript)
             except OSError:
                 continue
             infos.append(
@@ -191,7 +190,7 @@ class SessionLister:
 
     def info_of(self, transcript: TranscriptFile) -> SessionInfo:
         """One transcript as listed, with its title (blocking); OSError if it is gone."""
-        stat = os.stat(transcript.path)
+        stat = self._root.stat(transcript)
         info = SessionInfo(
             transcript.session_id,
             transcript.project_dir,
@@ -209,9 +208,9 @@ class SessionLister:
             handle = self._root.open(transcript)
         except (LookupError, OSError):
             return info
-        fd = handle.fileno()
+        fd = handle
         try:
-            stat = os.fstat(fd)
+            stat = fd.stat()
             key = (
                 info.project_dir + "/" + info.session_id,
                 stat.st_ino,

@@ -21,7 +21,6 @@ import binascii
 import hashlib
 import io
 import json
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from scrollback.contract.stripping import (
     probe_line,
     probe_line_streamed,
 )
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile
 
 # The API's limits on one image (its documented maximums).
 API_MAX_SIDE = 2000
@@ -217,12 +216,13 @@ class LineSource:
 
     def __init__(self, raw: RawLine) -> None:
         self.raw = raw
-        data = raw.data
-        self.read: ByteReader = (
-            (lambda start, length: data[start : start + length])
-            if data is not None
-            else LineFile(raw.fd).line_reader(raw.start, raw.size, FileShrankError)
-        )
+        data, source = raw.data, raw.fd
+        if data is not None:
+            self.read: ByteReader = lambda start, length: data[start : start + length]
+        elif source is not None:
+            self.read = LineFile(source).line_reader(raw.start, raw.size, FileShrankError)
+        else:
+            raise ValueError("a line too large to hold needs its file")
 
     def probe(self) -> ProbedLine | None:
         """The line's payloads cut and its remainder parsed (None: not a JSON object)."""
@@ -497,7 +497,7 @@ def _needs_probe(raw: RawLine, options: SlimOptions) -> bool:
     return bool(find_payload_spans(data, MIN_INLINE_LIMIT))
 
 
-def count_content_images(fd: int, size: int, max_line: int) -> int:
+def count_content_images(fd: ByteSource, size: int, max_line: int) -> int:
     """How many image blocks the file's message.content trees hold (a first pass)."""
     total = 0
     for segment in _segments(fd, size, max_line):
@@ -562,7 +562,7 @@ def _forked_run(data: bytes, fork_session_id: str) -> bytes:
     return b"\n".join(lines)
 
 
-def _segments(fd: int, size: int, max_line: int) -> Iterator[_PlainRun | RawLine]:
+def _segments(fd: ByteSource, size: int, max_line: int) -> Iterator[_PlainRun | RawLine]:
     """The file as runs of lines to copy as they are and single lines to look at, in order.
 
     Reads `SCAN_BLOCK` at a time; a line longer than a block, and the last
@@ -599,7 +599,12 @@ def _segments(fd: int, size: int, max_line: int) -> Iterator[_PlainRun | RawLine
 
 
 def slim_file(
-    fd: int, size: int, session_id: str, options: SlimOptions, max_line: int, stats: SlimStats
+    fd: ByteSource,
+    size: int,
+    session_id: str,
+    options: SlimOptions,
+    max_line: int,
+    stats: SlimStats,
 ) -> Iterator[bytes]:
     """The slim copy of one transcript's first `size` bytes, in pieces of at most OUT_CHUNK.
 
@@ -740,7 +745,7 @@ def api_positions(entries: list[_EntryFacts]) -> dict[int, tuple[int, int]]:
     return positions
 
 
-def list_images(fd: int, size: int, session_id: str, max_line: int) -> list[ImageRecord]:
+def list_images(fd: ByteSource, size: int, session_id: str, max_line: int) -> list[ImageRecord]:
     """Every image and document block of one transcript's message.content, in file order.
 
     Lines with no image, document or payload (`_segments`) are parsed only for
@@ -823,9 +828,9 @@ def problems_of(record: ImageRecord, image_count: int) -> list[str]:
     return problems
 
 
-def file_size(fd: int) -> int:
+def file_size(fd: ByteSource) -> int:
     """The size of an open file now: what a copy or a list reads up to."""
-    return os.fstat(fd).st_size
+    return fd.stat().st_size
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
-from scrollback.linefile import FileVersion, LineFile
+from scrollback.linefile import ByteSource, FileVersion, LineFile
 
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
@@ -93,15 +93,15 @@ class FileIdentity:
         return cls(0, 0, 0, 0, 0)
 
     @classmethod
-    def of(cls, fd: int) -> FileIdentity:
+    def of(cls, fd: ByteSource) -> FileIdentity:
         """The identity of an open file now: its FileVersion and its size."""
-        stat = os.fstat(fd)
+        stat = fd.stat()
         version = FileVersion.of(fd, stat)
         return cls(
             version.dev, version.ino, version.head_len, int(version.head_hash, 16), stat.st_size
         )
 
-    def check(self, fd: int, boundary: int) -> FileIdentity:
+    def check(self, fd: ByteSource, boundary: int) -> FileIdentity:
         """Return the file's current identity if it continues this one, else raise.
 
         The file must be the same inode, at least as long as at minting, with the
@@ -139,14 +139,14 @@ class PageToken:
         return max(0, boundary - MARK_BYTES)
 
     @classmethod
-    def at(cls, direction: int, identity: FileIdentity, boundary: int, fd: int) -> PageToken:
+    def at(cls, direction: int, identity: FileIdentity, boundary: int, fd: ByteSource) -> PageToken:
         """A token for `boundary` in this file version, marked with the bytes around it."""
         start = cls._mark_start(boundary)
         end = min(identity.size, boundary + MARK_BYTES)
         mark = LineFile(fd).read(max(0, end - start), start)
         return cls(direction, identity, boundary, len(mark), xxhash.xxh3_64_intdigest(mark))
 
-    def check_mark(self, fd: int) -> None:
+    def check_mark(self, fd: ByteSource) -> None:
         """FileRewrittenError unless the bytes around the boundary are as at minting."""
         mark = LineFile(fd).read(self.mark_len, self._mark_start(self.boundary))
         if len(mark) != self.mark_len or xxhash.xxh3_64_intdigest(mark) != self.mark_hash:

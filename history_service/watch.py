@@ -14,7 +14,6 @@ messages on the same key never reach the watch.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from history_service.lines import (
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
 from history_service.windows import open_transcript
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile
 from scrollback.principals import Principal, namespace
 from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
 
@@ -74,7 +73,7 @@ def position_scope(session_id: str, chat_key: str) -> str:
     return session_id if session_id else "key:" + chat_key
 
 
-def complete_end(fd: int, size: int, max_line_size: int) -> int:
+def complete_end(fd: ByteSource, size: int, max_line_size: int) -> int:
     """Where the complete lines end now: after the tail if it is a complete object."""
     start = LineFile(fd).tail_start(size, size)
     if start < size and size - start <= max_line_size:
@@ -148,7 +147,7 @@ class SessionWatcher:
                 identity, complete_end(fd, identity.size, self._max_line_size), last_seq
             )
         finally:
-            os.close(fd)
+            fd.close()
 
     async def events(
         self,
@@ -240,7 +239,7 @@ class SessionWatcher:
             raise
         fd = open_transcript(self._root, transcript)
         try:
-            stat = os.fstat(fd)
+            stat = fd.stat()
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
             if signature == state.signature:
                 return [], False
@@ -278,4 +277,4 @@ class SessionWatcher:
                 state.signature = signature
             return found, more
         finally:
-            os.close(fd)
+            fd.close()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -55,7 +54,7 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
@@ -89,11 +88,11 @@ class HeldBack:
 class _SharedFile:
     """An fd of the window's file version, closed when the last window holding it goes."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = os.dup(fd)
+    def __init__(self, fd: ByteSource) -> None:
+        self.fd = fd.dup()
 
     def __del__(self) -> None:
-        os.close(self.fd)
+        self.fd.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +180,7 @@ def validate_inline_limit(value: int, default: int, max_line_size: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Opened:
-    fd: int
+    fd: ByteSource
     identity: FileIdentity
     token: PageToken | None
     # The transcript's name in the line index (its path under the root).
@@ -240,7 +239,7 @@ class WindowReader:
                 key, lambda: self._scan(opened, params, direction, boundary)
             )
         finally:
-            os.close(opened.fd)
+            opened.fd.close()
         return window, opened.transcript
 
     def _open(self, principal: Principal | None, params: WindowParams) -> _Opened:
@@ -253,14 +252,14 @@ class WindowReader:
         fd = open_transcript(self._root, transcript)
         try:
             # Before any byte is read: a write after this changes the stamp.
-            stamp = stamp_of(os.fstat(fd))
+            stamp = stamp_of(fd.stat())
             if token is not None:
                 identity = token.identity.check(fd, token.boundary)
                 token.check_mark(fd)
             else:
                 identity = FileIdentity.of(fd)
         except BaseException:
-            os.close(fd)
+            fd.close()
             raise
         return _Opened(
             fd,
@@ -572,10 +571,6 @@ def _server(params: WindowParams, max_line_size: int) -> Callable[[RawLine], Ser
     return serve
 
 
-def open_transcript(root: TranscriptRoot, transcript: TranscriptFile) -> int:
-    """Open a resolved transcript (jailed, through TranscriptRoot) and return a raw fd."""
-    handle = root.open(transcript)
-    try:
-        return os.dup(handle.fileno())
-    finally:
-        handle.close()
+def open_transcript(root: TranscriptRoot, transcript: TranscriptFile) -> ByteSource:
+    """Open a resolved transcript (jailed, through TranscriptRoot) as a byte source."""
+    return root.open(transcript)

@@ -46,7 +46,7 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
-from scrollback.linefile import LineFile
+from scrollback.linefile import LocalSource
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs
 from scrollback.transcripts import TranscriptRoot
@@ -111,9 +111,9 @@ class OpenMedia:
 
     @classmethod
     def of_file(cls, info: MediaInfo, handle: BinaryIO) -> OpenMedia:
-        """A medium read from an open file."""
-        fd = handle.fileno()
-        return cls(info, lambda offset, length: LineFile(fd).read(length, offset), handle.close)
+        """A medium read from an open local file (a blob)."""
+        source = LocalSource(handle.fileno())  # borrowed: the handle closes it
+        return cls(info, lambda offset, length: source.read(length, offset), handle.close)
 
 
 def _verified_reads(info: MediaInfo, reader: PayloadReader) -> Callable[[int, int], bytes]:

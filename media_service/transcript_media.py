@@ -51,12 +51,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from media_service.blobs import MediaInfo
 from media_service.decoded import DecodedKey
@@ -89,7 +87,7 @@ from scrollback.contract.refs import (
 )
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
-from scrollback.linefile import FileVersion, LineFile
+from scrollback.linefile import ByteSource, FileVersion, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.server import metrics
@@ -139,7 +137,7 @@ class Candidate:
     line: bytes | None
 
 
-def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int) -> bool:
+def _preceded_by_object_start(fd: ByteSource, buf: bytearray, index: int, buf_base: int) -> bool:
     """True if the first non-whitespace byte before buf[index] is `{` or `,`."""
     i = index - 1
     while i >= 0 and buf[i] in _WHITESPACE:
@@ -154,7 +152,7 @@ def _preceded_by_object_start(fd: int, buf: bytearray, index: int, buf_base: int
 
 
 def iter_candidate_lines(
-    fd: int, entry_uuid: str, max_line_size: int, start: int = 0
+    fd: ByteSource, entry_uuid: str, max_line_size: int, start: int = 0
 ) -> Iterator[Candidate]:
     """Every line from `start` (a line start) with a `"uuid"` key equal to `entry_uuid`
     preceded by `{` or `,`.
@@ -213,7 +211,7 @@ def iter_candidate_lines(
 
 
 def iter_candidate_lines_many(
-    fd: int, wanted: frozenset[str], max_line_size: int, on_slice: Callable[[], None]
+    fd: ByteSource, wanted: frozenset[str], max_line_size: int, on_slice: Callable[[], None]
 ) -> Iterator[tuple[str, Candidate]]:
     """(id, line) for every line with a `"uuid"` key whose value is in `wanted`.
 
@@ -292,7 +290,7 @@ class OpenedPayload:
 
     info: MediaInfo
     reader: PayloadReader
-    handle: BinaryIO
+    handle: ByteSource
     key: DecodedKey
 
 
@@ -306,7 +304,7 @@ class _Found:
     escaped: bool
 
 
-def _file_reader(fd: int) -> RawReader:
+def _file_reader(fd: ByteSource) -> RawReader:
     def read(offset: int, length: int) -> bytes:
         return LineFile(fd).read(length, offset)
 
@@ -320,7 +318,7 @@ class _LineChanged(ValueError):
         super().__init__("the line changed while read")
 
 
-def _has_backslash(fd: int, start: int, end: int) -> bool:
+def _has_backslash(fd: ByteSource, start: int, end: int) -> bool:
     position = start
     while position < end:
         block = LineFile(fd).read(min(SCAN_CHUNK, end - position), position)
@@ -373,7 +371,7 @@ class TranscriptMedia:
         return self._root.key_of(transcript)
 
     def _indexed_lines(
-        self, fd: int, key: str, uuids: Sequence[str]
+        self, fd: ByteSource, key: str, uuids: Sequence[str]
     ) -> tuple[dict[str, list[IndexedLine]], int]:
         """Lines the index gives per uuid, and where the lines it does not cover start.
 
@@ -390,7 +388,7 @@ class TranscriptMedia:
         index = self.line_index
         try:
             lines, covered, complete = index.lines_so_far(key, fd, uuids)
-            if not complete and covered and os.fstat(fd).st_size - covered <= CATCH_UP_BYTES:
+            if not complete and covered and fd.stat().st_size - covered <= CATCH_UP_BYTES:
                 lines, covered, complete = index.lookup(key, fd, uuids), 0, True
         except INDEX_UNAVAILABLE:
             return found, 0  # the state store is busy: a search still finds the line
@@ -402,7 +400,7 @@ class TranscriptMedia:
         return found, 0 if complete else covered
 
     def _try_indexed(
-        self, fd: int, indexed: IndexedLine, ref: TranscriptImageRef, pin: str, hold: int
+        self, fd: ByteSource, indexed: IndexedLine, ref: TranscriptImageRef, pin: str, hold: int
     ) -> _Found | None:
         """The image if the indexed line is the entry (verified as a searched line is).
 
@@ -427,7 +425,7 @@ class TranscriptMedia:
         ref: TranscriptImageRef,
         pin: str,
         outcome: _Outcome,
-        fd: int,
+        fd: ByteSource,
     ) -> _Found | None:
         """Where the image is if this line is the entry with the pin asked for; else None.
 
@@ -474,7 +472,7 @@ class TranscriptMedia:
         return _Found(located, raw_start, raw_end, escaped)
 
     def _info(
-        self, fd: int, found: _Found, version: FileVersion, ref: TranscriptImageRef
+        self, fd: ByteSource, found: _Found, version: FileVersion, ref: TranscriptImageRef
     ) -> MediaInfo:
         """The decoded bytes' metadata: cached per pin, else one streaming pass over them."""
         located = found.located
@@ -526,7 +524,7 @@ class TranscriptMedia:
 
     def _locate(
         self,
-        fd: int,
+        fd: ByteSource,
         ref: TranscriptImageRef,
         pin: str,
         line_offset_hint: int | None,
@@ -538,7 +536,7 @@ class TranscriptMedia:
         reading the line, for as long as the file keeps that stamp: nothing in
         it can have changed (scrollback.transcripts.stamp_of).
         """
-        stat = os.fstat(fd)  # before any byte is read: a write after it changes the stamp
+        stat = fd.stat()  # before any byte is read: a write after it changes the stamp
         version = FileVersion.of(fd, stat)
         stamp = stamp_of(stat)
         found_key = (version, ref.entry_uuid, ref.index, pin, line_offset_hint)
@@ -553,7 +551,7 @@ class TranscriptMedia:
 
     def _find(
         self,
-        fd: int,
+        fd: ByteSource,
         version: FileVersion,
         size: int,
         ref: TranscriptImageRef,
@@ -597,7 +595,7 @@ class TranscriptMedia:
 
     def _open(
         self, principal: Principal | None, ref: TranscriptImageRef, pin: str
-    ) -> tuple[BinaryIO, str]:
+    ) -> tuple[ByteSource, str]:
         validate_pin(pin)
         try:
             transcript = self._root.resolve(ref.session_id, principal)
@@ -611,7 +609,7 @@ class TranscriptMedia:
         ref: TranscriptImageRef,
         pin: str,
         line_offset_hint: int | None = None,
-    ) -> tuple[MediaInfo, PayloadReader, BinaryIO]:
+    ) -> tuple[MediaInfo, PayloadReader, ByteSource]:
         """The image's metadata, a reader of its decoded bytes, and the file it reads.
 
         `principal` is the caller (None without auth): a session it may not
@@ -642,7 +640,7 @@ class TranscriptMedia:
         """
         handle, index_key = self._open(principal, ref, pin)
         try:
-            fd = handle.fileno()
+            fd = handle
             found, version = self._locate(fd, ref, pin, line_offset_hint, index_key)
             info = self._info(fd, found, version, ref)
             reader = PayloadReader(
@@ -689,13 +687,13 @@ class TranscriptMedia:
         """
         handle, index_key = self._open(principal, ref, pin)
         with handle:
-            fd = handle.fileno()
+            fd = handle
             found, version = self._locate(fd, ref, pin, line_offset_hint, index_key)
             return self._info(fd, found, version, ref)
 
     def _at_known_place(
         self,
-        fd: int,
+        fd: ByteSource,
         version: FileVersion,
         ref: TranscriptImageRef,
         pin: str,
@@ -735,7 +733,7 @@ class TranscriptMedia:
         return None
 
     def _at_named_offset(
-        self, fd: int, ref: TranscriptImageRef, pin: str, offset: int, size: int
+        self, fd: ByteSource, ref: TranscriptImageRef, pin: str, offset: int, size: int
     ) -> _Found:
         """The image of the uuid-less line at `offset` (docs/contract.md §4), or the error.
 
@@ -766,7 +764,7 @@ class TranscriptMedia:
 
     def _in_indexed(
         self,
-        fd: int,
+        fd: ByteSource,
         version: FileVersion,
         ref: TranscriptImageRef,
         pin: str,
@@ -824,8 +822,8 @@ class TranscriptMedia:
                     results[number] = error
                 continue
             with handle:
-                fd = handle.fileno()
-                stat = os.fstat(fd)
+                fd = handle
+                stat = fd.stat()
                 version = FileVersion.of(fd, stat)
                 pending: list[int] = []
                 for number in numbers:
@@ -850,7 +848,7 @@ class TranscriptMedia:
 
     def _from_index(
         self,
-        fd: int,
+        fd: ByteSource,
         index_key: str,
         version: FileVersion,
         selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
@@ -878,7 +876,7 @@ class TranscriptMedia:
 
     def _search_many(
         self,
-        fd: int,
+        fd: ByteSource,
         version: FileVersion,
         selectors: Sequence[tuple[TranscriptImageRef, str, int | None]],
         pending: list[int],

@@ -14,9 +14,12 @@ file still has a whole line there. The rules, written once here and tested once
   bytes are read back from the end for the start of an unterminated tail
   (`tail_start`).
 
-`LineFile` holds only the descriptor: opening and closing the file are the
-caller's (scrollback.transcripts). `FileVersion` names which bytes a result came
-from: the caches, the line index and page tokens key what they keep by it.
+`LineFile` reads through a `ByteSource`, positional reads of one open
+transcript: `LocalSource` over a file descriptor, or scrollback.objects'
+`ObjectSource` over an object in a bucket (ranged GETs). Opening and closing the
+source are the caller's (scrollback.transcripts). `FileVersion` names which
+bytes a result came from: the caches, the line index and page tokens key what
+they keep by it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
 
 import xxhash
 
@@ -43,6 +47,83 @@ FIRST_READ_BYTES = 256 * 1024
 HEAD_BYTES = 4096
 
 
+class SourceStat(Protocol):
+    """What a source's `stat` tells (os.stat_result has it all)."""
+
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_dev(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_ctime_ns(self) -> int: ...
+
+
+class ByteSource(Protocol):
+    """Positional reads of one open transcript, wherever its bytes are kept.
+
+    `read` and `read_into` return fewer bytes only at the end of the source;
+    `stat` is its size and times now; `dup` a second handle on the same bytes
+    that can be closed on its own (a background build keeps one).
+    """
+
+    def read(self, length: int, offset: int) -> bytes: ...
+    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int: ...
+    def stat(self) -> SourceStat: ...
+    def dup(self) -> ByteSource: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> ByteSource: ...
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None: ...
+
+
+class LocalSource:
+    """A file on a local (or shared) filesystem, by its descriptor; owns it."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, length: int, offset: int) -> bytes:
+        """The bytes [offset, offset + length), fewer at the end of the file (os.pread)."""
+        return os.pread(self.fd, length, offset)
+
+    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
+        """Read into `buffer` from `offset`; the count read, fewer at the end (os.preadv)."""
+        return os.preadv(self.fd, [buffer], offset)
+
+    def stat(self) -> os.stat_result:
+        """The file's fstat now."""
+        return os.fstat(self.fd)
+
+    def dup(self) -> LocalSource:
+        """A second descriptor of the same open file."""
+        return LocalSource(os.dup(self.fd))
+
+    def close(self) -> None:
+        """Close the descriptor."""
+        os.close(self.fd)
+
+    def __enter__(self) -> LocalSource:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 @dataclass(frozen=True, slots=True)
 class FileVersion:
     """Which file a result came from: its device and inode and the xxh3 of its first bytes.
@@ -58,32 +139,32 @@ class FileVersion:
     head_hash: str
 
     @classmethod
-    def of(cls, fd: int, stat: os.stat_result | None = None) -> FileVersion:
-        """The version of an open file now (`stat`: its fstat, when the caller took one)."""
-        stat = os.fstat(fd) if stat is None else stat
-        head = os.pread(fd, min(HEAD_BYTES, stat.st_size), 0)
+    def of(cls, source: ByteSource, stat: SourceStat | None = None) -> FileVersion:
+        """The version of an open source now (`stat`: its stat, when the caller took one)."""
+        stat = source.stat() if stat is None else stat
+        head = source.read(min(HEAD_BYTES, stat.st_size), 0)
         return cls(stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_hexdigest(head))
 
 
 class LineFile:
-    """The lines of one open file, by byte offset."""
+    """The lines of one open source, by byte offset."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("source",)
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, source: ByteSource) -> None:
+        self.source = source
 
     def read(self, length: int, offset: int) -> bytes:
-        """The bytes [offset, offset + length), fewer at the end of the file (os.pread)."""
-        return os.pread(self.fd, length, offset)
+        """The bytes [offset, offset + length), fewer at the end of the source."""
+        return self.source.read(length, offset)
 
     def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
-        """Read into `buffer` from `offset`; the count read, fewer at the end (os.preadv)."""
-        return os.preadv(self.fd, [buffer], offset)
+        """Read into `buffer` from `offset`; the count read, fewer at the end."""
+        return self.source.read_into(buffer, offset)
 
     def starts_line(self, offset: int) -> bool:
         """True if a line starts at `offset`: the file's start, or just after a newline."""
-        return offset == 0 or (offset > 0 and os.pread(self.fd, 1, offset - 1) == b"\n")
+        return offset == 0 or (offset > 0 and self.source.read(1, offset - 1) == b"\n")
 
     def line_at(self, offset: int, length: int, *, terminated: bool = True) -> bytes | None:
         """The whole line at a remembered place, or None if the file no longer has it there.
@@ -95,10 +176,10 @@ class LineFile:
         if length < 0 or not self.starts_line(offset):
             return None
         # The line's bytes exactly (no slicing copy of a megabyte line), then what follows it.
-        data = os.pread(self.fd, length, offset)
+        data = self.source.read(length, offset)
         if len(data) != length or data.find(b"\n") >= 0:
             return None
-        after = os.pread(self.fd, 1, offset + length)
+        after = self.source.read(1, offset + length)
         if after != b"\n" and (terminated or after):
             return None
         return data
@@ -111,7 +192,7 @@ class LineFile:
         """
         position = start if search_from is None else search_from
         while position - start <= max_line:
-            block = os.pread(self.fd, BLOCK_BYTES, position)
+            block = self.source.read(BLOCK_BYTES, position)
             if not block:
                 return position  # an unterminated last line
             newline = block.find(b"\n")
@@ -125,7 +206,7 @@ class LineFile:
         """The length of the line at `start` (to its newline or the end of the file), however long."""
         position = start
         while True:
-            block = os.pread(self.fd, BLOCK_BYTES, position)
+            block = self.source.read(BLOCK_BYTES, position)
             newline = block.find(b"\n")
             if newline >= 0:
                 return position + newline - start
@@ -148,7 +229,7 @@ class LineFile:
         block = FIRST_READ_BYTES
         budget = max_line + 1  # the line and its newline
         while total < budget:
-            data = os.pread(self.fd, min(block, budget - total), position)
+            data = self.source.read(min(block, budget - total), position)
             if not data:
                 break
             newline = data.find(b"\n")
@@ -171,7 +252,7 @@ class LineFile:
         view = memoryview(block)
         position, end = start, start + length
         while position < end:
-            count = os.preadv(self.fd, [view[: min(len(block), end - position)]], position)
+            count = self.source.read_into(view[: min(len(block), end - position)], position)
             if count <= 0 or block.find(b"\n", 0, count) >= 0:
                 return True
             position += count
@@ -188,7 +269,7 @@ class LineFile:
         built forward once); without it the scan goes on back to the previous
         newline.
         """
-        if size == 0 or os.pread(self.fd, 1, size - 1) == b"\n":
+        if size == 0 or self.source.read(1, size - 1) == b"\n":
             return size
         # With an index to ask, nothing before the bound is read.
         floor = 0 if long_tail is None else max(0, size - max_line - 1)
@@ -197,7 +278,7 @@ class LineFile:
             if long_tail is not None and position <= floor:
                 return long_tail()
             read_from = max(floor, position - BLOCK_BYTES)
-            chunk = os.pread(self.fd, position - read_from, read_from)
+            chunk = self.source.read(position - read_from, read_from)
             found = chunk.rfind(b"\n")
             if found >= 0:
                 return read_from + found + 1
@@ -210,12 +291,12 @@ class LineFile:
         A read outside the line is a ValueError; one that comes back short
         (the file shrank under the reader) raises `changed()`.
         """
-        fd = self.fd
+        source = self.source
 
         def read(offset: int, length: int) -> bytes:
             if offset < 0 or offset + length > size:
                 raise ValueError("read outside the line")
-            data = os.pread(fd, length, start + offset)
+            data = source.read(length, start + offset)
             if len(data) != length:
                 raise changed()
             return data

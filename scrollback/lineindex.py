@@ -45,7 +45,7 @@ import xxhash
 
 from scrollback.contract.text import indexable
 from scrollback.contract.top_level import top_level_strings
-from scrollback.linefile import FileVersion, LineFile
+from scrollback.linefile import ByteSource, FileVersion, LineFile
 from scrollback.state.errors import StoreBusyError
 from scrollback.state.line_index import IndexedFile, IndexedLine, LineIndexStore
 
@@ -105,9 +105,9 @@ def _hash(data: bytes | memoryview) -> str:
     return xxhash.xxh3_64_hexdigest(data)
 
 
-def _continues(fd: int, state: IndexedFile) -> bool:
+def _continues(fd: ByteSource, state: IndexedFile) -> bool:
     """True if the open file is the version the index describes, grown or not."""
-    stat = os.fstat(fd)
+    stat = fd.stat()
     version = state.version
     if (stat.st_dev, stat.st_ino) != (version.dev, version.ino) or stat.st_size < state.scanned:
         return False
@@ -157,7 +157,7 @@ class LineIndex:
                 lock = self._locks[key] = threading.Lock()
             return lock
 
-    def ensure(self, key: str, fd: int) -> Snapshot:
+    def ensure(self, key: str, fd: ByteSource) -> Snapshot:
         """The index of the open file, built or extended to its current size.
 
         `key` names the file in the store (its path under the transcripts root).
@@ -168,7 +168,7 @@ class LineIndex:
         assert snapshot is not None
         return snapshot
 
-    def current(self, key: str, fd: int) -> Snapshot | None:
+    def current(self, key: str, fd: ByteSource) -> Snapshot | None:
         """The index of the open file extended to its size, if one of this version exists.
 
         Never starts a build: None when the file was never indexed or was
@@ -176,11 +176,11 @@ class LineIndex:
         """
         return self._ensure(key, fd, build=False)
 
-    def _ensure(self, key: str, fd: int, *, build: bool) -> Snapshot | None:
+    def _ensure(self, key: str, fd: ByteSource, *, build: bool) -> Snapshot | None:
         # An index already up to date needs no build lock: every window asks,
         # and windows of one file would otherwise queue on it.
         state = self.store.state(key)
-        if state is not None and state.scanned >= os.fstat(fd).st_size and _continues(fd, state):
+        if state is not None and state.scanned >= fd.stat().st_size and _continues(fd, state):
             return Snapshot(key, state)
         with self._lock(key):
             resets = 0
@@ -205,7 +205,7 @@ class LineIndex:
         self.store.close()
 
     def lines_so_far(
-        self, key: str, fd: int, uuids: Sequence[str]
+        self, key: str, fd: ByteSource, uuids: Sequence[str]
     ) -> tuple[list[IndexedLine], int, bool]:
         """(rows of these uuids, bytes covered, complete) from the index as built now.
 
@@ -217,9 +217,9 @@ class LineIndex:
         if state is None or not _continues(fd, state):
             return [], 0, False
         lines = self.store.lines_for(key, state.generation, uuids)
-        return lines, state.covered, state.scanned >= os.fstat(fd).st_size
+        return lines, state.covered, state.scanned >= fd.stat().st_size
 
-    def build_later(self, key: str, fd: int) -> None:
+    def build_later(self, key: str, fd: ByteSource) -> None:
         """Build or extend the open file's index on a background thread (low priority).
 
         The thread has its own descriptor of the file; at most
@@ -231,7 +231,7 @@ class LineIndex:
                 return
             self._building.add(key)
         try:
-            own = os.dup(fd)
+            own = fd.dup()
         except OSError:
             with self._building_lock:
                 self._building.discard(key)
@@ -244,13 +244,13 @@ class LineIndex:
             except Exception:  # best effort: the store busy or closed, the file gone
                 log.debug("a background line index build did not finish", exc_info=True)
             finally:
-                os.close(own)
+                own.close()
                 with self._building_lock:
                     self._building.discard(key)
 
         threading.Thread(target=build, name="line-index-build", daemon=True).start()
 
-    def feed(self, key: str, fd: int) -> LineFeed | None:
+    def feed(self, key: str, fd: ByteSource) -> LineFeed | None:
         """A feed to index the open file from the lines a caller reads; None if up to date.
 
         The caller hands it every line from `LineFeed.start` on, in file order.
@@ -263,11 +263,11 @@ class LineIndex:
                 if state is None or not _continues(fd, state):
                     state = self.store.reset(key, FileVersion.of(fd))
                     self.builds += 1
-        if state.scanned >= os.fstat(fd).st_size:
+        if state.scanned >= fd.stat().st_size:
             return None
         return LineFeed(self, key, fd, state)
 
-    def lookup(self, key: str, fd: int, uuids: Sequence[str]) -> list[IndexedLine]:
+    def lookup(self, key: str, fd: ByteSource, uuids: Sequence[str]) -> list[IndexedLine]:
         """The indexed lines of these uuids (callers verify each line before trusting it)."""
         snapshot = self.ensure(key, fd)
         return self.store.lines_for(key, snapshot.state.generation, uuids)
@@ -321,7 +321,7 @@ class LineIndex:
                     self._runs.popitem(last=False)
         return rows[:limit]
 
-    def last_line_start(self, key: str, fd: int, size: int) -> int:
+    def last_line_start(self, key: str, fd: ByteSource, size: int) -> int:
         """Where the last line of the file's first `size` bytes starts (`size` if none is open).
 
         The file may have grown past `size` since the caller looked: then the
@@ -334,7 +334,7 @@ class LineIndex:
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
-    def indexed_last_line_start(self, key: str, fd: int, size: int) -> int | None:
+    def indexed_last_line_start(self, key: str, fd: ByteSource, size: int) -> int | None:
         """`last_line_start` from an index that already covers `size` bytes; else None.
 
         Never builds nor extends the index, so it costs a store query or two
@@ -348,16 +348,16 @@ class LineIndex:
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
-    def _extend(self, key: str, fd: int, state: IndexedFile) -> IndexedFile | None:
+    def _extend(self, key: str, fd: ByteSource, state: IndexedFile) -> IndexedFile | None:
         """Index from where `state` stopped to EOF; None if another builder moved it first."""
-        if state.scanned >= os.fstat(fd).st_size:
+        if state.scanned >= fd.stat().st_size:
             # Up to date (every window asks): no chunk buffer is allocated.
             return state
         buffer = bytearray(self._chunk)
         view = memoryview(buffer)
         try:
             while True:
-                size = os.fstat(fd).st_size
+                size = fd.stat().st_size
                 if state.scanned >= size:
                     return state
                 count = 0
@@ -390,7 +390,7 @@ class LineIndex:
             view.release()
 
     def _reached(
-        self, fd: int, state: IndexedFile, covered: int, scanned: int | None
+        self, fd: ByteSource, state: IndexedFile, covered: int, scanned: int | None
     ) -> IndexedFile:
         mark_len = min(MARK_BYTES, covered)
         mark = LineFile(fd).read(mark_len, covered - mark_len) if mark_len else b""
@@ -404,7 +404,7 @@ class LineIndex:
         )
 
     def _long_line(
-        self, fd: int, buffer: bytearray, view: memoryview, position: int, size: int
+        self, fd: ByteSource, buffer: bytearray, view: memoryview, position: int, size: int
     ) -> tuple[int | None, int]:
         """Find the newline ending a long line from `position`: (its offset or None, scanned)."""
         limit = min(size, position + 64 * self._chunk)  # commit progress now and then
@@ -431,7 +431,7 @@ class LineFeed:
     first, the feed stops (`active` turns False) and leaves the file to it.
     """
 
-    def __init__(self, index: LineIndex, key: str, fd: int, state: IndexedFile) -> None:
+    def __init__(self, index: LineIndex, key: str, fd: ByteSource, state: IndexedFile) -> None:
         self._index = index
         self._key = key
         self._fd = fd
@@ -590,7 +590,7 @@ def _kept_uuid(uuid: str | None) -> str | None:
     return None if uuid is None else indexable(uuid)
 
 
-def _long_line_entry(fd: int, chunk: int, start: int, end: int) -> IndexedLine:
+def _long_line_entry(fd: ByteSource, chunk: int, start: int, end: int) -> IndexedLine:
     """A line longer than a chunk: uuid from its ends, image markers counted chunk by chunk."""
 
     def read(offset: int, length: int) -> bytes:

@@ -50,12 +50,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import orjson
 
 from scrollback.contract.refs import ID_PATTERN, validate_id
-from scrollback.linefile import LineFile
+from scrollback.linefile import ByteSource, LineFile, LocalSource, SourceStat
 from scrollback.principals import Principal
 
 log = logging.getLogger(__name__)
@@ -89,7 +88,7 @@ Stamp = tuple[int, int, int]
 SETTLED_SECONDS = 2.0
 
 
-def stamp_of(stat: os.stat_result, now_ns: int | None = None) -> Stamp | None:
+def stamp_of(stat: SourceStat, now_ns: int | None = None) -> Stamp | None:
     """The file's stamp if its last change is SETTLED_SECONDS old, else None.
 
     What was checked of a file while it carried a stamp still holds while its
@@ -152,7 +151,7 @@ def rollout_session_id(name: str) -> str | None:
     return _session_id_of(name)
 
 
-def read_session_meta(fd: int) -> str:
+def read_session_meta(fd: ByteSource) -> str:
     """The `cwd` of a rollout's first line when it is `session_meta`, else ""."""
     line = LineFile(fd).line_from(0, SESSION_META_MAX)
     if not line:
@@ -320,8 +319,8 @@ class _CodexTree:
             known = self.projects.get(key)
             if known:
                 return known
-            with open(path, "rb", buffering=0) as handle:
-                cwd = read_session_meta(handle.fileno())
+            with LocalSource(os.open(path, os.O_RDONLY | os.O_CLOEXEC)) as source:
+                cwd = read_session_meta(source)
         except OSError:
             return ""
         if cwd:
@@ -547,7 +546,7 @@ class TranscriptRoot:
         asked_at = time.monotonic()
         snapshot = self._refresh_if_older(self._rescan_interval)
         candidates = self._visible(snapshot, session_id, principal)
-        if not candidates or not all(os.path.exists(c.path) for c in candidates):
+        if not candidates or not all(self.exists(c) for c in candidates):
             candidates = self._visible(self._refresh_since(asked_at), session_id, principal)
         if not candidates:
             raise SessionNotFoundError()
@@ -565,6 +564,19 @@ class TranscriptRoot:
         return tuple(
             t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
         )
+
+    def exists(self, transcript: TranscriptFile) -> bool:
+        """True if a listed transcript is still there."""
+        return os.path.exists(transcript.path)
+
+    def stat(self, transcript: TranscriptFile) -> SourceStat:
+        """A listed transcript's size and times (OSError if it is gone)."""
+        return os.stat(transcript.path)
+
+    @property
+    def location(self) -> str:
+        """Where the transcripts are, for log lines (a directory, or a bucket's URL)."""
+        return str(self.root)
 
     def key_of(self, transcript: TranscriptFile) -> str:
         """A transcript's stable name in the state store's indexes (search, line index).
@@ -591,12 +603,12 @@ class TranscriptRoot:
         # The project dir itself must be a real directory under the root, not a link.
         return not os.path.islink(project) and _under(real, project_real)
 
-    def open(self, transcript: TranscriptFile) -> BinaryIO:
+    def open(self, transcript: TranscriptFile) -> ByteSource:
         """Open a resolved transcript for reading, re-checking the jail at open time."""
         real = os.path.realpath(transcript.path)
         if not self._is_real_path_jailed(real, transcript):
             raise SessionNotFoundError()
         try:
-            return open(real, "rb", buffering=0)
+            return LocalSource(os.open(real, os.O_RDONLY | os.O_CLOEXEC))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             raise SessionNotFoundError() from None

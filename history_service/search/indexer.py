@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from history_service.tokens import FileIdentity
 from history_service.windows import open_transcript
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
+from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineFeed, LineIndex, background_priority
 from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
@@ -132,7 +132,7 @@ class SearchIndexer:
     def _index_file(self, transcript: TranscriptFile, key: str, state: FileState | None) -> None:
         if state is not None:
             try:
-                stat = os.stat(transcript.path)
+                stat = self._root.stat(transcript)
             except OSError:
                 return
             stored = identity_at(state.identity, state.indexed_to)
@@ -161,10 +161,10 @@ class SearchIndexer:
                 self._one_pass(transcript, fd, key, _SearchFeed(self, file_id, start), current.size)
                 self.stats.files_indexed += 1
         finally:
-            os.close(fd)
+            fd.close()
 
     def _one_pass(
-        self, transcript: TranscriptFile, fd: int, key: str, search: _SearchFeed, size: int
+        self, transcript: TranscriptFile, fd: ByteSource, key: str, search: _SearchFeed, size: int
     ) -> None:
         """Read the file's new lines once, feeding search and, when given, the line index
         and insight (each from where it stopped); each line is stripped once for all."""
@@ -182,7 +182,7 @@ class SearchIndexer:
 
     def _feed(
         self,
-        fd: int,
+        fd: ByteSource,
         size: int,
         search: _SearchFeed,
         lines: LineFeed | None,

@@ -11,7 +11,6 @@ whose boundary is the end of the hit's line: that window ends with the hit.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from history_service.errors import FileRewrittenError
@@ -111,7 +110,7 @@ class Searcher:
         except (FileRewrittenError, OSError, ValueError):
             return None
         finally:
-            os.close(fd)
+            fd.close()
         return SearchHit(
             session_id=row.session_id,
             project_dir=row.project_dir,

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from scrollback.contract.stripping import strip_line
+from scrollback.linefile import LocalSource
 from scrollback.lineindex import LineIndex
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
@@ -67,13 +68,10 @@ def build_index(path: Path, scratch: Path) -> float:
     state = Path(tempfile.mkdtemp(dir=scratch))
     store = SqliteLineIndexStore(state)
     try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
+        with LocalSource(os.open(path, os.O_RDONLY)) as source:
             start = time.perf_counter()
-            LineIndex(store).ensure("bench/big.jsonl", fd)
+            LineIndex(store).ensure("bench/big.jsonl", source)
             return time.perf_counter() - start
-        finally:
-            os.close(fd)
     finally:
         store.close()
         shutil.rmtree(state, ignore_errors=True)

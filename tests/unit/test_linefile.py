@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrollback import linefile
-from scrollback.linefile import LineFile
+from scrollback.linefile import LineFile, LocalSource
 
 # Line bodies: short, with the bytes that matter around newlines (\r, spaces, braces).
 BODIES = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x"))
@@ -23,11 +23,11 @@ def opened(data: bytes) -> Iterator[LineFile]:
     with tempfile.NamedTemporaryFile() as file:
         file.write(data)
         file.flush()
-        fd = os.open(file.name, os.O_RDONLY)
+        fd = LocalSource(os.open(file.name, os.O_RDONLY))
         try:
             yield LineFile(fd)
         finally:
-            os.close(fd)
+            fd.close()
 
 
 def model(data: bytes) -> list[tuple[int, int, bool]]:

@@ -24,6 +24,7 @@ from history_service.insight import InsightIndex
 from history_service.search.indexer import SearchIndexer
 from history_service.search.sqlite import FILE_NAME, SqliteSearchIndex
 from history_service.store.insight import SqliteInsightStore
+from scrollback.linefile import LocalSource
 from scrollback.lineindex import LineIndex
 from scrollback.state.line_index import IndexedLine
 from scrollback.state.line_index_sqlite import SqliteLineIndexStore
@@ -148,7 +149,8 @@ def each_apart(indexes: Indexes) -> None:
         indexes.insight.refresh(transcript)
         with transcript.path.open("rb") as handle:
             indexes.lines.ensure(
-                os.path.relpath(transcript.path, indexes.transcripts.root), handle.fileno()
+                os.path.relpath(transcript.path, indexes.transcripts.root),
+                LocalSource(handle.fileno()),
             )
 
 
@@ -180,7 +182,7 @@ def test_one_pass_writes_search_line_index_and_insight(
     for transcript in one.transcripts.list(None):
         one.insight.refresh(transcript)
         with transcript.path.open("rb") as handle:
-            one.lines.ensure(os.path.relpath(transcript.path, root), handle.fileno())
+            one.lines.ensure(os.path.relpath(transcript.path, root), LocalSource(handle.fileno()))
     assert one.insight.lines_read == parsed
     assert one.lines.bytes_read == 0
     sought = one.lines.store.lines_for("proj/grown.jsonl", 1, ["u-0", "u-1", "u-2", "u-39"])

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from scrollback.linefile import LocalSource
 from scrollback.lineindex import LineIndex, Snapshot
 from scrollback.state.line_index import IndexedLine, LineIndexStore
 from scrollback.state.line_index_sqlite import SqliteLineIndexStore
@@ -98,14 +99,14 @@ def expected(lines: list[bytes], base: int = 0) -> list[IndexedLine]:
 
 def all_rows(store: LineIndexStore, index: LineIndex, path: Path) -> list[IndexedLine]:
     with open(path, "rb") as handle:
-        generation = index.ensure(KEY, handle.fileno()).state.generation
+        generation = index.ensure(KEY, LocalSource(handle.fileno())).state.generation
     uuids = [f"a-{n}" for n in range(20)] + ["nested-x", "nested-y"]
     return store.lines_for(KEY, generation, uuids)
 
 
 def ensure(index: LineIndex, path: Path) -> int:
     with open(path, "rb") as handle:
-        return index.ensure(KEY, handle.fileno()).state.generation
+        return index.ensure(KEY, LocalSource(handle.fileno())).state.generation
 
 
 @pytest.mark.parametrize("chunk", [4096, 1 << 20])
@@ -125,7 +126,9 @@ def test_first_touch_indexes_every_line(
     # the unterminated tail is not a line yet, but its start is known
     with open(path, "rb") as handle:
         size = path.stat().st_size
-        assert index.last_line_start(KEY, handle.fileno(), size) == size - len(b'{"uuid":"a-tail"')
+        assert index.last_line_start(KEY, LocalSource(handle.fileno()), size) == size - len(
+            b'{"uuid":"a-tail"'
+        )
 
 
 def test_growth_extends_without_reading_again(make_store: StoreFactory, tmp_path: Path) -> None:
@@ -224,7 +227,7 @@ def test_rows_before_and_from_an_offset(make_store: StoreFactory, tmp_path: Path
     index = LineIndex(make_store(), chunk_bytes=4096)
     rows = [(r.offset, r.length) for r in expected(LINES)]  # every non-empty line, in order
     with open(path, "rb") as handle:
-        snapshot = index.ensure(KEY, handle.fileno())
+        snapshot = index.ensure(KEY, LocalSource(handle.fileno()))
     end = path.stat().st_size
     assert index.lines_from(snapshot, 0, 100) == rows
     assert index.lines_before(snapshot, end, 100) == rows[::-1]
@@ -248,7 +251,7 @@ def test_remembered_rows_answer_as_the_store_would(
 
     def snapshot() -> Snapshot:
         with open(path, "rb") as handle:
-            return index.ensure(KEY, handle.fileno())
+            return index.ensure(KEY, LocalSource(handle.fileno()))
 
     first = snapshot()
     rows = [(r.offset, r.length) for r in expected(LINES)]
@@ -298,17 +301,17 @@ def test_current_never_builds(make_store: StoreFactory, tmp_path: Path) -> None:
     write(path, LINES)
     index = LineIndex(make_store(), chunk_bytes=4096)
     with open(path, "rb") as handle:
-        assert index.current(KEY, handle.fileno()) is None
+        assert index.current(KEY, LocalSource(handle.fileno())) is None
         assert index.builds == 0
-        index.ensure(KEY, handle.fileno())
+        index.ensure(KEY, LocalSource(handle.fileno()))
     with open(path, "ab") as handle:
         handle.write(line("a-9") + b"\n")
     with open(path, "rb") as handle:
-        snapshot = index.current(KEY, handle.fileno())
+        snapshot = index.current(KEY, LocalSource(handle.fileno()))
         assert snapshot is not None and snapshot.state.covered == path.stat().st_size
     write(path, LINES[::-1])  # rewritten: the old index does not describe it
     with open(path, "rb") as handle:
-        assert index.current(KEY, handle.fileno()) is None
+        assert index.current(KEY, LocalSource(handle.fileno())) is None
     assert index.builds == 1
 
 
@@ -318,11 +321,11 @@ def test_an_up_to_date_index_allocates_no_chunk(make_store: StoreFactory, tmp_pa
     write(path, LINES)
     index = LineIndex(make_store())  # the default 8 MiB chunk
     with open(path, "rb") as handle:
-        index.ensure(KEY, handle.fileno())
+        index.ensure(KEY, LocalSource(handle.fileno()))
         tracemalloc.start()
         try:
             for _ in range(3):
-                index.ensure(KEY, handle.fileno())
+                index.ensure(KEY, LocalSource(handle.fileno()))
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from history_service.entry_cache import EncodedEntry, EntryCache, mark_of
 from history_service.lines import RowReads
+from scrollback.linefile import LocalSource
 from scrollback.transcripts import SETTLED_SECONDS, stamp_of
 
 SCOPE = (1, 2, 3, "session", 0, 32768)
@@ -68,14 +69,14 @@ def test_row_reads_read_nothing_until_asked(tmp_path: Path) -> None:
     lines = [b'{"n":%d}' % n for n in range(5)]
     path.write_bytes(b"\n".join(lines) + b"\n")
     rows = [(sum(len(x) + 1 for x in lines[:n]), len(lines[n])) for n in range(5)]
-    fd = os.open(path, os.O_RDONLY)
+    fd = LocalSource(os.open(path, os.O_RDONLY))
     reads = RowReads(fd, rows)
-    os.close(fd)  # were anything read at construction, it would be read by now
+    fd.close()  # were anything read at construction, it would be read by now
     with pytest.raises(OSError):
         reads.mark(*rows[0])
-    fd = os.open(path, os.O_RDONLY)
+    fd = LocalSource(os.open(path, os.O_RDONLY))
     try:
         reads = RowReads(fd, rows)
         assert reads.mark(*rows[2]) == mark_of(rows[2][0], lines[2])
     finally:
-        os.close(fd)
+        fd.close()

@@ -33,7 +33,7 @@ from history_service.tokens import (
     TokenCodec,
     WatchPosition,
 )
-from scrollback.linefile import LineFile
+from scrollback.linefile import LineFile, LocalSource
 from scrollback.principals import ANONYMOUS as ANON
 
 
@@ -52,7 +52,7 @@ def test_line_scans_agree_with_split(tmp_path: Path, seed: int) -> None:
             break
         expected.append((position, position + len(part), position + len(part) < len(data)))
         position += len(part) + 1
-    fd = os.open(path, os.O_RDONLY)
+    fd = LocalSource(os.open(path, os.O_RDONLY))
     try:
         forward = list(iter_lines_forward(fd, 0, len(data), max_line))
         assert [(r.start, r.end, r.terminated) for r in forward] == expected
@@ -67,7 +67,7 @@ def test_line_scans_agree_with_split(tmp_path: Path, seed: int) -> None:
             else:
                 assert raw.data is None or raw.size < 2 * BLOCK_BYTES
     finally:
-        os.close(fd)
+        fd.close()
 
 
 def _nonblank(lines: Iterable[RawLine | object]) -> list[tuple[int, int, bytes | None]]:
@@ -105,7 +105,7 @@ def test_indexed_reads_agree_with_the_byte_scan_both_ways(tmp_path: Path, seed: 
         return [row for row in index if row[0] >= offset][:limit]
 
     batch = rng.choice([1, 3, 208])
-    fd = os.open(path, os.O_RDONLY)
+    fd = LocalSource(os.open(path, os.O_RDONLY))
     try:
         start = rng.choice([0, *(row[0] for row in index)])
         forward = iter_indexed(fd, start, len(data), 10**7, rows_from, backward=False, batch=batch)
@@ -116,7 +116,7 @@ def test_indexed_reads_agree_with_the_byte_scan_both_ways(tmp_path: Path, seed: 
         scanned = iter_lines_backward(fd, end, 10**7)
         assert _nonblank(backward) == _nonblank(scanned)
     finally:
-        os.close(fd)
+        fd.close()
 
 
 def test_json_parts_split_on_character_boundaries() -> None:
@@ -167,7 +167,7 @@ def test_tokens_round_trip_and_refuse_tampering(tmp_path: Path) -> None:
     codec = TokenCodec(b"k" * 32)
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"a":1}\n{"b":2}\n')
-    fd = os.open(path, os.O_RDONLY)
+    fd = LocalSource(os.open(path, os.O_RDONLY))
     try:
         identity = FileIdentity.of(fd)
         token = codec.page_token("s1", PageToken(DIRECTION_OLDEST_FIRST, identity, 8))
@@ -187,14 +187,14 @@ def test_tokens_round_trip_and_refuse_tampering(tmp_path: Path) -> None:
         with pytest.raises(FileRewrittenError):
             identity.check(fd, 3)  # not a line start
     finally:
-        os.close(fd)
+        fd.close()
     path.write_bytes(b'{"c":1}\n{"b":2}\n')
-    fd = os.open(path, os.O_RDONLY)
+    fd = LocalSource(os.open(path, os.O_RDONLY))
     try:
         with pytest.raises(FileRewrittenError):
             identity.check(fd, 8)
     finally:
-        os.close(fd)
+        fd.close()
 
 
 def test_store_idempotency_binding_and_retirement(tmp_path: Path) -> None:

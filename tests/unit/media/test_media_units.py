@@ -24,6 +24,7 @@ from media_service.ranges import byte_range
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import iter_candidate_lines
 from scrollback.contract.sniff import sniff
+from scrollback.linefile import LocalSource
 from scrollback.server.service_config import ConfigError
 
 
@@ -154,7 +155,7 @@ def test_candidate_search_across_chunk_boundaries(
     fd, name = tempfile.mkstemp()
     try:
         os.write(fd, data)
-        found = list(iter_candidate_lines(fd, "u-target", 10_000))
+        found = list(iter_candidate_lines(LocalSource(fd), "u-target", 10_000))
     finally:
         transcript_media.SCAN_CHUNK = original
         os.close(fd)
@@ -179,7 +180,7 @@ def test_candidate_search_skips_oversize_lines(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_bytes(big + b"\n" + small + b"\n")
     with open(path, "rb") as handle:
-        found = list(iter_candidate_lines(handle.fileno(), "u-target", 1024))
+        found = list(iter_candidate_lines(LocalSource(handle.fileno()), "u-target", 1024))
     assert [(c.start, c.line) for c in found] == [(0, None), (len(big) + 1, small)]
 
 

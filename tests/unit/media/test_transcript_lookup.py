@@ -22,14 +22,15 @@ from media_service.transcript_media import (
 )
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import strip_line
+from scrollback.linefile import LocalSource
 from scrollback.principals import Principal
 from scrollback.transcripts import TranscriptRoot
 
 
-def _fd(tmp_path: Path, data: bytes) -> int:
+def _fd(tmp_path: Path, data: bytes) -> LocalSource:
     path = tmp_path / "t.jsonl"
     path.write_bytes(data)
-    return os.open(path, os.O_RDONLY)
+    return LocalSource(os.open(path, os.O_RDONLY))
 
 
 SPACES = st.text(alphabet=" \t\r", max_size=20)  # no raw newline inside a line
@@ -83,7 +84,7 @@ def test_search_matches_the_regex_reference(data: bytes, chunk: int) -> None:
     fd, name = tempfile.mkstemp()
     try:
         os.write(fd, data)
-        found = [(c.start, c.line) for c in iter_candidate_lines(fd, "u-t", 10_000)]
+        found = [(c.start, c.line) for c in iter_candidate_lines(LocalSource(fd), "u-t", 10_000)]
     finally:
         transcript_media.SCAN_CHUNK = original
         os.close(fd)
