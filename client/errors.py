@@ -65,6 +65,7 @@ __all__ = [
     "TooLarge",
     "TooManyStreams",
     "TranscriptRewritten",
+    "TranscriptsUnavailable",
     "TxnConflict",
     "Unauthenticated",
     "Unavailable",
@@ -358,6 +359,13 @@ class LongTailPending(Unavailable):
     default_reason = Reason.LONG_TAIL_PENDING
 
 
+class TranscriptsUnavailable(Unavailable):
+    """The object store holding the transcripts timed out, failed or sent a truncated
+    read, after retries; retrying later may succeed (TRANSCRIPTS_UNAVAILABLE)."""
+
+    default_reason = Reason.TRANSCRIPTS_UNAVAILABLE
+
+
 _BY_CODE: dict[grpc.StatusCode, type[ScrollbackError]] = {
     cls.default_code: cls
     for cls in (
@@ -409,6 +417,7 @@ _BY_REASON: dict[str, type[ScrollbackError]] = {
         MediaCorrupt,
         StoreBusy,
         LongTailPending,
+        TranscriptsUnavailable,
     )
 }
 

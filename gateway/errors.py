@@ -65,6 +65,7 @@ REASON_MESSAGES: dict[str, str] = {
     Reason.IMAGE_TOO_LARGE: "the image has too many pixels to make a thumbnail",
     Reason.TOO_MANY_STREAMS: "too many calls at once for this user; retry shortly",
     Reason.LONG_TAIL_PENDING: "the transcript's last line is being located; retry shortly",
+    Reason.TRANSCRIPTS_UNAVAILABLE: "the transcript store is unavailable; retry later",
 }
 
 

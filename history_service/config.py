@@ -42,6 +42,7 @@ from scrollback.contract.limits import (
 )
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.service_config import (
+    DEFAULT_BUCKET_CACHE_BYTES,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_TRANSCRIPTS,
     ConfigError,
@@ -60,8 +61,10 @@ SERVICE = "history"
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CACHE_BYTES = 1024 * 1024 * 1024
 DEFAULT_ADDR = "127.0.0.1:50051"
+# The largest block cache of a bucket a setting may ask for.
+MAX_BUCKET_CACHE_BYTES = 16 * 1024**3
 # Read as SCROLLBACK_<FIELD>: every server reads them alike.
-SHARED_FIELDS = frozenset({"database_url", "max_line_size"})
+SHARED_FIELDS = frozenset({"database_url", "max_line_size", "bucket_cache_bytes"})
 DEPRECATED_NAMES = {"SCROLLBACK_MAX_LINE_SIZE": "SCROLLBACK_HISTORY_MAX_LINE_SIZE"}
 
 __all__ = ["DEFAULT_ADDR", "ConfigError", "HistoryConfig"]
@@ -74,6 +77,9 @@ class HistoryConfig:
     transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
     # Codex CLI's sessions dir (scrollback.server.service_config.codex_sessions_from_env); None: none.
     codex_sessions: Path | None = None
+    # Bytes of recently read object blocks kept per process when the transcripts are in a
+    # bucket (scrollback.objects.BlockCache; SCROLLBACK_BUCKET_CACHE_BYTES); 0: none.
+    bucket_cache_bytes: int = DEFAULT_BUCKET_CACHE_BYTES
     state_dir: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False
@@ -134,7 +140,7 @@ class HistoryConfig:
     def validate(self) -> HistoryConfig:
         """Return self if the server can start on it (values, locations, files), else ConfigError."""
         self.check_values()
-        check_locations(self.transcripts, self.state_dir)
+        check_locations(self.transcripts, self.state_dir, self.codex_sessions)
         check_security(self.security)
         return self
 
@@ -169,4 +175,6 @@ class HistoryConfig:
         if self.rescan_interval_seconds < 0:
             raise ConfigError("the rescan interval must not be negative")
         check_database_url(self.database_url)
+        if not 0 <= self.bucket_cache_bytes <= MAX_BUCKET_CACHE_BYTES:
+            raise ConfigError("the bucket cache size must lie between 0 (off) and 16 GiB")
         return self

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from scrollback.contract.reasons import Reason
 from scrollback.contract.refs import RefError
+from scrollback.objects import TranscriptsUnavailableError
 from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
@@ -74,4 +75,5 @@ ERROR_TABLE: Mapping[type[BaseException], Reason] = {
     TooLargeError: Reason.TOO_LARGE,
     LongTailPendingError: Reason.LONG_TAIL_PENDING,
     StoreBusyError: Reason.STORE_BUSY,
+    TranscriptsUnavailableError: Reason.TRANSCRIPTS_UNAVAILABLE,
 }

@@ -34,6 +34,7 @@ from history_service.store.insight import PostgresInsightStore, SqliteInsightSto
 from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
+from scrollback.objects import bucket_location
 from scrollback.search.v1 import search_pb2_grpc
 from scrollback.server.grpc_support import (
     RunningServer,
@@ -43,13 +44,14 @@ from scrollback.server.grpc_support import (
 from scrollback.server.interceptors import prepare_security
 from scrollback.server.listening import listening_line
 from scrollback.server.service_config import (
+    Buckets,
     ConfigError,
     auth_errors_as_config_errors,
     open_database_pool,
     open_line_index,
+    open_transcript_root,
 )
 from scrollback.server.workers import current_role
-from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +172,17 @@ def _warn_if_empty(root: Path) -> None:
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
-    _warn_if_empty(config.transcripts)
+    buckets = Buckets(config.bucket_cache_bytes)
+    if bucket_location(config.transcripts) is None:
+        _warn_if_empty(config.transcripts)
+    # A bucket root checks its bucket (a ConfigError if missing or refused) before anything opens.
+    root = await asyncio.to_thread(
+        open_transcript_root,
+        config.transcripts,
+        buckets,
+        rescan_interval=config.rescan_interval_seconds,
+        codex=config.codex_sessions,
+    )
     with auth_errors_as_config_errors():
         security = prepare_security(
             "history",
@@ -195,11 +207,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         )
         core = HistoryCore(
             config,
-            TranscriptRoot(
-                config.transcripts,
-                rescan_interval=config.rescan_interval_seconds,
-                codex=config.codex_sessions,
-            ),
+            root,
             TokenCodec(load_or_create_key(config.state_dir)),
             store,
             bus,
@@ -220,8 +228,12 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     # The indexer walks its own view of the root (refreshed at each pass), so its
     # passes never age the snapshot that ListSessions and ReadWindow answer from;
     # its passes, at start and every few seconds, report the files skipped.
-    indexer_root = TranscriptRoot(
-        config.transcripts, rescan_interval=0, report_skipped=True, codex=config.codex_sessions
+    indexer_root = open_transcript_root(
+        config.transcripts,
+        buckets,
+        rescan_interval=0,
+        report_skipped=True,
+        codex=config.codex_sessions,
     )
     # Each pass reads a file once for search, its line index and its insight.
     indexer = SearchIndexer(

@@ -50,6 +50,7 @@ from typing import Any
 from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE
 from scrollback.server.auth import SecuritySettings
 from scrollback.server.service_config import (
+    DEFAULT_BUCKET_CACHE_BYTES,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_TRANSCRIPTS,
     ConfigError,
@@ -86,8 +87,10 @@ MIN_THUMBNAIL_MEMORY_BYTES = 4 * MIB
 MAX_THUMBNAIL_MEMORY_BYTES = 64 * 1024 * MIB
 # Per worker: a bound that keeps a mistyped size from taking the machine's memory.
 MAX_DECODED_CACHE_BYTES = 4096 * MIB
+# The largest block cache of a bucket a setting may ask for.
+MAX_BUCKET_CACHE_BYTES = 16 * 1024**3
 # Read as SCROLLBACK_<FIELD>: every server reads them alike.
-SHARED_FIELDS = frozenset({"database_url", "max_line_size"})
+SHARED_FIELDS = frozenset({"database_url", "max_line_size", "bucket_cache_bytes"})
 DEPRECATED_NAMES = {
     "SCROLLBACK_MEDIA_MAX_BLOB_SIZE": "SCROLLBACK_MAX_BLOB_SIZE",
     "SCROLLBACK_MEDIA_GC_GRACE_SECONDS": "SCROLLBACK_GC_GRACE_SECONDS",
@@ -104,6 +107,9 @@ class MediaConfig:
     transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
     # Codex CLI's sessions dir (scrollback.server.service_config.codex_sessions_from_env); None: none.
     codex_sessions: Path | None = None
+    # Bytes of recently read object blocks kept per process when the transcripts are in a
+    # bucket (scrollback.objects.BlockCache; SCROLLBACK_BUCKET_CACHE_BYTES); 0: none.
+    bucket_cache_bytes: int = DEFAULT_BUCKET_CACHE_BYTES
     state_dir: Path = field(default_factory=default_state_dir)
     addr: str = DEFAULT_ADDR
     insecure: bool = False
@@ -156,7 +162,7 @@ class MediaConfig:
     def validate(self) -> MediaConfig:
         """Return self if the server can start on it (values, locations, files), else ConfigError."""
         self.check_values()
-        check_locations(self.transcripts, self.state_dir)
+        check_locations(self.transcripts, self.state_dir, self.codex_sessions)
         check_security(self.security)
         return self
 
@@ -202,4 +208,6 @@ class MediaConfig:
                 f"decoded cache size must be from 0 (off) to {MAX_DECODED_CACHE_BYTES} bytes"
             )
         check_database_url(self.database_url)
+        if not 0 <= self.bucket_cache_bytes <= MAX_BUCKET_CACHE_BYTES:
+            raise ConfigError("the bucket cache size must lie between 0 (off) and 16 GiB")
         return self

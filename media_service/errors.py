@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from scrollback.contract.reasons import Reason
 from scrollback.contract.refs import RefError
+from scrollback.objects import TranscriptsUnavailableError
 from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError
 
@@ -117,6 +118,7 @@ ERROR_TABLE: Mapping[type[BaseException], Reason] = {
     StorageFullError: Reason.STORAGE_FULL,
     CorruptMediaError: Reason.MEDIA_CORRUPT,
     StoreBusyError: Reason.STORE_BUSY,
+    TranscriptsUnavailableError: Reason.TRANSCRIPTS_UNAVAILABLE,
     UploadIdleError: Reason.UPLOAD_IDLE,
     UploadDeadlineError: Reason.UPLOAD_DEADLINE,
     SearchCancelledError: Reason.LOOKUP_CANCELLED,

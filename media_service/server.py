@@ -34,11 +34,12 @@ from scrollback.server.grpc_support import (
 from scrollback.server.interceptors import prepare_security
 from scrollback.server.listening import listening_line
 from scrollback.server.service_config import (
+    Buckets,
     auth_errors_as_config_errors,
     open_database_pool,
     open_line_index,
+    open_transcript_root,
 )
-from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,9 @@ def build_library(
 ) -> tuple[MediaLibrary, BlobMetadataStore]:
     """The domain objects of a media server (also usable without gRPC)."""
     blobs, metadata = open_blob_store(config, clock=clock)
-    root = TranscriptRoot(config.transcripts, codex=config.codex_sessions)
+    root = open_transcript_root(
+        config.transcripts, Buckets(config.bucket_cache_bytes), codex=config.codex_sessions
+    )
     try:
         line_index = open_line_index(config.state_dir, config.database_url)
     except BaseException:

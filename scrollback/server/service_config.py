@@ -41,7 +41,9 @@ from scrollback.server.auth import AuthConfigError, SecuritySettings
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 if TYPE_CHECKING:
+    from scrollback.objects import Bucket, BucketLocation
     from scrollback.state.postgres import Pool
+    from scrollback.transcripts import TranscriptRoot
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
 # How long a stream may wait for its client to grant flow-control window before it is ended
 # (scrollback.server.interceptors `_StallWatch`).
 DEFAULT_STALL_TIMEOUT_SECONDS = 60.0
+# Recently read blocks of transcripts in a bucket kept per process (scrollback.objects.BlockCache).
+DEFAULT_BUCKET_CACHE_BYTES = 64 * 1024 * 1024
 ENV_PREFIX = "SCROLLBACK_"
 
 
@@ -212,12 +216,87 @@ def open_database_pool(url: str, *, name: str) -> Pool:
         raise ConfigError(str(error)) from None
 
 
-def check_locations(transcripts: Path, state_dir: Path) -> None:
-    """The transcripts root must be a directory; the state dir one or not yet there."""
-    if not transcripts.is_dir():
+def check_locations(transcripts: Path, state_dir: Path, codex: Path | None = None) -> None:
+    """The transcripts root must be a directory or a bucket URL; the state dir one or not yet there.
+
+    Codex's sessions may be in a bucket only when the transcripts root is (the
+    bucket itself is checked when the server opens it, `Buckets`).
+    """
+    from scrollback.objects import BucketConfigError, bucket_location
+
+    try:
+        location = bucket_location(transcripts)
+        codex_location = bucket_location(codex) if codex is not None else None
+    except BucketConfigError as error:
+        raise ConfigError(str(error)) from None
+    if location is None and codex_location is not None:
+        raise ConfigError(
+            f"Codex's sessions ({CODEX_SESSIONS_ENV}) can be in a bucket only when the "
+            f"transcripts root ({TRANSCRIPTS_ENV}) is"
+        )
+    if location is None and not transcripts.is_dir():
         raise ConfigError(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
     if state_dir.exists() and not state_dir.is_dir():
         raise ConfigError(f"the state dir ({STATE_ENV}) is not a directory")
+
+
+class Buckets:
+    """The bucket clients of one server process, one per location, checked when first made.
+
+    Every transcripts root of the process gets its bucket here, so they share
+    its block cache (`cache_bytes`). A bucket that is missing, refuses the
+    credentials or cannot be reached is a ConfigError (blocking: it asks the store).
+    """
+
+    def __init__(self, cache_bytes: int = DEFAULT_BUCKET_CACHE_BYTES) -> None:
+        self.cache_bytes = cache_bytes
+        self._made: dict[BucketLocation, Bucket] = {}
+
+    def __call__(self, location: BucketLocation) -> Bucket:
+        from scrollback.objects import Bucket, BucketConfigError
+
+        made = self._made.get(location)
+        if made is None:
+            made = Bucket(location, cache_bytes=self.cache_bytes)
+            try:
+                made.check()
+            except BucketConfigError as error:
+                raise ConfigError(str(error)) from None
+            self._made[location] = made
+        return made
+
+
+def open_transcript_root(
+    transcripts: Path,
+    buckets: Buckets,
+    *,
+    rescan_interval: float = 2.0,
+    report_skipped: bool = False,
+    codex: Path | None = None,
+) -> TranscriptRoot:
+    """The transcripts root a location names, a directory or a bucket (blocking for a bucket).
+
+    A local Codex sessions dir beside a bucket root is not read (it is logged):
+    the default `~/.codex/sessions` of the host is not the bucket's.
+    """
+    from scrollback.bucket import transcript_root
+    from scrollback.objects import bucket_location
+
+    local_codex = codex is not None and bucket_location(codex) is None
+    if bucket_location(transcripts) is not None and local_codex:
+        log.warning(
+            "the transcripts root is a bucket: the local Codex sessions dir is not read "
+            "(set %s to an s3:// URL to read Codex's sessions from a bucket)",
+            CODEX_SESSIONS_ENV,
+        )
+        codex = None
+    return transcript_root(
+        transcripts,
+        buckets=buckets,
+        rescan_interval=rescan_interval,
+        report_skipped=report_skipped,
+        codex=codex,
+    )
 
 
 def open_line_index(

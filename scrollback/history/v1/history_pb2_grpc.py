@@ -44,7 +44,8 @@ class HistoryServiceStub:
     UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
-    the line index covers it: retry); INTERNAL with INTERNAL.
+    the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
+    holding the transcripts failed or timed out: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -120,7 +121,8 @@ class HistoryServiceServicer:
     UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
-    the line index covers it: retry); INTERNAL with INTERNAL.
+    the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
+    holding the transcripts failed or timed out: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -305,7 +307,8 @@ class HistoryService:
     UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
-    the line index covers it: retry); INTERNAL with INTERNAL.
+    the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
+    holding the transcripts failed or timed out: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 

@@ -48,7 +48,8 @@ class HistoryServiceStub:
     UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
-    the line index covers it: retry); INTERNAL with INTERNAL.
+    the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
+    holding the transcripts failed or timed out: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -147,7 +148,8 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
-    the line index covers it: retry); INTERNAL with INTERNAL.
+    the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
+    holding the transcripts failed or timed out: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 
@@ -242,7 +244,8 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
-    the line index covers it: retry); INTERNAL with INTERNAL.
+    the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
+    holding the transcripts failed or timed out: retry); INTERNAL with INTERNAL.
     Branch on the reason, not on the message.
     """
 

@@ -42,8 +42,8 @@ class MediaServiceStub:
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
     LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
     PERMISSION_DENIED with DELEGATION_NOT_ALLOWED or UNKNOWN_PRINCIPAL (see
-    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
-    INTERNAL. Branch on the reason, not on the message.
+    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY or
+    TRANSCRIPTS_UNAVAILABLE (see HistoryService); INTERNAL with INTERNAL. Branch on the reason, not on the message.
     """
 
     def __init__(self, channel):
@@ -91,8 +91,8 @@ class MediaServiceServicer:
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
     LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
     PERMISSION_DENIED with DELEGATION_NOT_ALLOWED or UNKNOWN_PRINCIPAL (see
-    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
-    INTERNAL. Branch on the reason, not on the message.
+    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY or
+    TRANSCRIPTS_UNAVAILABLE (see HistoryService); INTERNAL with INTERNAL. Branch on the reason, not on the message.
     """
 
     def ReadMedia(self, request, context):
@@ -191,8 +191,8 @@ class MediaService:
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
     LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
     PERMISSION_DENIED with DELEGATION_NOT_ALLOWED or UNKNOWN_PRINCIPAL (see
-    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
-    INTERNAL. Branch on the reason, not on the message.
+    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY or
+    TRANSCRIPTS_UNAVAILABLE (see HistoryService); INTERNAL with INTERNAL. Branch on the reason, not on the message.
     """
 
     @staticmethod

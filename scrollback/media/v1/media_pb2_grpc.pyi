@@ -45,8 +45,8 @@ class MediaServiceStub:
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
     LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
     PERMISSION_DENIED with DELEGATION_NOT_ALLOWED or UNKNOWN_PRINCIPAL (see
-    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
-    INTERNAL. Branch on the reason, not on the message.
+    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY or
+    TRANSCRIPTS_UNAVAILABLE (see HistoryService); INTERNAL with INTERNAL. Branch on the reason, not on the message.
     """
 
     @_typing.overload
@@ -104,8 +104,8 @@ class MediaServiceAsyncStub(MediaServiceStub):
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
     LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
     PERMISSION_DENIED with DELEGATION_NOT_ALLOWED or UNKNOWN_PRINCIPAL (see
-    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
-    INTERNAL. Branch on the reason, not on the message.
+    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY or
+    TRANSCRIPTS_UNAVAILABLE (see HistoryService); INTERNAL with INTERNAL. Branch on the reason, not on the message.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -159,8 +159,8 @@ class MediaServiceServicer(metaclass=_abc_1.ABCMeta):
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with UPLOAD_IDLE, UPLOAD_DEADLINE,
     LOOKUP_CANCELLED or STREAM_STALLED; UNAUTHENTICATED with UNAUTHENTICATED;
     PERMISSION_DENIED with DELEGATION_NOT_ALLOWED or UNKNOWN_PRINCIPAL (see
-    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY; INTERNAL with
-    INTERNAL. Branch on the reason, not on the message.
+    HistoryService); DATA_LOSS with MEDIA_CORRUPT; UNAVAILABLE with STORE_BUSY or
+    TRANSCRIPTS_UNAVAILABLE (see HistoryService); INTERNAL with INTERNAL. Branch on the reason, not on the message.
     """
 
     @_abc_1.abstractmethod

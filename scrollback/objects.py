@@ -1,0 +1,400 @@
+"""Transcripts kept as objects in an S3-compatible bucket, read as byte sources.
+
+`SCROLLBACK_TRANSCRIPTS=s3://bucket/prefix` names a bucket instead of a
+directory (the Path-typed setting keeps it as `s3:/bucket/prefix`;
+`bucket_location` reads either). The client is obstore (the Rust
+object_store crate); its endpoint, credentials and region come from the
+standard AWS variables it reads itself (`AWS_ENDPOINT_URL`,
+`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+`AWS_REGION`); an `http://` endpoint is allowed as configured.
+
+`ObjectSource` is the `ByteSource` (scrollback.linefile) of one object as it
+was when opened: its size and ETag come from a HEAD, and every read is a
+ranged GET with `If-Match` on that ETag, so bytes of two versions are never
+mixed: a read after the object was replaced fails (`ObjectChangedError`)
+and the next open sees the new version. Its `FileVersion` takes the key's
+identity where a file has its device and inode (`OBJECT_DEV`, a hash of the
+key) and the head hash as for a file, so an object re-uploaded with more
+bytes after the same first ones keeps its version (and its line index), and
+one rewritten from its start does not.
+
+Reads go through a `BlockCache` shared by every source of the bucket: aligned
+blocks of `BLOCK_BYTES` keyed by (key, ETag, block), least recently used
+dropped past a byte budget, so the latest window of a large object read a
+second time costs no GET at all. Missing neighbouring blocks are fetched in
+one GET.
+
+Faults: obstore retries idempotent reads on 5xx, dropped connections and
+timeouts (`RETRIES` times, within `RETRY_SECONDS`); what still fails, and a
+range answered with fewer bytes than asked (a truncated body), raises
+`TranscriptsUnavailableError`, which the services send as UNAVAILABLE. A
+missing object is FileNotFoundError, as a missing file is.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import obstore
+import xxhash
+from obstore.exceptions import (
+    BaseError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from obstore.store import S3Store
+
+if TYPE_CHECKING:
+    from obstore import GetOptions, ObjectMeta
+    from obstore.store import ClientConfig
+
+BUCKET_SCHEME = "s3://"
+# The device number every object's version carries, where a file has its device.
+OBJECT_DEV = 1 << 62
+# The cache's unit: reads are rounded out to whole aligned blocks of this size.
+BLOCK_BYTES = 1024 * 1024
+# Retries of an idempotent request (5xx, dropped connection, timeout) and their time bound.
+RETRIES = 3
+RETRY_SECONDS = 10.0
+# One request's bound (each attempt), and the connect phase's.
+REQUEST_SECONDS = 10.0
+CONNECT_SECONDS = 3.0
+
+
+class TranscriptsUnavailableError(Exception):
+    """The bucket did not answer (a timeout, 5xx, a refused or truncated read) after retries."""
+
+    def __init__(self, text: str = "the transcript store is unavailable; retry later") -> None:
+        super().__init__(text)
+
+
+class ObjectChangedError(TranscriptsUnavailableError):
+    """The object was replaced while it was being read (its ETag moved): read it again."""
+
+    def __init__(self) -> None:
+        super().__init__("the transcript was replaced while it was read; retry")
+
+
+class BucketConfigError(ValueError):
+    """The bucket cannot be used (missing, or the credentials are refused): a start-up error."""
+
+
+@dataclass(frozen=True, slots=True)
+class BucketLocation:
+    """A bucket and the key prefix the transcripts root is under ("" or without slashes around)."""
+
+    bucket: str
+    prefix: str
+
+    @property
+    def url(self) -> str:
+        """`s3://bucket/prefix` (no secret in it)."""
+        return BUCKET_SCHEME + self.bucket + (f"/{self.prefix}" if self.prefix else "")
+
+    def key(self, relative: str) -> str:
+        """The object key of a name under the prefix."""
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+
+def bucket_location(location: Path | str) -> BucketLocation | None:
+    """The bucket a transcripts location names (`s3://bucket/prefix`), or None for a directory.
+
+    A Path-typed setting keeps `s3://b/p` as `s3:/b/p`: both forms are read.
+    """
+    parts = Path(location).parts if isinstance(location, Path) else None
+    if parts is None:
+        text = str(location)
+        if not text.startswith(BUCKET_SCHEME):
+            return None
+        parts = ("s3:", *[p for p in text[len(BUCKET_SCHEME) :].split("/") if p])
+    if not parts or parts[0] != "s3:":
+        return None
+    if len(parts) < 2:
+        raise BucketConfigError("a transcripts bucket must be given as s3://BUCKET[/PREFIX]")
+    return BucketLocation(parts[1], "/".join(parts[2:]))
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStat:
+    """An object's stat, in the fields a file's fstat gives (scrollback.linefile.SourceStat).
+
+    Its change time is the end of its Last-Modified second (S3 gives whole
+    seconds), so a stamp taken from it (scrollback.transcripts.stamp_of)
+    settles only once no upload in that second can follow unseen.
+    """
+
+    st_size: int
+    st_dev: int
+    st_ino: int
+    st_mtime_ns: int
+    st_ctime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object's listing or HEAD: key, size, ETag, Last-Modified."""
+
+    key: str
+    size: int
+    etag: str
+    modified_ns: int
+
+    @classmethod
+    def of(cls, meta: ObjectMeta) -> ObjectInfo:
+        """From obstore's metadata."""
+        modified = meta["last_modified"]
+        return cls(meta["path"], meta["size"], meta["e_tag"] or "", _ns(modified))
+
+    def stat(self) -> ObjectStat:
+        """As a file's stat: the key's identity where a file has its device and inode."""
+        return ObjectStat(
+            self.size,
+            OBJECT_DEV,
+            key_identity(self.key),
+            self.modified_ns,
+            self.modified_ns + 1_000_000_000,
+        )
+
+
+def key_identity(key: str) -> int:
+    """The number an object's key stands for where a file has its inode (63 bits)."""
+    return xxhash.xxh3_64_intdigest(key.encode()) >> 1
+
+
+def _ns(moment: datetime) -> int:
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+class BlockCache:
+    """Aligned blocks of objects' versions, least recently used dropped past a byte budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self._blocks: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, int]) -> bytes | None:
+        """The block if held (it becomes the most recently used)."""
+        with self._lock:
+            block = self._blocks.get(key)
+            if block is not None:
+                self._blocks.move_to_end(key)
+            return block
+
+    def put(self, key: tuple[str, str, int], block: bytes) -> None:
+        """Hold a block, dropping the least recently used past the budget."""
+        if len(block) > self.budget:
+            return
+        with self._lock:
+            old = self._blocks.pop(key, None)
+            if old is not None:
+                self.held -= len(old)
+            self._blocks[key] = block
+            self.held += len(block)
+            while self.held > self.budget:
+                _, dropped = self._blocks.popitem(last=False)
+                self.held -= len(dropped)
+
+
+class Bucket:
+    """One bucket's client, block cache and request counts (`gets`, `heads`, `lists`)."""
+
+    def __init__(
+        self,
+        location: BucketLocation,
+        *,
+        cache_bytes: int,
+        request_seconds: float = REQUEST_SECONDS,
+        retries: int = RETRIES,
+        endpoint: str | None = None,
+    ) -> None:
+        self.location = location
+        endpoint = (
+            endpoint
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL", "")
+        )
+        client: ClientConfig = {
+            "timeout": timedelta(seconds=request_seconds),
+            "connect_timeout": timedelta(seconds=min(CONNECT_SECONDS, request_seconds)),
+        }
+        if endpoint.startswith("http://"):
+            client["allow_http"] = True
+        options: dict[str, Any] = {}
+        if endpoint:
+            options["endpoint"] = endpoint
+        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+            options["region"] = "us-east-1"
+        self.store = S3Store(
+            location.bucket,
+            client_options=client,
+            retry_config={
+                "max_retries": retries,
+                "retry_timeout": timedelta(seconds=RETRY_SECONDS),
+                "backoff": {
+                    "init_backoff": timedelta(milliseconds=50),
+                    "max_backoff": timedelta(seconds=1),
+                    "base": 2,
+                },
+            },
+            **options,
+        )
+        self.cache = BlockCache(cache_bytes)
+        self.gets = 0
+        self.heads = 0
+        self.lists = 0
+
+    def check(self) -> None:
+        """Raise BucketConfigError unless the bucket exists and the credentials may list it."""
+        try:
+            obstore.list_with_delimiter(self.store, self.location.prefix or None)
+        except (PermissionDeniedError, UnauthenticatedError):
+            raise BucketConfigError(
+                f"the transcripts bucket {self.location.url} refused the credentials "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+            ) from None
+        except BaseError as error:
+            text = str(error)
+            if "NoSuchBucket" in text:
+                raise BucketConfigError(
+                    f"the transcripts bucket {self.location.url} does not exist"
+                ) from None
+            if "AccessDenied" in text or "SignatureDoesNotMatch" in text or "403" in text:
+                raise BucketConfigError(
+                    f"the transcripts bucket {self.location.url} refused the credentials "
+                    "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+                ) from None
+            raise BucketConfigError(
+                f"the transcripts bucket {self.location.url} cannot be reached "
+                "(AWS_ENDPOINT_URL, AWS_REGION)"
+            ) from None
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object under `prefix` (a key prefix ending in "/", or "" for the whole bucket)."""
+        self.lists += 1
+        try:
+            for batch in obstore.list(self.store, prefix or None, chunk_size=1000):
+                self.lists += 1
+                for meta in batch:
+                    yield ObjectInfo.of(meta)
+        except NotFoundError:
+            return
+        except BaseError:
+            raise TranscriptsUnavailableError() from None
+
+    def head(self, key: str) -> ObjectInfo:
+        """The object's metadata now; FileNotFoundError if there is none."""
+        self.heads += 1
+        try:
+            return ObjectInfo.of(obstore.head(self.store, key))
+        except NotFoundError:
+            raise FileNotFoundError("no such transcript") from None
+        except BaseError:
+            raise TranscriptsUnavailableError() from None
+
+    def open(self, key: str) -> ObjectSource:
+        """The object as it is now, as a byte source (FileNotFoundError if missing)."""
+        return ObjectSource(self, self.head(key))
+
+    def fetch(self, info: ObjectInfo, start: int, end: int) -> bytes:
+        """The bytes [start, end) of that version of the object, exactly, or raise."""
+        self.gets += 1
+        options: GetOptions = {"range": (start, end)}
+        if info.etag:
+            options["if_match"] = info.etag
+        try:
+            data = bytes(obstore.get(self.store, info.key, options=options).bytes())
+        except PreconditionError:
+            raise ObjectChangedError() from None
+        except NotFoundError:
+            raise ObjectChangedError() from None  # deleted since its HEAD
+        except BaseError:
+            raise TranscriptsUnavailableError() from None
+        if len(data) != end - start:
+            raise TranscriptsUnavailableError("the transcript store sent a truncated range")
+        return data
+
+    def read(self, info: ObjectInfo, length: int, offset: int) -> bytes:
+        """[offset, offset + length) of that version, fewer at its end, through the cache."""
+        end = min(info.size, offset + max(0, length))
+        if offset < 0:
+            raise ValueError("negative offset")
+        if offset >= end:
+            return b""
+        first, last = offset // BLOCK_BYTES, (end - 1) // BLOCK_BYTES
+        blocks: list[bytes] = []
+        index = first
+        while index <= last:
+            block = self.cache.get((info.key, info.etag, index))
+            if block is not None:
+                blocks.append(block)
+                index += 1
+                continue
+            # The run of missing blocks from here, in one GET.
+            run_end = index + 1
+            while run_end <= last and self.cache.get((info.key, info.etag, run_end)) is None:
+                run_end += 1
+            start = index * BLOCK_BYTES
+            stop = min(info.size, run_end * BLOCK_BYTES)
+            data = self.fetch(info, start, stop)
+            for k in range(index, run_end):
+                block = data[(k - index) * BLOCK_BYTES : (k - index + 1) * BLOCK_BYTES]
+                self.cache.put((info.key, info.etag, k), block)
+                blocks.append(block)
+            index = run_end
+        joined = blocks[0] if len(blocks) == 1 else b"".join(blocks)
+        skip = offset - first * BLOCK_BYTES
+        return joined[skip : skip + end - offset]
+
+
+class ObjectSource:
+    """One version of an object (as its HEAD found it), read by ranged GETs through the cache."""
+
+    __slots__ = ("bucket", "info")
+
+    def __init__(self, bucket: Bucket, info: ObjectInfo) -> None:
+        self.bucket = bucket
+        self.info = info
+
+    def read(self, length: int, offset: int) -> bytes:
+        """The bytes [offset, offset + length), fewer at the end of the object."""
+        return self.bucket.read(self.info, length, offset)
+
+    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
+        """Read into `buffer` from `offset`; the count read, fewer at the end."""
+        data = self.bucket.read(self.info, len(buffer), offset)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def stat(self) -> ObjectStat:
+        """The object's size and times as opened."""
+        return self.info.stat()
+
+    def dup(self) -> ObjectSource:
+        """A second handle on the same version."""
+        return ObjectSource(self.bucket, self.info)
+
+    def close(self) -> None:
+        """Nothing is held open between requests."""
+
+    def __enter__(self) -> ObjectSource:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
