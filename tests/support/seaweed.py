@@ -282,10 +282,15 @@ class FaultProxy:
                 finally:
                     upstream.close()
                 self.send_response(answer.status, answer.reason)
+                # A HEAD's Content-Length is the object's size, not that of its (empty) body.
+                keep_length = self.command == "HEAD"
                 for key, value in answer.getheaders():
-                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                    if key.lower() in _HOP_BY_HOP:
+                        continue
+                    if key.lower() != "content-length" or keep_length:
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
+                if not keep_length:
+                    self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 if self.command == "HEAD":
                     return

@@ -111,8 +111,12 @@ class ServerPair:
         state: Path,
         security: SecuritySettings | None = None,
         codex: Path | None = None,
+        transcripts: str | None = None,
     ) -> None:
         self.root = root
+        # What the servers are given as their transcripts root: `root`, or a bucket's
+        # `s3://bucket/prefix` (its credentials from the AWS variables of this process).
+        self.location = Path(transcripts) if transcripts else root
         # Codex's sessions dir (a second root), or None.
         self.codex = codex
         self.state = state
@@ -153,7 +157,7 @@ class ServerPair:
         port = self.history_port if port is None else port
         config = HistoryConfig.from_env(
             {},
-            transcripts=self.root,
+            transcripts=self.location,
             codex_sessions=self.codex,
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",
@@ -169,7 +173,7 @@ class ServerPair:
         """Start the media server (on `port`, or its previous port, or a new one)."""
         port = self.media_port if port is None else port
         config = MediaConfig(
-            transcripts=self.root,
+            transcripts=self.location,
             codex_sessions=self.codex,
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",

@@ -1,0 +1,340 @@
+"""Transcripts in a bucket serve exactly as the same files on a disk, over real servers.
+
+Two server pairs run side by side: one over a local root, one over the same
+tree uploaded to a real SeaweedFS (`SCROLLBACK_TRANSCRIPTS=s3://...`). Every
+session's listing, windows in both directions (page by page, through page
+tokens), refs, photo bytes, StatMedia, search hits and insight must agree.
+Then what only objects do: a rewrite refuses old page tokens, a grown object
+keeps its version and serves its new tail, a store that fails or truncates
+gives UNAVAILABLE (TRANSCRIPTS_UNAVAILABLE), and a bucket that is missing or
+refuses the credentials stops the service at start with exit status 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import obstore
+import pytest
+
+from client import HistoryClient, MediaClient
+from client._core import NO_RETRY
+from client.errors import TranscriptRewritten, TranscriptsUnavailable
+from scrollback.contract.reasons import Reason
+from scrollback.linefile import FileVersion
+from scrollback.objects import (
+    BLOCK_BYTES,
+    Bucket,
+    BucketLocation,
+    ObjectChangedError,
+    TranscriptsUnavailableError,
+)
+from tests.support.seaweed import BUCKET, Fault, FaultProxy, SeaweedServer
+from tests.support.servers import ServerPair, assistant_line, png, user_line
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+T = TypeVar("T")
+
+
+def _adversarial_tree(root: Path) -> None:
+    """Sessions, sub-agents and the awkward lines: blank, not JSON, CRLF, a line over one
+    cache block, photos, an unterminated last line, and a file name that is no id."""
+    a = root / "proj-a"
+    (a / "s-main" / "subagents").mkdir(parents=True)
+    (a / "s-main.jsonl").write_bytes(
+        user_line("u1", "first prompt about zebras", timestamp="2026-01-01T00:00:00Z")
+        + assistant_line("a1", "an answer about zebras")
+        + user_line("u2", "two photos", images=(png(1), png(2, 60)))
+        + b"\n\n"
+        + b"not json at all\n"
+        + assistant_line("a2", "after the noise").replace(b"\n", b"\r\n")
+        + user_line("u3", "a long one " + "x" * (BLOCK_BYTES * 2 + 12345))
+        + assistant_line("a3", "the last word, unterminated").rstrip(b"\n")
+    )
+    (a / "s-main" / "subagents" / "agent-x1.jsonl").write_bytes(
+        user_line("su1", "sub-agent task about zebras") + assistant_line("sa1", "done")
+    )
+    (a / "agent-legacy.jsonl").write_bytes(assistant_line("la1", "legacy sub-agent"))
+    (a / "not an id!.jsonl").write_bytes(assistant_line("n1", "skipped"))
+    b = root / "proj-b"
+    b.mkdir()
+    (b / "s-other.jsonl").write_bytes(
+        user_line("ob1", "other project prompt", images=(png(3),)) + assistant_line("ob2", "ok")
+    )
+
+
+def _corpus_tree(root: Path) -> None:
+    """The real transcripts of tests/corpus, one session each under its owner's project."""
+    with (CORPUS / "MANIFEST.tsv").open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle, delimiter="\t")]
+    for number, row in enumerate(r for r in rows if not r["file"].endswith(".meta.json")):
+        project = root / row["file"].split("/")[0]
+        project.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CORPUS / row["file"], project / f"c{number}.jsonl")
+
+
+def _until(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 60) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def _plain(message: Any) -> bytes:
+    """A message with its refs' pins cleared (a pin names the server that minted it)."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    for ref in getattr(copy, "media_refs", ()):
+        ref.pin = b"" if isinstance(ref.pin, bytes) else ""
+    return bytes(copy.SerializeToString(deterministic=True))
+
+
+def _session_view(session: Any) -> bytes:
+    copy = type(session)()
+    copy.CopyFrom(session)
+    copy.ClearField("modified_time")  # the upload's time, not the file's
+    return bytes(copy.SerializeToString(deterministic=True))
+
+
+@pytest.fixture
+def bucket_env(seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = seaweed.env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def _pairs(tmp_path: Path, prefix: str) -> Iterator[tuple[ServerPair, ServerPair]]:
+    local = ServerPair(tmp_path / "root", tmp_path / "state-local")
+    remote = ServerPair(
+        tmp_path / "unused", tmp_path / "state-bucket", transcripts=f"s3://{BUCKET}/{prefix}"
+    )
+    try:
+        for pair in (local, remote):
+            pair.start_history(0)
+            pair.start_media(0)
+        yield local, remote
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_a_bucket_serves_what_the_same_tree_on_disk_serves(
+    seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    _adversarial_tree(root)
+    _corpus_tree(root)
+    prefix = f"parity-{uuid.uuid4().hex[:8]}/projects"
+    seaweed.upload_tree(root, prefix)
+    for local, remote in _pairs(tmp_path, prefix):
+        with (
+            HistoryClient(local.history_addr) as lh,
+            HistoryClient(remote.history_addr) as rh,
+            MediaClient(local.media_addr) as lm,
+            MediaClient(remote.media_addr) as rm,
+        ):
+            listed = sorted(s.session_id for s in lh.iter_sessions(page_size=7))
+            assert "not an id!" not in listed and len(listed) > 30
+            assert sorted(s.session_id for s in rh.iter_sessions(page_size=7)) == listed
+            photos = 0
+            for session_id in listed:
+                for oldest_first in (True, False):
+                    mine = [
+                        [_plain(e) for e in w.entries] + [w.file_size_bytes.to_bytes(8)]
+                        for w in lh.iter_windows(session_id, oldest_first=oldest_first, page_size=9)
+                    ]
+                    theirs = [
+                        [_plain(e) for e in w.entries] + [w.file_size_bytes.to_bytes(8)]
+                        for w in rh.iter_windows(session_id, oldest_first=oldest_first, page_size=9)
+                    ]
+                    assert theirs == mine, (session_id, oldest_first)
+                local_refs = [r for e in lh.iter_window(session_id) for r in e.media_refs]
+                remote_refs = [r for e in rh.iter_window(session_id) for r in e.media_refs]
+                if not local_refs:
+                    continue
+                stats = [_plain_stat(s) for s in lm.stat_media(local_refs)]
+                assert [_plain_stat(s) for s in rm.stat_media(remote_refs)] == stats
+                for mine_ref, their_ref in zip(local_refs, remote_refs, strict=True):
+                    assert rm.read_media(their_ref).data == lm.read_media(mine_ref).data
+                    photos += 1
+            assert photos >= 5
+            # Search and insight come from the indexer's passes over each root.
+            _same_search_and_insight(lh, rh, listed)
+
+
+def _hits(history: HistoryClient) -> list[tuple[str, int]]:
+    return sorted((h.session_id, h.byte_offset) for h in history.search("zebras").hits)
+
+
+def _same_search_and_insight(lh: HistoryClient, rh: HistoryClient, listed: list[str]) -> None:
+    expected = _until(lambda: _hits(lh), lambda hits: len(hits) >= 3)
+    assert len(expected) >= 3
+    assert _until(lambda: _hits(rh), lambda hits: hits == expected) == expected
+    for session_id in ("s-main", "s-other", "agent-legacy", listed[-1]):
+
+        def local(sid: str = session_id) -> Any:
+            return lh.get_session(sid)
+
+        def remote(sid: str = session_id) -> bytes:
+            return _session_view(rh.get_session(sid))
+
+        def has_insight(session: Any) -> bool:
+            return bool(session.HasField("insight") and session.insight.entry_counts)
+
+        want = _session_view(_until(local, has_insight))
+        assert _until(remote, want.__eq__) == want, session_id
+
+
+def _plain_stat(result: Any) -> bytes:
+    copy = type(result)()
+    copy.CopyFrom(result)
+    if copy.HasField("metadata"):
+        copy.metadata.ClearField("pin")
+    return bytes(copy.SerializeToString(deterministic=True))
+
+
+def _put(seaweed: SeaweedServer, key: str, data: bytes) -> None:
+    obstore.put(seaweed.store(), key, data)
+
+
+def test_a_rewritten_object_refuses_old_tokens_and_a_grown_one_keeps_them(
+    seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = f"rewrite-{uuid.uuid4().hex[:8]}"
+    key = f"{prefix}/proj/s1.jsonl"
+    lines = [user_line(f"u{n}", f"prompt {n} " + "p" * 200) for n in range(40)]
+    _put(seaweed, key, b"".join(lines))
+    location = BucketLocation(BUCKET, prefix)
+    bucket = Bucket(location, cache_bytes=0)  # every read a GET
+    before = bucket.open(key)
+    version = FileVersion.of(before)
+    pair = ServerPair(tmp_path / "unused", tmp_path / "state", transcripts=location.url)
+    try:
+        pair.start_history(0)
+        with HistoryClient(pair.history_addr, retry=NO_RETRY) as history:
+            first = history.read_window("s1", page_size=10)
+            assert [e.uuid for e in first.entries] == [f"u{n}" for n in range(30, 40)]
+            # Grown: the same bytes and more (a sync tool re-uploading a growing session).
+            grown = b"".join(lines) + user_line("u40", "the new tail")
+            _put(seaweed, key, grown)
+            after = bucket.open(key)
+            assert after.info.etag != before.info.etag
+            assert FileVersion.of(after) == version  # what is keyed by it (the line index) is kept
+            with pytest.raises(ObjectChangedError):
+                before.read(10, 0)  # the old version's bytes are never mixed with the new
+            older = history.read_window("s1", page_size=10, page_token=first.next_page_token)
+            assert [e.uuid for e in older.entries] == [f"u{n}" for n in range(20, 30)]
+            latest = _until(
+                lambda: history.read_window("s1", page_size=1),
+                lambda window: [e.uuid for e in window.entries] == ["u40"],
+            )
+            assert [e.uuid for e in latest.entries] == ["u40"]
+            # Rewritten from its start: the old version's tokens are refused.
+            _put(seaweed, key, user_line("r0", "a different conversation") + grown[600:])
+            assert FileVersion.of(bucket.open(key)) != version
+            with pytest.raises(TranscriptRewritten):
+                history.read_window("s1", page_size=10, page_token=older.next_page_token)
+    finally:
+        pair.close()
+
+
+def test_a_failing_or_truncating_store_is_unavailable_never_wrong_bytes(
+    seaweed: SeaweedServer,
+    fault_proxy: FaultProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    for name, value in seaweed.env(fault_proxy.endpoint).items():
+        monkeypatch.setenv(name, value)
+    prefix = f"fault-{uuid.uuid4().hex[:8]}"
+    data = b"".join(user_line(f"u{n}", "x" * 300) for n in range(3 * BLOCK_BYTES // 400))
+    _put(seaweed, f"{prefix}/proj/s1.jsonl", data)
+    pair = ServerPair(
+        tmp_path / "unused", tmp_path / "state", transcripts=f"s3://{BUCKET}/{prefix}"
+    )
+    try:
+        pair.start_history(0)
+        with HistoryClient(pair.history_addr, retry=NO_RETRY) as history:
+            assert len(history.read_window("s1", page_size=5).entries) == 5
+            # The latest window read (and cached) only the last block: the oldest is a GET.
+            for fault in (Fault.FAIL, Fault.TRUNCATE):
+                fault_proxy.set(fault)
+                with pytest.raises(TranscriptsUnavailable) as raised:
+                    history.read_window("s1", page_size=5, oldest_first=True)
+                assert raised.value.reason == Reason.TRANSCRIPTS_UNAVAILABLE
+                assert prefix not in str(raised.value)
+                assert fault_proxy.faulted >= 1
+                fault_proxy.set(Fault.NONE)
+            assert len(history.read_window("s1", page_size=5, oldest_first=True).entries) == 5
+    finally:
+        pair.close()
+
+
+def test_a_short_range_answer_is_detected(
+    seaweed: SeaweedServer, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in seaweed.env(fault_proxy.endpoint).items():
+        monkeypatch.setenv(name, value)
+    key = f"short-{uuid.uuid4().hex[:8]}/proj/s1.jsonl"
+    data = os.urandom(3 * BLOCK_BYTES)
+    _put(seaweed, key, data)
+    bucket = Bucket(BucketLocation(BUCKET, ""), cache_bytes=0, retries=0, request_seconds=2)
+    source = bucket.open(key)
+    assert source.read(100, BLOCK_BYTES - 50) == data[BLOCK_BYTES - 50 : BLOCK_BYTES + 50]
+    for fault in (Fault.TRUNCATE, Fault.FAIL, Fault.STALL):
+        fault_proxy.set(fault)
+        with pytest.raises(TranscriptsUnavailableError):
+            source.read(BLOCK_BYTES, 0)
+        fault_proxy.set(Fault.NONE)
+
+
+def _start(env: dict[str, str], tmp_path: Path, location: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "history_service",
+            "--transcripts",
+            location,
+            "--state",
+            str(tmp_path / "state"),
+            "--addr",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_missing_bucket_or_refused_credentials_stop_the_start(
+    seaweed: SeaweedServer, tmp_path: Path
+) -> None:
+    env = seaweed.env()
+    missing = _start(env, tmp_path, "s3://no-such-bucket/projects")
+    assert missing.returncode == 2
+    assert "does not exist" in missing.stderr
+    wrong = {**env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    refused = _start(wrong, tmp_path, f"s3://{BUCKET}/projects")
+    assert refused.returncode == 2
+    assert "refused the credentials" in refused.stderr
+    assert "not-the-secret" not in refused.stderr
+    assert env["AWS_ACCESS_KEY_ID"] not in refused.stderr
+    assert len([r for r in refused.stderr.splitlines() if "bucket" in r]) == 1
