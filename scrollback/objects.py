@@ -176,34 +176,56 @@ def _ns(moment: datetime) -> int:
 
 
 class BlockCache:
-    """Aligned blocks of objects' versions, least recently used dropped past a byte budget."""
+    """Aligned blocks of objects' versions within a byte budget, kept safe from scans.
+
+    A block read once waits in a probation segment; read again, it moves to the
+    protected segment (at most three quarters of the budget). Eviction takes the
+    least recently used block of probation first, so a scan (the search indexer
+    reading a whole object once) only cycles probation and never pushes out
+    the blocks that windows keep coming back to (a segmented LRU).
+    """
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.held = 0
-        self._blocks: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._probation: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._protected: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._protected_bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str, int]) -> bytes | None:
-        """The block if held (it becomes the most recently used)."""
+        """The block if held (now the most recently used; protected if it was on probation)."""
         with self._lock:
-            block = self._blocks.get(key)
+            block = self._protected.get(key)
             if block is not None:
-                self._blocks.move_to_end(key)
+                self._protected.move_to_end(key)
+                return block
+            block = self._probation.pop(key, None)
+            if block is None:
+                return None
+            self._protected[key] = block
+            self._protected_bytes += len(block)
+            while self._protected_bytes > self.budget * 3 // 4 and len(self._protected) > 1:
+                demoted, data = self._protected.popitem(last=False)
+                self._protected_bytes -= len(data)
+                self._probation[demoted] = data
             return block
 
     def put(self, key: tuple[str, str, int], block: bytes) -> None:
-        """Hold a block, dropping the least recently used past the budget."""
+        """Hold a block on probation, dropping the least recently used past the budget."""
         if len(block) > self.budget:
             return
         with self._lock:
-            old = self._blocks.pop(key, None)
-            if old is not None:
-                self.held -= len(old)
-            self._blocks[key] = block
+            if key in self._protected or key in self._probation:
+                return  # the same version's block: the same bytes
+            self._probation[key] = block
             self.held += len(block)
             while self.held > self.budget:
-                _, dropped = self._blocks.popitem(last=False)
+                if self._probation:
+                    _, dropped = self._probation.popitem(last=False)
+                else:
+                    _, dropped = self._protected.popitem(last=False)
+                    self._protected_bytes -= len(dropped)
                 self.held -= len(dropped)
 
 

@@ -38,6 +38,7 @@ from scrollback.objects import (
     ObjectChangedError,
     TranscriptsUnavailableError,
 )
+from tests.support.codex import CWD, full_rollout, write_rollout
 from tests.support.seaweed import BUCKET, Fault, FaultProxy, SeaweedServer
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
@@ -115,10 +116,17 @@ def bucket_env(seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> dict[
     return env
 
 
-def _pairs(tmp_path: Path, prefix: str) -> Iterator[tuple[ServerPair, ServerPair]]:
-    local = ServerPair(tmp_path / "root", tmp_path / "state-local")
+def _pairs(tmp_path: Path, prefix: str, codex: str = "") -> Iterator[tuple[ServerPair, ServerPair]]:
+    local = ServerPair(
+        tmp_path / "root",
+        tmp_path / "state-local",
+        codex=tmp_path / "codex-home" / "sessions" if codex else None,
+    )
     remote = ServerPair(
-        tmp_path / "unused", tmp_path / "state-bucket", transcripts=f"s3://{BUCKET}/{prefix}"
+        tmp_path / "unused",
+        tmp_path / "state-bucket",
+        transcripts=f"s3://{BUCKET}/{prefix}",
+        codex=Path(f"s3://{BUCKET}/{codex}/sessions") if codex else None,
     )
     try:
         for pair in (local, remote):
@@ -130,6 +138,7 @@ def _pairs(tmp_path: Path, prefix: str) -> Iterator[tuple[ServerPair, ServerPair
         remote.close()
 
 
+@pytest.mark.slow
 def test_a_bucket_serves_what_the_same_tree_on_disk_serves(
     seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -170,6 +179,20 @@ def test_a_bucket_serves_what_the_same_tree_on_disk_serves(
                     assert rm.read_media(their_ref).data == lm.read_media(mine_ref).data
                     photos += 1
             assert photos >= 5
+            for session_id in ("s-main", "s-other"):
+                refs = [r for e in lh.iter_window(session_id) for r in e.media_refs]
+                remote_refs = [r for e in rh.iter_window(session_id) for r in e.media_refs]
+                for mine_ref, their_ref in zip(refs, remote_refs, strict=True):
+                    thumbnail = lm.read_media(mine_ref, size=96).data
+                    assert rm.read_media(their_ref, size=96).data == thumbnail
+                images = lh.list_images(session_id)
+                remote_images = rh.list_images(session_id)
+                assert [_plain(i) for i in remote_images.images] == [
+                    _plain(i) for i in images.images
+                ]
+                assert _plain(remote_images.totals) == _plain(images.totals)
+                slim = [_plain(m) for m in lh.slim_session(session_id, downscale=True)]
+                assert [_plain(m) for m in rh.slim_session(session_id, downscale=True)] == slim
             # Search and insight come from the indexer's passes over each root.
             _same_search_and_insight(lh, rh, listed)
 
@@ -195,6 +218,45 @@ def _same_search_and_insight(lh: HistoryClient, rh: HistoryClient, listed: list[
 
         want = _session_view(_until(local, has_insight))
         assert _until(remote, want.__eq__) == want, session_id
+
+
+def test_codex_rollouts_in_a_bucket_serve_as_on_disk(
+    seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
+) -> None:
+    user = tmp_path / "root" / "proj"
+    user.mkdir(parents=True)
+    (user / "s1.jsonl").write_bytes(user_line("u1", "a claude session"))
+    sessions = tmp_path / "codex-home" / "sessions"
+    write_rollout(sessions, full_rollout("0199a213-81c0-7800-8aa1-bbab2a035a53"))
+    write_rollout(
+        sessions, full_rollout("0199a213-81c0-7800-8aa1-bbab2a035a54", seed=9), archived=True
+    )
+    prefix = f"codex-{uuid.uuid4().hex[:8]}"
+    seaweed.upload_tree(tmp_path / "root", f"{prefix}/projects")
+    seaweed.upload_tree(tmp_path / "codex-home", f"{prefix}/codex")
+    for local, remote in _pairs(tmp_path, f"{prefix}/projects", codex=f"{prefix}/codex"):
+        with (
+            HistoryClient(local.history_addr) as lh,
+            HistoryClient(remote.history_addr) as rh,
+            MediaClient(local.media_addr) as lm,
+            MediaClient(remote.media_addr) as rm,
+        ):
+
+            def listing(history: HistoryClient) -> list[tuple[str, str, str]]:
+                return sorted(
+                    (s.session_id, s.project_dir, s.title) for s in history.iter_sessions()
+                )
+
+            expected = listing(lh)
+            assert len(expected) == 3 and CWD in {p for _, p, _ in expected}
+            assert listing(rh) == expected
+            for session_id, _, _ in expected:
+                mine = [_plain(e) for e in lh.iter_window(session_id, page_size=4)]
+                assert [_plain(e) for e in rh.iter_window(session_id, page_size=4)] == mine
+                refs = [r for e in lh.iter_window(session_id) for r in e.media_refs]
+                remote_refs = [r for e in rh.iter_window(session_id) for r in e.media_refs]
+                for mine_ref, their_ref in zip(refs, remote_refs, strict=True):
+                    assert rm.read_media(their_ref).data == lm.read_media(mine_ref).data
 
 
 def _plain_stat(result: Any) -> bytes:
@@ -246,6 +308,29 @@ def test_a_rewritten_object_refuses_old_tokens_and_a_grown_one_keeps_them(
             assert FileVersion.of(bucket.open(key)) != version
             with pytest.raises(TranscriptRewritten):
                 history.read_window("s1", page_size=10, page_token=older.next_page_token)
+    finally:
+        pair.close()
+
+
+def test_a_watch_sees_a_grown_object(
+    seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = f"watch-{uuid.uuid4().hex[:8]}"
+    key = f"{prefix}/proj/s1.jsonl"
+    data = b"".join(user_line(f"u{n}", f"prompt {n}") for n in range(5))
+    _put(seaweed, key, data)
+    pair = ServerPair(
+        tmp_path / "unused", tmp_path / "state", transcripts=f"s3://{BUCKET}/{prefix}"
+    )
+    try:
+        pair.start_history(0)
+        with HistoryClient(pair.history_addr) as history:
+            header = history.bootstrap("s1").header
+            assert header is not None
+            _put(seaweed, key, data + assistant_line("a5", "the new tail"))
+            for event in history.watch("s1", header.watch_position):
+                assert event.entry is not None and event.entry.uuid == "a5"
+                break
     finally:
         pair.close()
 
