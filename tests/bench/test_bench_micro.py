@@ -17,6 +17,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from media_service.transcript_media import iter_candidate_lines
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
+from scrollback.linefile import LocalSource
 from scrollback_app.bench.services import naive_latest
 from scrollback_app.bench.stripper import check_and_pin, newline_scan, payloads_of, strip_lines
 from scrollback_app.bench.transcripts import transcript_lines, write_transcript
@@ -72,7 +73,9 @@ def test_media_uuid_scan_to_last_line(benchmark: BenchmarkFixture, transcript: P
     def scan() -> int:
         fd = os.open(transcript, os.O_RDONLY)
         try:
-            return sum(1 for _ in iter_candidate_lines(fd, last, DEFAULT_MAX_LINE_SIZE))
+            return sum(
+                1 for _ in iter_candidate_lines(LocalSource(fd), last, DEFAULT_MAX_LINE_SIZE)
+            )
         finally:
             os.close(fd)
 

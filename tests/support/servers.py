@@ -112,11 +112,16 @@ class ServerPair:
         security: SecuritySettings | None = None,
         codex: Path | None = None,
         transcripts: str | None = None,
+        bucket_cache_bytes: int | None = None,
     ) -> None:
         self.root = root
         # What the servers are given as their transcripts root: `root`, or a bucket's
         # `s3://bucket/prefix` (its credentials from the AWS variables of this process).
         self.location = Path(transcripts) if transcripts else root
+        # The servers' block cache of a bucket (None: the default).
+        self.bucket_cache = (
+            {} if bucket_cache_bytes is None else {"bucket_cache_bytes": bucket_cache_bytes}
+        )
         # Codex's sessions dir (a second root), or None.
         self.codex = codex
         self.state = state
@@ -165,6 +170,7 @@ class ServerPair:
             watch_poll_seconds=0.05,
             heartbeat_seconds=0.5,
             security=self.security,
+            **self.bucket_cache,
         )
         self.history = self.run(start_history_server(config))
         self.history_port = self.history.port
@@ -179,6 +185,7 @@ class ServerPair:
             addr=f"127.0.0.1:{port}",
             gc_interval_seconds=3600,
             security=self.security,
+            **self.bucket_cache,
         )
         self.media = self.run(start_media_server(config))
         self.media_port = self.media.port

@@ -344,16 +344,19 @@ def test_a_failing_or_truncating_store_is_unavailable_never_wrong_bytes(
     for name, value in seaweed.env(fault_proxy.endpoint).items():
         monkeypatch.setenv(name, value)
     prefix = f"fault-{uuid.uuid4().hex[:8]}"
-    data = b"".join(user_line(f"u{n}", "x" * 300) for n in range(3 * BLOCK_BYTES // 400))
+    data = b"".join(user_line(f"u{n}", "x" * 300) for n in range(50))
     _put(seaweed, f"{prefix}/proj/s1.jsonl", data)
+    # No block cache: every read is a GET, whatever the indexer has read meanwhile.
     pair = ServerPair(
-        tmp_path / "unused", tmp_path / "state", transcripts=f"s3://{BUCKET}/{prefix}"
+        tmp_path / "unused",
+        tmp_path / "state",
+        transcripts=f"s3://{BUCKET}/{prefix}",
+        bucket_cache_bytes=0,
     )
     try:
         pair.start_history(0)
         with HistoryClient(pair.history_addr, retry=NO_RETRY) as history:
             assert len(history.read_window("s1", page_size=5).entries) == 5
-            # The latest window read (and cached) only the last block: the oldest is a GET.
             for fault in (Fault.FAIL, Fault.TRUNCATE):
                 fault_proxy.set(fault)
                 with pytest.raises(TranscriptsUnavailable) as raised:
