@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import socket
 import struct
 import threading
@@ -119,9 +120,7 @@ class ServerPair:
         # `s3://bucket/prefix` (its credentials from the AWS variables of this process).
         self.location = Path(transcripts) if transcripts else root
         # The servers' block cache of a bucket (None: the default).
-        self.bucket_cache = (
-            {} if bucket_cache_bytes is None else {"bucket_cache_bytes": bucket_cache_bytes}
-        )
+        self.bucket_cache_bytes = bucket_cache_bytes
         # Codex's sessions dir (a second root), or None.
         self.codex = codex
         self.state = state
@@ -170,7 +169,7 @@ class ServerPair:
             watch_poll_seconds=0.05,
             heartbeat_seconds=0.5,
             security=self.security,
-            **self.bucket_cache,
+            bucket_cache_bytes=self.bucket_cache_bytes,
         )
         self.history = self.run(start_history_server(config))
         self.history_port = self.history.port
@@ -185,8 +184,9 @@ class ServerPair:
             addr=f"127.0.0.1:{port}",
             gc_interval_seconds=3600,
             security=self.security,
-            **self.bucket_cache,
         )
+        if self.bucket_cache_bytes is not None:
+            config = dataclasses.replace(config, bucket_cache_bytes=self.bucket_cache_bytes)
         self.media = self.run(start_media_server(config))
         self.media_port = self.media.port
 
