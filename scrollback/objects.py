@@ -230,7 +230,8 @@ class BlockCache:
 
 
 class Bucket:
-    """One bucket's client, block cache and request counts (`gets`, `heads`, `lists`)."""
+    """One bucket's client, block cache and request counts (`gets`, `heads`, `lists`: listing
+    calls and the chunks of up to 1000 keys they returned)."""
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ refuses the credentials stops the service at start with exit status 2.
 
 from __future__ import annotations
 
+import base64
 import csv
 import os
 import shutil
@@ -28,7 +29,8 @@ import pytest
 
 from client import HistoryClient, MediaClient
 from client._core import NO_RETRY
-from client.errors import TranscriptRewritten, TranscriptsUnavailable
+from client.errors import PinMismatch, TranscriptRewritten, TranscriptsUnavailable
+from scrollback.bucket import MIN_LIST_SECONDS, BucketRoot
 from scrollback.contract.reasons import Reason
 from scrollback.linefile import FileVersion
 from scrollback.objects import (
@@ -38,7 +40,10 @@ from scrollback.objects import (
     ObjectChangedError,
     TranscriptsUnavailableError,
 )
+from scrollback.transcripts import SessionNotFoundError
 from tests.support.codex import CWD, full_rollout, write_rollout
+from tests.support.media import dumps, entry, mint, png_bytes
+from tests.support.media import image_block as media_image_block
 from tests.support.seaweed import BUCKET, Fault, FaultProxy, SeaweedServer
 from tests.support.servers import ServerPair, assistant_line, png, user_line
 
@@ -312,6 +317,33 @@ def test_a_rewritten_object_refuses_old_tokens_and_a_grown_one_keeps_them(
         pair.close()
 
 
+def test_a_photo_rewritten_in_place_is_refused_never_served_stale(
+    seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = f"pin-{uuid.uuid4().hex[:8]}"
+    key = f"{prefix}/proj/rw.jsonl"
+    payload = png_bytes(200_000, seed=3)
+    line = dumps(entry("u-rw", [media_image_block(payload)]))
+    _put(seaweed, key, user_line("u0", "first") + line + b"\n")
+    (ref,) = mint("rw", line)
+    pair = ServerPair(
+        tmp_path / "unused", tmp_path / "state", transcripts=f"s3://{BUCKET}/{prefix}"
+    )
+    try:
+        pair.start_media(0)
+        with MediaClient(pair.media_addr, retry=NO_RETRY) as media:
+            assert media.read_media(ref).data == payload  # its blocks and decoded bytes cached
+            # The same size and first bytes, another image: the version stays, the pin does not.
+            other = base64.b64encode(png_bytes(200_000, seed=9))
+            encoded = base64.b64encode(payload)
+            assert len(other) == len(encoded)
+            _put(seaweed, key, (user_line("u0", "first") + line + b"\n").replace(encoded, other))
+            with pytest.raises(PinMismatch):
+                media.read_media(ref)
+    finally:
+        pair.close()
+
+
 def test_a_watch_sees_a_grown_object(
     seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -426,3 +458,32 @@ def test_a_missing_bucket_or_refused_credentials_stop_the_start(
     assert "not-the-secret" not in refused.stderr
     assert env["AWS_ACCESS_KEY_ID"] not in refused.stderr
     assert len([r for r in refused.stderr.splitlines() if "bucket" in r]) == 1
+
+
+def test_a_listing_pages_through_the_prefix_and_misses_share_it(
+    seaweed: SeaweedServer, bucket_env: dict[str, str]
+) -> None:
+    prefix = f"many-{uuid.uuid4().hex[:8]}"
+    store = seaweed.store()
+    for n in range(1050):  # more than one page of 1000 keys
+        obstore.put(store, f"{prefix}/p{n % 3}/s{n}.jsonl", b"{}\n")
+    obstore.put(store, f"{prefix}/p0/s7/subagents/agent-a7.jsonl", b"{}\n")
+    bucket = Bucket(BucketLocation(BUCKET, prefix), cache_bytes=BLOCK_BYTES)
+    root = BucketRoot(bucket, rescan_interval=60)
+    listed = root.list(None)
+    assert len(listed) == 1051
+    assert bucket.lists >= 3  # the call and two pages
+    child = root.resolve("agent-a7", None)
+    assert (child.parent_session_id, child.is_subagent, root.key_of(child)) == (
+        "s7",
+        True,
+        "p0/s7/subagents/agent-a7.jsonl",
+    )
+    # Misses (ids that do not exist) list again at most once per MIN_LIST_SECONDS, whoever asks.
+    refreshes = root.refreshes
+    started = time.monotonic()
+    for n in range(200):
+        with pytest.raises(SessionNotFoundError):
+            root.resolve(f"missing-{n}", None)
+    elapsed = time.monotonic() - started
+    assert root.refreshes - refreshes <= elapsed / MIN_LIST_SECONDS + 1
