@@ -17,7 +17,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import ByteSource, LineFile, SourceStat
 from scrollback.principals import Principal
 from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
 
@@ -154,7 +154,7 @@ class SessionLister:
         after: tuple[int, str, str] | None,
         project_dir: str,
     ) -> tuple[list[SessionInfo], str]:
-        infos: list[tuple[SessionInfo, TranscriptFile]] = []
+        infos: list[tuple[SessionInfo, TranscriptFile, SourceStat]] = []
         for transcript in self._root.list(principal):
             if project_dir and transcript.project_dir != project_dir:
                 continue
@@ -175,13 +175,14 @@ class SessionLister:
                         transcript.source,
                     ),
                     transcript,
+                    stat,
                 )
             )
-        infos.sort(key=lambda pair: pair[0].sort_key)
+        infos.sort(key=lambda listed: listed[0].sort_key)
         if after is not None:
-            infos = [pair for pair in infos if pair[0].sort_key > after]
+            infos = [listed for listed in infos if listed[0].sort_key > after]
         page = infos[:size]
-        titled = [self._with_title(info, transcript) for info, transcript in page]
+        titled = [self._with_title(*listed) for listed in page]
         token = ""
         if len(infos) > size:
             last = page[-1][0]
@@ -201,32 +202,38 @@ class SessionLister:
             transcript.parent_session_id,
             transcript.source,
         )
-        return self._with_title(info, transcript)
+        return self._with_title(info, transcript, stat)
 
-    def _with_title(self, info: SessionInfo, transcript: TranscriptFile) -> SessionInfo:
-        try:
-            handle = self._root.open(transcript)
-        except (LookupError, OSError):
-            return info
-        fd = handle
-        try:
-            stat = fd.stat()
-            key = (
-                info.project_dir + "/" + info.session_id,
-                stat.st_ino,
-                stat.st_size,
-                stat.st_mtime_ns,
-            )
-            with self._lock:
-                title = self._titles.get(key)
-            if title is None:
-                title = read_title(fd, stat.st_size)
+    def _with_title(
+        self, info: SessionInfo, transcript: TranscriptFile, listed: SourceStat
+    ) -> SessionInfo:
+        """The info with its title: known for the file as listed, else read from it.
+
+        A title known for the listed (inode, size, mtime) needs no open (for a
+        bucket, no HEAD); else the file is opened and the title is read and kept
+        under what its own stat says then.
+        """
+        name = info.project_dir + "/" + info.session_id
+        with self._lock:
+            title = self._titles.get((name, listed.st_ino, listed.st_size, listed.st_mtime_ns))
+        if title is None:
+            try:
+                source = self._root.open(transcript)
+            except (LookupError, OSError):
+                return info
+            try:
+                stat = source.stat()
+                key = (name, stat.st_ino, stat.st_size, stat.st_mtime_ns)
                 with self._lock:
-                    if len(self._titles) > 10_000:
-                        self._titles.clear()
-                    self._titles[key] = title
-        finally:
-            handle.close()
+                    title = self._titles.get(key)
+                if title is None:
+                    title = read_title(source, stat.st_size)
+                    with self._lock:
+                        if len(self._titles) > 10_000:
+                            self._titles.clear()
+                        self._titles[key] = title
+            finally:
+                source.close()
         return SessionInfo(
             info.session_id,
             info.project_dir,

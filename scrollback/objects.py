@@ -172,7 +172,8 @@ def key_identity(key: str) -> int:
 
 
 def _ns(moment: datetime) -> int:
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+    """Whole seconds: a HEAD's Last-Modified has no more, a listing's may have milliseconds."""
+    return int(moment.timestamp()) * 1_000_000_000
 
 
 class BlockCache:

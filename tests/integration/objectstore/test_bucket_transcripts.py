@@ -487,3 +487,38 @@ def test_a_listing_pages_through_the_prefix_and_misses_share_it(
             root.resolve(f"missing-{n}", None)
     elapsed = time.monotonic() - started
     assert root.refreshes - refreshes <= elapsed / MIN_LIST_SECONDS + 1
+
+
+def test_listing_again_reads_no_object_bytes(
+    seaweed: SeaweedServer, bucket_env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = f"titles-{uuid.uuid4().hex[:8]}"
+    store = seaweed.store()
+    for n in range(20):
+        obstore.put(store, f"{prefix}/proj/s{n}.jsonl", user_line(f"u{n}", f"title {n}"))
+    pair = ServerPair(
+        tmp_path / "unused", tmp_path / "state", transcripts=f"s3://{BUCKET}/{prefix}"
+    )
+    try:
+        pair.start_history(0)
+        assert pair.history is not None
+        bucket = pair.history.core.root.bucket  # type: ignore[attr-defined]
+        with HistoryClient(pair.history_addr) as history:
+            titles = {s.session_id: s.title for s in history.iter_sessions()}
+            assert titles == {f"s{n}": f"title {n}" for n in range(20)}
+
+            def requests() -> tuple[int, int]:
+                return bucket.heads, bucket.gets
+
+            # Once the indexer's first pass is over, nothing else reads the objects.
+            def unchanged(seen: tuple[int, int]) -> bool:
+                time.sleep(0.5)
+                return requests() == seen
+
+            settled = _until(requests, unchanged)
+            assert {s.session_id: s.title for s in history.iter_sessions()} == titles
+            # Titles are known by the listing's stat; only each session's insight HEADs its object.
+            heads, gets = requests()
+            assert (heads - settled[0], gets) == (20, settled[1])
+    finally:
+        pair.close()
