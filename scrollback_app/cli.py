@@ -198,15 +198,13 @@ def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
 
 async def _run_up(args: argparse.Namespace) -> int:
     """Both services (and the gateway with --gateway), configured as `python -m <service>` is."""
-    from history_service.server import start_history_server
-    from media_service.server import start_media_server
-    from scrollback.server.grpc_support import wait_for_shutdown_signal
     from scrollback.server.listening import (
         ListenError,
         listen_failure,
         listening_at,
         listening_line,
         url_of,
+        wait_for_shutdown_signal,
     )
     from scrollback.server.service_config import ConfigError
 
@@ -217,6 +215,10 @@ async def _run_up(args: argparse.Namespace) -> int:
         if history_config.workers > 1:
             history = await _start_workers("history_service", history_config)
         else:
+            # Imported only here: a parent of workers serves nothing, and the server's
+            # modules would count once more in the service's memory.
+            from history_service.server import start_history_server
+
             history = await start_history_server(history_config)
     except ListenError as error:
         raise ConfigError(
@@ -226,6 +228,8 @@ async def _run_up(args: argparse.Namespace) -> int:
         if media_config.workers > 1:
             media = await _start_workers("media_service", media_config)
         else:
+            from media_service.server import start_media_server
+
             media = await start_media_server(media_config)
     except BaseException as error:
         await history.stop()
@@ -357,9 +361,14 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if report.total_errors else EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the `scrollback` command."""
-    from gateway.config import DEFAULT_ADDR as DEFAULT_GATEWAY_ADDR
+def build_parser(only_up: bool = False) -> argparse.ArgumentParser:
+    """The argument parser of the `scrollback` command (with `only_up`, of `up` alone).
+
+    The other commands' flags import their modules (the client and grpc, the
+    gateway, the bench), which a long-running `up` would otherwise keep in its
+    memory for nothing.
+    """
+    from gateway.defaults import DEFAULT_ADDR as DEFAULT_GATEWAY_ADDR
     from history_service.config import DEFAULT_ADDR as DEFAULT_HISTORY_ADDR
     from media_service.config import DEFAULT_ADDR as DEFAULT_MEDIA_ADDR
     from scrollback.server.service_cli import add_shared_flags, add_version, plain
@@ -406,6 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(said in the log)",
     )
     up.set_defaults(handler=_cmd_up)
+    if only_up:
+        up.set_defaults(command_parser=up)
+        return parser
 
     gateway = commands.add_parser(
         "gateway", help="the HTTP gateway and viewer, a client of running services"
@@ -625,10 +637,19 @@ def _quiet_grpc_core(argv: Sequence[str]) -> None:
     os.environ.setdefault(GRPC_VERBOSITY_ENV, "NONE")
 
 
+def _runs_up(argv: Sequence[str]) -> bool:
+    """True when the command is `up` with no help asked before it (the top level's lists all)."""
+    for token in argv:
+        if token not in ("-v", "--verbose"):
+            return token == "up"
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    _quiet_grpc_core(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    _quiet_grpc_core(given)
+    parser = build_parser(only_up=_runs_up(given))
     args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
