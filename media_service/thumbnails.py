@@ -47,8 +47,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from media_service.blob_paths import BlobPaths
 from media_service.errors import NotAnImageError, ThumbnailTooLargeError
@@ -74,7 +73,7 @@ READ_BUFFER = 64 * 1024
 
 
 @functools.cache
-def _libvips() -> ModuleType:
+def _libvips() -> Any:
     """pyvips, loaded by the first encode: a worker that makes no thumbnail never maps libvips."""
     import pyvips
 
