@@ -90,6 +90,8 @@ class ForkedWorker:
             try:
                 pid, status = os.waitpid(self.pid, flags)
             except ChildProcessError:
+                # Reaped already, its status lost: ended, as subprocess.Popen takes it.
+                self.returncode = 0
                 return self.returncode
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
@@ -112,11 +114,10 @@ class ForkedWorker:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-                step = POLL_SECONDS if pidfd < 0 else left
                 if pidfd >= 0:
-                    select.select([pidfd], [], [], step)
+                    select.select([pidfd], [], [], left)
                 else:
-                    time.sleep(step if step is not None and step < POLL_SECONDS else POLL_SECONDS)
+                    time.sleep(POLL_SECONDS if left is None else min(left, POLL_SECONDS))
             return code
         finally:
             if pidfd >= 0:
@@ -131,6 +132,10 @@ class ForkedWorker:
     def kill(self) -> None:
         """SIGKILL."""
         self.send_signal(signal.SIGKILL)
+
+
+class ForkServerError(RuntimeError):
+    """The fork server did not start, ended, or could not fork a worker."""
 
 
 class ForkServer:
@@ -149,7 +154,7 @@ class ForkServer:
     def start(self) -> None:
         """Start the fork server and wait until it has imported its modules.
 
-        Raises RuntimeError when it exits or does not get ready in time.
+        Raises ForkServerError when it exits or does not get ready in time.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -165,7 +170,7 @@ class ForkServer:
         ready, _, _ = select.select([ours], [], [], START_TIMEOUT_SECONDS)
         if not ready or ours.recv(MAX_MESSAGE) != b"ready":
             self.close()
-            raise RuntimeError("the fork server did not start")
+            raise ForkServerError("the fork server did not start")
 
     def spawn(
         self, module: str, argv: Sequence[str], env: Mapping[str, str], ready_fd: int
@@ -173,19 +178,22 @@ class ForkServer:
         """Fork a worker that runs `<module>.__main__.main(argv)` under `env`.
 
         `ready_fd` is passed to it (as SCROLLBACK_WORKER_READY_FD). Raises
-        OSError when the fork server is gone.
+        ForkServerError when the fork server is gone or could not fork.
         """
         request = json.dumps({"module": module, "argv": list(argv), "env": dict(env)}).encode()
         with self._lock:
             if self._control is None:
-                raise OSError("the fork server is closed")
-            socket.send_fds(self._control, [request], [ready_fd])
-            reply = self._control.recv(MAX_MESSAGE)
+                raise ForkServerError("the fork server is closed")
+            try:
+                socket.send_fds(self._control, [request], [ready_fd])
+                reply = self._control.recv(MAX_MESSAGE)
+            except OSError:
+                reply = b""
         if not reply:
-            raise OSError("the fork server ended")
+            raise ForkServerError("the fork server ended")
         answer: dict[str, Any] = json.loads(reply)
         if "pid" not in answer:
-            raise OSError(f"the fork server could not fork: {answer.get('error', '')}")
+            raise ForkServerError(f"the fork server could not fork: {answer.get('error', '')}")
         return ForkedWorker(int(answer["pid"]))
 
     def close(self) -> None:

@@ -406,9 +406,13 @@ class Supervisor:
         # themselves on the same ready pipe, and stop() wakes the supervising thread.
         self._ready_pipe = os.pipe()
         self._wake_pipe = os.pipe()
-        with self._lock:
-            for index in range(self.count):
-                self.workers.processes.append(self._spawn(index))
+        try:
+            with self._lock:
+                for index in range(self.count):
+                    self.workers.processes.append(self._spawn(index))
+        except BaseException:
+            self.stop()  # the workers started so far, the port and the run directory
+            raise
         ready = _wait_ready(self._ready_pipe[0], self.workers, self.count)
         if not ready:
             self.stop()
