@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from client import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from gateway.defaults import DEFAULT_ADDR
 from gateway.hosts import ANY_HOST, HostRule, is_host_name
 from scrollback.server.auth import AuthConfigError, TokenTable
 from scrollback.server.listening import is_loopback_host
 from scrollback.server.service_config import ConfigError, read_fields, with_overrides
 
 SERVICE = "gateway"
-DEFAULT_ADDR = "127.0.0.1:8080"
 DEFAULT_URL_TTL_SECONDS = 3600
 DEFAULT_HEADER_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_CONNECTIONS = 512

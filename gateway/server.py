@@ -97,7 +97,7 @@ async def start_gateway(
 
 async def serve(config: GatewayConfig) -> None:
     """Serve until SIGINT/SIGTERM."""
-    from scrollback.server.grpc_support import wait_for_shutdown_signal
+    from scrollback.server.listening import wait_for_shutdown_signal
 
     running = await start_gateway(config)
     print(f"gateway: open the viewer at {url_of(config.addr, running.port)}", flush=True)

@@ -31,18 +31,13 @@ from history_service.search_servicer import SEARCH_SERVICE_NAME, SearchServicer
 from history_service.servicer import SERVICE_NAME, HistoryServicer, add_history_servicer
 from history_service.store.base import AcceptedMessageStore
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
-from history_service.store.postgres import PostgresAcceptedMessageStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
 from scrollback.objects import bucket_location
 from scrollback.search.v1 import search_pb2_grpc
-from scrollback.server.grpc_support import (
-    RunningServer,
-    build_server,
-    wait_for_shutdown_signal,
-)
+from scrollback.server.grpc_support import RunningServer, build_server
 from scrollback.server.interceptors import prepare_security
-from scrollback.server.listening import listening_line
+from scrollback.server.listening import listening_line, wait_for_shutdown_signal
 from scrollback.server.service_config import (
     Buckets,
     ConfigError,
@@ -136,6 +131,7 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
         await bus.start()
         return store, bus
     from history_service.bus_postgres import PostgresBus
+    from history_service.store.postgres import PostgresAcceptedMessageStore
     from scrollback.state.postgres import DatabaseUnavailableError
 
     pool = await asyncio.to_thread(open_database_pool, config.database_url, name="history")
@@ -152,6 +148,16 @@ async def open_store_and_bus(config: HistoryConfig) -> tuple[AcceptedMessageStor
             raise ConfigError(str(DatabaseUnavailableError())) from None
         raise
     return pg_store, pg_bus
+
+
+async def open_insight_store(config: HistoryConfig, store: AcceptedMessageStore) -> InsightStore:
+    """The insight index beside the store: in its PostgreSQL pool, else in SQLite."""
+    if config.database_url:
+        from history_service.store.postgres import PostgresAcceptedMessageStore
+
+        if isinstance(store, PostgresAcceptedMessageStore):
+            return PostgresInsightStore(store.pool)
+    return await asyncio.to_thread(SqliteInsightStore, config.state_dir)
 
 
 def _warn_if_empty(root: Path) -> None:
@@ -200,11 +206,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         store.close()
         raise
     try:
-        insight_store: InsightStore = (
-            PostgresInsightStore(store.pool)
-            if isinstance(store, PostgresAcceptedMessageStore)
-            else await asyncio.to_thread(SqliteInsightStore, config.state_dir)
-        )
+        insight_store = await open_insight_store(config, store)
         core = HistoryCore(
             config,
             root,

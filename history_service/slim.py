@@ -24,11 +24,10 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pybase64
-from PIL import Image
 
 from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, iter_lines_forward
@@ -47,6 +46,9 @@ from scrollback.contract.stripping import (
     probe_line_streamed,
 )
 from scrollback.linefile import ByteSource, LineFile
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 # The API's limits on one image (its documented maximums).
 API_MAX_SIDE = 2000
@@ -293,6 +295,9 @@ def downscaled(data: bytes, max_side: int, max_bytes: int) -> tuple[str, bytes] 
     PNG where the image has transparency, JPEG otherwise; smaller steps until
     the bytes fit. Never decodes an image over MAX_DECODE_PIXELS.
     """
+    # Pillow is loaded by the first downscale only: most processes never slim a session.
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -26,13 +26,9 @@ from media_service.store.base import BlobMetadataStore
 from media_service.store.sqlite import SqliteBlobMetadataStore
 from media_service.transcript_media import TranscriptMedia
 from scrollback.media.v1 import media_pb2
-from scrollback.server.grpc_support import (
-    RunningServer,
-    build_server,
-    wait_for_shutdown_signal,
-)
+from scrollback.server.grpc_support import RunningServer, build_server
 from scrollback.server.interceptors import prepare_security
-from scrollback.server.listening import listening_line
+from scrollback.server.listening import listening_line, wait_for_shutdown_signal
 from scrollback.server.service_config import (
     Buckets,
     auth_errors_as_config_errors,

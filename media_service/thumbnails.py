@@ -40,19 +40,21 @@ bounded executor, apart from the threads that serve reads.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
-
-import pyvips
+from typing import IO, TYPE_CHECKING, Any
 
 from media_service.blob_paths import BlobPaths
 from media_service.errors import NotAnImageError, ThumbnailTooLargeError
 from scrollback.contract.image_header import read_header
+
+if TYPE_CHECKING:
+    import pyvips
 
 THUMBNAIL_SIZES = (96, 320, 960)
 THUMBNAIL_CONTENT_TYPE = "image/webp"
@@ -69,10 +71,17 @@ WEBP_EFFORT = 4
 # The decoders read their source through a buffer of this size.
 READ_BUFFER = 64 * 1024
 
-# libvips keeps no operation cache here (it would hold decoded sources between
-# encodes) and refuses its loaders that are not fuzzed for untrusted input.
-pyvips.cache_set_max(0)
-pyvips.block_untrusted_set(True)
+
+@functools.cache
+def _libvips() -> Any:
+    """pyvips, loaded by the first encode: a worker that makes no thumbnail never maps libvips."""
+    import pyvips
+
+    # No operation cache (it would hold decoded sources between encodes), and
+    # none of libvips' loaders that are not fuzzed for untrusted input.
+    pyvips.cache_set_max(0)
+    pyvips.block_untrusted_set(True)
+    return pyvips
 
 
 class ReaderStream(io.RawIOBase):
@@ -136,6 +145,7 @@ def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumb
         raise NotAnImageError()
     if header.pixels > max_pixels:
         raise ThumbnailTooLargeError()
+    vips = _libvips()
     try:
         # The loader's own reading of the header, before any pixel is decoded: its
         # format must be one of ours, and its frame no larger than the header's (a
@@ -143,7 +153,7 @@ def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumb
         # past what the pixel limit and the memory budget were checked against).
         stream.seek(0)
         probe_source = _vips_source(stream)
-        probe = pyvips.Image.new_from_source(probe_source, "", access="sequential")
+        probe = vips.Image.new_from_source(probe_source, "", access="sequential")
         if probe.get("vips-loader") not in DECODED_LOADERS:
             raise NotAnImageError()
         if probe.width * probe.height > header.pixels:
@@ -153,20 +163,20 @@ def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumb
         # Shrink-on-load, EXIF orientation applied, never enlarged; libvips decodes lazily,
         # so `source` must outlive the save below.
         source = _vips_source(stream)
-        frame = pyvips.Image.thumbnail_source(
+        frame = vips.Image.thumbnail_source(
             source, longest, height=longest, size="down", fail_on="truncated"
         )
         animated = frame.get_typeof("n-pages") != 0 and int(frame.get("n-pages")) > 1
         data = frame.webpsave_buffer(Q=WEBP_QUALITY, effort=WEBP_EFFORT, keep="none")
         width, height = frame.width, frame.height
-    except pyvips.Error:
+    except vips.Error:
         raise NotAnImageError() from None
     return Thumbnail(data, width, height, animated)
 
 
 def _vips_source(stream: IO[bytes]) -> pyvips.SourceCustom:
     """A libvips source reading `stream` (seekable) from where it stands."""
-    source = pyvips.SourceCustom()
+    source = _libvips().SourceCustom()
     source.on_read(stream.read)
     source.on_seek(stream.seek)
     return source

@@ -8,7 +8,8 @@
 - `scrollback up --container`: the container image's default command: listening on 0.0.0.0,
   with auth when a token file is mounted, else without (--insecure), said in the log.
 - `scrollback up --workers N`: each service from N worker processes on its port
-  (SCROLLBACK_HISTORY_WORKERS / SCROLLBACK_MEDIA_WORKERS; default the number of cores).
+  (SCROLLBACK_HISTORY_WORKERS / SCROLLBACK_MEDIA_WORKERS; default the number of cores),
+  all forked from one process that imported both services (scrollback.server.forkserver).
 - `scrollback gateway`: the HTTP gateway alone, a client of running services.
 - `scrollback bench`: the benchmarks, each figure beside its baseline.
 - `scrollback loadtest [--seconds S] [--clients N]`: a bounded load test on loopback.
@@ -111,11 +112,12 @@ def _worker_argv(config: Any) -> list[str]:
     return argv
 
 
-async def _start_workers(name: str, config: Any) -> _WorkerTree:
+async def _start_workers(name: str, config: Any, forkserver: Any) -> _WorkerTree:
     """Start `config.workers` workers of `python -m <name>` on the configuration's address.
 
     Each worker is configured by the flags `_worker_argv` gives and the
-    environment `up` read; raises ConfigError or ListenError.
+    environment `up` read, and forked from `forkserver` when there is one;
+    raises ConfigError or ListenError.
     """
     from scrollback.server.listening import ListenError, listen_reason
     from scrollback.server.service_config import ConfigError
@@ -130,6 +132,7 @@ async def _start_workers(name: str, config: Any) -> _WorkerTree:
         count=config.workers,
         metrics_addr=config.security.metrics_addr,
         metrics_env=f"{prefix}_METRICS_ADDR",
+        forkserver=forkserver,
     )
     try:
         started = await asyncio.to_thread(supervisor.start)
@@ -196,27 +199,71 @@ def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
     )
 
 
+async def _start_forkserver(names: list[str]) -> Any:
+    """One fork server for the workers of the services `names`; None when there are none,
+    or where this process cannot adopt the workers it forks (not Linux).
+
+    The workers of both services are forked from it, so they share the pages of
+    what they import (scrollback.server.forkserver) instead of each holding its own.
+    """
+    from scrollback.server.forkserver import ForkServer, become_subreaper
+
+    if not names or not become_subreaper():
+        return None
+    forkserver = ForkServer(
+        [module for name in names for module in (f"{name}.__main__", f"{name}.server")]
+    )
+    await asyncio.to_thread(forkserver.start)
+    return forkserver
+
+
 async def _run_up(args: argparse.Namespace) -> int:
     """Both services (and the gateway with --gateway), configured as `python -m <service>` is."""
-    from history_service.server import start_history_server
-    from media_service.server import start_media_server
-    from scrollback.server.grpc_support import wait_for_shutdown_signal
+    history_config, media_config = up_configs(args)
+    forkserver = await _start_forkserver(
+        [
+            name
+            for name, config in (
+                ("history_service", history_config),
+                ("media_service", media_config),
+            )
+            if config.workers > 1
+        ]
+    )
+    try:
+        return await _serve_up(args, history_config, media_config, forkserver)
+    finally:
+        if forkserver is not None:
+            await asyncio.to_thread(forkserver.close)
+
+
+async def _serve_up(
+    args: argparse.Namespace,
+    history_config: HistoryConfig,
+    media_config: MediaConfig,
+    forkserver: Any,
+) -> int:
+    """`up` once configured: start the services (and the gateway), wait for a stop."""
     from scrollback.server.listening import (
         ListenError,
         listen_failure,
         listening_at,
         listening_line,
         url_of,
+        wait_for_shutdown_signal,
     )
     from scrollback.server.service_config import ConfigError
 
-    history_config, media_config = up_configs(args)
     history: Any
     media: Any
     try:
         if history_config.workers > 1:
-            history = await _start_workers("history_service", history_config)
+            history = await _start_workers("history_service", history_config, forkserver)
         else:
+            # Imported only here: a parent of workers serves nothing, and the server's
+            # modules would count once more in the service's memory.
+            from history_service.server import start_history_server
+
             history = await start_history_server(history_config)
     except ListenError as error:
         raise ConfigError(
@@ -224,8 +271,10 @@ async def _run_up(args: argparse.Namespace) -> int:
         ) from None
     try:
         if media_config.workers > 1:
-            media = await _start_workers("media_service", media_config)
+            media = await _start_workers("media_service", media_config, forkserver)
         else:
+            from media_service.server import start_media_server
+
             media = await start_media_server(media_config)
     except BaseException as error:
         await history.stop()
@@ -357,9 +406,14 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if report.total_errors else EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the `scrollback` command."""
-    from gateway.config import DEFAULT_ADDR as DEFAULT_GATEWAY_ADDR
+def build_parser(only_up: bool = False) -> argparse.ArgumentParser:
+    """The argument parser of the `scrollback` command (with `only_up`, of `up` alone).
+
+    The other commands' flags import their modules (the client and grpc, the
+    gateway, the bench), which a long-running `up` would otherwise keep in its
+    memory for nothing.
+    """
+    from gateway.defaults import DEFAULT_ADDR as DEFAULT_GATEWAY_ADDR
     from history_service.config import DEFAULT_ADDR as DEFAULT_HISTORY_ADDR
     from media_service.config import DEFAULT_ADDR as DEFAULT_MEDIA_ADDR
     from scrollback.server.service_cli import add_shared_flags, add_version, plain
@@ -406,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(said in the log)",
     )
     up.set_defaults(handler=_cmd_up)
+    if only_up:
+        up.set_defaults(command_parser=up)
+        return parser
 
     gateway = commands.add_parser(
         "gateway", help="the HTTP gateway and viewer, a client of running services"
@@ -625,10 +682,19 @@ def _quiet_grpc_core(argv: Sequence[str]) -> None:
     os.environ.setdefault(GRPC_VERBOSITY_ENV, "NONE")
 
 
+def _runs_up(argv: Sequence[str]) -> bool:
+    """True when the command is `up` with no help asked before it (the top level's lists all)."""
+    for token in argv:
+        if token not in ("-v", "--verbose"):
+            return token == "up"
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    _quiet_grpc_core(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    _quiet_grpc_core(given)
+    parser = build_parser(only_up=_runs_up(given))
     args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -19,12 +19,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from history_service.insight import IndexDelta, IndexState, Insight, ModelTotals, Usage
 from history_service.tokens import FileIdentity
-from scrollback.state.postgres import INSIGHT_LOCK, Pool, transaction
 from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
+
+if TYPE_CHECKING:
+    from scrollback.state.postgres import Pool
 
 T = TypeVar("T")
 _SIGN = 1 << 63
@@ -376,16 +378,22 @@ class PostgresInsightStore(_SqlInsightStore):
     _greatest = "GREATEST"
 
     def __init__(self, pool: Pool) -> None:
+        # Imported here: psycopg is loaded by the PostgreSQL backend only, not by every
+        # process that indexes insight on SQLite.
+        from scrollback.state.postgres import INSIGHT_LOCK, transaction
+
         self._pool = pool
+        self._transaction = transaction
+        self._lock_key = INSIGHT_LOCK
 
     def _read(self, work: Callable[[Any], T]) -> T:
-        return transaction(self._pool, work)
+        return self._transaction(self._pool, work)
 
     def _write(self, work: Callable[[Any], T]) -> T:
-        return transaction(self._pool, work)
+        return self._transaction(self._pool, work)
 
     def _lock(self, connection: Any) -> None:
-        connection.execute("SELECT pg_advisory_xact_lock(%s)", (INSIGHT_LOCK,))
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
 
     def _many(self, connection: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
         if rows:

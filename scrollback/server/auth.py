@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from scrollback.contract.text import NUL
 from scrollback.principals import Principal
@@ -148,6 +147,9 @@ class TokenTable:
             raise AuthConfigError(
                 "the token file (SCROLLBACK_AUTH_TOKENS) cannot be read"
             ) from None
+        # PyYAML is loaded by a process that reads a YAML token file only.
+        import yaml
+
         try:
             data = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         except (orjson.JSONDecodeError, yaml.YAMLError):

@@ -15,11 +15,9 @@ The table gives each error its reason (which fixes its status code), sent as a
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
@@ -130,19 +128,6 @@ async def build_server(
     if role is not None:
         role.announce_ready()
     return running
-
-
-async def wait_for_shutdown_signal() -> None:
-    """Return when SIGINT or SIGTERM arrives."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 ErrorTable = Mapping[type[BaseException], Reason]

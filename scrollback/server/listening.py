@@ -1,5 +1,5 @@
 """Binding rules of the servers, without grpc: which addresses a server may listen on,
-and why a listen failed (docs/contract.md §6).
+why a listen failed (docs/contract.md §6), and the wait for the signal that stops a server.
 
 Kept apart from `grpc_support` so that a service's parent process, which
 supervises its workers and serves no RPC, checks its address without loading
@@ -8,10 +8,12 @@ grpc (scrollback.server.service_cli `run_service`).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import logging
 import os
+import signal
 import socket
 
 log = logging.getLogger(__name__)
@@ -137,3 +139,16 @@ def check_bind_allowed(address: str, *, auth_configured: bool, insecure: bool) -
     raise BindRefusedError(
         "refusing to bind a non-loopback address without auth; configure auth or pass --insecure"
     )
+
+
+async def wait_for_shutdown_signal() -> None:
+    """Return when SIGINT or SIGTERM arrives."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

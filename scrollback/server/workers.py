@@ -6,9 +6,10 @@ here, before any worker starts), then starts N workers, each a plain
 `python -m <service>` whose grpc server binds the same port with the
 `grpc.so_reuseport` option; the kernel spreads incoming connections over
 them. The parent starts no grpc machinery of its own (grpc does not survive
-a fork, so workers are fresh interpreters), waits until every worker
-reports ready on a pipe, logs `listening on HOST:PORT` and forwards
-SIGINT/SIGTERM.
+a fork, so workers are fresh interpreters, or forks of a fork server that
+only imported grpc: scrollback.server.forkserver, which `scrollback up`
+uses), waits until every worker reports ready on a pipe, logs
+`listening on HOST:PORT` and forwards SIGINT/SIGTERM.
 
 Only the workers of one service share its port: before its workers start,
 the parent claims the port (`claim_port`, an abstract unix socket named by
@@ -59,9 +60,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from scrollback.server.listening import listening_at
 from scrollback.server.stream_limits import SharedStreamCounter
+
+if TYPE_CHECKING:
+    from scrollback.server.forkserver import ForkServer
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +248,27 @@ def describe_exit(code: int) -> str:
         return f"was killed by signal {-code}"
 
 
+class WorkerProcess(Protocol):
+    """What the supervisor uses of a worker: a `subprocess.Popen`, or a `ForkedWorker`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 @dataclass
 class _Workers:
-    processes: list[subprocess.Popen[bytes]]
+    processes: list[WorkerProcess]
     # Pids already told to stop: a second SIGTERM would find a worker whose
     # graceful stop has put the default handler back, and kill it.
     signalled: set[int] = field(default_factory=set)
@@ -300,7 +323,9 @@ class Supervisor:
     `metrics_env` is the service's metrics variable: workers get it empty (the
     parent serves the summed metrics on `metrics_addr` instead). Once started,
     a thread of the parent replaces workers that die; `wait` returns when the
-    service has ended (stopped, or a fatal worker status).
+    service has ended (stopped, or a fatal worker status). With a `forkserver`
+    (scrollback.server.forkserver) the workers are forked from it instead of
+    started as fresh interpreters; this process must then be a child subreaper.
     """
 
     def __init__(
@@ -312,8 +337,10 @@ class Supervisor:
         count: int,
         metrics_addr: str = "",
         metrics_env: str = "",
+        forkserver: ForkServer | None = None,
     ) -> None:
         self.name = name
+        self._forkserver = forkserver
         self._argv = list(argv)
         self._address = address
         self.count = count
@@ -379,9 +406,13 @@ class Supervisor:
         # themselves on the same ready pipe, and stop() wakes the supervising thread.
         self._ready_pipe = os.pipe()
         self._wake_pipe = os.pipe()
-        with self._lock:
-            for index in range(self.count):
-                self.workers.processes.append(self._spawn(index))
+        try:
+            with self._lock:
+                for index in range(self.count):
+                    self.workers.processes.append(self._spawn(index))
+        except BaseException:
+            self.stop()  # the workers started so far, the port and the run directory
+            raise
         ready = _wait_ready(self._ready_pipe[0], self.workers, self.count)
         if not ready:
             self.stop()
@@ -401,13 +432,18 @@ class Supervisor:
         )
         return True
 
-    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+    def _spawn(self, index: int) -> WorkerProcess:
         """Start worker `index` (the lock held)."""
         env = {
             **self._env,
             INDEX_ENV: str(index),
             READY_FD_ENV: str(self._ready_pipe[1]),
         }
+        if self._forkserver is not None:
+            # The fork server runs `<name>.__main__.main` with the flags after `-m <name>`.
+            return self._forkserver.spawn(
+                self.name, self._worker_argv[3:], env, self._ready_pipe[1]
+            )
         # Their own process group: a terminal's Ctrl-C reaches the parent
         # only, which forwards it once.
         return subprocess.Popen(

@@ -33,7 +33,8 @@ import grpc
 from media_service.config import DEFAULT_CHUNK_SIZE
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
-from scrollback.server.grpc_support import build_server, wait_for_shutdown_signal
+from scrollback.server.grpc_support import build_server
+from scrollback.server.listening import wait_for_shutdown_signal
 from scrollback.server.workers import current_role, supervise
 
 Context = grpc.aio.ServicerContext[Any, Any]

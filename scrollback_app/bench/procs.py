@@ -46,14 +46,20 @@ def proc_status_kib(pid: int, field: str) -> int:
 
 
 def process_tree(pid: int) -> list[int]:
-    """`pid` and its descendants (from /proc/<pid>/task/<pid>/children)."""
+    """`pid` and its descendants (from /proc/<pid>/task/<tid>/children).
+
+    Every thread's list: a child belongs to the thread that started it, and
+    `scrollback up` starts its workers from a thread other than its main one.
+    """
     found = [pid]
     for each in found:
-        with (
-            contextlib.suppress(OSError),
-            open(f"/proc/{each}/task/{each}/children", encoding="ascii") as handle,
-        ):
-            found.extend(int(child) for child in handle.read().split())
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{each}/task"):
+                with (
+                    contextlib.suppress(OSError),
+                    open(f"/proc/{each}/task/{task}/children", encoding="ascii") as handle,
+                ):
+                    found.extend(int(child) for child in handle.read().split())
     return found
 
 

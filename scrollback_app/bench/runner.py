@@ -17,6 +17,9 @@ baseline in the same run, interleaved, median of repeats:
   resolved before);
 - peak RSS (VmHWM, summed over the parent and its workers) of a fresh history
   service under 32 concurrent window streams, 10 MB vs 1 MB images;
+- idle memory of `scrollback up` on its default workers, PSS summed over its
+  processes, vs a bare `python -c "import grpc"` process (`scrollback_app.bench.idle`;
+  target < 150 MB);
 - throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor,
   the services and the floor each served by as many worker processes as
   there are cores (scrollback.server.workers);
@@ -64,6 +67,7 @@ from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
 from scrollback_app.bench import (
     caches,
+    idle,
     line_index,
     lookup,
     procs,
@@ -779,6 +783,8 @@ class _Run:
         ):
             self.add(figure)
         await self.rss()
+        for figure in await idle.measure(self.work, self.log):
+            self.add(figure)
         for figure in await lookup.measure(
             self.work,
             self.config.lookup_transcripts,

@@ -37,6 +37,7 @@ EXPECTED = {
     "throughput_media",
     "rss_1mb_images",
     "rss_10mb_vs_1mb_images",
+    "idle_pss_up",
     "lookup_nonexistent_vs_hidden",
     "lookup_flood_others",
     "gateway_photo_vs_readmedia",

@@ -160,6 +160,48 @@ def test_the_workers_parent_loads_no_grpc_protobuf_or_stripper(service: str) -> 
     assert f"{service}.config" in loaded and "scrollback.server.service_cli" in loaded
 
 
+@pytest.mark.parametrize("service", ["history_service", "media_service"])
+def test_a_worker_loads_no_module_that_only_some_paths_need(service: str) -> None:
+    """A worker imports its `__main__` and `server`: not the PostgreSQL driver (SQLite is
+    the default), Pillow (slim's downscale), libvips (thumbnails) or PyYAML (YAML token
+    files); each loads on the path that needs it, not in every worker's memory."""
+    probe = (
+        "import importlib, sys\n"
+        f"importlib.import_module('{service}.__main__')\n"
+        f"importlib.import_module('{service}.server')\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+        ).stdout.split()
+    )
+    assert f"{service}.server" in loaded and "grpc" in loaded
+    assert loaded & {"psycopg", "psycopg_pool", "PIL", "pyvips", "yaml"} == set()
+
+
+def test_the_parser_of_up_loads_no_other_commands_modules() -> None:
+    """`scrollback up` builds its own parser alone: the other commands' flags import the
+    client (grpc, protobuf), the gateway and the bench, which `up`'s parent, serving no
+    RPC while its workers do, would keep in memory as long as it runs."""
+    probe = (
+        "import sys\n"
+        "from scrollback_app.cli import _runs_up, build_parser\n"
+        "assert _runs_up(['-v', 'up', '--workers', '2'])\n"
+        "assert not _runs_up(['--help', 'up']) and not _runs_up(['sessions'])\n"
+        "build_parser(only_up=True).parse_args(['up', '--workers', '2'])\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+        ).stdout.split()
+    )
+    heavy = {"grpc", "google.protobuf", "client", "gateway.config", "scrollback_app.bench.runner"}
+    assert loaded & heavy == set()
+    assert "scrollback.server.service_cli" in loaded
+
+
 FAKE_WORKER = """
 import os, pathlib, signal, sys
 if pathlib.Path(os.environ["FAKE_WORKER_FAILS"]).exists():

@@ -248,7 +248,9 @@ def test_a_killed_parent_takes_its_workers_down(tmp_path: Path) -> None:
         time.sleep(0.1)
 
 
-def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
+def _scrollback_up(tmp_path: Path) -> tuple[subprocess.Popen[str], str, str]:
+    """`scrollback up --workers 2` over a one-session tree: the process, history's and
+    media's addresses."""
     root, state = _tree(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
     process = subprocess.Popen(
@@ -257,12 +259,20 @@ def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
          "--history-addr", "127.0.0.1:0", "--media-addr", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )  # fmt: skip
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    found = re.search(r"history on \S+:(\d+), media on \S+:(\d+)", line)
+    if not found:
+        process.kill()
+        process.wait()
+    assert found, line
+    history_addr, media_addr = (f"127.0.0.1:{port}" for port in found.groups())
+    return process, history_addr, media_addr
+
+
+def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
+    process, history_addr, media_addr = _scrollback_up(tmp_path)
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        found = re.search(r"history on \S+:(\d+), media on \S+:(\d+)", line)
-        assert found, line
-        history_addr, media_addr = (f"127.0.0.1:{port}" for port in found.groups())
         history_pids = {p for _, p in channels_on_distinct_workers(history_addr, _history_pid)}
         media_pids = {p for _, p in channels_on_distinct_workers(media_addr, _media_pid)}
         assert len(history_pids | media_pids) == 4
@@ -270,6 +280,111 @@ def test_scrollback_up_runs_each_service_as_workers(tmp_path: Path) -> None:
         assert process.wait(30) == 0
         for pid in history_pids | media_pids:
             assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _children(pid: int) -> set[int]:
+    """The children of `pid`, whichever of its threads started them."""
+    return {
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    }
+
+
+def test_scrollback_up_forks_every_worker_from_one_process_and_their_metrics_add_up(
+    tmp_path: Path,
+) -> None:
+    """`up` starts one fork server that imported both services and forks the four workers
+    from it (each a copy of it, not a fresh interpreter: its command line), re-parented
+    to `up`, which supervises them; counts of forked workers still reach the parent's
+    metrics, and a stop leaves no process behind."""
+    root, state = _tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCROLLBACK_")}
+    env["SCROLLBACK_HISTORY_METRICS_ADDR"] = "127.0.0.1:0"
+    log = tmp_path / "up.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scrollback_app.cli", "up", "--workers", "2",
+             "--transcripts", str(root), "--state", str(state),
+             "--history-addr", "127.0.0.1:0", "--media-addr", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+        )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        found = re.search(r"history on \S+:(\d+), media on \S+:(\d+)", process.stdout.readline())
+        assert found, log.read_text()
+        history_addr, media_addr = (f"127.0.0.1:{port}" for port in found.groups())
+        pairs = channels_on_distinct_workers(history_addr, _history_pid)
+        workers = {p for _, p in pairs}
+        workers |= {p for _, p in channels_on_distinct_workers(media_addr, _media_pid)}
+        assert len(workers) == 4
+        children = _children(process.pid)
+        assert workers < children
+        (forkserver,) = children - workers
+        image = Path(f"/proc/{forkserver}/cmdline").read_bytes()
+        assert b"scrollback.server.forkserver" in image
+        assert all(Path(f"/proc/{pid}/cmdline").read_bytes() == image for pid in workers)
+        calls = 0
+        for channel, _ in pairs:
+            for _ in range(5):
+                _history_pid(channel)
+                calls += 1
+        metrics = re.search(r"history_service: metrics on port (\d+)", log.read_text())
+        assert metrics, log.read_text()
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics.group(1)}/metrics") as reply:
+            text = reply.read().decode()
+        counted = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("scrollback_rpc_requests_total{")
+            and 'method="ListSessions"' in line
+            and 'code="OK"' in line
+        )
+        assert counted >= calls + len(pairs)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        for pid in {*workers, forkserver}:
+            assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _mapped_libraries(pid: int) -> set[str]:
+    """The shared objects process `pid` has mapped (its /proc/<pid>/maps)."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+        return {
+            fields[5] for fields in map(str.split, maps) if len(fields) > 5 and ".so" in fields[5]
+        }
+
+
+# The native parts of what only some paths need: PostgreSQL, slim's downscale, thumbnails,
+# YAML token files. A worker that served none of them has not loaded them.
+PATH_ONLY_LIBRARIES = ("psycopg", "/PIL/", "pillow.libs", "vips", "/yaml/")
+
+
+def test_scrollback_ups_processes_load_only_what_they_serve(tmp_path: Path) -> None:
+    """The parent of `up`'s workers serves no RPC: no grpc library in it (nor the other
+    commands' client). Its workers serve: grpc, but none of the libraries of paths
+    not taken (their memory is each worker's own)."""
+    process, history_addr, media_addr = _scrollback_up(tmp_path)
+    try:
+        workers = {p for _, p in channels_on_distinct_workers(history_addr, _history_pid)}
+        workers |= {p for _, p in channels_on_distinct_workers(media_addr, _media_pid)}
+        assert len(workers) == 4
+        assert not any("cygrpc" in path for path in _mapped_libraries(process.pid))
+        for pid in workers:
+            libraries = _mapped_libraries(pid)
+            assert any("cygrpc" in path for path in libraries)
+            loaded = [p for p in libraries if any(name in p for name in PATH_ONLY_LIBRARIES)]
+            assert loaded == [], pid
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
     finally:
         if process.poll() is None:
             process.kill()

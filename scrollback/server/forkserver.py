@@ -1,0 +1,301 @@
+"""Workers forked from one process that has already imported the services (a fork server).
+
+A worker started as a fresh `python -m <service>` imports grpc, protobuf,
+asyncio and the service's modules itself, and keeps its own copy of them:
+code objects, module dictionaries and the libraries' relocated data, most
+of a worker's memory at idle. `scrollback up` instead starts one
+`ForkServer`: a fresh interpreter that imports every module its workers
+serve from, freezes them out of the garbage collector's reach (`gc.freeze`,
+so a collection in a worker does not write to, and so copy, every page
+holding an object) and forks a worker per request. The workers share those
+pages copy-on-write, and each service's workers and the other service's
+share what both import.
+
+The fork server never starts a thread, an event loop or anything of grpc
+but its import (grpc cannot be forked once it runs), so every fork is of a
+one-threaded process. Only its modules' import-time state is inherited:
+prometheus_client picks its multiprocess values at import when
+`PROMETHEUS_MULTIPROC_DIR` is set, so the fork server sets it to a directory
+of its own (the workers reopen their files in their service's directory at
+their first count, as after any fork).
+
+The caller's process must be a child subreaper (`become_subreaper`): the
+fork server forks an intermediate child that forks the worker and exits,
+so the worker is re-parented to the caller, which waits on it as on any
+child (`ForkedWorker`, the subset of `subprocess.Popen` the supervisor
+uses) and whose death the worker follows (scrollback.server.workers). The
+fork server ends when its caller closes the control socket or dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
+START_TIMEOUT_SECONDS = 60.0
+MAX_MESSAGE = 1 << 20
+# Linux's prctl option that makes orphaned descendants this process's children.
+PR_SET_CHILD_SUBREAPER = 36
+# How often a wait without a pidfd looks again.
+POLL_SECONDS = 0.05
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class ForkedWorker:
+    """A worker the fork server forked, re-parented to this process: waited on as a child."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def _reap(self, flags: int) -> int | None:
+        """waitpid under the lock (another thread may be waiting: then None)."""
+        if self.returncode is not None:
+            return self.returncode
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self.returncode is not None:
+                return self.returncode
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:
+                # Reaped already, its status lost: ended, as subprocess.Popen takes it.
+                self.returncode = 0
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+        finally:
+            self._lock.release()
+
+    def poll(self) -> int | None:
+        """The exit status if the worker has ended, else None."""
+        return self._reap(os.WNOHANG)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the worker's end; subprocess.TimeoutExpired after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pidfd = -1
+        with contextlib.suppress(AttributeError, OSError):
+            pidfd = os.pidfd_open(self.pid)
+        try:
+            while (code := self.poll()) is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+                if pidfd >= 0:
+                    select.select([pidfd], [], [], left)
+                else:
+                    time.sleep(POLL_SECONDS if left is None else min(left, POLL_SECONDS))
+            return code
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the worker unless it has been waited for already."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServerError(RuntimeError):
+    """The fork server did not start, ended, or could not fork a worker."""
+
+
+class ForkServer:
+    """A process that imported `modules` and forks workers of them (`spawn`); `close` ends it.
+
+    `spawn` may be called from several threads. Its caller must be a child
+    subreaper (`become_subreaper`) for the workers to be its children.
+    """
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        self.modules = list(modules)
+        self._control: socket.socket | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the fork server and wait until it has imported its modules.
+
+        Raises ForkServerError when it exits or does not get ready in time.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno()), *self.modules],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+            )
+        finally:
+            theirs.close()
+        self._control = ours
+        ready, _, _ = select.select([ours], [], [], START_TIMEOUT_SECONDS)
+        if not ready or ours.recv(MAX_MESSAGE) != b"ready":
+            self.close()
+            raise ForkServerError("the fork server did not start")
+
+    def spawn(
+        self, module: str, argv: Sequence[str], env: Mapping[str, str], ready_fd: int
+    ) -> ForkedWorker:
+        """Fork a worker that runs `<module>.__main__.main(argv)` under `env`.
+
+        `ready_fd` is passed to it (as SCROLLBACK_WORKER_READY_FD). Raises
+        ForkServerError when the fork server is gone or could not fork.
+        """
+        request = json.dumps({"module": module, "argv": list(argv), "env": dict(env)}).encode()
+        with self._lock:
+            if self._control is None:
+                raise ForkServerError("the fork server is closed")
+            try:
+                socket.send_fds(self._control, [request], [ready_fd])
+                reply = self._control.recv(MAX_MESSAGE)
+            except OSError:
+                reply = b""
+        if not reply:
+            raise ForkServerError("the fork server ended")
+        answer: dict[str, Any] = json.loads(reply)
+        if "pid" not in answer:
+            raise ForkServerError(f"the fork server could not fork: {answer.get('error', '')}")
+        return ForkedWorker(int(answer["pid"]))
+
+    def close(self) -> None:
+        """End the fork server (its workers are not affected)."""
+        with self._lock:
+            if self._control is not None:
+                self._control.close()
+                self._control = None
+        if self._process is not None:
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+
+def _become_worker(request: dict[str, Any], ready_fd: int) -> None:
+    """In the forked worker: take its environment and run its service; never returns."""
+    code: int = 1
+    try:
+        os.setpgid(0, 0)  # its own process group, as the supervisor's other workers
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ[READY_FD_ENV] = str(ready_fd)
+        argv = [str(arg) for arg in request["argv"]]
+        sys.argv = [request["module"], *argv]
+        main = importlib.import_module(f"{request['module']}.__main__").main
+        code = int(main(argv) or 0)
+    except SystemExit as error:
+        code = error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            import logging
+
+            logging.shutdown()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _fork(request: dict[str, Any], ready_fd: int, control: socket.socket) -> int:
+    """Fork a worker through an intermediate child that exits at once; the worker's pid."""
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            control.close()
+            os.close(read_end)
+            worker = os.fork()
+            if worker == 0:
+                os.close(write_end)
+                _become_worker(request, ready_fd)
+            os.write(write_end, worker.to_bytes(8, "little"))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    data = os.read(read_end, 8)
+    os.close(read_end)
+    os.waitpid(middle, 0)
+    if len(data) != 8:
+        raise OSError("the worker was not forked")
+    return int.from_bytes(data, "little")
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m scrollback.server.forkserver FD MODULE...`: import, then fork on request."""
+    control = socket.socket(fileno=int(argv[0]))
+    # Ctrl-C and SIGTERM are for the supervisor to forward to the workers; this process
+    # ends when its control socket closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    metrics = tempfile.mkdtemp(prefix="scrollback-forkserver-")
+    os.environ[MULTIPROC_ENV] = metrics
+    try:
+        for module in argv[1:]:
+            importlib.import_module(module)
+        gc.collect()
+        gc.freeze()
+        control.send(b"ready")
+        while True:
+            message, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 1)
+            if not message:
+                return 0
+            try:
+                if len(fds) != 1:
+                    raise OSError("no ready descriptor")
+                pid = _fork(json.loads(message), fds[0], control)
+                control.send(json.dumps({"pid": pid}).encode())
+            except OSError as error:
+                control.send(json.dumps({"error": error.strerror or str(error)}).encode())
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    except (ConnectionError, OSError):
+        return 0
+    finally:
+        shutil.rmtree(metrics, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
