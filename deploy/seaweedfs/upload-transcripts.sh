@@ -20,4 +20,4 @@ if [ -n "$unreadable" ]; then
     exit 1
 fi
 weed filer.copy -check.size "$@" "$target"
-echo "upload-transcripts: copied $(find . -type f | wc -l) files to $target"
+echo "upload-transcripts: $(find . -type f | wc -l) files in $target (those of a new size copied)"

@@ -5,11 +5,12 @@ The SeaweedFS image is deploy/seaweedfs built offline on the engine's base
 compose tests use. The profile runs with its own credentials and a two-level
 prefix: SeaweedFS must become healthy by the engine's healthcheck, the
 one-shot upload must exit 0 having put every host transcript (mode 0600, read
-as their owner) into the bucket byte for byte, and a second run copies a file
-that grew. Then the pair reads the bucket through S3 (s3://BUCKET/PREFIX, the
-AWS variables pointing at SeaweedFS): it lists the sessions, serves windows
-and photos byte-exact against the same code over the same files on a local
-disk, and the gateway serves a photo.
+as their owner) into the bucket byte for byte, a second run copies a file
+that grew, and a file it cannot read fails it, so that the pair does not
+start. Then the pair reads the bucket through S3 (s3://BUCKET/PREFIX, the AWS
+variables pointing at SeaweedFS): it lists the sessions, serves windows and
+photos byte-exact against the same code over the same files on a local disk,
+and the gateway serves a photo.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,7 @@ import yaml
 
 from client import HistoryClient, MediaClient
 from tests.integration.deploy.compose_engine import (
+    COMPOSE,
     OWNER,
     REPO,
     TRANSCRIPTS,
@@ -116,15 +119,15 @@ def host_transcripts(transcripts: Path, tmp_path_factory: pytest.TempPathFactory
     return root
 
 
-def _upload(project: Project) -> dict[str, object]:
-    """Run the one-shot upload (and SeaweedFS, healthy first) to its end; its final state."""
+def _exit_code(project: Project, service: str) -> int:
+    """The exit code of a service's container, once it has ended (`docker wait`)."""
+    return int(project.engine.docker("wait", project.container(service), timeout=90).strip())
+
+
+def _upload(project: Project) -> int:
+    """Run the one-shot upload (and SeaweedFS, healthy first) to its end; its exit code."""
     project.compose(*PROFILE, "up", "--detach", "--no-build", "seaweedfs-upload")
-    deadline = time.monotonic() + 60
-    while (state := project.state("seaweedfs-upload"))["Running"] or state["Status"] == "created":
-        if time.monotonic() > deadline:
-            pytest.fail(f"the upload never ended:\n{project.logs('seaweedfs-upload')}")
-        time.sleep(0.3)
-    return state
+    return _exit_code(project, "seaweedfs-upload")
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +147,7 @@ def bucket(
     } | dict(zip(PORTS, map(str, free_ports(len(PORTS))), strict=True))
     project = Project(engine, f"sbx{secrets.token_hex(4)}", variables)
     try:
-        state = _upload(project)
-        assert state["ExitCode"] == 0, project.logs("seaweedfs-upload")
+        assert _upload(project) == 0, project.logs("seaweedfs-upload")
         yield project
     finally:
         project.compose(*PROFILE, "down", "--volumes", "--timeout", "20")
@@ -180,17 +182,37 @@ def test_seaweedfs_is_healthy_and_the_upload_copies_the_host_transcripts(
 
 
 def test_a_second_upload_copies_what_grew(bucket: Project, host_transcripts: Path) -> None:
+    """A session that grew on the host is copied again (the pair's tests then read it grown)."""
     grown = host_transcripts / "proj" / "small.jsonl"
-    original = grown.read_bytes()
+    lines = grown.read_bytes().splitlines(keepends=True)
+    with grown.open("ab") as appended:
+        appended.write(lines[-1])
+    assert _upload(bucket) == 0, bucket.logs("seaweedfs-upload")
+    assert _bucket_files(bucket) == _host_files(host_transcripts)
+
+
+def test_an_unreadable_transcript_fails_the_upload_and_the_pair_does_not_start(
+    bucket: Project, host_transcripts: Path
+) -> None:
+    unreadable = host_transcripts / "proj" / "unreadable.jsonl"
+    unreadable.write_bytes(b"{}\n")
+    unreadable.chmod(0o600)  # root's: the upload runs as OWNER
+    command = [COMPOSE, "--project-name", bucket.name, "--file", str(REPO / "docker-compose.yml")]
     try:
-        grown.write_bytes(original + original.splitlines(keepends=True)[-1])
-        state = _upload(bucket)
-        assert state["ExitCode"] == 0, bucket.logs("seaweedfs-upload")
-        assert _bucket_files(bucket) == _host_files(host_transcripts)
+        started = subprocess.run(
+            [*command, *PROFILE, "up", "--detach", "--no-build", "history-s3"],
+            env=bucket.engine.env(bucket.variables),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
     finally:
-        grown.write_bytes(original)
-        state = _upload(bucket)  # the pair's tests read the original bytes
-        assert state["ExitCode"] == 0, bucket.logs("seaweedfs-upload")
+        unreadable.unlink()
+    assert started.returncode != 0, started.stdout
+    assert _exit_code(bucket, "seaweedfs-upload") == 1
+    assert "cannot read ./proj/unreadable.jsonl" in bucket.logs("seaweedfs-upload")
+    assert not bucket.compose(*PROFILE, "ps", "--all", "--quiet", "history-s3").split()
 
 
 @pytest.fixture(scope="module")
