@@ -261,7 +261,7 @@ class _Run:
                 unit=result.unit,
                 baseline_label="newline scan",
                 ratio=result.ratio,
-                target=Target(">=", 0.4),
+                target=Target(),
             )
         )
         kernels = measured.check_and_pin
@@ -276,6 +276,21 @@ class _Run:
                 baseline_label="newline scan",
                 ratio=kernels.ratio,
                 target=Target(),
+            )
+        )
+        # The part of the stripper's time that is ours: its whole pass against the
+        # check and pin the contract fixes and the libraries do, in the same run.
+        self.add(
+            Figure(
+                key="stripper_vs_ceiling",
+                name="stripper throughput vs its ceiling (the same payloads only checked and "
+                "pinned)",
+                figure=result.figure,
+                baseline=kernels.figure,
+                unit=result.unit,
+                baseline_label="check and pin",
+                ratio=result.figure / kernels.figure,
+                target=Target(">=", 0.8),
             )
         )
 

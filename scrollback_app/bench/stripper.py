@@ -131,7 +131,7 @@ def measure(
     kernel_rate = megabytes / statistics.median(kernel_samples)
     return StripperResult(
         stripper=_beside_scan(
-            "stripper throughput vs newline scan", strip_rate, scan_rate, ">= 0.4"
+            "stripper throughput vs newline scan", strip_rate, scan_rate, "(reported)"
         ),
         check_and_pin=_beside_scan(
             "payload check and pin alone vs newline scan",

@@ -23,6 +23,7 @@ SLACK = 5.0
 EXPECTED = {
     "stripper_throughput",
     "stripper_check_and_pin",
+    "stripper_vs_ceiling",
     "window_large_vs_small",
     "window_vs_naive_large",
     "window_vs_naive_small",
