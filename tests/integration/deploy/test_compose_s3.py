@@ -3,20 +3,20 @@
 The SeaweedFS image is deploy/seaweedfs built offline on the engine's base
 (compose_engine.py); the Scrollback image and the engine are the ones the other
 compose tests use. The profile runs with its own credentials and a two-level
-prefix: SeaweedFS must become healthy by the engine's healthcheck, the
+prefix: SeaweedFS must become healthy by the engine's healthcheck; the
 one-shot upload must exit 0 having put every host transcript (mode 0600, read
-as their owner) into the bucket byte for byte, a second run copies a file
-that grew, and a file it cannot read fails it, so that the pair does not
-start. Then the pair reads the bucket through S3 (s3://BUCKET/PREFIX, the AWS
-variables pointing at SeaweedFS): it lists the sessions, serves windows and
-photos byte-exact against the same code over the same files on a local disk,
-and the gateway serves a photo.
+as their owner) into the bucket byte for byte, read through S3 on the
+published port, which refuses another secret; a second run copies a file that
+grew; a file it cannot read fails it, so that the pair does not start. Then
+the pair reads the bucket through S3 (s3://BUCKET/PREFIX, the AWS variables
+pointing at SeaweedFS): it lists the sessions, serves windows and photos
+byte-exact against the same code over the same files on a local disk, and the
+gateway serves a photo.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import obstore
 import pytest
 import yaml
+from obstore.exceptions import BaseError
+from obstore.store import S3Store
 
 from client import HistoryClient, MediaClient
 from tests.integration.deploy.compose_engine import (
@@ -53,27 +56,6 @@ PORTS = (
     "SCROLLBACK_S3_PORT",
     *(f"SCROLLBACK_{n}_S3_PORT" for n in ("HISTORY", "MEDIA", "GATEWAY")),
 )
-
-# Run inside the SeaweedFS container: every file under the filer folder argv[1],
-# walked through the filer's JSON listing, as {relative path: sha256 of its bytes}.
-LIST_BUCKET = """
-import hashlib, json, sys, urllib.parse, urllib.request
-filer = "http://127.0.0.1:8888"
-def get(path, accept):
-    request = urllib.request.Request(filer + urllib.parse.quote(path), headers={"Accept": accept})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.read()
-def walk(folder):
-    listing = json.loads(get(folder + "/", "application/json"))
-    for entry in listing.get("Entries") or []:
-        path = entry["FullPath"]
-        if entry["Mode"] & (1 << 31):
-            yield from walk(path)
-        else:
-            yield path, hashlib.sha256(get(path, "*/*")).hexdigest()
-root = sys.argv[1]
-print(json.dumps({p[len(root) + 1:]: h for p, h in walk(root)}))
-"""
 
 
 def test_profile_structure() -> None:
@@ -153,14 +135,28 @@ def bucket(
         project.compose(*PROFILE, "down", "--volumes", "--timeout", "20")
 
 
-def _bucket_files(project: Project) -> dict[str, str]:
-    folder = f"/buckets/{project.variables['SCROLLBACK_S3_BUCKET']}/{PREFIX}"
-    container = project.container("seaweedfs")
-    found = json.loads(
-        project.engine.docker("exec", container, "python", "-c", LIST_BUCKET, folder)
+def _store(project: Project, secret: str | None = None) -> S3Store:
+    """A client of the bucket through the S3 endpoint the profile publishes on the host."""
+    variables = project.variables
+    return S3Store(
+        variables["SCROLLBACK_S3_BUCKET"],
+        endpoint=f"http://127.0.0.1:{variables['SCROLLBACK_S3_PORT']}",
+        access_key_id=variables["SCROLLBACK_S3_ACCESS_KEY"],
+        secret_access_key=secret or variables["SCROLLBACK_S3_SECRET_KEY"],
+        region="us-east-1",
+        client_options={"allow_http": True},
+        retry_config={"max_retries": 0},
     )
-    assert isinstance(found, dict)
-    return found
+
+
+def _bucket_files(project: Project) -> dict[str, str]:
+    """Every object under the prefix, read through S3: {key below the prefix: sha256}."""
+    store = _store(project)
+    keys = [meta["path"] for batch in obstore.list(store, PREFIX + "/") for meta in batch]
+    return {
+        key.removeprefix(PREFIX + "/"): hashlib.sha256(obstore.get(store, key).bytes()).hexdigest()
+        for key in keys
+    }
 
 
 def _host_files(root: Path) -> dict[str, str]:
@@ -179,6 +175,8 @@ def test_seaweedfs_is_healthy_and_the_upload_copies_the_host_transcripts(
     expected = _host_files(host_transcripts)
     assert {f"proj/{session}.jsonl" for session in TRANSCRIPTS} == set(expected)
     assert _bucket_files(bucket) == expected, "every transcript, byte for byte, under the prefix"
+    with pytest.raises(BaseError):  # the one identity only
+        obstore.list_with_delimiter(_store(bucket, secret="not-the-secret"), PREFIX + "/")
 
 
 def test_a_second_upload_copies_what_grew(bucket: Project, host_transcripts: Path) -> None:
