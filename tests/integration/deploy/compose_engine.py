@@ -38,6 +38,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NoReturn
 
@@ -267,12 +268,24 @@ class Engine:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def build_images(engine: Engine) -> dict[str, str]:
-    """Import the base and build the Scrollback and PostgreSQL images; their tags (and the
-    base's, under "base")."""
+def build_images(engine: Engine, *, seaweedfs: bool = False) -> dict[str, str]:
+    """Import the base and build the Scrollback and PostgreSQL images, and with `seaweedfs`
+    the SeaweedFS one meanwhile; their tags (and the base's, under "base")."""
     tarball = rootfs_tarball()
     base = f"scrollback-test-base:{tarball.stem.removeprefix('rootfs-')}"
     engine.docker("import", str(tarball), base, timeout=300)
+    # The SeaweedFS build (mostly writing its binary) overlaps the Scrollback one (mostly pip).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        seaweedfs_build = pool.submit(build_seaweedfs_image, engine, base) if seaweedfs else None
+        tags = _build_scrollback_and_postgres(engine, base)
+        if seaweedfs_build is not None:
+            tags["seaweedfs"] = seaweedfs_build.result()
+    return tags
+
+
+def _build_scrollback_and_postgres(engine: Engine, base: str) -> dict[str, str]:
+    """The Scrollback image (the wheelhouse copied into the context for the build) and the
+    PostgreSQL one, on the base; their tags."""
     wheels = wheelhouse()
     context_wheels = REPO / "wheelhouse"
     created = not context_wheels.exists()

@@ -45,15 +45,19 @@ def engine() -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="session")
-def images(engine: Engine) -> dict[str, str]:
-    """The Scrollback and PostgreSQL image tags, built with no registry."""
-    return build_images(engine)
+def images(engine: Engine, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The Scrollback and PostgreSQL image tags, built with no registry (and the SeaweedFS
+    one beside them when a collected test asks for it)."""
+    wanted = any(
+        "seaweedfs_image" in getattr(item, "fixturenames", ()) for item in request.session.items
+    )
+    return build_images(engine, seaweedfs=wanted)
 
 
 @pytest.fixture(scope="session")
 def seaweedfs_image(engine: Engine, images: dict[str, str]) -> str:
     """The SeaweedFS image's tag, built with no registry on the others' base."""
-    return build_seaweedfs_image(engine, images["base"])
+    return images.get("seaweedfs") or build_seaweedfs_image(engine, images["base"])
 
 
 @pytest.fixture(scope="session")

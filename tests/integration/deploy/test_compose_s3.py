@@ -3,15 +3,15 @@
 The SeaweedFS image is deploy/seaweedfs built offline on the engine's base
 (compose_engine.py); the Scrollback image and the engine are the ones the other
 compose tests use. The profile runs with its own credentials and a two-level
-prefix: SeaweedFS must become healthy by the engine's healthcheck; the
-one-shot upload must exit 0 having put every host transcript (mode 0600, read
-as their owner) into the bucket byte for byte, read through S3 on the
-published port, which refuses another secret; a second run copies a file that
-grew; a file it cannot read fails it, so that the pair does not start. Then
-the pair reads the bucket through S3 (s3://BUCKET/PREFIX, the AWS variables
-pointing at SeaweedFS): it lists the sessions, serves windows and photos
-byte-exact against the same code over the same files on a local disk, and the
-gateway serves a photo.
+prefix, brought up at once: SeaweedFS healthy by the engine's healthcheck, the
+one-shot upload exited 0, the pair healthy. The bucket holds every host
+transcript (mode 0600, read as their owner) byte for byte, read through S3 on
+the published port, which refuses another secret. The pair reads the bucket
+through S3 (s3://BUCKET/PREFIX, the AWS variables pointing at SeaweedFS): it
+lists the sessions, serves windows and photos byte-exact against the same code
+over the same files on a local disk, and the gateway serves a photo. Last, the
+upload run again fails on a file it cannot read (copying nothing), and once
+that file is gone copies a session that grew.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import hashlib
 import os
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,6 @@ from obstore.store import S3Store
 
 from client import HistoryClient, MediaClient
 from tests.integration.deploy.compose_engine import (
-    COMPOSE,
     OWNER,
     REPO,
     TRANSCRIPTS,
@@ -51,6 +49,7 @@ pytestmark = pytest.mark.container
 
 PROFILE = ("--profile", "s3")
 PAIR = ("history-s3", "media-s3")
+SERVICES = ("seaweedfs-upload", *PAIR, "gateway-s3")
 PREFIX = "team/projects"  # more than one level, as a real prefix may be
 PORTS = (
     "SCROLLBACK_S3_PORT",
@@ -107,16 +106,17 @@ def _exit_code(project: Project, service: str) -> int:
 
 
 def _upload(project: Project) -> int:
-    """Run the one-shot upload (and SeaweedFS, healthy first) to its end; its exit code."""
+    """Run the one-shot upload again to its end; its exit code."""
     project.compose(*PROFILE, "up", "--detach", "--no-build", "seaweedfs-upload")
     return _exit_code(project, "seaweedfs-upload")
 
 
 @pytest.fixture(scope="module")
-def bucket(
+def profile(
     engine: Engine, images: dict[str, str], seaweedfs_image: str, host_transcripts: Path
 ) -> Iterator[Project]:
-    """SeaweedFS up and healthy, the host transcripts uploaded; all removed afterwards."""
+    """The whole profile up: SeaweedFS, the upload run to exit 0, the pair healthy and the
+    gateway; removed with its volumes afterwards."""
     variables = {
         "SCROLLBACK_IMAGE": images["scrollback"],
         "SCROLLBACK_SEAWEEDFS_IMAGE": seaweedfs_image,
@@ -129,7 +129,11 @@ def bucket(
     } | dict(zip(PORTS, map(str, free_ports(len(PORTS))), strict=True))
     project = Project(engine, f"sbx{secrets.token_hex(4)}", variables)
     try:
-        assert _upload(project) == 0, project.logs("seaweedfs-upload")
+        # `up` returns once the upload has exited 0 and the pair is healthy: the pair waits
+        # for the one, the gateway for the other.
+        project.compose(*PROFILE, "up", "--detach", "--no-build", *SERVICES)
+        assert _exit_code(project, "seaweedfs-upload") == 0, project.logs("seaweedfs-upload")
+        project.wait_healthy(["seaweedfs", *PAIR])
         yield project
     finally:
         project.compose(*PROFILE, "down", "--volumes", "--timeout", "20")
@@ -167,58 +171,14 @@ def _host_files(root: Path) -> dict[str, str]:
     }
 
 
-def test_seaweedfs_is_healthy_and_the_upload_copies_the_host_transcripts(
-    bucket: Project, host_transcripts: Path
+def test_the_upload_put_the_host_transcripts_in_the_bucket(
+    profile: Project, host_transcripts: Path
 ) -> None:
-    health = bucket.state("seaweedfs")["Health"]
-    assert isinstance(health, dict) and health["Status"] == "healthy"
     expected = _host_files(host_transcripts)
     assert {f"proj/{session}.jsonl" for session in TRANSCRIPTS} == set(expected)
-    assert _bucket_files(bucket) == expected, "every transcript, byte for byte, under the prefix"
+    assert _bucket_files(profile) == expected, "every transcript, byte for byte, under the prefix"
     with pytest.raises(BaseError):  # the one identity only
-        obstore.list_with_delimiter(_store(bucket, secret="not-the-secret"), PREFIX + "/")
-
-
-def test_a_second_upload_copies_what_grew(bucket: Project, host_transcripts: Path) -> None:
-    """A session that grew on the host is copied again (the pair's tests then read it grown)."""
-    grown = host_transcripts / "proj" / "small.jsonl"
-    lines = grown.read_bytes().splitlines(keepends=True)
-    with grown.open("ab") as appended:
-        appended.write(lines[-1])
-    assert _upload(bucket) == 0, bucket.logs("seaweedfs-upload")
-    assert _bucket_files(bucket) == _host_files(host_transcripts)
-
-
-def test_an_unreadable_transcript_fails_the_upload_and_the_pair_does_not_start(
-    bucket: Project, host_transcripts: Path
-) -> None:
-    unreadable = host_transcripts / "proj" / "unreadable.jsonl"
-    unreadable.write_bytes(b"{}\n")
-    unreadable.chmod(0o600)  # root's: the upload runs as OWNER
-    command = [COMPOSE, "--project-name", bucket.name, "--file", str(REPO / "docker-compose.yml")]
-    try:
-        started = subprocess.run(
-            [*command, *PROFILE, "up", "--detach", "--no-build", "history-s3"],
-            env=bucket.engine.env(bucket.variables),
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-    finally:
-        unreadable.unlink()
-    assert started.returncode != 0, started.stdout
-    assert _exit_code(bucket, "seaweedfs-upload") == 1
-    assert "cannot read ./proj/unreadable.jsonl" in bucket.logs("seaweedfs-upload")
-    assert not bucket.compose(*PROFILE, "ps", "--all", "--quiet", "history-s3").split()
-
-
-@pytest.fixture(scope="module")
-def pair(bucket: Project) -> Project:
-    """The pair and the gateway reading the bucket, healthy (removed with the bucket's project)."""
-    bucket.compose(*PROFILE, "up", "--detach", "--no-build", *PAIR, "gateway-s3")
-    bucket.wait_healthy(PAIR)
-    return bucket
+        obstore.list_with_delimiter(_store(profile, secret="not-the-secret"), PREFIX + "/")
 
 
 def _addr(project: Project, service: str) -> str:
@@ -227,7 +187,7 @@ def _addr(project: Project, service: str) -> str:
 
 
 def test_the_pair_serves_sessions_windows_and_photos_from_the_bucket(
-    pair: Project, host_transcripts: Path, tmp_path: Path
+    profile: Project, host_transcripts: Path, tmp_path: Path
 ) -> None:
     """Through S3 exactly what the same code serves from the same files on a local disk."""
     shutil.copytree(host_transcripts, tmp_path / "root")
@@ -236,8 +196,8 @@ def test_the_pair_serves_sessions_windows_and_photos_from_the_bucket(
         local.start_history(0)
         local.start_media(0)
         with (
-            HistoryClient(_addr(pair, "history-s3")) as history,
-            MediaClient(_addr(pair, "media-s3")) as media,
+            HistoryClient(_addr(profile, "history-s3")) as history,
+            MediaClient(_addr(profile, "media-s3")) as media,
             HistoryClient(local.history_addr) as local_history,
             MediaClient(local.media_addr) as local_media,
         ):
@@ -265,8 +225,8 @@ def test_the_pair_serves_sessions_windows_and_photos_from_the_bucket(
         local.close()
 
 
-def test_the_gateway_serves_a_photo_from_the_bucket(pair: Project) -> None:
-    gateway = f"http://127.0.0.1:{pair.variables['SCROLLBACK_GATEWAY_S3_PORT']}"
+def test_the_gateway_serves_a_photo_from_the_bucket(profile: Project) -> None:
+    gateway = f"http://127.0.0.1:{profile.variables['SCROLLBACK_GATEWAY_S3_PORT']}"
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -276,13 +236,13 @@ def test_the_gateway_serves_a_photo_from_the_bucket(pair: Project) -> None:
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise AssertionError("the gateway never answered:\n" + pair.logs("gateway-s3"))
+            raise AssertionError("the gateway never answered:\n" + profile.logs("gateway-s3"))
         time.sleep(0.5)
     refs = [ref for entry in window.json()["entries"] for ref in entry["mediaRefs"]]
     assert refs, "the transcript has photos"
     with (
-        MediaClient(_addr(pair, "media-s3")) as media,
-        HistoryClient(_addr(pair, "history-s3")) as history,
+        MediaClient(_addr(profile, "media-s3")) as media,
+        HistoryClient(_addr(profile, "history-s3")) as history,
     ):
         expected = [
             media.read_media(ref).data
@@ -292,3 +252,25 @@ def test_the_gateway_serves_a_photo_from_the_bucket(pair: Project) -> None:
     photos = [httpx.get(gateway + ref["url"], timeout=10) for ref in refs]
     assert [p.status_code for p in photos] == [200] * len(refs)
     assert [p.content for p in photos] == expected
+
+
+def test_the_upload_refuses_an_unreadable_file_then_copies_what_grew(
+    profile: Project, host_transcripts: Path
+) -> None:
+    """Run again (as on a later start): a file it cannot read fails it before it copies
+    anything; without that file, the session that grew on the host is copied again."""
+    before = _bucket_files(profile)
+    grown = host_transcripts / "proj" / "small.jsonl"
+    with grown.open("ab") as appended:
+        appended.write(grown.read_bytes().splitlines(keepends=True)[-1])
+    unreadable = host_transcripts / "proj" / "unreadable.jsonl"
+    unreadable.write_bytes(b"{}\n")
+    unreadable.chmod(0o600)  # root's: the upload runs as OWNER
+    try:
+        assert _upload(profile) == 1
+    finally:
+        unreadable.unlink()
+    assert "cannot read ./proj/unreadable.jsonl" in profile.logs("seaweedfs-upload")
+    assert _bucket_files(profile) == before, "nothing copied"
+    assert _upload(profile) == 0, profile.logs("seaweedfs-upload")
+    assert _bucket_files(profile) == _host_files(host_transcripts) != before
