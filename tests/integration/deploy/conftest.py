@@ -2,7 +2,8 @@
 
 `deploy_servers`: both services in a background loop (the grpcurl test).
 `engine` and `images`: a private Docker engine and the images built offline
-(compose_engine.py), shared by the session; `transcripts`: a real transcript
+(compose_engine.py), shared by the session; `seaweedfs_image`: the s3
+profile's SeaweedFS image on the same base, built only when a test asks; `transcripts`: a real transcript
 with images from tests/corpus, owned by a non-root user with mode 0600, as a
 user's own transcripts are.
 """
@@ -16,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.deploy.compose_engine import CORPUS, OWNER, TRANSCRIPTS, Engine, build_images
+from tests.integration.deploy.compose_engine import (
+    CORPUS,
+    OWNER,
+    TRANSCRIPTS,
+    Engine,
+    build_images,
+    build_seaweedfs_image,
+)
 from tests.support.servers import ServerPair, serving_pair
 
 
@@ -37,9 +45,19 @@ def engine() -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="session")
-def images(engine: Engine) -> dict[str, str]:
-    """The Scrollback and PostgreSQL image tags, built with no registry."""
-    return build_images(engine)
+def images(engine: Engine, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The Scrollback and PostgreSQL image tags, built with no registry (and the SeaweedFS
+    one beside them when a collected test asks for it)."""
+    wanted = any(
+        "seaweedfs_image" in getattr(item, "fixturenames", ()) for item in request.session.items
+    )
+    return build_images(engine, seaweedfs=wanted)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_image(engine: Engine, images: dict[str, str]) -> str:
+    """The SeaweedFS image's tag, built with no registry on the others' base."""
+    return images.get("seaweedfs") or build_seaweedfs_image(engine, images["base"])
 
 
 @pytest.fixture(scope="session")
