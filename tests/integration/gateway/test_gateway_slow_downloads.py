@@ -7,7 +7,8 @@ sockets with a small receive buffer that read the response's head and never
 its body: once a stream stops moving, what it has sent is all the gateway
 holds for that download (in its buffers, its socket's and gRPC's
 flow-control window), and beyond what the kernel may keep in the socket's
-send buffer it must stay within a megabyte.
+send buffer it must stay within a megabyte. When the downloads are closed,
+their media streams end at once, not read to the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from gateway.signing import UrlSigner
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.support.gateway import GatewayStack, RawConnection, poll_until
+from tests.support.security import wait_until
 
 MIB = 1 << 20
 PHOTO = 32 * MIB
@@ -39,21 +41,27 @@ class CountingMedia(media_pb2_grpc.MediaServiceServicer):
 
     def __init__(self) -> None:
         self.sent: list[int] = []
+        # Per stream: the bytes it had sent when it ended (None while it runs).
+        self.ended: list[int | None] = []
 
     async def ReadMedia(
         self, request: media_pb2.ReadMediaRequest, context: Any
     ) -> AsyncIterator[media_pb2.ReadMediaResponse]:
         stream = len(self.sent)
         self.sent.append(0)
-        yield media_pb2.ReadMediaResponse(
-            metadata=media_pb2.MediaMetadata(
-                content_type="image/png", size_bytes=PHOTO, sha256="0" * 64, safe_inline=True
+        self.ended.append(None)
+        try:
+            yield media_pb2.ReadMediaResponse(
+                metadata=media_pb2.MediaMetadata(
+                    content_type="image/png", size_bytes=PHOTO, sha256="0" * 64, safe_inline=True
+                )
             )
-        )
-        chunk = bytes(CHUNK)
-        for _ in range(PHOTO // CHUNK):
-            yield media_pb2.ReadMediaResponse(data=chunk)
-            self.sent[stream] += CHUNK
+            chunk = bytes(CHUNK)
+            for _ in range(PHOTO // CHUNK):
+                yield media_pb2.ReadMediaResponse(data=chunk)
+                self.sent[stream] += CHUNK
+        finally:
+            self.ended[stream] = self.sent[stream]
 
 
 @pytest.fixture
@@ -93,7 +101,7 @@ def _steady(servicer: CountingMedia, seconds: float, timeout: float) -> list[int
     return last
 
 
-def test_stalled_downloads_pull_a_bounded_part_of_the_photo(
+def test_stalled_downloads_pull_a_bounded_part_and_end_their_streams_when_closed(
     stack: GatewayStack, counting: tuple[CountingMedia, int]
 ) -> None:
     servicer, port = counting
@@ -120,3 +128,6 @@ def test_stalled_downloads_pull_a_bounded_part_of_the_photo(
     finally:
         for connection in connections:
             connection.close()
+    # The browsers left: their media streams are cancelled, not read to the end.
+    assert wait_until(lambda: None not in servicer.ended, 10), servicer.ended
+    assert all(count is not None and count < PHOTO for count in servicer.ended)
