@@ -20,8 +20,10 @@ Answers carry the sniffed `Content-Type` (anything not safe inline is
 `X-Content-Type-Options: nosniff` and `Content-Security-Policy: sandbox;
 default-src 'none'`. `If-None-Match` -> 304; one `Range` -> 206 mapped onto
 read_offset / read_limit, or 416. Bytes go out chunk by chunk as ReadMedia
-sends them; uvicorn's flow control and gRPC's keep at most a few chunks in
-the gateway whatever the photo's size.
+sends them, in chunks of PHOTO_CHUNK_BYTES (ReadMediaRequest.chunk_size), each
+a view into its gRPC message handed to uvicorn uncopied; uvicorn's flow
+control and gRPC's keep at most a few chunks in the gateway whatever the
+photo's size.
 """
 
 from __future__ import annotations
