@@ -7,8 +7,10 @@ memory are sliced; a decoded transcript image cached as serialized chunks
 (`media_service.decoded`) goes out as those chunks, taken one at a time through
 a weak reference, so an entry evicted mid-stream is freed and the rest is read
 from the file; a whole read that missed the cache fills it as it goes. Other
-reads go block by block from the file. The wire format is the generated one;
-only the copying is saved.
+reads go block by block from the file. A request that asks for larger chunks
+(ReadMediaRequest.chunk_size) gets whole multiples of the server's chunk joined
+into one message (`_grouped`), whichever way they were read. The wire format
+is the generated one; only the copying is saved.
 """
 
 from __future__ import annotations
