@@ -20,7 +20,8 @@ Answers carry the sniffed `Content-Type` (anything not safe inline is
 `X-Content-Type-Options: nosniff` and `Content-Security-Policy: sandbox;
 default-src 'none'`. `If-None-Match` -> 304; one `Range` -> 206 mapped onto
 read_offset / read_limit, or 416. Bytes go out chunk by chunk as ReadMedia
-sends them, in chunks of PHOTO_CHUNK_BYTES (ReadMediaRequest.chunk_size), each
+sends them, in chunks of PHOTO_CHUNK_BYTES (ReadMediaRequest.chunk_size;
+QUIET_CHUNK_BYTES while at most QUIET_DOWNLOADS downloads are open), each
 a view into its gRPC message handed to uvicorn uncopied; uvicorn's flow
 control and gRPC's keep at most a few chunks in the gateway whatever the
 photo's size.
@@ -84,6 +85,9 @@ class PhotoAccess(Protocol):
 # The chunk size photos are read in (ReadMediaRequest.chunk_size): fewer messages cost
 # both ends less CPU, larger ones more memory per open download (a few chunks each).
 PHOTO_CHUNK_BYTES = 128 * 1024
+# While few downloads are open, larger chunks: their extra memory is a few of these each.
+QUIET_CHUNK_BYTES = 256 * 1024
+QUIET_DOWNLOADS = 4
 CACHE_CONTROL = "private, max-age=31536000, immutable"
 CSP = "sandbox; default-src 'none'"
 _RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
@@ -281,7 +285,9 @@ async def serve_media(gateway: PhotoAccess, request: Request, ref: str) -> Respo
     address = request.client.host if request.client is not None else ""
     release = gateway.downloads.open("\x1f".join((reader.principal, ref, pin)), address)
     try:
-        response = await _answer(client, request, selector, size, release)
+        quiet = gateway.downloads.open_count <= QUIET_DOWNLOADS
+        chunk = QUIET_CHUNK_BYTES if quiet else PHOTO_CHUNK_BYTES
+        response = await _answer(client, request, selector, size, release, chunk)
     except BaseException:
         release()
         raise
@@ -296,6 +302,7 @@ async def _answer(
     selector: mpb.MediaSelector,
     size: int | None,
     release: Callable[[], None],
+    chunk: int,
 ) -> Response:
     try:
         wanted = (
@@ -320,7 +327,7 @@ async def _answer(
     limit = 0 if last is None else last - first + 1
     try:
         stream = await client.open_media(
-            selector, read_offset=first, read_limit=limit, size=size, chunk_size=PHOTO_CHUNK_BYTES
+            selector, read_offset=first, read_limit=limit, size=size, chunk_size=chunk
         )
     except (OutOfRange, InvalidArgument) as error:
         if wanted is None or isinstance(error, InvalidArgument):

@@ -7,7 +7,8 @@ sockets with a small receive buffer that read the response's head and never
 its body: once a stream stops moving, what it has sent is all the gateway
 holds for that download (in its buffers, its socket's and gRPC's
 flow-control window), and beyond what the kernel may keep in the socket's
-send buffer it must stay within a megabyte. When the downloads are closed,
+send buffer it must stay within a megabyte. The first downloads open at
+once ask for larger chunks than the others. When the downloads are closed,
 their media streams end at once, not read to the end.
 """
 
@@ -22,6 +23,7 @@ from urllib.parse import quote, urlencode
 import grpc
 import pytest
 
+from gateway.media import PHOTO_CHUNK_BYTES, QUIET_CHUNK_BYTES, QUIET_DOWNLOADS
 from gateway.signing import UrlSigner
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.support.gateway import GatewayStack, RawConnection, poll_until
@@ -43,12 +45,14 @@ class CountingMedia(media_pb2_grpc.MediaServiceServicer):
         self.sent: list[int] = []
         # Per stream: the bytes it had sent when it ended (None while it runs).
         self.ended: list[int | None] = []
+        self.chunk_sizes: list[int] = []
 
     async def ReadMedia(
         self, request: media_pb2.ReadMediaRequest, context: Any
     ) -> AsyncIterator[media_pb2.ReadMediaResponse]:
         stream = len(self.sent)
         self.sent.append(0)
+        self.chunk_sizes.append(request.chunk_size)
         self.ended.append(None)
         try:
             yield media_pb2.ReadMediaResponse(
@@ -123,6 +127,10 @@ def test_stalled_downloads_pull_a_bounded_part_and_end_their_streams_when_closed
         assert all(c.received.startswith(b"HTTP/1.1 200") for c in connections)
         sent = _steady(servicer, seconds=1.0, timeout=20)
         assert len(sent) == DOWNLOADS
+        # The first few downloads open at once ask for larger chunks; the others for smaller.
+        quiet = [QUIET_CHUNK_BYTES] * QUIET_DOWNLOADS
+        busy = [PHOTO_CHUNK_BYTES] * (DOWNLOADS - QUIET_DOWNLOADS)
+        assert sorted(servicer.chunk_sizes) == sorted(quiet + busy)
         bound = _socket_send_buffer_max() + GATEWAY_BOUND
         assert all(0 < count <= bound for count in sent), (sent, bound)
     finally:
