@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from client._base import AsyncChannelClient, AsyncClosing
 from client._core import (
@@ -371,29 +372,72 @@ class AsyncHistoryClient(AsyncChannelClient):
 
 
 class AsyncMediaStream:
-    """The asyncio twin of client.media.MediaStream. An open ReadMedia call: `metadata`, then `chunks()`; `cancel()` ends it early."""
+    """The asyncio twin of client.media.MediaStream. An open ReadMedia call: `metadata`, then `chunks()` (or `read()`); `cancel()` ends it early.
 
-    def __init__(
-        self, metadata: mpb.MediaMetadata, call: Any, messages: AsyncIterator[Any]
-    ) -> None:
+    The call's messages arrive unparsed: a data chunk is a view into the
+    message it came in, so passing it on copies nothing.
+    """
+
+    def __init__(self, metadata: mpb.MediaMetadata, call: Any) -> None:
         self.metadata = metadata
         self._call = call
-        self._messages = messages
+
+    async def read(self) -> memoryview | None:
+        """The next chunk, a view into its message (no copy); None at the end of the stream."""
+        while True:
+            try:
+                message = await self._call.read()
+            except grpc.RpcError as error:
+                raise from_rpc_error(error) from None
+            if message is _EOF:
+                return None
+            chunk = data_view(message)
+            if chunk is not None:
+                return chunk
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The bytes as the service sends them; the call is cancelled if left early."""
         try:
-            async for message in self._messages:
-                if message.WhichOneof("item") == "data":
-                    yield message.data
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            while (chunk := await self.read()) is not None:
+                yield bytes(chunk)
         finally:
             self._call.cancel()
 
     def cancel(self) -> None:
         """End the call without reading its bytes."""
         self._call.cancel()
+
+
+# ReadMediaResponse{data} on the wire: this tag (field 2, length-delimited), a varint length, the bytes.
+_DATA_TAG = mpb.ReadMediaResponse.DESCRIPTOR.fields_by_name["data"].number << 3 | 2
+# What a grpc.aio stream's read() gives at its end (not in the type stubs).
+_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
+_READ_MEDIA = "/{}/ReadMedia".format(mpb.DESCRIPTOR.services_by_name["MediaService"].full_name)
+
+
+def data_view(message: bytes) -> memoryview | None:
+    """The data chunk of a serialized ReadMediaResponse, a view into it; None for metadata.
+
+    A message that is exactly the data field is sliced; any other is parsed
+    (DataLoss when it does not parse).
+    """
+    if message[:1] == bytes((_DATA_TAG,)):
+        length = shift = 0
+        at = 1
+        while at < len(message) and shift < 64:
+            byte = message[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                if at + length == len(message):
+                    return memoryview(message)[at:]
+                break
+            shift += 7
+    try:
+        parsed = mpb.ReadMediaResponse.FromString(message)
+    except DecodeError:
+        raise DataLoss("a media stream message did not parse") from None
+    return memoryview(parsed.data) if parsed.WhichOneof("item") == "data" else None
 
 
 class AsyncMediaClient(AsyncChannelClient):
@@ -452,33 +496,47 @@ class AsyncMediaClient(AsyncChannelClient):
         read_offset: int = 0,
         read_limit: int = 0,
         size: int | None = None,
+        chunk_size: int = 0,
     ) -> AsyncMediaStream:
         """A ReadMedia stream whose metadata has arrived; its bytes are read chunk by chunk.
 
         For a caller that passes the bytes on as they come (the HTTP gateway):
         nothing is buffered beyond one chunk, nothing is retried or verified
         (the caller streams a part, or sends bytes before the end is known).
-        A failure before the metadata raises the typed error here.
+        A failure before the metadata raises the typed error here. `chunk_size`
+        asks for larger chunks than the server's own (ReadMediaRequest.chunk_size).
         """
         request = mpb.ReadMediaRequest(
             media=selector_of(target, pin),
             read_offset=read_offset,
             read_limit=read_limit,
             size=thumbnail_size_of(size),
+            chunk_size=chunk_size,
         )
-        call = self.stub.ReadMedia(request, timeout=self.deadlines.stream, metadata=self.metadata)
-        messages = call.__aiter__()
+        # Unparsed responses: the chunks are sliced out of the messages, not copied.
+        read_media = self._channel.unary_stream(
+            _READ_MEDIA,
+            request_serializer=mpb.ReadMediaRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        call = read_media(request, timeout=self.deadlines.stream, metadata=self.metadata)
         try:
-            first = await anext(messages)
+            first = await call.read()
         except grpc.RpcError as error:
             call.cancel()
             raise from_rpc_error(error) from None
-        except StopAsyncIteration:
-            first = None
-        if first is None or first.WhichOneof("item") != "metadata":
+        metadata = None
+        if isinstance(first, bytes):
+            try:
+                parsed = mpb.ReadMediaResponse.FromString(first)
+            except DecodeError:
+                parsed = mpb.ReadMediaResponse()
+            if parsed.WhichOneof("item") == "metadata":
+                metadata = parsed.metadata
+        if metadata is None:
             call.cancel()
             raise DataLoss("the media stream carried no metadata")
-        return AsyncMediaStream(first.metadata, call, messages)
+        return AsyncMediaStream(metadata, call)
 
     async def stat_media(
         self, targets: Iterable[MediaTarget], *, size: int | None = None

@@ -135,19 +135,22 @@ class MediaClient(SyncChannelClient):
         read_offset: int = 0,
         read_limit: int = 0,
         size: int | None = None,
+        chunk_size: int = 0,
     ) -> MediaStream:
         """A ReadMedia stream whose metadata has arrived; its bytes are read chunk by chunk.
 
         For a caller that passes the bytes on as they come: nothing is buffered
         beyond one chunk, nothing is retried or verified (the caller streams a
         part, or sends bytes before the end is known). A failure before the
-        metadata raises the typed error here.
+        metadata raises the typed error here. `chunk_size` asks for larger
+        chunks than the server's own (ReadMediaRequest.chunk_size; 0: the server's).
         """
         request = mpb.ReadMediaRequest(
             media=selector_of(target, pin),
             read_offset=read_offset,
             read_limit=read_limit,
             size=thumbnail_size_of(size),
+            chunk_size=chunk_size,
         )
         call: Any = self.stub.ReadMedia(
             request, timeout=self.deadlines.stream, metadata=self.metadata

@@ -62,6 +62,11 @@ class DownloadLimits:
 
         return release
 
+    @property
+    def open_count(self) -> int:
+        """Downloads open in all."""
+        return sum(self._clients.values())
+
     def open_downloads(self, grant: str = "", client: str = "") -> tuple[int, int]:
         """Downloads open of a grant and from a client address."""
         return self._urls[grant], self._clients[client]

@@ -20,19 +20,23 @@ Answers carry the sniffed `Content-Type` (anything not safe inline is
 `X-Content-Type-Options: nosniff` and `Content-Security-Policy: sandbox;
 default-src 'none'`. `If-None-Match` -> 304; one `Range` -> 206 mapped onto
 read_offset / read_limit, or 416. Bytes go out chunk by chunk as ReadMedia
-sends them; uvicorn's flow control and gRPC's keep at most a few chunks in
-the gateway whatever the photo's size.
+sends them, in chunks of PHOTO_CHUNK_BYTES (ReadMediaRequest.chunk_size;
+QUIET_CHUNK_BYTES while at most QUIET_DOWNLOADS downloads are open), each
+a view into its gRPC message handed to uvicorn uncopied; uvicorn's flow
+control and gRPC's keep at most a few chunks in the gateway whatever the
+photo's size.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from client.aio import AsyncMediaClient, AsyncMediaStream
@@ -78,6 +82,12 @@ class PhotoAccess(Protocol):
         """A media client that calls with `token`, acting for a principal when given."""
 
 
+# The chunk size photos are read in (ReadMediaRequest.chunk_size): fewer messages cost
+# both ends less CPU, larger ones more memory per open download (a few chunks each).
+PHOTO_CHUNK_BYTES = 128 * 1024
+# While few downloads are open, larger chunks: their extra memory is a few of these each.
+QUIET_CHUNK_BYTES = 256 * 1024
+QUIET_DOWNLOADS = 4
 CACHE_CONTROL = "private, max-age=31536000, immutable"
 CSP = "sandbox; default-src 'none'"
 _RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
@@ -214,20 +224,53 @@ def _reader(gateway: PhotoAccess, request: Request, ref: str, pin: str) -> _Read
     return _Reader(gateway.service_token, grant.principal, grant.principal)
 
 
-class _DownloadResponse(StreamingResponse):
-    """A streamed photo that gives its download place back when it ends, however it ends."""
+class _DownloadResponse(Response):
+    """A streamed photo that gives its download place back when it ends, however it ends.
+
+    A plain ASGI response: each chunk goes from the media stream to the
+    connection as it came (a view into its gRPC message), one `send` each.
+    A watcher of `receive` ends the media stream when the browser leaves,
+    since uvicorn's `send` then returns without writing.
+    """
 
     def __init__(
-        self, stream: AsyncMediaStream, release: Callable[[], None], **kwargs: Any
+        self,
+        stream: AsyncMediaStream,
+        release: Callable[[], None],
+        *,
+        status_code: int,
+        headers: dict[str, str],
     ) -> None:
-        super().__init__(_body(stream), **kwargs)
+        super().__init__(status_code=status_code, headers=headers)
         self._stream = stream
         self._release = release
+        self._left = False
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._left = True
+        self._stream.cancel()  # the pending read ends at once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.create_task(self._watch(receive))
         try:
-            await super().__call__(scope, receive, send)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            while (chunk := await self._stream.read()) is not None:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self._left or (task is not None and task.cancelling()):
+                raise
         finally:
+            watcher.cancel()
             self._stream.cancel()  # the browser left: the media stream ends now
             self._release()
 
@@ -242,7 +285,9 @@ async def serve_media(gateway: PhotoAccess, request: Request, ref: str) -> Respo
     address = request.client.host if request.client is not None else ""
     release = gateway.downloads.open("\x1f".join((reader.principal, ref, pin)), address)
     try:
-        response = await _answer(client, request, selector, size, release)
+        quiet = gateway.downloads.open_count <= QUIET_DOWNLOADS
+        chunk = QUIET_CHUNK_BYTES if quiet else PHOTO_CHUNK_BYTES
+        response = await _answer(client, request, selector, size, release, chunk)
     except BaseException:
         release()
         raise
@@ -257,6 +302,7 @@ async def _answer(
     selector: mpb.MediaSelector,
     size: int | None,
     release: Callable[[], None],
+    chunk: int,
 ) -> Response:
     try:
         wanted = (
@@ -280,7 +326,9 @@ async def _answer(
             return _unsatisfiable(0)
     limit = 0 if last is None else last - first + 1
     try:
-        stream = await client.open_media(selector, read_offset=first, read_limit=limit, size=size)
+        stream = await client.open_media(
+            selector, read_offset=first, read_limit=limit, size=size, chunk_size=chunk
+        )
     except (OutOfRange, InvalidArgument) as error:
         if wanted is None or isinstance(error, InvalidArgument):
             raise
@@ -313,8 +361,3 @@ async def _answer(
         stream.cancel()
         raise
     return _DownloadResponse(stream, release, status_code=status, headers=headers)
-
-
-async def _body(stream: AsyncMediaStream) -> AsyncIterator[bytes]:
-    async for chunk in stream.chunks():
-        yield chunk

@@ -56,14 +56,16 @@ DecodedKey = tuple[FileVersion, int, str]
 class Encoded(Serialized):
     """One `ReadMediaResponse{data}` already serialized: `wire` is what grpc sends.
 
-    `data` is the chunk (a view into `wire`, no copy), for whoever counts bytes.
+    The chunk is `parts` one after the other (several consecutive chunks sent
+    as one message); `data` is it (a view into `wire`, no copy), for whoever
+    counts bytes.
     """
 
     __slots__ = ("_header",)
 
-    def __init__(self, chunk: bytes | memoryview) -> None:
-        header = field_header(_DATA_FIELD, len(chunk))
-        super().__init__(header + chunk)  # one copy, straight from the decoded block
+    def __init__(self, *parts: bytes | memoryview) -> None:
+        header = field_header(_DATA_FIELD, sum(len(part) for part in parts))
+        super().__init__(b"".join((header, *parts)))  # one copy, straight from the parts
         self._header = len(header)
 
     @property

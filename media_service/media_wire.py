@@ -7,8 +7,10 @@ memory are sliced; a decoded transcript image cached as serialized chunks
 (`media_service.decoded`) goes out as those chunks, taken one at a time through
 a weak reference, so an entry evicted mid-stream is freed and the rest is read
 from the file; a whole read that missed the cache fills it as it goes. Other
-reads go block by block from the file. The wire format is the generated one;
-only the copying is saved.
+reads go block by block from the file. A request that asks for larger chunks
+(ReadMediaRequest.chunk_size) gets whole multiples of the server's chunk joined
+into one message (`_grouped`), whichever way they were read. The wire format
+is the generated one; only the copying is saved.
 """
 
 from __future__ import annotations
@@ -149,13 +151,24 @@ async def media_responses(
     chunk: int,
     decoded: weakref.ref[DecodedImage] | None,
     cache: DecodedCache,
+    group: int = 1,
 ) -> AsyncGenerator[media_pb2.ReadMediaResponse | Encoded, None]:
     """`first` (the metadata), then the bytes of [read_offset, read_offset + read_limit).
 
     `read` is the request's (read_offset, read_limit), checked here
-    (ReadRangeError); `decoded` the cached chunks the open found, if any. The
-    medium is closed when the stream ends, however it ends.
+    (ReadRangeError); `decoded` the cached chunks the open found, if any.
+    `chunk` is the server's chunk size (the decoded cache's); `group` chunks
+    go out as one message (a caller that asked for larger chunks). The medium
+    is closed when the stream ends, however it ends.
     """
+    if group > 1:
+        responses = _grouped(media_responses(media, first, read, chunk, decoded, cache), group)
+        try:
+            async for response in responses:
+                yield response
+        finally:
+            await responses.aclose()
+        return
     filler: Filler | None = None
     try:
         start, end = byte_range(media.info.size_bytes, *read)
@@ -225,3 +238,28 @@ async def media_responses(
         if filler is not None:
             filler.abandon()  # nothing cached unless finished
         media.close()
+
+
+async def _grouped(
+    responses: AsyncGenerator[media_pb2.ReadMediaResponse | Encoded, None], group: int
+) -> AsyncGenerator[media_pb2.ReadMediaResponse | Encoded, None]:
+    """The metadata, then every `group` consecutive data chunks as one message.
+
+    Holds at most `group` chunks (one message's bytes), copied once into it.
+    """
+    parts: list[bytes | memoryview] = []
+    try:
+        async for response in responses:
+            if isinstance(response, Encoded) or response.WhichOneof("item") == "data":
+                parts.append(response.data)
+            else:
+                yield response
+                continue
+            if len(parts) == group:
+                message = Encoded(*parts)
+                parts.clear()
+                yield message
+        if parts:
+            yield Encoded(*parts)
+    finally:
+        await responses.aclose()

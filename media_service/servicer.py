@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from media_service.blobs import MediaInfo
+from media_service.config import MAX_CHUNK_SIZE
 from media_service.decoded import Encoded
 from media_service.errors import ERROR_TABLE, InvalidRequestError
 from media_service.instance import MediaInstance
@@ -77,6 +78,8 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
             self._chunk_size,
             decoded,
             self.instance.decoded,
+            # Larger chunks asked for: whole multiples of the server's, within the cap.
+            max(1, min(request.chunk_size, MAX_CHUNK_SIZE) // self._chunk_size),
         )
         try:
             async for response in responses:

@@ -2,7 +2,8 @@
 
 The gateway runs as `python -m gateway` (a subprocess, RSS from VmHWM) in
 front of the run's media and history servers. Photo URLs come from the
-gateway's own window JSON, as a browser gets them.
+gateway's own window JSON, as a browser gets them. `python -m
+scrollback_app.bench.gateway` measures them alone, over servers of its own.
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import IO
 
 import httpx
 
+from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
-from scrollback_app.bench import services
+from scrollback_app.bench import procs, services
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.procs import free_port, proc_status_kib
+from scrollback_app.bench.transcripts import write_transcript
 
 MB = 1_000_000
 
@@ -214,3 +218,82 @@ async def gateway_figures(
         )
     )
     return figures
+
+
+async def measure_alone(
+    work: Path,
+    log: Callable[[str], None],
+    *,
+    big_bytes: int,
+    repeats: int,
+    batch: int,
+    clients: int,
+    rss_streams: int,
+) -> list[Figure]:
+    """These figures over fresh servers: a 4 MB session of 1.3 MB photos, one of 7.5 MB photos."""
+    root = work / "root"
+    plan = {"photo": (4 * MB, 1_300_000), "bigimg": (big_bytes, 7_500_000)}
+    for session_id, (size, image) in plan.items():
+        write_transcript(
+            root / "bench" / f"{session_id}.jsonl",
+            size,
+            image_bytes=image,
+            session_id=session_id,  # type: ignore[arg-type]
+        )
+    log(f"transcripts written under {root}")
+    async with (
+        procs.history_server(root, work / "state-history") as history_server,
+        procs.media_server(root, work / "state-media") as media_server,
+        services.channel(history_server.addr) as history_channel,
+        services.channel(media_server.addr) as media_channel,
+    ):
+        history = history_pb2_grpc.HistoryServiceStub(history_channel)
+        media = media_pb2_grpc.MediaServiceStub(media_channel)
+        photos = (await services.read_window(history, "photo")).refs
+        await services.read_window(history, "bigimg")
+        for ref in photos:  # the full run reads them before too (the media figures)
+            await services.drain_media(media, ref)
+        log(f"{len(photos)} photos; measuring")
+        return await gateway_figures(
+            history_server.addr,
+            media_server.addr,
+            media,
+            photos,
+            repeats=repeats,
+            batch=batch,
+            clients=clients,
+            rss_streams=rss_streams,
+            big_session="bigimg",
+            photo_session="photo",
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scrollback_app.bench.gateway [--repeats N] [--big-mb N]`: these figures alone."""
+    import argparse
+
+    from scrollback_app.bench.figures import run_alone
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved repeats (15)")
+    parser.add_argument("--batch", type=int, default=5, help="photos per one-client sample (5)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent photos (16)")
+    parser.add_argument("--rss-streams", type=int, default=32, help="downloads for RSS (32)")
+    parser.add_argument("--big-mb", type=float, default=250.0, help="7.5 MB-photo session, MB")
+    args = parser.parse_args(argv)
+    return run_alone(
+        "scrollback gateway bench",
+        lambda work, log: measure_alone(
+            work,
+            log,
+            big_bytes=int(args.big_mb * MB),
+            repeats=args.repeats,
+            batch=args.batch,
+            clients=args.clients,
+            rss_streams=args.rss_streams,
+        ),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -124,10 +124,10 @@ class GatewayStack:
         self.pair.start_media(0)
 
     def start_gateway(
-        self, *, auth: bool = False, ttl: int = 86400, **settings: Any
+        self, *, auth: bool = False, ttl: int = 86400, media_addr: str = "", **settings: Any
     ) -> GatewayConfig:
-        """Start the gateway (with a token file and its own token when `auth`; `settings`:
-        other GatewayConfig fields)."""
+        """Start the gateway (with a token file and its own token when `auth`; `media_addr`:
+        another media server than the stack's; `settings`: other GatewayConfig fields)."""
         key = self.tmp / "signing.key"
         key.write_bytes(os.urandom(32).hex().encode())
         fields: dict[str, Any] = {}
@@ -141,7 +141,7 @@ class GatewayStack:
         config = GatewayConfig(
             addr="127.0.0.1:0",
             history_addr=self.pair.history_addr,
-            media_addr=self.pair.media_addr,
+            media_addr=media_addr or self.pair.media_addr,
             signing_key_file=key,
             url_ttl_seconds=ttl,
             **fields,

@@ -123,10 +123,13 @@ async def read_media(
     read_offset: int = 0,
     read_limit: int = 0,
     deadline_seconds: float | None = None,
+    chunk_size: int = 0,
 ) -> tuple[media_pb2.MediaMetadata, bytes, list[int]]:
     """Metadata, the bytes and the chunk sizes of one ReadMedia call."""
     call = stub.ReadMedia(
-        media_pb2.ReadMediaRequest(media=selector, read_offset=read_offset, read_limit=read_limit),
+        media_pb2.ReadMediaRequest(
+            media=selector, read_offset=read_offset, read_limit=read_limit, chunk_size=chunk_size
+        ),
         timeout=deadline_seconds,
     )
     metadata: media_pb2.MediaMetadata | None = None

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from scrollback.ref.v1 import ref_pb2 as scrollback_dot_ref_dot_v1_dot_ref__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fscrollback/media/v1/media.proto\x12\x13scrollback.media.v1\x1a\x1bscrollback/ref/v1/ref.proto\"\\\n\rMediaSelector\x12\x30\n\tmedia_ref\x18\x01 \x01(\x0b\x32\x1b.scrollback.ref.v1.MediaRefH\x00\x12\x12\n\x08\x62lob_ref\x18\x02 \x01(\tH\x00\x42\x05\n\x03ref\"\xa0\x01\n\x10ReadMediaRequest\x12\x31\n\x05media\x18\x01 \x01(\x0b\x32\".scrollback.media.v1.MediaSelector\x12\x13\n\x0bread_offset\x18\x02 \x01(\x03\x12\x12\n\nread_limit\x18\x03 \x01(\x03\x12\x30\n\x04size\x18\x04 \x01(\x0e\x32\".scrollback.media.v1.ThumbnailSize\"\x96\x02\n\rMediaMetadata\x12\x14\n\x0c\x63ontent_type\x18\x01 \x01(\t\x12\x1b\n\x13\x64\x65\x63lared_media_type\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x13\n\x0bsafe_inline\x18\x05 \x01(\x08\x12\x0b\n\x03pin\x18\x06 \x01(\t\x12\r\n\x05width\x18\x07 \x01(\r\x12\x0e\n\x06height\x18\x08 \x01(\r\x12:\n\x0ethumbnail_size\x18\t \x01(\x0e\x32\".scrollback.media.v1.ThumbnailSize\x12\x15\n\rsource_sha256\x18\n \x01(\t\x12\x1a\n\x12still_of_animation\x18\x0b \x01(\x08\"c\n\x11ReadMediaResponse\x12\x36\n\x08metadata\x18\x01 \x01(\x0b\x32\".scrollback.media.v1.MediaMetadataH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04item\"w\n\x10StatMediaRequest\x12\x31\n\x05media\x18\x01 \x03(\x0b\x32\".scrollback.media.v1.MediaSelector\x12\x30\n\x04size\x18\x02 \x01(\x0e\x32\".scrollback.media.v1.ThumbnailSize\"\x85\x01\n\x0fStatMediaResult\x12\x36\n\x08metadata\x18\x01 \x01(\x0b\x32\".scrollback.media.v1.MediaMetadataH\x00\x12\x30\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1f.scrollback.media.v1.MediaErrorH\x00\x42\x08\n\x06result\";\n\nMediaError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"J\n\x11StatMediaResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.scrollback.media.v1.StatMediaResult\"I\n\x0fWriteBlobHeader\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x12\n\nmedia_type\x18\x03 \x01(\t\"b\n\x10WriteBlobRequest\x12\x36\n\x06header\x18\x01 \x01(\x0b\x32$.scrollback.media.v1.WriteBlobHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04item\"M\n\x11WriteBlobResponse\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x17\n\x0f\x61lready_existed\x18\x03 \x01(\x08\")\n\x17\x46indMissingBlobsRequest\x12\x0e\n\x06sha256\x18\x01 \x03(\t\"2\n\x18\x46indMissingBlobsResponse\x12\x16\n\x0emissing_sha256\x18\x01 \x03(\t*v\n\rThumbnailSize\x12\x1e\n\x1aTHUMBNAIL_SIZE_UNSPECIFIED\x10\x00\x12\x15\n\x11THUMBNAIL_SIZE_96\x10\x01\x12\x16\n\x12THUMBNAIL_SIZE_320\x10\x02\x12\x16\n\x12THUMBNAIL_SIZE_960\x10\x03\x32\x97\x03\n\x0cMediaService\x12\\\n\tReadMedia\x12%.scrollback.media.v1.ReadMediaRequest\x1a&.scrollback.media.v1.ReadMediaResponse0\x01\x12Z\n\tStatMedia\x12%.scrollback.media.v1.StatMediaRequest\x1a&.scrollback.media.v1.StatMediaResponse\x12\\\n\tWriteBlob\x12%.scrollback.media.v1.WriteBlobRequest\x1a&.scrollback.media.v1.WriteBlobResponse(\x01\x12o\n\x10\x46indMissingBlobs\x12,.scrollback.media.v1.FindMissingBlobsRequest\x1a-.scrollback.media.v1.FindMissingBlobsResponseB\x87\x01\x42\nMediaProtoP\x01Z-scrollback/gen/go/scrollback/media/v1;mediav1\xa2\x02\x03SMX\xaa\x02\x13Scrollback.Media.V1\xca\x02\x13Scrollback\\Media\\V1\xea\x02\x15Scrollback::Media::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fscrollback/media/v1/media.proto\x12\x13scrollback.media.v1\x1a\x1bscrollback/ref/v1/ref.proto\"\\\n\rMediaSelector\x12\x30\n\tmedia_ref\x18\x01 \x01(\x0b\x32\x1b.scrollback.ref.v1.MediaRefH\x00\x12\x12\n\x08\x62lob_ref\x18\x02 \x01(\tH\x00\x42\x05\n\x03ref\"\xb4\x01\n\x10ReadMediaRequest\x12\x31\n\x05media\x18\x01 \x01(\x0b\x32\".scrollback.media.v1.MediaSelector\x12\x13\n\x0bread_offset\x18\x02 \x01(\x03\x12\x12\n\nread_limit\x18\x03 \x01(\x03\x12\x30\n\x04size\x18\x04 \x01(\x0e\x32\".scrollback.media.v1.ThumbnailSize\x12\x12\n\nchunk_size\x18\x05 \x01(\r\"\x96\x02\n\rMediaMetadata\x12\x14\n\x0c\x63ontent_type\x18\x01 \x01(\t\x12\x1b\n\x13\x64\x65\x63lared_media_type\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x13\n\x0bsafe_inline\x18\x05 \x01(\x08\x12\x0b\n\x03pin\x18\x06 \x01(\t\x12\r\n\x05width\x18\x07 \x01(\r\x12\x0e\n\x06height\x18\x08 \x01(\r\x12:\n\x0ethumbnail_size\x18\t \x01(\x0e\x32\".scrollback.media.v1.ThumbnailSize\x12\x15\n\rsource_sha256\x18\n \x01(\t\x12\x1a\n\x12still_of_animation\x18\x0b \x01(\x08\"c\n\x11ReadMediaResponse\x12\x36\n\x08metadata\x18\x01 \x01(\x0b\x32\".scrollback.media.v1.MediaMetadataH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04item\"w\n\x10StatMediaRequest\x12\x31\n\x05media\x18\x01 \x03(\x0b\x32\".scrollback.media.v1.MediaSelector\x12\x30\n\x04size\x18\x02 \x01(\x0e\x32\".scrollback.media.v1.ThumbnailSize\"\x85\x01\n\x0fStatMediaResult\x12\x36\n\x08metadata\x18\x01 \x01(\x0b\x32\".scrollback.media.v1.MediaMetadataH\x00\x12\x30\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1f.scrollback.media.v1.MediaErrorH\x00\x42\x08\n\x06result\";\n\nMediaError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"J\n\x11StatMediaResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.scrollback.media.v1.StatMediaResult\"I\n\x0fWriteBlobHeader\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x12\n\nmedia_type\x18\x03 \x01(\t\"b\n\x10WriteBlobRequest\x12\x36\n\x06header\x18\x01 \x01(\x0b\x32$.scrollback.media.v1.WriteBlobHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04item\"M\n\x11WriteBlobResponse\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x17\n\x0f\x61lready_existed\x18\x03 \x01(\x08\")\n\x17\x46indMissingBlobsRequest\x12\x0e\n\x06sha256\x18\x01 \x03(\t\"2\n\x18\x46indMissingBlobsResponse\x12\x16\n\x0emissing_sha256\x18\x01 \x03(\t*v\n\rThumbnailSize\x12\x1e\n\x1aTHUMBNAIL_SIZE_UNSPECIFIED\x10\x00\x12\x15\n\x11THUMBNAIL_SIZE_96\x10\x01\x12\x16\n\x12THUMBNAIL_SIZE_320\x10\x02\x12\x16\n\x12THUMBNAIL_SIZE_960\x10\x03\x32\x97\x03\n\x0cMediaService\x12\\\n\tReadMedia\x12%.scrollback.media.v1.ReadMediaRequest\x1a&.scrollback.media.v1.ReadMediaResponse0\x01\x12Z\n\tStatMedia\x12%.scrollback.media.v1.StatMediaRequest\x1a&.scrollback.media.v1.StatMediaResponse\x12\\\n\tWriteBlob\x12%.scrollback.media.v1.WriteBlobRequest\x1a&.scrollback.media.v1.WriteBlobResponse(\x01\x12o\n\x10\x46indMissingBlobs\x12,.scrollback.media.v1.FindMissingBlobsRequest\x1a-.scrollback.media.v1.FindMissingBlobsResponseB\x87\x01\x42\nMediaProtoP\x01Z-scrollback/gen/go/scrollback/media/v1;mediav1\xa2\x02\x03SMX\xaa\x02\x13Scrollback.Media.V1\xca\x02\x13Scrollback\\Media\\V1\xea\x02\x15Scrollback::Media::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,34 +33,34 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scrollback.media.v1.media_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'B\nMediaProtoP\001Z-scrollback/gen/go/scrollback/media/v1;mediav1\242\002\003SMX\252\002\023Scrollback.Media.V1\312\002\023Scrollback\\Media\\V1\352\002\025Scrollback::Media::V1'
-  _globals['_THUMBNAILSIZE']._serialized_start=1467
-  _globals['_THUMBNAILSIZE']._serialized_end=1585
+  _globals['_THUMBNAILSIZE']._serialized_start=1487
+  _globals['_THUMBNAILSIZE']._serialized_end=1605
   _globals['_MEDIASELECTOR']._serialized_start=85
   _globals['_MEDIASELECTOR']._serialized_end=177
   _globals['_READMEDIAREQUEST']._serialized_start=180
-  _globals['_READMEDIAREQUEST']._serialized_end=340
-  _globals['_MEDIAMETADATA']._serialized_start=343
-  _globals['_MEDIAMETADATA']._serialized_end=621
-  _globals['_READMEDIARESPONSE']._serialized_start=623
-  _globals['_READMEDIARESPONSE']._serialized_end=722
-  _globals['_STATMEDIAREQUEST']._serialized_start=724
-  _globals['_STATMEDIAREQUEST']._serialized_end=843
-  _globals['_STATMEDIARESULT']._serialized_start=846
-  _globals['_STATMEDIARESULT']._serialized_end=979
-  _globals['_MEDIAERROR']._serialized_start=981
-  _globals['_MEDIAERROR']._serialized_end=1040
-  _globals['_STATMEDIARESPONSE']._serialized_start=1042
-  _globals['_STATMEDIARESPONSE']._serialized_end=1116
-  _globals['_WRITEBLOBHEADER']._serialized_start=1118
-  _globals['_WRITEBLOBHEADER']._serialized_end=1191
-  _globals['_WRITEBLOBREQUEST']._serialized_start=1193
-  _globals['_WRITEBLOBREQUEST']._serialized_end=1291
-  _globals['_WRITEBLOBRESPONSE']._serialized_start=1293
-  _globals['_WRITEBLOBRESPONSE']._serialized_end=1370
-  _globals['_FINDMISSINGBLOBSREQUEST']._serialized_start=1372
-  _globals['_FINDMISSINGBLOBSREQUEST']._serialized_end=1413
-  _globals['_FINDMISSINGBLOBSRESPONSE']._serialized_start=1415
-  _globals['_FINDMISSINGBLOBSRESPONSE']._serialized_end=1465
-  _globals['_MEDIASERVICE']._serialized_start=1588
-  _globals['_MEDIASERVICE']._serialized_end=1995
+  _globals['_READMEDIAREQUEST']._serialized_end=360
+  _globals['_MEDIAMETADATA']._serialized_start=363
+  _globals['_MEDIAMETADATA']._serialized_end=641
+  _globals['_READMEDIARESPONSE']._serialized_start=643
+  _globals['_READMEDIARESPONSE']._serialized_end=742
+  _globals['_STATMEDIAREQUEST']._serialized_start=744
+  _globals['_STATMEDIAREQUEST']._serialized_end=863
+  _globals['_STATMEDIARESULT']._serialized_start=866
+  _globals['_STATMEDIARESULT']._serialized_end=999
+  _globals['_MEDIAERROR']._serialized_start=1001
+  _globals['_MEDIAERROR']._serialized_end=1060
+  _globals['_STATMEDIARESPONSE']._serialized_start=1062
+  _globals['_STATMEDIARESPONSE']._serialized_end=1136
+  _globals['_WRITEBLOBHEADER']._serialized_start=1138
+  _globals['_WRITEBLOBHEADER']._serialized_end=1211
+  _globals['_WRITEBLOBREQUEST']._serialized_start=1213
+  _globals['_WRITEBLOBREQUEST']._serialized_end=1311
+  _globals['_WRITEBLOBRESPONSE']._serialized_start=1313
+  _globals['_WRITEBLOBRESPONSE']._serialized_end=1390
+  _globals['_FINDMISSINGBLOBSREQUEST']._serialized_start=1392
+  _globals['_FINDMISSINGBLOBSREQUEST']._serialized_end=1433
+  _globals['_FINDMISSINGBLOBSRESPONSE']._serialized_start=1435
+  _globals['_FINDMISSINGBLOBSRESPONSE']._serialized_end=1485
+  _globals['_MEDIASERVICE']._serialized_start=1608
+  _globals['_MEDIASERVICE']._serialized_end=2015
 # @@protoc_insertion_point(module_scope)

@@ -96,6 +96,7 @@ class ReadMediaRequest(_message.Message):
     READ_OFFSET_FIELD_NUMBER: _builtins.int
     READ_LIMIT_FIELD_NUMBER: _builtins.int
     SIZE_FIELD_NUMBER: _builtins.int
+    CHUNK_SIZE_FIELD_NUMBER: _builtins.int
     read_offset: _builtins.int
     """The first byte to send, as in google.bytestream: 0 to size. An offset
     equal to the size sends no bytes; negative or past the size is
@@ -111,6 +112,13 @@ class ReadMediaRequest(_message.Message):
     a decodable image is FAILED_PRECONDITION. A caller that may not read the
     original gets the same NOT_FOUND as for the original.
     """
+    chunk_size: _builtins.int
+    """The data chunk size the caller would like, in bytes; 0 (unset) leaves it
+    to the server (its configured chunk size, 64 KiB by default). Chunks are
+    then at most max(the server's size, min(chunk_size, 256 KiB)) bytes: a
+    caller may ask for fewer, larger messages (each message costs both ends
+    CPU), never for more, smaller ones. The server may round it down.
+    """
     @_builtins.property
     def media(self) -> Global___MediaSelector:
         """What to read. Required."""
@@ -122,10 +130,11 @@ class ReadMediaRequest(_message.Message):
         read_offset: _builtins.int = ...,
         read_limit: _builtins.int = ...,
         size: Global___ThumbnailSize.ValueType = ...,
+        chunk_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["media", b"media"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["media", b"media", "read_limit", b"read_limit", "read_offset", b"read_offset", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_size", b"chunk_size", "media", b"media", "read_limit", b"read_limit", "read_offset", b"read_offset", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
