@@ -33,19 +33,19 @@ from scrollback.contract.refs import ID_PATTERN
 from scrollback.linefile import ByteSource, SourceStat
 from scrollback.objects import Bucket, BucketLocation, ObjectInfo
 from scrollback.transcripts import (
-    _EMPTY,
     CODEX,
     CODEX_ARCHIVE_DIR,
+    EMPTY_ROOT,
     SUBAGENT_DIR,
     TRANSCRIPT_SUFFIX,
+    RootSnapshot,
     SessionNotFoundError,
     TranscriptFile,
     TranscriptRoot,
-    _log_skipped,
-    _session_id_of,
-    _Snapshot,
+    log_skipped,
     read_session_meta,
     rollout_session_id,
+    session_id_of,
 )
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class BucketRoot(TranscriptRoot):
         """List the prefix again (at most once per MIN_LIST_SECONDS) and rebuild the snapshot."""
         now = time.monotonic()
         self._refreshed_at = now
-        if now - self._listed_at < MIN_LIST_SECONDS and self._snapshot is not _EMPTY:
+        if now - self._listed_at < MIN_LIST_SECONDS and self._snapshot is not EMPTY_ROOT:
             return
         self.refreshes += 1
         self._listed_at = now
@@ -111,10 +111,10 @@ class BucketRoot(TranscriptRoot):
         for transcript in files:
             by_id.setdefault(transcript.session_id, []).append(transcript)
         self._objects = objects
-        self._snapshot = _Snapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
+        self._snapshot = RootSnapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
         found = tuple(sorted(skipped))
         if self._report_skipped and found != self.skipped:
-            _log_skipped(found)
+            log_skipped(found)
         self.skipped = found
 
     @staticmethod
@@ -124,7 +124,7 @@ class BucketRoot(TranscriptRoot):
         if not parts[-1].endswith(TRANSCRIPT_SUFFIX) or not parts[0]:
             return None
         if len(parts) == 2:
-            session_id = _session_id_of(parts[1])
+            session_id = session_id_of(parts[1])
             if session_id is None:
                 skipped.append(relative)
                 return None
@@ -136,7 +136,7 @@ class BucketRoot(TranscriptRoot):
                 parent_session_id="",
             )
         if len(parts) == 4 and parts[2] == SUBAGENT_DIR and ID_PATTERN.fullmatch(parts[1]):
-            child = _session_id_of(parts[3])
+            child = session_id_of(parts[3])
             if child is None:
                 skipped.append(relative)
                 return None

@@ -136,7 +136,8 @@ def visible_to(principal: Principal | None, project_dir: str) -> bool:
     return principal is None or principal.sees_project(project_dir)
 
 
-def _session_id_of(name: str) -> str | None:
+def session_id_of(name: str) -> str | None:
+    """The session id a transcript file name names, or None (not `.jsonl`, or not an id)."""
     if not name.endswith(TRANSCRIPT_SUFFIX):
         return None
     stem = name[: -len(TRANSCRIPT_SUFFIX)]
@@ -148,7 +149,7 @@ def rollout_session_id(name: str) -> str | None:
     match = _ROLLOUT_UUID.search(name)
     if match is not None and match.end() == len(name):
         return match.group(1).lower()
-    return _session_id_of(name)
+    return session_id_of(name)
 
 
 def read_session_meta(fd: ByteSource) -> str:
@@ -208,7 +209,7 @@ def _mtime(path: str, now_ns: int) -> int | None:
     return None if now_ns - mtime_ns < _UNSTABLE_NS else mtime_ns
 
 
-def _log_skipped(skipped: tuple[str, ...]) -> None:
+def log_skipped(skipped: tuple[str, ...]) -> None:
     """One line: how many `.jsonl` files are not listed because of their names, and a few."""
     if not skipped:
         log.info("every .jsonl file under the transcripts root has a valid session id now")
@@ -232,14 +233,14 @@ class _Project:
 
 
 @dataclass(frozen=True, slots=True)
-class _Snapshot:
+class RootSnapshot:
     """The index at one moment: read without a lock, replaced whole."""
 
     by_id: dict[str, tuple[TranscriptFile, ...]]
     files: tuple[TranscriptFile, ...]
 
 
-_EMPTY = _Snapshot({}, ())
+EMPTY_ROOT = RootSnapshot({}, ())
 
 
 class _CodexTree:
@@ -361,7 +362,7 @@ class TranscriptRoot:
         self.skipped: tuple[str, ...] = ()
         self._rescan_interval = rescan_interval
         self._lock = threading.Lock()  # held by the one refresh in progress
-        self._snapshot = _EMPTY
+        self._snapshot = EMPTY_ROOT
         self._refreshed_at = float("-inf")  # when the last refresh started
         self._root_real = os.path.realpath(root)
         self._root_mtime: int | None = None
@@ -387,7 +388,7 @@ class TranscriptRoot:
         except OSError:
             return project
         for entry in entries:
-            session_id = _session_id_of(entry.name)
+            session_id = session_id_of(entry.name)
             if session_id is not None:
                 if self._inside(entry, project_real) and _is_file(entry):
                     project.files.append(
@@ -427,7 +428,7 @@ class TranscriptRoot:
         except OSError:
             return
         for child in children:
-            child_id = _session_id_of(child.name)
+            child_id = session_id_of(child.name)
             if child_id is None and child.name.endswith(TRANSCRIPT_SUFFIX) and _is_file(child):
                 project.skipped.append(f"{name}/{session_dir.name}/{SUBAGENT_DIR}/{child.name}")
             elif child_id is not None and self._inside(child, project_real) and _is_file(child):
@@ -488,22 +489,22 @@ class TranscriptRoot:
                 changed = True
             elif self._codex.found_projects():
                 changed = True
-        if changed or self._snapshot is _EMPTY:
+        if changed or self._snapshot is EMPTY_ROOT:
             by_id: dict[str, list[TranscriptFile]] = {}
             files = [t for project in self._projects.values() for t in project.files]
             if self._codex is not None:
                 files += self._codex.files
             for transcript in files:
                 by_id.setdefault(transcript.session_id, []).append(transcript)
-            self._snapshot = _Snapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
+            self._snapshot = RootSnapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
             skipped = tuple(
                 sorted(n for project in self._projects.values() for n in project.skipped)
             )
             if self._report_skipped and skipped != self.skipped:
-                _log_skipped(skipped)
+                log_skipped(skipped)
             self.skipped = skipped
 
-    def _refresh_if_older(self, max_age: float) -> _Snapshot:
+    def _refresh_if_older(self, max_age: float) -> RootSnapshot:
         """The snapshot, refreshed first if older than max_age (built on first use).
 
         A caller that finds a refresh in progress does not queue behind it: it
@@ -522,7 +523,7 @@ class TranscriptRoot:
             self._lock.release()
         return self._snapshot
 
-    def _refresh_since(self, asked_at: float) -> _Snapshot:
+    def _refresh_since(self, asked_at: float) -> RootSnapshot:
         """The snapshot of a refresh that began after `asked_at` (one refresh serves a crowd)."""
         with self._lock:
             if self._refreshed_at <= asked_at:
@@ -559,7 +560,7 @@ class TranscriptRoot:
 
     @staticmethod
     def _visible(
-        snapshot: _Snapshot, session_id: str, principal: Principal | None
+        snapshot: RootSnapshot, session_id: str, principal: Principal | None
     ) -> tuple[TranscriptFile, ...]:
         return tuple(
             t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
