@@ -105,9 +105,8 @@ class Gateway:
         target, options = channel_target(self.config.media_addr)
         # No BDP probing: the receive window stays at its initial size, so a photo
         # stream buffers a bounded amount in the gateway whatever the photo's size
-        # (the HTTP side drains it at the browser's pace). A larger fixed window
-        # (grpc.http2.lookahead_bytes 1 MiB) took ~20% off a lone photo's body but
-        # let 32 slow downloads of big photos hold 1 MiB each (peak RSS 1.48x).
+        # (the HTTP side drains it at the browser's pace); a larger fixed window
+        # would be held by every slow download at once (README "Gateway figures").
         options = [*options, ("grpc.http2.bdp_probe", 0)]
         self._media_channel = grpc.aio.insecure_channel(target, options=options)
 
