@@ -6,7 +6,9 @@ directory (the Path-typed setting keeps it as `s3:/bucket/prefix`;
 object_store crate); its endpoint, credentials and region come from the
 standard AWS variables it reads itself (`AWS_ENDPOINT_URL`,
 `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-`AWS_REGION`); an `http://` endpoint is allowed as configured.
+`AWS_REGION`); a named profile of the shared config files (`AWS_PROFILE`)
+is read through boto3 (`profile_credentials`); an `http://` endpoint is
+allowed as configured.
 
 `ObjectSource` is the `ByteSource` (scrollback.linefile) of one object as it
 was when opened: its size and ETag come from a HEAD, and every read is a
@@ -230,6 +232,33 @@ class BlockCache:
                 self.held -= len(dropped)
 
 
+def profile_credentials() -> Any | None:
+    """A credential provider reading a named AWS profile, or None when the keys are in the env.
+
+    obstore reads keys, session tokens, web identity and instance roles from the
+    environment itself, but not the shared config and credentials files; with
+    `AWS_PROFILE` set, or no `AWS_ACCESS_KEY_ID`, boto3's session reads those
+    (profiles, SSO, role chains) as every AWS tool does. boto3 is imported only
+    then. None when neither finds credentials (obstore's own chain is left to try).
+    """
+    if os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
+        return None
+    import boto3.session
+    from botocore.exceptions import BotoCoreError
+    from obstore.auth.boto3 import Boto3CredentialProvider
+
+    try:
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            return None
+        return Boto3CredentialProvider(session)
+    except BotoCoreError as error:
+        # A named profile that does not exist, or a broken config file: a start-up error.
+        raise BucketConfigError(
+            f"the AWS profile cannot be read ({type(error).__name__})"
+        ) from None
+
+
 class Bucket:
     """One bucket's client, block cache and request counts (`gets`, `heads`, `lists`: listing
     calls and the chunks of up to 1000 keys they returned)."""
@@ -258,7 +287,11 @@ class Bucket:
         options: dict[str, Any] = {}
         if endpoint:
             options["endpoint"] = endpoint
-        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+        provider = profile_credentials()
+        if provider is not None:
+            options["credential_provider"] = provider
+        region_set = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region_set and (provider is None or "region" not in provider.config):
             options["region"] = "us-east-1"
         self.store = S3Store(
             location.bucket,

@@ -36,6 +36,7 @@ from scrollback.linefile import FileVersion
 from scrollback.objects import (
     BLOCK_BYTES,
     Bucket,
+    BucketConfigError,
     BucketLocation,
     ObjectChangedError,
     TranscriptsUnavailableError,
@@ -522,3 +523,45 @@ def test_listing_again_reads_no_object_bytes(
             assert (heads - settled[0], gets) == (20, settled[1])
     finally:
         pair.close()
+
+
+def _profile_env(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, secret: str
+) -> None:
+    """Only a named profile in shared files of its own: no keys in the environment."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    credentials, config = tmp_path / "credentials", tmp_path / "config"
+    env = seaweed.env()
+    credentials.write_text(
+        f"[team]\naws_access_key_id = {env['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {secret}\n"
+    )
+    config.write_text("[profile team]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", env["AWS_ENDPOINT_URL"])
+
+
+def test_a_named_profile_of_the_shared_files_reaches_the_bucket(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    prefix = f"profile-{uuid.uuid4().hex[:8]}"
+    obstore.put(seaweed.store(), f"{prefix}/proj/s1.jsonl", user_line("u1", "hello"))
+    _profile_env(seaweed, monkeypatch, tmp_path, seaweed.env()["AWS_SECRET_ACCESS_KEY"])
+    bucket = Bucket(BucketLocation(BUCKET, prefix), cache_bytes=BLOCK_BYTES)
+    bucket.check()
+    assert [t.session_id for t in BucketRoot(bucket, rescan_interval=60).list(None)] == ["s1"]
+
+
+def test_a_profile_with_a_wrong_secret_is_refused_at_the_check(
+    seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _profile_env(seaweed, monkeypatch, tmp_path, "not-the-secret")
+    with pytest.raises(BucketConfigError, match="refused the credentials") as raised:
+        Bucket(BucketLocation(BUCKET, "anything"), cache_bytes=BLOCK_BYTES).check()
+    assert "not-the-secret" not in str(raised.value)
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    with pytest.raises(BucketConfigError, match="AWS profile"):
+        Bucket(BucketLocation(BUCKET, "anything"), cache_bytes=BLOCK_BYTES)
