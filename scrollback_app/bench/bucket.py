@@ -30,6 +30,7 @@ logs one line saying the bucket rows are skipped and why, and adds none.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -85,6 +86,7 @@ async def measure(
         bucket = f"s3://{seaweed.BUCKET}/{PREFIX}"
         env = server.env()
         figures = await _windows_and_photos(base, root, bucket, env, size, repeats)
+        log("bucket: a hintless ref to a never-seen object, a fresh media server per sample")
         figures.append(await _first_touch(base, root, bucket, env, path, size, repeats))
         return figures
     finally:
@@ -96,27 +98,30 @@ async def _windows_and_photos(
     base: Path, root: Path, bucket: str, env: Mapping[str, str], size: str, repeats: int
 ) -> list[Figure]:
     """The latest window and a cold photo, on a pair per root."""
-    local_history = procs.history_server(root, base / "state-history-local")
-    bucket_history = procs.history_server(bucket, base / "state-history-s3", settings=env)
-    local_media = procs.media_server(root, base / "state-media-local")
-    bucket_media = procs.media_server(bucket, base / "state-media-s3", settings=env)
-    async with (
-        local_history as local_history_server,
-        bucket_history as bucket_history_server,
-        local_media as local_media_server,
-        bucket_media as bucket_media_server,
-        services.channel(local_history_server.addr) as local_history_channel,
-        services.channel(bucket_history_server.addr) as bucket_history_channel,
-        services.channel(local_media_server.addr) as local_media_channel,
-        services.channel(bucket_media_server.addr) as bucket_media_channel,
-    ):
+    servers = {
+        ("history", "local"): procs.history_server(root, base / "state-history-local"),
+        ("history", "bucket"): procs.history_server(
+            bucket, base / "state-history-s3", settings=env
+        ),
+        ("media", "local"): procs.media_server(root, base / "state-media-local"),
+        ("media", "bucket"): procs.media_server(bucket, base / "state-media-s3", settings=env),
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers.values():
+            stack.push_async_exit(server)
+        # Started together: each start is mostly waiting for its imports.
+        await asyncio.gather(*(server.start() for server in servers.values()))
+        channels = {
+            key: await stack.enter_async_context(services.channel(server.addr))
+            for key, server in servers.items()
+        }
         histories = {
-            "local": history_pb2_grpc.HistoryServiceStub(local_history_channel),
-            "bucket": history_pb2_grpc.HistoryServiceStub(bucket_history_channel),
+            name: history_pb2_grpc.HistoryServiceStub(channels["history", name])
+            for name in ("local", "bucket")
         }
         medias = {
-            "local": media_pb2_grpc.MediaServiceStub(local_media_channel),
-            "bucket": media_pb2_grpc.MediaServiceStub(bucket_media_channel),
+            name: media_pb2_grpc.MediaServiceStub(channels["media", name])
+            for name in ("local", "bucket")
         }
         windows = {}
         for name, history in histories.items():  # untimed: fills the caches, builds the index
