@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--slim-mb", type=float, help="the session the slim bench copies, MB (2000; quick 20)"
     )
+    parser.add_argument(
+        "--bucket-mb",
+        type=float,
+        help="the transcript read from a bucket and from disk, MB (300; quick 10)",
+    )
     parser.add_argument("--repeats", type=int, help="interleaved repeats per figure (15; quick 7)")
     parser.add_argument(
         "--throughput-seconds", type=float, help="seconds per throughput sample (5; quick 1.5)"
@@ -88,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         search_build_bytes=_mb(args.search_build_mb),
         insight_bytes=_mb(args.insight_mb),
         slim_bytes=_mb(args.slim_mb),
+        bucket_bytes=_mb(args.bucket_mb),
         image_bytes=None if args.image_kb is None else int(args.image_kb * 1000),
         repeats=args.repeats,
         throughput_seconds=args.throughput_seconds,

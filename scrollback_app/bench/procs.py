@@ -174,7 +174,7 @@ class ServerProcess:
 
 
 def history_server(
-    transcripts: Path,
+    transcripts: Path | str,
     state: Path,
     auth_tokens: Path | None = None,
     *,
@@ -183,6 +183,8 @@ def history_server(
     settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`python -m history_service` over a transcripts root (with a token file if given).
+
+    The root is a directory or an `s3://bucket/prefix` string (its AWS variables in `settings`).
 
     Search indexing is off unless asked for: a background catch-up over the
     benchmark's transcripts would share the CPU with what the others measure.
@@ -200,13 +202,14 @@ def history_server(
 
 
 def media_server(
-    transcripts: Path,
+    transcripts: Path | str,
     state: Path,
     *,
     codex_sessions: Path | None = None,
     settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """`python -m media_service` over a transcripts root (and a Codex sessions dir if given)."""
+    """`python -m media_service` over a transcripts root, a directory or `s3://...` (and a Codex
+    sessions dir if given)."""
     state.mkdir(parents=True, exist_ok=True)
     codex = ["--codex-sessions", str(codex_sessions)] if codex_sessions is not None else []
     return ServerProcess(

@@ -67,6 +67,9 @@ EXPECTED = {
     "slim_server_rss",
     "codex_window_vs_claude",
     "codex_ttfb_cold_vs_claude",
+    "bucket_window_vs_local",
+    "bucket_photo_cold_vs_local",
+    "bucket_hintless_first_touch_vs_local",
 }
 # The naive reader's cost grows with the file while a window's does not: at
 # these sizes the 25x target cannot show, so only "not much slower than the
@@ -96,6 +99,7 @@ def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
             "--search-build-mb=4",
             "--insight-mb=4",
             "--slim-mb=4",
+            "--bucket-mb=6",
             "--repeats=3",
             "--throughput-seconds=0.4",
             f"--workdir={tmp_path / 'work'}",
