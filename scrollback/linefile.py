@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Self
 
 import xxhash
 
@@ -70,21 +70,29 @@ class ByteSource(Protocol):
     that can be closed on its own (a background build keeps one).
     """
 
+    __slots__ = ()
+
     def read(self, length: int, offset: int) -> bytes: ...
     def read_into(self, buffer: memoryview | bytearray, offset: int) -> int: ...
     def stat(self) -> SourceStat: ...
     def dup(self) -> ByteSource: ...
     def close(self) -> None: ...
-    def __enter__(self) -> ByteSource: ...
+
+    # A source is closed at the end of a `with`; implementations that subclass
+    # ByteSource inherit these two.
+    def __enter__(self) -> Self:
+        return self
+
     def __exit__(
         self,
         kind: type[BaseException] | None,
         error: BaseException | None,
         trace: TracebackType | None,
-    ) -> None: ...
+    ) -> None:
+        self.close()
 
 
-class LocalSource:
+class LocalSource(ByteSource):
     """A file on a local (or shared) filesystem, by its descriptor; owns it."""
 
     __slots__ = ("fd",)
@@ -111,17 +119,6 @@ class LocalSource:
     def close(self) -> None:
         """Close the descriptor."""
         os.close(self.fd)
-
-    def __enter__(self) -> LocalSource:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 @dataclass(frozen=True, slots=True)

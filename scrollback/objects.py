@@ -42,7 +42,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -55,6 +54,8 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 from obstore.store import S3Store
+
+from scrollback.linefile import ByteSource
 
 if TYPE_CHECKING:
     from obstore import GetOptions, ObjectMeta
@@ -415,7 +416,7 @@ class Bucket:
         return joined[skip : skip + end - offset]
 
 
-class ObjectSource:
+class ObjectSource(ByteSource):
     """One version of an object (as its HEAD found it), read by ranged GETs through the cache."""
 
     __slots__ = ("bucket", "info")
@@ -444,14 +445,3 @@ class ObjectSource:
 
     def close(self) -> None:
         """Nothing is held open between requests."""
-
-    def __enter__(self) -> ObjectSource:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
