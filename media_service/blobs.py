@@ -111,10 +111,7 @@ class BlobUpload:
         size_bytes: int,
         media_type: str,
     ) -> None:
-        try:
-            validate_sha256(sha256)
-        except ValueError:
-            raise InvalidRequestError("header sha256 must be 64 lowercase hex characters") from None
+        validate_sha256(sha256)
         if size_bytes < 0:
             raise InvalidRequestError("header size_bytes must not be negative")
         if size_bytes > store.max_blob_size:
@@ -268,12 +265,7 @@ class BlobStore:
         if len(digests) > MAX_FIND_MISSING:
             raise InvalidRequestError(f"at most {MAX_FIND_MISSING} digests per call")
         for digest in digests:
-            try:
-                validate_sha256(digest)
-            except ValueError:
-                raise InvalidRequestError(
-                    "every sha256 must be 64 lowercase hex characters"
-                ) from None
+            validate_sha256(digest)
         rows = self.metadata.existing(digests)
         present = {d for d in rows if self.paths.blob(d).is_file()}
         return [d for d in digests if d not in present]

@@ -382,8 +382,9 @@ class WriteBlobHeader(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     MEDIA_TYPE_FIELD_NUMBER: _builtins.int
     sha256: _builtins.str
-    """The sha256 of the bytes, 64 lowercase hex. Required; malformed or not
-    matching the bytes is INVALID_ARGUMENT.
+    """The sha256 of the bytes, 64 lowercase hex. Required; malformed is
+    INVALID_ARGUMENT (REF_INVALID), not matching the bytes INVALID_ARGUMENT
+    (BLOB_MISMATCH).
     """
     size_bytes: _builtins.int
     """The size of the bytes. A mismatch is INVALID_ARGUMENT; over the max blob

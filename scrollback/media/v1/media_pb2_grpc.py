@@ -127,9 +127,11 @@ class MediaServiceServicer:
     def WriteBlob(self, request_iterator, context):
         """Uploads one blob: first a WriteBlobRequest with a header, then the bytes.
         The bytes are hashed while written and made durable before the answer.
-        Errors: INVALID_ARGUMENT for a missing header, a malformed sha256, or
-        bytes whose sha256 or size do not match the header (nothing is left
-        behind); RESOURCE_EXHAUSTED over the max blob size or a full disk.
+        Errors: INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256,
+        BLOB_MISMATCH for bytes whose sha256 or size do not match the header,
+        INVALID_ARGUMENT for a missing or repeated header (nothing is left
+        behind in any case); RESOURCE_EXHAUSTED over the max blob size or a full
+        disk.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -137,7 +139,8 @@ class MediaServiceServicer:
 
     def FindMissingBlobs(self, request, context):
         """Tells which of the given blobs the store does not have. Errors:
-        INVALID_ARGUMENT for a malformed sha256 or more than 10000 of them.
+        INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256, reason
+        INVALID_ARGUMENT for more than 10000 of them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -77,13 +77,16 @@ class MediaServiceStub:
     WriteBlob: _grpc.StreamUnaryMultiCallable[_media_pb2.WriteBlobRequest, _media_pb2.WriteBlobResponse]
     """Uploads one blob: first a WriteBlobRequest with a header, then the bytes.
     The bytes are hashed while written and made durable before the answer.
-    Errors: INVALID_ARGUMENT for a missing header, a malformed sha256, or
-    bytes whose sha256 or size do not match the header (nothing is left
-    behind); RESOURCE_EXHAUSTED over the max blob size or a full disk.
+    Errors: INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256,
+    BLOB_MISMATCH for bytes whose sha256 or size do not match the header,
+    INVALID_ARGUMENT for a missing or repeated header (nothing is left
+    behind in any case); RESOURCE_EXHAUSTED over the max blob size or a full
+    disk.
     """
     FindMissingBlobs: _grpc.UnaryUnaryMultiCallable[_media_pb2.FindMissingBlobsRequest, _media_pb2.FindMissingBlobsResponse]
     """Tells which of the given blobs the store does not have. Errors:
-    INVALID_ARGUMENT for a malformed sha256 or more than 10000 of them.
+    INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256, reason
+    INVALID_ARGUMENT for more than 10000 of them.
     """
 
 @_typing.type_check_only
@@ -133,13 +136,16 @@ class MediaServiceAsyncStub(MediaServiceStub):
     WriteBlob: _aio.StreamUnaryMultiCallable[_media_pb2.WriteBlobRequest, _media_pb2.WriteBlobResponse]  # type: ignore[assignment]
     """Uploads one blob: first a WriteBlobRequest with a header, then the bytes.
     The bytes are hashed while written and made durable before the answer.
-    Errors: INVALID_ARGUMENT for a missing header, a malformed sha256, or
-    bytes whose sha256 or size do not match the header (nothing is left
-    behind); RESOURCE_EXHAUSTED over the max blob size or a full disk.
+    Errors: INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256,
+    BLOB_MISMATCH for bytes whose sha256 or size do not match the header,
+    INVALID_ARGUMENT for a missing or repeated header (nothing is left
+    behind in any case); RESOURCE_EXHAUSTED over the max blob size or a full
+    disk.
     """
     FindMissingBlobs: _aio.UnaryUnaryMultiCallable[_media_pb2.FindMissingBlobsRequest, _media_pb2.FindMissingBlobsResponse]  # type: ignore[assignment]
     """Tells which of the given blobs the store does not have. Errors:
-    INVALID_ARGUMENT for a malformed sha256 or more than 10000 of them.
+    INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256, reason
+    INVALID_ARGUMENT for more than 10000 of them.
     """
 
 class MediaServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -204,9 +210,11 @@ class MediaServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_media_pb2.WriteBlobResponse, _abc.Awaitable[_media_pb2.WriteBlobResponse]]:
         """Uploads one blob: first a WriteBlobRequest with a header, then the bytes.
         The bytes are hashed while written and made durable before the answer.
-        Errors: INVALID_ARGUMENT for a missing header, a malformed sha256, or
-        bytes whose sha256 or size do not match the header (nothing is left
-        behind); RESOURCE_EXHAUSTED over the max blob size or a full disk.
+        Errors: INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256,
+        BLOB_MISMATCH for bytes whose sha256 or size do not match the header,
+        INVALID_ARGUMENT for a missing or repeated header (nothing is left
+        behind in any case); RESOURCE_EXHAUSTED over the max blob size or a full
+        disk.
         """
 
     @_abc_1.abstractmethod
@@ -216,7 +224,8 @@ class MediaServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_media_pb2.FindMissingBlobsResponse, _abc.Awaitable[_media_pb2.FindMissingBlobsResponse]]:
         """Tells which of the given blobs the store does not have. Errors:
-        INVALID_ARGUMENT for a malformed sha256 or more than 10000 of them.
+        INVALID_ARGUMENT with reason REF_INVALID for a malformed sha256, reason
+        INVALID_ARGUMENT for more than 10000 of them.
         """
 
 def add_MediaServiceServicer_to_server(servicer: MediaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -14,8 +14,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from scrollback.contract.reasons import Reason
 from scrollback.media.v1 import media_pb2
 from tests.support.media import MediaEnv, StartMedia, png_bytes, read_error, read_media
+from tests.support.reasons import assert_reason
 
 
 def upload_messages(
@@ -135,9 +137,11 @@ async def test_mismatches_leave_nothing_behind(media: MediaEnv, tmp_path: Path) 
             [*upload_messages(data), media_pb2.WriteBlobRequest(header=media_pb2.WriteBlobHeader())]
         ),
     ]
-    for messages in cases:
+    reasons = [Reason.BLOB_MISMATCH] * 3 + [Reason.REF_INVALID] + [Reason.INVALID_ARGUMENT] * 4
+    for messages, reason in zip(cases, reasons, strict=True):
         error = await write_error(media, messages)
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert_reason(error, reason)
         assert str(tmp_path) not in (error.details() or "")
         assert leftovers(media) == []
         assert rows(media) == 0
@@ -194,10 +198,16 @@ async def test_truncated_blob_is_data_loss_on_stat(media: MediaEnv) -> None:
 async def test_unknown_blob_and_bad_find_missing(media: MediaEnv) -> None:
     error = await read_error(media.stub, media_pb2.MediaSelector(blob_ref="media:" + "e" * 64))
     assert error.code() == grpc.StatusCode.NOT_FOUND
-    for bad in (["../x"], ["E" * 64], ["a" * 63], ["0" * 64] * 10_001):
+    for bad, reason in (
+        (["../x"], Reason.REF_INVALID),
+        (["E" * 64], Reason.REF_INVALID),
+        (["a" * 63], Reason.REF_INVALID),
+        (["0" * 64] * 10_001, Reason.INVALID_ARGUMENT),
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await media.stub.FindMissingBlobs(media_pb2.FindMissingBlobsRequest(sha256=bad))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert_reason(caught.value, reason)
     many = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(1_500)]
     missing = await media.stub.FindMissingBlobs(media_pb2.FindMissingBlobsRequest(sha256=many))
     assert list(missing.missing_sha256) == many
