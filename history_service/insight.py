@@ -33,7 +33,9 @@ session (`input_tokens` includes `cached_input_tokens`). Each distinct
 cumulative total is a row keyed by that total (so a token_count written twice
 counts once), holding its growth over the previous total, in our fields:
 input = uncached input, cache_read = cached input, output = output (reasoning
-included). The rows of a session add up to its last cumulative total, and
+included). A total below the previous one in any field starts a new segment
+(a resumed session counts from zero again), whose rows are keyed apart, so the
+rows of a session add up to the sum of each segment's last total, and
 each row's model is the one the last `turn_context` named, so the models'
 totals split it by model. The running state (current model, last total) of
 a rollout is kept in memory per index position; a worker that lacks it (a
@@ -402,6 +404,7 @@ class RolloutUsage:
     model: str = ""
     total: Usage = Usage()
     offset: int = 0  # how far the rollout was read into this state
+    segment: int = 0  # how many times the cumulative count started over
 
 
 def _cumulative(info: object) -> Usage | None:
@@ -434,11 +437,14 @@ def add_rollout_entry(delta: IndexDelta, entry: dict[str, Any], state: RolloutUs
     if total == last:
         return  # the same count written again
     if total.input < last.input or total.output < last.output or total.cache_read < last.cache_read:
-        last = Usage()  # the count started over: all of it is new
+        last = Usage()  # the count started over (a resumed session): all of it is new
+        state.segment += 1
     grown = Usage(
         total.input - last.input, total.output - last.output, 0, total.cache_read - last.cache_read
     )
-    key = f"codex:{total.input}:{total.cache_read}:{total.output}"
+    # A later segment may reach a total an earlier one reached: its rows are its own.
+    segment = f"s{state.segment}:" if state.segment else ""
+    key = f"codex:{segment}{total.input}:{total.cache_read}:{total.output}"
     seen = delta.messages.get(key)
     usage = MessageUsage(state.model, grown)
     delta.messages[key] = usage if seen is None else seen.merge(usage)

@@ -318,6 +318,23 @@ def test_insight_counts_a_rollouts_cumulative_usage_once_per_model(
     assert not priced.session.insight.cost_complete
 
 
+def test_insight_sums_the_segments_of_a_rollout_whose_totals_restart(
+    codex_pair: ServerPair, stubs: Stubs
+) -> None:
+    # A resumed rollout: the cumulative count starts over, then climbs back to a total the
+    # first segment also reached; each segment's last total counts.
+    rollout = Rollout(str(uuid.uuid4()))
+    rollout.meta()
+    rollout.turn_context("gpt-5")
+    rollout.token_count(usage(100, 40, 50, 0), usage(100, 40, 50, 0))
+    rollout.token_count(usage(10, 0, 5, 0), usage(10, 0, 5, 0))
+    rollout.token_count(usage(100, 40, 50, 0), usage(90, 40, 45, 0))
+    write_rollout(_codex_dir(codex_pair), rollout)
+    request = pb.GetSessionRequest(session_id=rollout.session_id)
+    got = stubs.history.GetSession(request, timeout=10).session.insight.usage
+    assert (got.input_tokens, got.cache_read_input_tokens, got.output_tokens) == (120, 80, 100)
+
+
 def _search(pair: ServerPair, query: str, session_id: str) -> list[Any]:
     with grpc.insecure_channel(pair.history_addr) as channel:
         stub = search_pb2_grpc.SearchServiceStub(channel)
