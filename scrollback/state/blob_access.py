@@ -10,7 +10,7 @@ database through `BlobAccessRecords`, which each service's store implements
 with the backend queries below it (scrollback.state.sqlite / .postgres), so
 there is one rule and one query per backend.
 
-Without auth (principal None) every blob is readable, as before.
+Without auth (principal None) every blob is readable.
 """
 
 from __future__ import annotations

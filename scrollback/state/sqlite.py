@@ -18,7 +18,7 @@ Existing rows migrate: a message's NULL `accepted_by` becomes `''`; a binding
 its key, or to the anonymous principal when none or several did (those
 principals bind again; nothing of one can land in another's namespace).
 
-Migration 4 (insight, issue 17): the session insight index, `insight_file`
+Migration 4 (insight): the session insight index, `insight_file`
 (one row per transcript: its identity, how far it was read, photos, time
 span), `insight_entry_type`, `insight_message` (one row per assistant
 message.id, so repeated usage lines count once) and `insight_subagent_link`.
@@ -26,7 +26,7 @@ Migration 5 (line index, scrollback.state.line_index): `line_index_file`
 (one row per indexed transcript: version and reach) and `line_index_line`
 (offset, length, top-level uuid, image candidates of each complete line).
 Self-contained: it creates only its own tables.
-Migration 7 (insight, issue 17): `insight_model` keeps each transcript's
+Migration 7 (insight): `insight_model` keeps each transcript's
 usage per model (sums of its `insight_message` rows and their count), written
 with them, so reading a session's totals reads a few rows instead of summing
 one per message; filled from the existing `insight_message` rows.

@@ -517,7 +517,7 @@ class _Run:
     async def hints(
         self, media: media_pb2_grpc.MediaServiceAsyncStub, addrs: tuple[str, str], refs: _Refs
     ) -> None:
-        """Issue 18: a cold image at the end of the large file read with its line offset
+        """A cold image at the end of the large file read with its line offset
         hint, without it, and through the client library (which must pass the hint)."""
         large_mb = _size(self.sizes["large"])
         deepest = list(reversed(refs.large_end))
