@@ -12,8 +12,8 @@ Every path handed out is jailed to its own project directory (docs/contract.md
 symlinked project dir is not one), and a transcript's real path (symlinks
 resolved) lies under its project dir's real path, or the transcript does not
 exist: it is not listed, not found, and never counted when deciding whether a
-session id is ambiguous. A session id shared by two visible transcripts is
-ambiguous and refused rather than guessed. Errors never carry a path.
+session id is ambiguous. A session id shared by two visible transcripts of
+one source is ambiguous and refused rather than guessed. Errors never carry a path.
 
 Visibility is enforced here too, so no RPC can forget it: `list` and
 `resolve` take the caller's `Principal` (None: no auth, everything visible)
@@ -26,9 +26,15 @@ it when configured: `<codex>/YYYY/MM/DD/rollout-<timestamp>-<uuid>.jsonl` and
 the sibling `archived_sessions/rollout-...jsonl`. Its session id is the uuid
 at the end of the file name (else the file name, when it is an id), its
 project the `cwd` of the rollout's first line (`session_meta`), read once per
-file (a rollout without one is listed with the project ""). A rollout is
-jailed to the dir it was listed from; symlinked dirs are not walked.
+file (a rollout without one is listed with the project ""). That cwd is
+trusted: whoever may write the Codex dir may place a session in any project.
+A rollout is jailed to the dir it was listed from; symlinked dirs are not walked.
 Each `TranscriptFile` carries its `source` (`claude-code` or `codex`).
+
+Sources never shadow one another: `codex:<id>` names a rollout only, and a
+bare id resolves in the first source (Claude Code, then Codex) where the
+caller sees a transcript of that id; `name_of` gives the id a caller lists a
+transcript by (`codex:<id>` when the bare id is a visible Claude Code session's).
 
 The index of the root is an immutable snapshot that requests read without a
 lock, and a miss never rebuilds it. Refreshing it is incremental: stat the
@@ -53,15 +59,24 @@ from pathlib import Path
 
 import orjson
 
-from scrollback.contract.refs import ID_PATTERN, validate_id
+from scrollback.contract.refs import (  # the sources' names, re-exported for the services
+    CLAUDE_CODE as CLAUDE_CODE,
+)
+from scrollback.contract.refs import (
+    CODEX as CODEX,
+)
+from scrollback.contract.refs import (
+    ID_PATTERN,
+    SESSION_SOURCES,
+    SOURCE_SEPARATOR,
+    split_session_id,
+)
 from scrollback.linefile import ByteSource, LocalSource, SourceStat
 from scrollback.principals import Principal
 
 log = logging.getLogger(__name__)
 
 TRANSCRIPT_SUFFIX = ".jsonl"
-CLAUDE_CODE = "claude-code"
-CODEX = "codex"
 # Codex's archive: a sibling of its sessions dir.
 CODEX_ARCHIVE_DIR = "archived_sessions"
 # A rollout's first line (session_meta, its instructions included) is read up to this long.
@@ -131,6 +146,17 @@ class TranscriptFile:
     is_subagent: bool
     parent_session_id: str
     source: str = CLAUDE_CODE
+
+    @property
+    def unique_id(self) -> str:
+        """The id that names this session alone among all sources, for every caller.
+
+        Its session id in the first source (Claude Code), `<source>:<id>` in any
+        other: the key of what is kept per session (search rows, insight).
+        """
+        if self.source == SESSION_SOURCES[0]:
+            return self.session_id
+        return self.source + SOURCE_SEPARATOR + self.session_id
 
 
 def visible_to(principal: Principal | None, project_dir: str) -> bool:
@@ -607,15 +633,19 @@ class TranscriptRoot:
     def resolve(self, session_id: str, principal: Principal | None) -> TranscriptFile:
         """The transcript of a session id; RefError, SessionNotFoundError or AmbiguousSessionError.
 
-        A session the principal may not see takes the same path as one that
-        does not exist: both are misses.
+        `<source>:<id>` looks in that source only; a bare id in the first source
+        (in SESSION_SOURCES order) where the principal sees a transcript of that
+        id, so a session of one source never shadows nor blocks one of an earlier
+        source, and two transcripts are ambiguous only within one source. A
+        session the principal may not see takes the same path as one that does
+        not exist: both are misses.
         """
-        validate_id(session_id, "session id")
+        source, bare = split_session_id(session_id)
         asked_at = time.monotonic()
         snapshot = self._refresh_if_older(self._rescan_interval)
-        candidates = self._visible(snapshot, session_id, principal)
+        candidates = self._visible(snapshot, bare, source, principal)
         if not candidates or not all(self.exists(c) for c in candidates):
-            candidates = self._visible(self._refresh_since(asked_at), session_id, principal)
+            candidates = self._visible(self._refresh_since(asked_at), bare, source, principal)
         if not candidates:
             raise SessionNotFoundError()
         if len(candidates) > 1:
@@ -627,11 +657,26 @@ class TranscriptRoot:
 
     @staticmethod
     def _visible(
-        snapshot: RootSnapshot, session_id: str, principal: Principal | None
+        snapshot: RootSnapshot, session_id: str, source: str, principal: Principal | None
     ) -> tuple[TranscriptFile, ...]:
-        return tuple(
+        """The transcripts a session id names for that principal (see resolve)."""
+        seen = [
             t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
-        )
+        ]
+        if not source:
+            source = min((t.source for t in seen), key=SESSION_SOURCES.index, default="")
+        return tuple(t for t in seen if t.source == source)
+
+    def name_of(self, transcript: TranscriptFile, principal: Principal | None) -> str:
+        """The id a principal names a listed transcript by: its bare session id when that
+        resolves to its source for the principal, else `<source>:<id>` (see resolve)."""
+        rank = SESSION_SOURCES.index(transcript.source)
+        for other in self._snapshot.by_id.get(transcript.session_id, ()):
+            if SESSION_SOURCES.index(other.source) < rank and visible_to(
+                principal, other.project_dir
+            ):
+                return transcript.source + SOURCE_SEPARATOR + transcript.session_id
+        return transcript.session_id
 
     def exists(self, transcript: TranscriptFile) -> bool:
         """True if a listed transcript is still there."""
