@@ -59,12 +59,6 @@ from pathlib import Path
 
 import orjson
 
-from scrollback.contract.refs import (  # the sources' names, re-exported for the services
-    CLAUDE_CODE as CLAUDE_CODE,
-)
-from scrollback.contract.refs import (
-    CODEX as CODEX,
-)
 from scrollback.contract.refs import (
     ID_PATTERN,
     SESSION_SOURCES,
@@ -77,6 +71,8 @@ from scrollback.principals import Principal
 log = logging.getLogger(__name__)
 
 TRANSCRIPT_SUFFIX = ".jsonl"
+# The sources' names, as the contract orders them (scrollback.contract.refs).
+CLAUDE_CODE, CODEX = SESSION_SOURCES
 # Codex's archive: a sibling of its sessions dir.
 CODEX_ARCHIVE_DIR = "archived_sessions"
 # A rollout's first line (session_meta, its instructions included) is read up to this long.
