@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import orjson
 
 from history_service.errors import InvalidArgumentError, TooLargeError
-from scrollback.contract.refs import parse_blob_ref, validate_id
+from scrollback.contract.refs import parse_blob_ref, validate_id, validate_session_id
 
 MAX_TEXT_BYTES = 1024 * 1024
 MAX_ATTACHMENTS = 32
@@ -94,7 +94,7 @@ def validate_accept(
     if bool(session_id) == bool(chat_key):
         raise InvalidArgumentError("exactly one of session_id and chat_key is required")
     if session_id:
-        validate_id(session_id, "session id")
+        validate_session_id(session_id)
     else:
         validate_id(chat_key, "chat key")
     if len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:

@@ -60,7 +60,7 @@ from history_service.windows import (
     validate_mode,
     validate_params,
 )
-from scrollback.contract.refs import validate_id
+from scrollback.contract.refs import validate_id, validate_session_id
 from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
@@ -151,12 +151,12 @@ class HistoryCore:
         self, principal: Principal | None, session_id: str
     ) -> tuple[SessionInfo, SessionDetail]:
         """One session with its insight brought up to date (NOT_FOUND when not visible)."""
-        validate_id(session_id, "session id")
+        validate_session_id(session_id)
 
         def work() -> tuple[SessionInfo, SessionDetail]:
             transcript = self.root.resolve(session_id, principal)
             try:
-                info = self.lister.info_of(transcript)
+                info = self.lister.info_of(transcript, principal)
             except OSError:
                 raise SessionNotFoundError() from None
             return info, self._detail(transcript, self.root.list(principal))
@@ -167,7 +167,7 @@ class HistoryCore:
         self, principal: Principal | None, infos: list[SessionInfo]
     ) -> list[SessionDetail | None]:
         files = self.root.list(principal)
-        by_key = {(f.project_dir, f.session_id): f for f in files}
+        by_key = {(f.project_dir, self.root.name_of(f, principal)): f for f in files}
         details: list[SessionDetail | None] = []
         for info in infos:
             transcript = by_key.get((info.project_dir, info.session_id))
@@ -189,9 +189,10 @@ class HistoryCore:
             if parent_session_id:
                 # The parent's tool results name their agents: index the parent first.
                 for parent in files:
-                    if (parent.project_dir, parent.session_id) == (
+                    if (parent.project_dir, parent.session_id, parent.source) == (
                         transcript.project_dir,
                         parent_session_id,
+                        transcript.source,
                     ):
                         self.insight.refresh(parent)
             link = self.insight.parent_of(transcript)
@@ -239,7 +240,7 @@ class HistoryCore:
         present = {
             f.session_id
             for f in self.root.list(principal)
-            if f.project_dir == transcript.project_dir
+            if (f.project_dir, f.source) == (transcript.project_dir, transcript.source)
         }
         return {tool: agent for tool, agent in links.items() if agent in present}
 
@@ -253,7 +254,7 @@ class HistoryCore:
         inline_limit: int,
     ) -> WindowParams:
         """Validate a window request."""
-        validate_id(session_id, "session id")
+        validate_session_id(session_id)
         return validate_params(
             session_id,
             page_size,
@@ -302,7 +303,7 @@ class HistoryCore:
     async def bind(self, principal: Principal | None, chat_key: str, session_id: str) -> int:
         """Bind the caller's chat key to a session id."""
         validate_id(chat_key, "chat key")
-        validate_id(session_id, "session id")
+        validate_session_id(session_id)
         await self._require_visible(principal, session_id)
         moved = await asyncio.to_thread(self.store.bind, namespace(principal), chat_key, session_id)
         return moved
@@ -322,7 +323,7 @@ class HistoryCore:
 
     def _target(self, session_id: str, chat_key: str) -> None:
         if session_id:
-            validate_id(session_id, "session id")
+            validate_session_id(session_id)
             if chat_key:
                 validate_id(chat_key, "chat key")
         elif chat_key:
@@ -398,7 +399,7 @@ class HistoryCore:
         self, principal: Principal | None, session_id: str, include_subagents: bool
     ) -> list[TranscriptFile]:
         """A session's transcript, then (if asked) its sub-agents' the caller can see (blocking)."""
-        validate_id(session_id, "session id")
+        validate_session_id(session_id)
         transcript = self.root.resolve(session_id, principal)
         if not include_subagents:
             return [transcript]
@@ -434,7 +435,8 @@ class HistoryCore:
         since the listing is left out.
         """
         files = self._with_subagents(principal, session_id, include_subagents)
-        copy_id = options.fork_session_id or session_id
+        # A copy is named by its bare id (`codex:<id>` is no file name); its refs as listed.
+        copy_id = options.fork_session_id or files[0].session_id
         yield SlimStart(session_id, files[0].project_dir, copy_id)
         for transcript, fd in self._opened(files):
             size = file_size(fd)
@@ -445,9 +447,8 @@ class HistoryCore:
             )
             yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
             stats = SlimStats()
-            yield from slim_file(
-                fd, size, transcript.session_id, options, self.config.max_line_size, stats
-            )
+            name = self.root.name_of(transcript, principal)
+            yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)
             yield stats
 
     def slim(
@@ -471,9 +472,8 @@ class HistoryCore:
             records: list[ImageRecord] = []
             files = self._with_subagents(principal, session_id, include_subagents)
             for transcript, fd in self._opened(files):
-                records += list_images(
-                    fd, file_size(fd), transcript.session_id, self.config.max_line_size
-                )
+                name = self.root.name_of(transcript, principal)
+                records += list_images(fd, file_size(fd), name, self.config.max_line_size)
             return records
 
         return await asyncio.to_thread(work)

@@ -40,7 +40,7 @@ import xxhash
 
 from history_service.config import DEFAULT_ENTRY_CACHE_BYTES
 from history_service.lines import ROW_EDGE, ServedLine, json_parts
-from scrollback.contract.refs import ID_PATTERN, entry_name
+from scrollback.contract.refs import entry_name, is_session_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.linefile import FileVersion
 from scrollback.ref.v1 import ref_pb2
@@ -97,7 +97,7 @@ def entry_messages(
     """An Entry, then EntryJsonChunks when its json does not fit in one message."""
     line = served.stripped
     refs = []
-    if line.images and ID_PATTERN.fullmatch(session_id):
+    if line.images and is_session_id(session_id):
         # A line without a usable uuid (every rollout line) is named by its offset.
         name = entry_name(line.uuid, served.offset)
         refs = [

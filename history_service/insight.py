@@ -474,7 +474,7 @@ class InsightIndex:
 
     def refresh(self, transcript: TranscriptFile) -> Insight:
         """Index what the file gained since last time (all of it if rewritten); the totals."""
-        key = (transcript.project_dir, transcript.session_id)
+        key = (transcript.project_dir, transcript.unique_id)
         lock = self._lock_for(key)
         if not lock.acquire(blocking=False):
             # Held by an indexing pass's feed, maybe: it hands over at its next batch.
@@ -610,11 +610,11 @@ class InsightIndex:
 
     def links(self, transcript: TranscriptFile) -> dict[str, str]:
         """The sub-agent links the index knows for a parent transcript (no refresh)."""
-        return self._store.links(transcript.project_dir, transcript.session_id)
+        return self._store.links(transcript.project_dir, transcript.unique_id)
 
     def parent_of(self, transcript: TranscriptFile) -> tuple[str, str] | None:
         """(parent session id, tool_use id) of a sub-agent, as the index knows it."""
-        return self._store.parent_of(transcript.project_dir, transcript.session_id)
+        return self._store.parent_of(transcript.project_dir, transcript.unique_id)
 
 
 class InsightFeed:
@@ -722,7 +722,7 @@ def subagents_of(
     return [
         f
         for f in files
-        if f.project_dir == transcript.project_dir
+        if (f.project_dir, f.source) == (transcript.project_dir, transcript.source)
         and f.is_subagent
         and f.session_id != transcript.session_id
         and (

@@ -16,7 +16,7 @@ import grpc
 from history_service.errors import ERROR_TABLE, InvalidArgumentError
 from history_service.search.query import Filters, check_values, page_size, parse_query
 from history_service.search.searcher import Searcher, SearchHit
-from scrollback.contract.refs import validate_id
+from scrollback.contract.refs import validate_session_id
 from scrollback.search.v1 import search_pb2 as pb
 from scrollback.search.v1 import search_pb2_grpc
 from scrollback.server.caller import current_principal
@@ -46,7 +46,7 @@ def validate_project_dir(name: str) -> str:
 def filters_of(request: pb.SearchRequest) -> Filters:
     """The validated filters of a request."""
     if request.session_id:
-        validate_id(request.session_id, "session id")
+        validate_session_id(request.session_id)
     if request.photos not in _PHOTOS:
         raise InvalidArgumentError("unknown photo filter")
     start = request.start_time.ToMilliseconds() if request.HasField("start_time") else None

@@ -29,7 +29,7 @@ from history_service.messages import (
 from history_service.slim import SlimFileStart, SlimStart, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
 from history_service.window_wire import window_responses
-from scrollback.contract.refs import validate_id
+from scrollback.contract.refs import validate_session_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.server.caller import current_principal
@@ -173,7 +173,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     async def SlimSession(
         self, request: pb.SlimSessionRequest, context: Context
     ) -> AsyncIterator[pb.SlimSessionResponse]:
-        validate_id(request.session_id, "session id")
+        validate_session_id(request.session_id)
         options = slim_options(
             request.fork_session_id,
             request.images == pb.SLIM_IMAGES_DOWNSCALE,

@@ -165,7 +165,7 @@ class SessionLister:
             infos.append(
                 (
                     SessionInfo(
-                        transcript.session_id,
+                        self._root.name_of(transcript, principal),
                         transcript.project_dir,
                         stat.st_size,
                         stat.st_mtime_ns,
@@ -189,11 +189,11 @@ class SessionLister:
             token = self._codec.list_token((last.modified_ns, last.project_dir, last.session_id))
         return titled, token
 
-    def info_of(self, transcript: TranscriptFile) -> SessionInfo:
-        """One transcript as listed, with its title (blocking); OSError if it is gone."""
+    def info_of(self, transcript: TranscriptFile, principal: Principal | None) -> SessionInfo:
+        """One transcript as that principal lists it, with its title (blocking); OSError if gone."""
         stat = self._root.stat(transcript)
         info = SessionInfo(
-            transcript.session_id,
+            self._root.name_of(transcript, principal),
             transcript.project_dir,
             stat.st_size,
             stat.st_mtime_ns,
@@ -213,7 +213,7 @@ class SessionLister:
         bucket, no HEAD); else the file is opened and the title is read and kept
         under what its own stat says then.
         """
-        name = info.project_dir + "/" + info.session_id
+        name = info.project_dir + "/" + transcript.unique_id
         with self._lock:
             title = self._titles.get((name, listed.st_ino, listed.st_size, listed.st_mtime_ns))
         if title is None:

@@ -11,7 +11,9 @@ directories, so every listed key is inside its project.
 With a Codex sessions prefix (`s3://bucket/.../sessions`) its rollouts are
 listed too, from `<sessions>/YYYY/MM/DD/` and the sibling
 `archived_sessions/`; a rollout's project is the `cwd` of its first line,
-read with a ranged GET once per object version.
+read with ranged GETs once per object version (key, ETag, size, Last-Modified
+as listed), "no project" remembered too, so a listing of unchanged rollouts
+reads none of them.
 
 A listing lists the whole prefix (pages of 1000 keys). It runs when the
 index is older than the rescan interval, or at once on a miss, but never
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.linefile import ByteSource, SourceStat
-from scrollback.objects import Bucket, BucketLocation, ObjectInfo
+from scrollback.objects import Bucket, BucketLocation, ObjectChangedError, ObjectInfo, ObjectSource
 from scrollback.transcripts import (
     CODEX,
     CODEX_ARCHIVE_DIR,
@@ -54,6 +56,8 @@ log = logging.getLogger(__name__)
 MIN_LIST_SECONDS = 1.0
 # How deep the dated tree of Codex's sessions prefix is (YYYY/MM/DD/file).
 _CODEX_PARTS = 4
+# An object version as a listing names it: key, ETag, size and Last-Modified.
+_Version = tuple[str, str, int, int]
 
 
 class BucketRoot(TranscriptRoot):
@@ -75,8 +79,8 @@ class BucketRoot(TranscriptRoot):
         self.bucket = bucket
         self.codex_bucket = codex
         self._objects: dict[str, ObjectInfo] = {}
-        # (key, ETag) -> the rollout's cwd, read once per object version.
-        self._codex_projects: dict[tuple[str, str], str] = {}
+        # A listed rollout's version -> its cwd, read once per object version.
+        self._codex_projects: dict[_Version, str] = {}
         self._listed_at = float("-inf")
 
     @property
@@ -155,6 +159,7 @@ class BucketRoot(TranscriptRoot):
         parent = sessions.rstrip("/").rpartition("/")[0]
         archive = (f"{parent}/" if parent else "") + CODEX_ARCHIVE_DIR + "/"
         files: list[TranscriptFile] = []
+        listed: set[_Version] = set()
         for base, depth in ((sessions, _CODEX_PARTS), (archive, 1)):
             for info in codex.list(base):
                 parts = info.key[len(base) :].split("/")
@@ -165,27 +170,33 @@ class BucketRoot(TranscriptRoot):
                 files.append(
                     TranscriptFile(
                         session_id=session_id,
-                        project_dir=self._codex_project(codex, info),
+                        project_dir=self._codex_project(codex, info, listed),
                         path=Path(info.key),
                         is_subagent=False,
                         parent_session_id="",
                         source=CODEX,
                     )
                 )
+        # Only the versions listed now are kept: a rollout re-uploaded as it grows leaves none.
+        self._codex_projects = {v: c for v, c in self._codex_projects.items() if v in listed}
         return files
 
-    def _codex_project(self, codex: Bucket, info: ObjectInfo) -> str:
-        """A rollout's cwd from its first line (ranged GETs), once per object version."""
-        known = self._codex_projects.get((info.key, info.etag))
-        if known is not None:
-            return known
-        try:
-            with codex.open(info.key) as source:
-                cwd = read_session_meta(source)
-        except OSError:
-            return ""
-        if cwd:
-            self._codex_projects[(info.key, info.etag)] = cwd
+    def _codex_project(self, codex: Bucket, info: ObjectInfo, listed: set[_Version]) -> str:
+        """A rollout's cwd ("" for none) from its first line, read once per object version.
+
+        Read by ranged GETs pinned to the version the listing found (no HEAD); an
+        object version never changes, so "no project" is an answer kept like any other.
+        """
+        version = (info.key, info.etag, info.size, info.modified_ns)
+        listed.add(version)
+        cwd = self._codex_projects.get(version)
+        if cwd is None:
+            try:
+                with ObjectSource(codex, info) as source:
+                    cwd, _ = read_session_meta(source)
+            except (OSError, ObjectChangedError):
+                return ""  # gone or replaced since the listing: the next listing has its version
+        self._codex_projects[version] = cwd
         return cwd
 
     # -- the API ------------------------------------------------------------

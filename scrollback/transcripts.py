@@ -12,8 +12,8 @@ Every path handed out is jailed to its own project directory (docs/contract.md
 symlinked project dir is not one), and a transcript's real path (symlinks
 resolved) lies under its project dir's real path, or the transcript does not
 exist: it is not listed, not found, and never counted when deciding whether a
-session id is ambiguous. A session id shared by two visible transcripts is
-ambiguous and refused rather than guessed. Errors never carry a path.
+session id is ambiguous. A session id shared by two visible transcripts of
+one source is ambiguous and refused rather than guessed. Errors never carry a path.
 
 Visibility is enforced here too, so no RPC can forget it: `list` and
 `resolve` take the caller's `Principal` (None: no auth, everything visible)
@@ -26,9 +26,15 @@ it when configured: `<codex>/YYYY/MM/DD/rollout-<timestamp>-<uuid>.jsonl` and
 the sibling `archived_sessions/rollout-...jsonl`. Its session id is the uuid
 at the end of the file name (else the file name, when it is an id), its
 project the `cwd` of the rollout's first line (`session_meta`), read once per
-file (a rollout without one is listed with the project ""). A rollout is
-jailed to the dir it was listed from; symlinked dirs are not walked.
+file (a rollout without one is listed with the project ""). That cwd is
+trusted: whoever may write the Codex dir may place a session in any project.
+A rollout is jailed to the dir it was listed from; symlinked dirs are not walked.
 Each `TranscriptFile` carries its `source` (`claude-code` or `codex`).
+
+Sources never shadow one another: `codex:<id>` names a rollout only, and a
+bare id resolves in the first source (Claude Code, then Codex) where the
+caller sees a transcript of that id; `name_of` gives the id a caller lists a
+transcript by (`codex:<id>` when the bare id is a visible Claude Code session's).
 
 The index of the root is an immutable snapshot that requests read without a
 lock, and a miss never rebuilds it. Refreshing it is incremental: stat the
@@ -53,19 +59,26 @@ from pathlib import Path
 
 import orjson
 
-from scrollback.contract.refs import ID_PATTERN, validate_id
-from scrollback.linefile import ByteSource, LineFile, LocalSource, SourceStat
+from scrollback.contract.refs import (
+    ID_PATTERN,
+    SESSION_SOURCES,
+    SOURCE_SEPARATOR,
+    split_session_id,
+)
+from scrollback.linefile import ByteSource, LocalSource, SourceStat
 from scrollback.principals import Principal
 
 log = logging.getLogger(__name__)
 
 TRANSCRIPT_SUFFIX = ".jsonl"
-CLAUDE_CODE = "claude-code"
-CODEX = "codex"
+# The sources' names, as the contract orders them (scrollback.contract.refs).
+CLAUDE_CODE, CODEX = SESSION_SOURCES
 # Codex's archive: a sibling of its sessions dir.
 CODEX_ARCHIVE_DIR = "archived_sessions"
 # A rollout's first line (session_meta, its instructions included) is read up to this long.
 SESSION_META_MAX = 1024 * 1024
+# The first read of a rollout's first line (most are a few KiB), growing fourfold after.
+_META_FIRST_READ = 64 * 1024
 _ROLLOUT_UUID = re.compile(
     r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\.jsonl"
 )
@@ -130,6 +143,17 @@ class TranscriptFile:
     parent_session_id: str
     source: str = CLAUDE_CODE
 
+    @property
+    def unique_id(self) -> str:
+        """The id that names this session alone among all sources, for every caller.
+
+        Its session id in the first source (Claude Code), `<source>:<id>` in any
+        other: the key of what is kept per session (search rows, insight).
+        """
+        if self.source == SESSION_SOURCES[0]:
+            return self.session_id
+        return self.source + SOURCE_SEPARATOR + self.session_id
+
 
 def visible_to(principal: Principal | None, project_dir: str) -> bool:
     """True if that principal may read the project dir (None: no auth, always)."""
@@ -152,11 +176,8 @@ def rollout_session_id(name: str) -> str | None:
     return session_id_of(name)
 
 
-def read_session_meta(fd: ByteSource) -> str:
-    """The `cwd` of a rollout's first line when it is `session_meta`, else ""."""
-    line = LineFile(fd).line_from(0, SESSION_META_MAX)
-    if not line:
-        return ""
+def _cwd_of(line: bytes) -> str:
+    """The `cwd` of a `session_meta` line, else ""."""
     try:
         entry = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -166,6 +187,34 @@ def read_session_meta(fd: ByteSource) -> str:
     payload = entry.get("payload")
     cwd = payload.get("cwd") if isinstance(payload, dict) else None
     return cwd if isinstance(cwd, str) else ""
+
+
+def read_session_meta(fd: ByteSource) -> tuple[str, bool]:
+    """The `cwd` of a rollout's first line when it is `session_meta` (else ""), and whether
+    that answer is final while the file only grows.
+
+    It is final once the first line ended (its newline is there), parsed whole, or ran
+    past SESSION_META_MAX (no project, for good: the line is never read whole); a first
+    line still being written is not, and is read again only when the file has grown.
+    """
+    parts: list[bytes] = []
+    total = 0
+    block = _META_FIRST_READ
+    while total <= SESSION_META_MAX:
+        data = fd.read(min(block, SESSION_META_MAX + 1 - total), total)
+        if not data:
+            break
+        newline = data.find(b"\n")
+        if newline >= 0:
+            parts.append(data[:newline])
+            return _cwd_of(b"".join(parts)), True
+        parts.append(data)
+        total += len(data)
+        block *= 4
+    if total > SESSION_META_MAX:
+        return "", True
+    cwd = _cwd_of(b"".join(parts)) if parts else ""
+    return cwd, bool(cwd)
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:
@@ -209,6 +258,21 @@ def _mtime(path: str, now_ns: int) -> int | None:
     return None if now_ns - mtime_ns < _UNSTABLE_NS else mtime_ns
 
 
+# The mtime of a dir that is not there, so that one still missing is unchanged.
+_ABSENT = -1
+
+
+def _dir_state(path: str, now_ns: int) -> int | None:
+    """As _mtime, but _ABSENT for a dir that does not exist (rather than None: list again)."""
+    try:
+        mtime_ns = os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return _ABSENT
+    except OSError:
+        return None
+    return None if now_ns - mtime_ns < _UNSTABLE_NS else mtime_ns
+
+
 def log_skipped(skipped: tuple[str, ...]) -> None:
     """One line: how many `.jsonl` files are not listed because of their names, and a few."""
     if not skipped:
@@ -243,32 +307,46 @@ class RootSnapshot:
 EMPTY_ROOT = RootSnapshot({}, ())
 
 
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    """What a rollout's first line said: its cwd, and the size it was read at if not final."""
+
+    cwd: str
+    pending_size: int | None  # None: the answer is final (see read_session_meta)
+
+
 class _CodexTree:
     """The rollouts of Codex's sessions dir and its archive, with the dirs' mtimes.
 
-    Listed again whole when any dir it came from changed; the project (cwd) of
-    each file is read once and kept, and retried while a file has none yet
-    (a rollout whose first line is still being written).
+    Listed again whole when any dir it came from changed. The project (cwd) of
+    each file is read once per file (path, device, inode) and kept, "no project"
+    included; only a file whose first line is still being written is read again,
+    and only once it has grown, so a refresh of unchanged dirs reads no file.
     """
 
     def __init__(self, sessions: Path) -> None:
         self.dirs = (sessions, sessions.parent / CODEX_ARCHIVE_DIR)
         self.files: list[TranscriptFile] = []
         self.mtimes: dict[str, int | None] = {}
-        self.projects: dict[tuple[str, int, int], str] = {}  # (path, dev, ino) -> cwd
+        self.projects: dict[tuple[str, int, int], _Meta] = {}  # (path, dev, ino) -> first line
+        self.pending: set[str] = set()  # paths whose first line is still being written
         self.scans = 0
 
     def changed(self, now_ns: int) -> bool:
         """True if a dir it came from changed (it is to be scanned again)."""
         if not self.mtimes:
             return True
-        return any(old is None or _mtime(path, now_ns) != old for path, old in self.mtimes.items())
+        return any(
+            old is None or _dir_state(path, now_ns) != old for path, old in self.mtimes.items()
+        )
 
     def found_projects(self) -> bool:
-        """Read the project of the files that had none yet; True if any has one now."""
+        """Read again the first lines still being written; True if a file has a project now."""
+        if not self.pending:
+            return False
         found = False
         for k, transcript in enumerate(self.files):
-            if not transcript.project_dir:
+            if str(transcript.path) in self.pending:
                 project = self._project(str(transcript.path))
                 if project:
                     self.files[k] = dataclasses.replace(transcript, project_dir=project)
@@ -278,15 +356,22 @@ class _CodexTree:
     def scan(self, now_ns: int) -> None:
         self.scans += 1
         self.mtimes = {}
+        known, self.projects, self.pending = self.projects, {}, set()
         files: list[TranscriptFile] = []
         for depth, base in zip((_CODEX_DEPTH, 0), self.dirs, strict=True):
-            self._walk(str(base), os.path.realpath(base), depth, files, now_ns)
+            self._walk(str(base), os.path.realpath(base), depth, files, now_ns, known)
         self.files = files
 
     def _walk(
-        self, path: str, base_real: str, depth: int, files: list[TranscriptFile], now_ns: int
+        self,
+        path: str,
+        base_real: str,
+        depth: int,
+        files: list[TranscriptFile],
+        now_ns: int,
+        known: dict[tuple[str, int, int], _Meta],
     ) -> None:
-        self.mtimes[path] = _mtime(path, now_ns)
+        self.mtimes[path] = _dir_state(path, now_ns)  # before listing: see _UNSTABLE_NS
         try:
             with os.scandir(path) as listing:
                 entries = list(listing)
@@ -294,7 +379,7 @@ class _CodexTree:
             return
         for entry in entries:
             if depth > 0 and _is_real_dir(entry):
-                self._walk(entry.path, base_real, depth - 1, files, now_ns)
+                self._walk(entry.path, base_real, depth - 1, files, now_ns, known)
                 continue
             session_id = rollout_session_id(entry.name)
             if session_id is None or not _is_file(entry):
@@ -304,7 +389,7 @@ class _CodexTree:
             files.append(
                 TranscriptFile(
                     session_id=session_id,
-                    project_dir=self._project(entry.path),
+                    project_dir=self._project(entry.path, known),
                     path=Path(entry.path),
                     is_subagent=False,
                     parent_session_id="",
@@ -312,21 +397,25 @@ class _CodexTree:
                 )
             )
 
-    def _project(self, path: str) -> str:
-        """The rollout's cwd, read once per file (path, device, inode)."""
+    def _project(self, path: str, known: dict[tuple[str, int, int], _Meta] | None = None) -> str:
+        """The rollout's cwd ("" for none), read once per file (path, device, inode)."""
         try:
             stat = os.stat(path)
             key = (path, stat.st_dev, stat.st_ino)
-            known = self.projects.get(key)
-            if known:
-                return known
-            with LocalSource(os.open(path, os.O_RDONLY | os.O_CLOEXEC)) as source:
-                cwd = read_session_meta(source)
+            meta = (self.projects if known is None else known).get(key)
+            if meta is None or meta.pending_size not in (None, stat.st_size):
+                with LocalSource(os.open(path, os.O_RDONLY | os.O_CLOEXEC)) as source:
+                    size = source.stat().st_size  # before the read: a later write reads again
+                    cwd, final = read_session_meta(source)
+                meta = _Meta(cwd, None if final else size)
         except OSError:
             return ""
-        if cwd:
-            self.projects[key] = cwd
-        return cwd
+        self.projects[key] = meta
+        if meta.pending_size is None:
+            self.pending.discard(path)
+        else:
+            self.pending.add(path)
+        return meta.cwd
 
     def jail_of(self, transcript: TranscriptFile) -> str | None:
         """The real path of the dir a listed rollout must lie under."""
@@ -540,15 +629,19 @@ class TranscriptRoot:
     def resolve(self, session_id: str, principal: Principal | None) -> TranscriptFile:
         """The transcript of a session id; RefError, SessionNotFoundError or AmbiguousSessionError.
 
-        A session the principal may not see takes the same path as one that
-        does not exist: both are misses.
+        `<source>:<id>` looks in that source only; a bare id in the first source
+        (in SESSION_SOURCES order) where the principal sees a transcript of that
+        id, so a session of one source never shadows nor blocks one of an earlier
+        source, and two transcripts are ambiguous only within one source. A
+        session the principal may not see takes the same path as one that does
+        not exist: both are misses.
         """
-        validate_id(session_id, "session id")
+        source, bare = split_session_id(session_id)
         asked_at = time.monotonic()
         snapshot = self._refresh_if_older(self._rescan_interval)
-        candidates = self._visible(snapshot, session_id, principal)
+        candidates = self._visible(snapshot, bare, source, principal)
         if not candidates or not all(self.exists(c) for c in candidates):
-            candidates = self._visible(self._refresh_since(asked_at), session_id, principal)
+            candidates = self._visible(self._refresh_since(asked_at), bare, source, principal)
         if not candidates:
             raise SessionNotFoundError()
         if len(candidates) > 1:
@@ -560,11 +653,26 @@ class TranscriptRoot:
 
     @staticmethod
     def _visible(
-        snapshot: RootSnapshot, session_id: str, principal: Principal | None
+        snapshot: RootSnapshot, session_id: str, source: str, principal: Principal | None
     ) -> tuple[TranscriptFile, ...]:
-        return tuple(
+        """The transcripts a session id names for that principal (see resolve)."""
+        seen = [
             t for t in snapshot.by_id.get(session_id, ()) if visible_to(principal, t.project_dir)
-        )
+        ]
+        if not source:
+            source = min((t.source for t in seen), key=SESSION_SOURCES.index, default="")
+        return tuple(t for t in seen if t.source == source)
+
+    def name_of(self, transcript: TranscriptFile, principal: Principal | None) -> str:
+        """The id a principal names a listed transcript by: its bare session id when that
+        resolves to its source for the principal, else `<source>:<id>` (see resolve)."""
+        rank = SESSION_SOURCES.index(transcript.source)
+        for other in self._snapshot.by_id.get(transcript.session_id, ()):
+            if SESSION_SOURCES.index(other.source) < rank and visible_to(
+                principal, other.project_dir
+            ):
+                return transcript.source + SOURCE_SEPARATOR + transcript.session_id
+        return transcript.session_id
 
     def exists(self, transcript: TranscriptFile) -> bool:
         """True if a listed transcript is still there."""

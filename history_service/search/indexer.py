@@ -130,6 +130,11 @@ class SearchIndexer:
         return self._root.key_of(transcript)
 
     def _index_file(self, transcript: TranscriptFile, key: str, state: FileState | None) -> None:
+        if state is not None and (state.project_dir, state.session_id) != (
+            transcript.project_dir,
+            transcript.unique_id,
+        ):
+            state = None  # indexed under another name (project or id): its rows are redone
         if state is not None:
             try:
                 stat = self._root.stat(transcript)
@@ -155,7 +160,7 @@ class SearchIndexer:
                     self.stats.files_reset += 1
             if file_id < 0:
                 file_id = self._index.reset_file(
-                    key, transcript.project_dir, transcript.session_id, identity_text(current)
+                    key, transcript.project_dir, transcript.unique_id, identity_text(current)
                 )
             if start < current.size:
                 self._one_pass(transcript, fd, key, _SearchFeed(self, file_id, start), current.size)
@@ -172,7 +177,7 @@ class SearchIndexer:
         insight = None
         if self._insight is not None:
             insight = self._insight.try_feed(
-                fd, (transcript.project_dir, transcript.session_id), transcript.source == CODEX
+                fd, (transcript.project_dir, transcript.unique_id), transcript.source == CODEX
             )
         try:
             self._feed(fd, size, search, lines, insight)

@@ -3,7 +3,8 @@
 Visibility is ReadWindow's: the index is asked only for the caller's
 projects, and each hit's session is then resolved through TranscriptRoot for
 that caller, as ReadWindow resolves it, so a hidden, vanished or ambiguous
-session never yields a hit. Each hit's file is checked against the identity
+session never yields a hit; a hit names its session as the caller's listing
+does (`TranscriptRoot.name_of`). Each hit's file is checked against the identity
 it was indexed under (a rewritten file not yet re-indexed yields no stale
 hit), and its `window_page_token` is a latest-first ReadWindow page token
 whose boundary is the end of the hit's line: that window ends with the hit.
@@ -11,6 +12,7 @@ whose boundary is the end of the hit's line: that window ends with the hit.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from history_service.errors import FileRewrittenError
@@ -71,8 +73,10 @@ class Searcher:
         scope = "search:" + namespace(principal)
         before = self._codec.parse_search_token(scope, page_token) if page_token else None
         if filters.session_id:
-            # NOT_FOUND / FAILED_PRECONDITION exactly as ReadWindow answers them.
-            self._root.resolve(filters.session_id, principal)
+            # NOT_FOUND / FAILED_PRECONDITION exactly as ReadWindow answers them; the
+            # index names a session by its unique id (TranscriptFile.unique_id).
+            named = self._root.resolve(filters.session_id, principal)
+            filters = dataclasses.replace(filters, session_id=named.unique_id)
         projects = None
         if principal is not None and ALL_PROJECTS not in principal.projects:
             projects = frozenset(principal.projects)
@@ -94,9 +98,10 @@ class Searcher:
 
     def _hit(self, principal: Principal | None, query: Query, row: IndexHit) -> SearchHit | None:
         try:
-            transcript = self._root.resolve(row.session_id, principal)
+            transcript = self._root.resolve(row.session_id, principal)  # a unique id: one source
         except (LookupError, ValueError):
             return None
+        name = self._root.name_of(transcript, principal)
         if transcript.project_dir != row.project_dir:
             return None
         try:
@@ -112,7 +117,7 @@ class Searcher:
         finally:
             fd.close()
         return SearchHit(
-            session_id=row.session_id,
+            session_id=name,
             project_dir=row.project_dir,
             entry_uuid=row.uuid,
             type=row.type,
@@ -121,5 +126,5 @@ class Searcher:
             byte_offset=row.offset,
             snippet=make_snippet(row.text, query),
             has_photos=row.has_photos,
-            window_page_token=self._codec.page_token(row.session_id, mark),
+            window_page_token=self._codec.page_token(name, mark),
         )

@@ -1,7 +1,10 @@
 """The codec for both reference forms (docs/contract.md §4), with validation.
 
+- A session id: an id matching `[A-Za-z0-9_-]{1,64}`, or `<source>:<id>` naming
+  the source too (`claude-code:`, `codex:`), as a session is listed when another
+  source the caller sees has the same id (`split_session_id`).
 - A transcript image: `<sessionId>/<entryUuid>/<index>`, ids matching
-  `[A-Za-z0-9_-]{1,64}`, index a decimal 0-9999 with no sign or leading zeros,
+  `[A-Za-z0-9_-]{1,64}` (the session id in either form above), index a decimal 0-9999 with no sign or leading zeros,
   plus a pin (xxh3-128 of the raw payload text, 32 lowercase hex).
 - A content-addressed blob: `media:<64 lowercase hex sha256>`, only that form.
 - The entry of a line without a usable uuid (Codex rollouts have none) is named
@@ -20,6 +23,12 @@ from dataclasses import dataclass
 
 MAX_IMAGE_INDEX = 9999
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# The sources of sessions, in the order a bare session id is resolved in (the first wins).
+CLAUDE_CODE = "claude-code"
+CODEX = "codex"
+SESSION_SOURCES = (CLAUDE_CODE, CODEX)
+# Between a source and an id in a session id that names its source (`codex:<id>`).
+SOURCE_SEPARATOR = ":"
 _INDEX_PATTERN = re.compile(r"0|[1-9][0-9]{0,3}")
 _PIN_PATTERN = re.compile(r"[0-9a-f]{32}")
 _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
@@ -37,6 +46,31 @@ def validate_id(value: str, what: str = "id") -> str:
     """Return `value` if it is a valid session id, entry uuid, chat key or txn id."""
     if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
         raise RefError(f"{what} must match [A-Za-z0-9_-]{{1,64}}")
+    return value
+
+
+def split_session_id(value: str, what: str = "session id") -> tuple[str, str]:
+    """(source, id) of a session id: ("", id) for a bare id, (source, id) for `<source>:<id>`."""
+    if isinstance(value, str) and SOURCE_SEPARATOR in value:
+        source, _, bare = value.partition(SOURCE_SEPARATOR)
+        if source in SESSION_SOURCES and ID_PATTERN.fullmatch(bare) is not None:
+            return source, bare
+        raise RefError(f"{what} must be an id or <source>:<id> with a known source")
+    return "", validate_id(value, what)
+
+
+def is_session_id(value: str) -> bool:
+    """True if `value` is a session id in either form (split_session_id)."""
+    try:
+        split_session_id(value)
+    except RefError:
+        return False
+    return True
+
+
+def validate_session_id(value: str, what: str = "session id") -> str:
+    """Return `value` if it is a session id: an id, or `<source>:<id>` (split_session_id)."""
+    split_session_id(value, what)
     return value
 
 
@@ -86,7 +120,7 @@ class TranscriptImageRef:
     index: int
 
     def __post_init__(self) -> None:
-        validate_id(self.session_id, "session id")
+        validate_session_id(self.session_id)
         validate_id(self.entry_uuid, "entry uuid")
         validate_index(self.index)
 

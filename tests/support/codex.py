@@ -241,3 +241,18 @@ def write_rollout(base: Path, rollout: Rollout, *, archived: bool = False) -> Pa
     path = directory / rollout_name(rollout.session_id)
     path.write_bytes(rollout.text())
     return path
+
+
+def old_format_rollout(session_id: str) -> bytes:
+    """A rollout of Codex's first format: its first line is no `session_meta` (no project)."""
+    head = {"id": session_id, "timestamp": "2025-04-01T10:00:00.000Z", "instructions": "old"}
+    message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    return orjson.dumps(head) + b"\n" + orjson.dumps(message) + b"\n"
+
+
+def oversized_meta_rollout(session_id: str, size: int) -> bytes:
+    """A rollout whose `session_meta` line is `size` bytes or more (too long to be read)."""
+    rollout = Rollout(session_id)
+    rollout.add("session_meta", {"id": session_id, "cwd": CWD, "instructions": "x" * size})
+    rollout.assistant("a rollout with huge instructions")
+    return rollout.text()

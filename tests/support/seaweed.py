@@ -9,7 +9,8 @@ unchanged (the Host header too, so SigV4 signatures still verify) until a
 test sets its `mode`: `FAIL` answers 503 to reads, `STALL` holds the answer
 until the test releases it (or the proxy stops), `TRUNCATE` sends a read's
 headers as the server gave them and then half its body. `requests` counts
-what passed, per method, so a test can say how many GETs a read made.
+what passed, per method, so a test can say how many GETs a read made, and
+`ranged` the GETs of object bytes among them (a LIST is a GET without a Range).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class FaultProxy:
     def __init__(self, upstream_port: int) -> None:
         self.mode = Fault.NONE
         self.requests: Counter[str] = Counter()
+        self.ranged = 0
         self.faulted = 0
         self._released = threading.Event()
         self._lock = threading.Lock()
@@ -75,6 +77,7 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else None
                 with proxy._lock:
                     proxy.requests[self.command] += 1
+                    proxy.ranged += self.command == "GET" and "Range" in self.headers
                     mode = proxy.mode if self.command in ("GET", "HEAD") else Fault.NONE
                     if mode is not Fault.NONE:
                         proxy.faulted += 1

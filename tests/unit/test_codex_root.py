@@ -15,6 +15,7 @@ from scrollback.contract.refs import (
     has_usable_uuid,
     offset_of_entry_name,
     parse_transcript_ref,
+    split_session_id,
 )
 from scrollback.principals import Principal
 from scrollback.transcripts import (
@@ -132,3 +133,37 @@ def test_a_new_rollout_is_found_at_the_next_refresh(tmp_path: Path) -> None:
     while sid not in {t.session_id for t in root.list(None)}:
         assert time.monotonic() < deadline, "the new rollout was never listed"
     assert root.resolve(sid, None).source == CODEX
+
+
+def test_session_ids_name_their_source_and_a_bare_id_the_first_source_seen(
+    tmp_path: Path,
+) -> None:
+    assert split_session_id("abc") == ("", "abc")
+    assert split_session_id("codex:abc") == (CODEX, "abc")
+    assert split_session_id("claude-code:abc") == (CLAUDE_CODE, "abc")
+    for bad in ("gemini:abc", "codex:", ":abc", "codex:a:b", "codex:a b", "codex:" + "a" * 65):
+        with pytest.raises(RefError):
+            split_session_id(bad)
+    claude, codex = _tree(tmp_path)
+    rollout = Rollout("c1")  # a rollout named after the Claude Code session c1
+    rollout.meta(cwd="proj")
+    path = codex / "2025" / "09" / "01" / "c1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(rollout.text())
+    root = TranscriptRoot(claude, codex=codex)
+    both = Principal("alice", frozenset({"proj"}))
+    assert root.resolve("c1", both).source == CLAUDE_CODE
+    assert root.resolve("claude-code:c1", both).source == CLAUDE_CODE
+    assert root.resolve("codex:c1", both).source == CODEX
+    named = sorted((root.name_of(t, both), t.source) for t in root.list(both))
+    assert named == [("c1", CLAUDE_CODE), ("codex:c1", CODEX)]
+    # Where the rollout is all a caller sees of that id, its bare id names it.
+    rollout.lines.clear()
+    rollout.meta(cwd="/srv/x")
+    path.write_bytes(rollout.text())
+    root = TranscriptRoot(claude, codex=codex)
+    other = Principal("bob", frozenset({"/srv/x"}))
+    assert root.resolve("c1", other).source == CODEX
+    assert [root.name_of(t, other) for t in root.list(other)] == ["c1"]
+    with pytest.raises(SessionNotFoundError):
+        root.resolve("claude-code:c1", other)
