@@ -860,8 +860,9 @@ class AcceptMessageRequest(_message.Message):
     own: another principal using the same id neither replays nor conflicts.
     """
     session_id: _builtins.str
-    """The session the message belongs to, [A-Za-z0-9_-]{1,64}; a session
-    with no transcript is NOT_FOUND.
+    """The session the message belongs to, [A-Za-z0-9_-]{1,64}, optionally
+    after a source prefix ("codex:"); a session with no transcript is
+    NOT_FOUND.
     """
     chat_key: _builtins.str
     """For a message that opened a new chat: a client-chosen key,

@@ -6,8 +6,9 @@ transcript line, and how the media service is asked for it again.
 
 String forms (docs/contract.md §4):
 - a transcript image is "<sessionId>/<entryUuid>/<index>", where both ids
-  match [A-Za-z0-9_-]{1,64} and the index is a decimal from 0 to 9999 with
-  no sign and no leading zeros;
+  match [A-Za-z0-9_-]{1,64} (the session id may carry a source prefix,
+  "claude-code:" or "codex:", naming the source it is looked up in) and the
+  index is a decimal from 0 to 9999 with no sign and no leading zeros;
 - a content-addressed blob is "media:<sha256>", 64 lowercase hex digits.
 Anything else is INVALID_ARGUMENT.
 
@@ -63,7 +64,9 @@ class MediaRef(_message.Message):
     LINE_OFFSET_HINT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id: the transcript's file name without ".jsonl". Must match
-    [A-Za-z0-9_-]{1,64}, else INVALID_ARGUMENT. An unknown session is
+    [A-Za-z0-9_-]{1,64}, optionally after a source prefix "claude-code:" or
+    "codex:" (docs/contract.md §4: a bare id resolves in the first source
+    where the caller sees it), else INVALID_ARGUMENT. An unknown session is
     NOT_FOUND.
     """
     entry_uuid: _builtins.str

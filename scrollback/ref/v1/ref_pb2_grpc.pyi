@@ -6,8 +6,9 @@ transcript line, and how the media service is asked for it again.
 
 String forms (docs/contract.md §4):
 - a transcript image is "<sessionId>/<entryUuid>/<index>", where both ids
-  match [A-Za-z0-9_-]{1,64} and the index is a decimal from 0 to 9999 with
-  no sign and no leading zeros;
+  match [A-Za-z0-9_-]{1,64} (the session id may carry a source prefix,
+  "claude-code:" or "codex:", naming the source it is looked up in) and the
+  index is a decimal from 0 to 9999 with no sign and no leading zeros;
 - a content-addressed blob is "media:<sha256>", 64 lowercase hex digits.
 Anything else is INVALID_ARGUMENT.
 
