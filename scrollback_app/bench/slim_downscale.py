@@ -67,7 +67,7 @@ def write_sessions(root: Path, side: int = SIDE) -> int:
 
 
 async def slim_downscale(
-    stub: history_pb2_grpc.HistoryServiceStub, session_id: str
+    stub: history_pb2_grpc.HistoryServiceAsyncStub, session_id: str
 ) -> tuple[bytes, history_pb2.SlimFileEnd]:
     """SlimSession of `session_id` with images downscaled: the copy and its file end."""
     request = history_pb2.SlimSessionRequest(
@@ -84,7 +84,7 @@ async def slim_downscale(
 
 
 async def slim_downscale_growth(
-    server: procs.ServerProcess, stub: history_pb2_grpc.HistoryServiceStub
+    server: procs.ServerProcess, stub: history_pb2_grpc.HistoryServiceAsyncStub
 ) -> tuple[float, float, bytes, history_pb2.SlimFileEnd]:
     """Idle PSS (MB) after the warm-up, peak PSS (MB) during the large downscale, its copy."""
     await slim_downscale(stub, WARM)
@@ -100,7 +100,9 @@ async def measure(work: Path, log: Callable[[str], None]) -> list[Figure]:
     size = write_sessions(root)
     server = procs.history_server(root, work / "state-downscale")
     async with server, services.channel(server.addr) as channel:
-        stub = history_pb2_grpc.HistoryServiceStub(channel)
+        stub: history_pb2_grpc.HistoryServiceAsyncStub = history_pb2_grpc.HistoryServiceStub(
+            channel
+        )
         idle, peak, _copy, end = await slim_downscale_growth(server, stub)
         workers = server.worker_count()
     log(f"slim downscale: idle {idle:.0f} MB PSS, peak {peak:.0f} MB during a 64 MP PNG")
