@@ -67,7 +67,7 @@ from scrollback.contract.refs import validate_id
 from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
-from scrollback.server.decode_budget import DecodeBudget, frame_cost
+from scrollback.server.decode_budget import DecodeBudget
 from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.errors import StoreBusyError
@@ -485,10 +485,9 @@ class HistoryCore:
         owner = namespace(principal)
 
         async def downscale(request: Downscale) -> DownscaleAnswer:
-            cost = frame_cost(request.pixels)
-            if not self.decodes.fits(cost):
+            if not self.decodes.fits(request.cost):
                 return OVER_DECODE_BUDGET
-            return await self.decodes.run(owner, cost, request.work)
+            return await self.decodes.run(owner, request.cost, request.work)
 
         return drive_slim_in_thread(
             self.slim_events(principal, session_id, options, include_subagents), downscale

@@ -58,7 +58,7 @@ from scrollback.contract.stripping import (
     probe_line,
     probe_line_streamed,
 )
-from scrollback.imaging import UndecodableImageError, buffered, shrink_on_load
+from scrollback.imaging import UndecodableImageError, buffered, decode_cost, shrink_on_load
 from scrollback.linefile import ByteSource, LineFile
 
 if TYPE_CHECKING:
@@ -338,11 +338,11 @@ DownscaleAnswer = Downscaled | str
 class Downscale:
     """A decode `slim_file` asks its driver for; the driver sends back `work()`'s answer.
 
-    `pixels` (the header's) tells the driver what the decode may hold; `work`
-    blocks and may run on any thread.
+    `cost` is the most the decode may hold (scrollback.imaging's `decode_cost`);
+    `work` blocks and may run on any thread.
     """
 
-    pixels: int
+    cost: int
     work: Callable[[], DownscaleAnswer]
 
 
@@ -502,7 +502,8 @@ def _line_edits(
                     options.max_side,
                     options.max_bytes,
                 )
-                answer = yield Downscale(header.pixels, work)
+                cost = decode_cost(header.media_type, header.pixels, facts.size_bytes)
+                answer = yield Downscale(cost, work)
                 if isinstance(answer, Downscaled):
                     source_field = dict(block.block["source"])
                     source_field.update(

@@ -9,8 +9,9 @@ encode is cancelled only if nobody waits for it any more and it has not started.
 Each encode runs under the worker's `DecodeBudget` (scrollback.server.decode_budget):
 on one of `threads` threads, once it can reserve its memory from `memory_bytes`
 (SCROLLBACK_MEDIA_THUMBNAIL_MEMORY_BYTES): one decoded RGBA frame of the
-original, 4 bytes per pixel of its header's dimensions, the most an encode
-holds, kept until it ends. An encode larger than the whole budget reserves all
+original, 4 bytes per pixel of its header's dimensions, and for GIF and WebP
+the whole file, which their loaders read first (scrollback.imaging's
+`decode_cost`): the most an encode holds, kept until it ends. An encode larger than the whole budget reserves all
 of it, so it runs alone rather than never. Turns are fair between callers (the
 principal, passed explicitly; every unauthenticated caller is one): one caller
 queuing many encodes delays another's by at most the encode that frees a thread.
@@ -23,8 +24,9 @@ from __future__ import annotations
 import asyncio
 
 from media_service.library import OpenMedia, ThumbnailJob
+from scrollback.imaging import decode_cost
 from scrollback.principals import Principal, namespace
-from scrollback.server.decode_budget import DecodeBudget, DecodeTurn, frame_cost
+from scrollback.server.decode_budget import DecodeBudget, DecodeTurn
 
 
 class _Encoding:
@@ -65,9 +67,11 @@ class ThumbnailEncodes:
         return self.budget.running
 
     def cost(self, job: ThumbnailJob) -> int:
-        """The bytes `job` reserves: one RGBA frame of its original, at most the whole budget."""
+        """The bytes `job` reserves: one RGBA frame of its original (and the whole file for GIF
+        and WebP), at most the whole budget."""
         info = job.source.info
-        return min(self.memory_bytes, frame_cost(info.width * info.height))
+        cost = decode_cost(info.content_type, info.width * info.height, info.size_bytes)
+        return min(self.memory_bytes, cost)
 
     async def run(self, job: ThumbnailJob, principal: Principal | None) -> OpenMedia:
         """The thumbnail `job` makes for `principal`, or the one the same encode makes."""

@@ -15,7 +15,9 @@ downscales of slim copies (history_service.slim). Each decode goes through
 - libvips then shrinks while it decodes: JPEG and WebP at a reduced scale in
   the decoder itself, PNG in strips as the rows stream in, so a decode holds
   a few strips and the shrunk frame rather than the whole image (a GIF frame
-  is the exception: its decoder renders one whole frame);
+  is the exception: its decoder renders one whole frame; and the GIF and WebP
+  loaders read the whole file into memory first). `decode_cost` is the most
+  a decode holds: what it reserves from a decode budget;
 - no operation cache (it would hold decoded sources between decodes).
 
 Sources are read through `ReaderStream`, a seekable file over a
@@ -43,6 +45,20 @@ DECODED_LOADERS = frozenset(
 )
 # The decoders read their source through a buffer of this size.
 READ_BUFFER = 64 * 1024
+# A decoded frame is RGBA at most: the bytes a decode holds per pixel.
+BYTES_PER_PIXEL = 4
+# Formats whose libvips loader reads the whole file into memory before a pixel is decoded.
+WHOLE_FILE_MEDIA_TYPES = frozenset({"image/gif", "image/webp"})
+
+
+def decode_cost(media_type: str, pixels: int, size_bytes: int) -> int:
+    """The most a `shrink_on_load` decode holds, what it reserves from a decode budget.
+
+    One decoded RGBA frame of the header's `pixels`, and for GIF and WebP the
+    whole file of `size_bytes` besides.
+    """
+    whole_file = size_bytes if media_type in WHOLE_FILE_MEDIA_TYPES else 0
+    return max(1, pixels * BYTES_PER_PIXEL + whole_file)
 
 
 class UndecodableImageError(ValueError):

@@ -6,8 +6,9 @@ of a megabyte of PNG may claim 64 megapixels. Every decode of a worker process
 service) therefore goes through one `DecodeBudget`, which runs it on a thread
 of its own pool (`threads`, apart from the threads that serve reads) once it
 can reserve its cost from `memory_bytes`. The cost is the caller's estimate
-of the most the decode holds: one decoded RGBA frame of the image, 4 bytes
-per pixel of its header's dimensions (`frame_cost`). A decode keeps its
+of the most the decode holds (scrollback.imaging's `decode_cost`: one decoded
+RGBA frame of the image, 4 bytes per pixel of its header's dimensions, and the
+whole file for the formats whose loader reads it first). A decode keeps its
 reservation until it ends, even when its caller has left. One whose cost
 exceeds the whole budget reserves all of it, so it runs alone rather than
 never; a caller that would rather not decode such an image asks `fits` first.
@@ -36,14 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-
-# A decoded frame is RGBA at most: the bytes a decode reserves per pixel.
-BYTES_PER_PIXEL = 4
-
-
-def frame_cost(pixels: int) -> int:
-    """The bytes a decode of an image of `pixels` reserves: one RGBA frame."""
-    return max(1, pixels * BYTES_PER_PIXEL)
 
 
 class DecodeTurn(Generic[T]):

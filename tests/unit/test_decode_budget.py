@@ -7,7 +7,8 @@ import functools
 import threading
 from collections.abc import Callable
 
-from scrollback.server.decode_budget import DecodeBudget, frame_cost
+from scrollback.imaging import decode_cost
+from scrollback.server.decode_budget import DecodeBudget
 
 MIB = 1024 * 1024
 
@@ -83,7 +84,10 @@ async def test_a_decode_waits_for_memory_and_nothing_overtakes_it() -> None:
 
 async def test_a_decode_over_the_whole_budget_runs_alone_and_fits_says_so() -> None:
     budget = DecodeBudget(threads=2, memory_bytes=8 * MIB)
-    assert budget.fits(8 * MIB) and not budget.fits(frame_cost(2048 * 1024 + 1))
+    assert budget.fits(8 * MIB) and not budget.fits(decode_cost("image/png", 2048 * 1024 + 1, 10))
+    # The GIF and WebP loaders hold the whole file besides the frame.
+    assert decode_cost("image/png", 100, 5000) == 400
+    assert decode_cost("image/webp", 100, 5000) == decode_cost("image/gif", 100, 5000) == 5400
     gate = Gate()
     huge = budget.submit("alice", 100 * MIB, gate.work("huge"))
     other = budget.submit("bob", MIB, gate.work("other"))
