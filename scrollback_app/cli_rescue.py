@@ -158,8 +158,8 @@ def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.Sli
     if args.install:
         projects = projects_dir(args.projects_dir)
         destination = projects / _inside(header.project_dir) / relative
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        # A directory on the way that is a symlink out of the projects dir is not followed.
+        # A directory on the way that is a symlink out of the projects dir is not followed
+        # (checked before any directory is made, so none is made out there either).
         if not destination.parent.resolve().is_relative_to(projects.resolve()):
             raise UnsafePathError(
                 f"{destination.parent} leads out of {projects}; not writing there"

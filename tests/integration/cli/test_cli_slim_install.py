@@ -102,6 +102,16 @@ def test_install_never_writes_through_a_directory_link_out_of_the_projects(
     assert not list((projects / PROJECT).glob("*.slim-partial"))
     assert not (projects / PROJECT / f"{SESSION}.jsonl").exists()
 
+    # The copy's own directory planted as a link: not even a directory is made out there.
+    agents.unlink()
+    agents.parent.rmdir()
+    (projects / PROJECT / SESSION).symlink_to(outside, target_is_directory=True)
+    code, _printed, err = run(
+        capsys, cli_servers, "slim", SESSION, "--install", "--projects-dir", str(projects)
+    )
+    assert code != 0 and "leads out of" in err
+    assert list(outside.iterdir()) == []
+
 
 def test_slim_to_stdout_says_it_left_the_subagents_out(
     capsys: pytest.CaptureFixture[str], cli_servers: ServerPair
