@@ -21,7 +21,9 @@ whose client grants no flow-control window that long is ended with
 DEADLINE_EXCEEDED), and the limits `DEFAULT_INLINE_LIMIT`, `MAX_WINDOW_BYTES`,
 `PENDING_KEEP`, `PENDING_TTL_SECONDS`, `HEARTBEAT_SECONDS`, `WATCH_POLL_SECONDS`,
 `RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`, `ENTRY_CACHE_BYTES` (default 16 MiB per
-worker process, 0 = off: window entries kept stripped and encoded, history_service.entry_cache), `SEARCH_INTERVAL_SECONDS` (default 2: how
+worker process, 0 = off: window entries kept stripped and encoded, history_service.entry_cache),
+`DECODE_THREADS` and `DECODE_MEMORY_BYTES` (default 2 and 512 MiB per worker: the threads
+and memory budget of image decodes, the downscales of slim copies), `SEARCH_INTERVAL_SECONDS` (default 2: how
 often the search indexer catches up with the transcripts), `SEARCH_INDEXING`
 (`off`, flag `--no-search-indexing`: serve searches without writing the index). `from_env` checks the values;
 `validate()` also the locations and files, at start-up (ConfigError).
@@ -60,6 +62,12 @@ SERVICE = "history"
 # loads this module only, and those modules load the protobuf runtime.
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CACHE_BYTES = 1024 * 1024 * 1024
+DEFAULT_DECODE_THREADS = 2
+MAX_DECODE_THREADS = 64
+DEFAULT_DECODE_MEMORY_BYTES = 512 * 1024 * 1024
+# A budget under one 1 MP frame would refuse every photo.
+MIN_DECODE_MEMORY_BYTES = 4 * 1024 * 1024
+MAX_DECODE_MEMORY_BYTES = 64 * 1024**3
 DEFAULT_ADDR = "127.0.0.1:50051"
 # The largest block cache of a bucket a setting may ask for.
 MAX_BUCKET_CACHE_BYTES = 16 * 1024**3
@@ -90,6 +98,10 @@ class HistoryConfig:
     max_window_bytes: int = 64 * 1024 * 1024
     # Window entries kept stripped and encoded, per worker process (0: off).
     entry_cache_bytes: int = DEFAULT_ENTRY_CACHE_BYTES
+    # Image decodes (slim downscales), per worker: threads apart from those serving
+    # reads, and the memory they reserve (scrollback.server.decode_budget).
+    decode_threads: int = DEFAULT_DECODE_THREADS
+    decode_memory_bytes: int = DEFAULT_DECODE_MEMORY_BYTES
     pending_keep: int = 50
     pending_ttl_seconds: float = 600.0
     heartbeat_seconds: float = 15.0
@@ -158,6 +170,13 @@ class HistoryConfig:
             raise ConfigError("the window byte budget must be at least 1 MiB")
         if not 0 <= self.entry_cache_bytes <= MAX_ENTRY_CACHE_BYTES:
             raise ConfigError("the entry cache size must lie between 0 (off) and 1 GiB")
+        if not 1 <= self.decode_threads <= MAX_DECODE_THREADS:
+            raise ConfigError(f"decode threads must be from 1 to {MAX_DECODE_THREADS}")
+        if not MIN_DECODE_MEMORY_BYTES <= self.decode_memory_bytes <= MAX_DECODE_MEMORY_BYTES:
+            raise ConfigError(
+                f"the decode memory budget must be from {MIN_DECODE_MEMORY_BYTES} "
+                f"to {MAX_DECODE_MEMORY_BYTES} bytes"
+            )
         if self.pending_keep < 1 or self.pending_ttl_seconds <= 0:
             raise ConfigError(
                 "pending retention must keep at least one message for a positive time"

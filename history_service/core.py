@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
@@ -34,12 +33,16 @@ from history_service.insight import (
 )
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.slim import (
+    OVER_DECODE_BUDGET,
+    Downscale,
+    DownscaleAnswer,
     ImageRecord,
     SlimEvent,
     SlimFileStart,
     SlimOptions,
     SlimStart,
     SlimStats,
+    SlimStep,
     file_size,
     list_images,
     slim_file,
@@ -64,25 +67,40 @@ from scrollback.contract.refs import validate_id, validate_session_id
 from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
+from scrollback.server.decode_budget import DecodeBudget
 from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
 
-T = TypeVar("T")
 
-
-async def iterate_in_thread(iterator: Iterator[T]) -> AsyncIterator[T]:
-    """A blocking iterator's items, each taken in a worker thread; closed there at the end."""
+async def drive_slim_in_thread(
+    steps: Generator[SlimStep, DownscaleAnswer | None, None],
+    downscale: Callable[[Downscale], Awaitable[DownscaleAnswer]],
+) -> AsyncIterator[SlimEvent]:
+    """A slim copy's events, each step taken in a worker thread; each Downscale it asks
+    for answered by `downscale` on the loop (the thread is not held while it waits)."""
     done = object()
+
+    def step(answer: DownscaleAnswer | None) -> SlimStep | object:
+        try:
+            return steps.send(answer)
+        except StopIteration:
+            return done
+
+    answer: DownscaleAnswer | None = None
     try:
         while True:
-            item = await asyncio.to_thread(next, iterator, done)
+            item = await asyncio.to_thread(step, answer)
+            answer = None
             if item is done:
                 return
+            if isinstance(item, Downscale):
+                answer = await downscale(item)
+                continue
             yield item  # type: ignore[misc]
     finally:
-        await asyncio.to_thread(getattr(iterator, "close", lambda: None))
+        await asyncio.to_thread(steps.close)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +136,10 @@ class HistoryCore:
         self.bus = bus
         # Window reads run on a thread of their own (scrollback/server/lane.py).
         self.window_lane = Lane(name="window-lane")
+        # Image decodes (slim downscales): bounded threads and memory, fair between callers.
+        self.decodes = DecodeBudget(
+            config.decode_threads, config.decode_memory_bytes, name="history-decode"
+        )
         self.reader = WindowReader(
             root,
             codec,
@@ -428,11 +450,12 @@ class HistoryCore:
         session_id: str,
         options: SlimOptions,
         include_subagents: bool,
-    ) -> Iterator[SlimEvent]:
+    ) -> Generator[SlimStep, DownscaleAnswer | None, None]:
         """A slim copy of a session (and its sub-agents), file by file, in pieces (blocking).
 
         Each file is read up to its size when its copy starts; a sub-agent gone
-        since the listing is left out.
+        since the listing is left out. Each Downscale yielded is to be answered
+        (`slim` runs it under the decode budget).
         """
         files = self._with_subagents(principal, session_id, include_subagents)
         # A copy is named by its bare id (`codex:<id>` is no file name); its refs as listed.
@@ -458,9 +481,17 @@ class HistoryCore:
         options: SlimOptions,
         include_subagents: bool,
     ) -> AsyncIterator[SlimEvent]:
-        """`slim_events`, each piece read in a worker thread."""
-        return iterate_in_thread(
-            self.slim_events(principal, session_id, options, include_subagents)
+        """`slim_events`, each piece read in a worker thread, each downscale run under the
+        decode budget in the caller's turn (one over the whole budget is never decoded)."""
+        owner = namespace(principal)
+
+        async def downscale(request: Downscale) -> DownscaleAnswer:
+            if not self.decodes.fits(request.cost):
+                return OVER_DECODE_BUDGET
+            return await self.decodes.run(owner, request.cost, request.work)
+
+        return drive_slim_in_thread(
+            self.slim_events(principal, session_id, options, include_subagents), downscale
         )
 
     async def images(
@@ -481,6 +512,7 @@ class HistoryCore:
     def close(self) -> None:
         """Release the bus, then the stores."""
         self.window_lane.close()
+        self.decodes.close()
         self.bus.close()
         self.insight_store.close()
         self.store.close()

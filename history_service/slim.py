@@ -9,6 +9,14 @@ original line byte for byte: the payloads are found by the stripper
 `scrollback.contract.blocks` over the line's small remainder, so no line is
 ever parsed whole, and the copy is streamed line by line in bounded memory.
 
+A downscale never holds an image whole either: its payload is read slice by
+slice from the line (`PayloadReader`) and shrunk while libvips decodes it
+(scrollback.imaging). `slim_file` does not decode itself: it yields a
+`Downscale` request and is sent back the answer, so its driver runs the
+decode under the worker's decode budget (scrollback.server.decode_budget) and
+may refuse one that does not fit it; an image not downscaled is cut, its
+stand-in text naming why.
+
 The image list gives each image and document block of `message.content` with
 its place in the API's message list (docs/contract.md §14 states the rule),
 its size, its pixel size from the header, and what the API would refuse.
@@ -18,13 +26,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import io
 import json
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import pybase64
@@ -33,7 +41,12 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, iter_lines_forward
 from scrollback.contract.blocks import iter_objects, matching_spans, top_level_string_span
 from scrollback.contract.enumeration import iter_image_blocks
-from scrollback.contract.extraction import UndecodablePayloadError, iter_decoded
+from scrollback.contract.extraction import (
+    ImageNotStrippedError,
+    PayloadReader,
+    UndecodablePayloadError,
+    iter_decoded,
+)
 from scrollback.contract.image_header import ImageHeader, read_header
 from scrollback.contract.refs import ID_PATTERN, validate_id
 from scrollback.contract.stripping import (
@@ -45,10 +58,11 @@ from scrollback.contract.stripping import (
     probe_line,
     probe_line_streamed,
 )
+from scrollback.imaging import UndecodableImageError, buffered, decode_cost, shrink_on_load
 from scrollback.linefile import ByteSource, LineFile
 
 if TYPE_CHECKING:
-    from PIL import Image
+    import pyvips
 
 # The API's limits on one image (its documented maximums).
 API_MAX_SIDE = 2000
@@ -61,6 +75,7 @@ MIN_MAX_SIDE = 16
 MIN_MAX_BYTES = 1024
 # Images over this many pixels are never decoded for a downscale (a bomb).
 MAX_DECODE_PIXELS = 64_000_000
+JPEG_QUALITY = 85
 # Output is sent in pieces of at most this size.
 OUT_CHUNK = 1024 * 1024
 MEDIA_KINDS = ("image", "document")
@@ -258,7 +273,12 @@ def _declared(block: dict[str, Any]) -> str:
 
 
 def stand_in_text(
-    kind: str, declared: str, facts: PayloadFacts | None, ref: str = "", pin: str = ""
+    kind: str,
+    declared: str,
+    facts: PayloadFacts | None,
+    ref: str = "",
+    pin: str = "",
+    reason: str = "",
 ) -> str:
     """The text that stands where an image or document was cut: never empty."""
     parts = [declared or "unknown type"]
@@ -268,6 +288,8 @@ def stand_in_text(
             parts.append(f"{facts.header.width}x{facts.header.height} px")
     elif facts is not None:
         parts.append("undecodable")
+    if reason:
+        parts.append(f"not downscaled: {reason}")
     where = []
     if ref:
         where.append(f"ref {ref} pin {pin}")
@@ -289,46 +311,89 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
-def downscaled(data: bytes, max_side: int, max_bytes: int) -> tuple[str, bytes] | None:
-    """The image re-encoded within max_side and max_bytes: (media type, bytes); None if not.
+# Why an image was not downscaled, as its stand-in text says.
+NOT_DECODABLE = "not a decodable PNG, JPEG, GIF or WebP"
+OVER_DECODE_PIXELS = f"over {MAX_DECODE_PIXELS:,} pixels, never decoded"
+OVER_DECODE_BUDGET = "larger than the server's decode memory budget, never decoded"
 
-    PNG where the image has transparency, JPEG otherwise; smaller steps until
-    the bytes fit. Never decodes an image over MAX_DECODE_PIXELS.
+
+def does_not_fit(max_bytes: int) -> str:
+    """The reason of an image that stays over `max_bytes` at the smallest side tried."""
+    return f"does not fit in {max_bytes:,} bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class Downscaled:
+    """An image re-encoded within the limits: its media type and bytes."""
+
+    media_type: str
+    data: bytes
+
+
+# The answer to a Downscale: the new image, or why there is none.
+DownscaleAnswer = Downscaled | str
+
+
+@dataclass(frozen=True, slots=True)
+class Downscale:
+    """A decode `slim_file` asks its driver for; the driver sends back `work()`'s answer.
+
+    `cost` is the most the decode may hold (scrollback.imaging's `decode_cost`);
+    `work` blocks and may run on any thread.
     """
-    # Pillow is loaded by the first downscale only: most processes never slim a session.
-    from PIL import Image
+
+    cost: int
+    work: Callable[[], DownscaleAnswer]
+
+
+def downscale_image(
+    open_image: Callable[[], IO[bytes]], pixels: int, max_side: int, max_bytes: int
+) -> DownscaleAnswer:
+    """The image re-encoded within max_side and max_bytes, or why not (blocking).
+
+    Shrunk while decoded (scrollback.imaging), once, to at most max_side; then
+    PNG where it has transparency, JPEG otherwise, smaller by quarters until the
+    bytes fit. `pixels` is what its header states, already checked by the caller.
+    """
+
+    def encode(frame: pyvips.Image) -> DownscaleAnswer:
+        if frame.interpretation not in ("srgb", "b-w"):
+            frame = frame.colourspace("srgb")  # CMYK, 16-bit: what the API takes
+        frame = frame.copy_memory()  # the shrunk frame, decoded once for every step
+        longest = max(frame.width, frame.height)
+        side = longest
+        while side >= MIN_MAX_SIDE:
+            step = frame if side == longest else frame.thumbnail_image(side, height=side)
+            if frame.hasalpha():
+                media_type, data = "image/png", step.pngsave_buffer(keep="none")
+            else:
+                media_type = "image/jpeg"
+                data = step.jpegsave_buffer(Q=JPEG_QUALITY, keep="none")
+            if len(data) <= max_bytes:
+                return Downscaled(media_type, data)
+            side = side * 3 // 4
+        return does_not_fit(max_bytes)
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                if image.width * image.height > MAX_DECODE_PIXELS:
-                    return None
-                image.seek(0)
-                frame = image.convert("RGBA") if _has_alpha(image) else image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
-        return None
-    side = min(max_side, max(frame.width, frame.height))
-    while side >= MIN_MAX_SIDE:
-        copy = frame.copy()
-        copy.thumbnail((side, side), Image.Resampling.LANCZOS)
-        out = io.BytesIO()
-        if copy.mode == "RGBA":
-            copy.save(out, format="PNG", optimize=True)
-            media_type = "image/png"
-        else:
-            copy.save(out, format="JPEG", quality=85)
-            media_type = "image/jpeg"
-        if out.tell() <= max_bytes:
-            return media_type, out.getvalue()
-        side = side * 3 // 4
-    return None
+        with open_image() as stream:
+            return shrink_on_load(stream, pixels, max_side, encode)
+    except (UndecodableImageError, UndecodablePayloadError, ImageNotStrippedError):
+        return NOT_DECODABLE
 
 
-def _has_alpha(image: Image.Image) -> bool:
-    return image.mode in ("RGBA", "LA", "PA") or (
-        image.mode == "P" and "transparency" in image.info
-    )
+def _payload_opener(
+    source: LineSource, probed: ProbedLine, block: FoundBlock
+) -> Callable[[], IO[bytes]]:
+    """A function opening the block's decoded payload as a file, read slice by slice."""
+    assert block.facts is not None
+    size = block.facts.size_bytes
+    if block.cut < 0:
+        decoded = pybase64.b64decode(block.block["source"]["data"].encode("ascii"))
+        return lambda: io.BytesIO(decoded)
+    start, end = probed.spans[block.cut]
+    # Escaped is always right (escapes are undone as the payload is decoded forward).
+    reader = PayloadReader(source.read, start, end, escaped=True, index=block.image_index)
+    return lambda: buffered(reader.read, size)
 
 
 @dataclass(slots=True)
@@ -387,8 +452,9 @@ def _line_edits(
     options: SlimOptions,
     counter: _ImageCounter | None,
     stats: SlimStats,
-) -> list[_Edit]:
-    """The byte ranges of one line to replace, and what goes there."""
+) -> Generator[Downscale, DownscaleAnswer | None, list[_Edit]]:
+    """The byte ranges of one line to replace, and what goes there (a generator: it
+    yields a Downscale for each image to decode, and is sent back the answer)."""
     edits: list[_Edit] = []
     blocks = media_blocks(probed)
     spans = matching_spans(probed.probe, probed.entry, [b.block for b in blocks])
@@ -406,11 +472,12 @@ def _line_edits(
             if block.cut >= 0:
                 covered.add(block.cut)
             continue
-        want_bytes = options.downscale and block.kind == "image" and span is not None
-        block_facts(source, probed, block, keep=want_bytes)
+        block_facts(source, probed, block)
         facts = block.facts
         replacement: bytes | None = None
-        if want_bytes and block.data is not None and facts is not None:
+        reason = ""
+        downscale = options.downscale and block.kind == "image" and span is not None
+        if downscale and facts is not None and facts.decodable:
             header = facts.header
             fits = (
                 header is not None
@@ -423,19 +490,34 @@ def _line_edits(
                 if block.cut >= 0:
                     covered.add(block.cut)
                 continue
-            smaller = downscaled(block.data, options.max_side, options.max_bytes)
-            if smaller is not None:
-                media_type, encoded = smaller
-                source_field = dict(block.block["source"])
-                source_field.update(
-                    type="base64", media_type=media_type, data=base64.b64encode(encoded).decode()
+            if header is None:
+                reason = NOT_DECODABLE
+            elif header.pixels > MAX_DECODE_PIXELS:
+                reason = OVER_DECODE_PIXELS
+            else:
+                work = functools.partial(
+                    downscale_image,
+                    _payload_opener(source, probed, block),
+                    header.pixels,
+                    options.max_side,
+                    options.max_bytes,
                 )
-                replacement = _dumps({**block.block, "source": source_field})
-                stats.images_downscaled += 1
-        block.data = None
+                cost = decode_cost(header.media_type, header.pixels, facts.size_bytes)
+                answer = yield Downscale(cost, work)
+                if isinstance(answer, Downscaled):
+                    source_field = dict(block.block["source"])
+                    source_field.update(
+                        type="base64",
+                        media_type=answer.media_type,
+                        data=base64.b64encode(answer.data).decode(),
+                    )
+                    replacement = _dumps({**block.block, "source": source_field})
+                    stats.images_downscaled += 1
+                else:
+                    reason = answer or NOT_DECODABLE
         if replacement is None:
             ref, pin = _ref(session_id, uuid, block, probed)
-            text = stand_in_text(block.kind, _declared(block.block), facts, ref, pin)
+            text = stand_in_text(block.kind, _declared(block.block), facts, ref, pin, reason)
             replacement = _dumps({"type": "text", "text": text})
             if block.kind == "image":
                 stats.images_replaced += 1
@@ -610,13 +692,14 @@ def slim_file(
     options: SlimOptions,
     max_line: int,
     stats: SlimStats,
-) -> Iterator[bytes]:
+) -> Generator[bytes | Downscale, DownscaleAnswer | None, None]:
     """The slim copy of one transcript's first `size` bytes, in pieces of at most OUT_CHUNK.
 
     Runs of lines with no image, document or payload are copied as they are
     (`_segments`); each other line is probed and replaced where needed. A last
     line without a newline that is not yet a JSON object (being written) is
-    left out, and counted in `stats.omitted_tail_bytes`.
+    left out, and counted in `stats.omitted_tail_bytes`. Each image to
+    downscale is a `Downscale` yielded among the pieces: send back its answer.
     """
     counter = None
     if options.keep_last:
@@ -636,11 +719,9 @@ def slim_file(
                 # Being written: no prefix of a line is a JSON object (docs/contract.md §1).
                 stats.omitted_tail_bytes = raw.size
                 break
-            edits = (
-                _line_edits(source, probed, session_id, options, counter, stats)
-                if probed is not None
-                else []
-            )
+            edits: list[_Edit] = []
+            if probed is not None:
+                edits = yield from _line_edits(source, probed, session_id, options, counter, stats)
             stats.lines += 1
             stats.bytes_read += raw.next_start - raw.start
             position = 0
@@ -859,3 +940,5 @@ class SlimFileStart:
 
 # What a slim copy's stream yields: its start, then per file a start, bytes and stats.
 SlimEvent = SlimStart | SlimFileStart | bytes | SlimStats
+# What its generator yields: those, and the downscales it asks its driver for.
+SlimStep = SlimEvent | Downscale

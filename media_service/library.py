@@ -35,7 +35,6 @@ from media_service.thumbnails import (
     THUMBNAIL_CONTENT_TYPE,
     THUMBNAIL_SIZES,
     ThumbnailCache,
-    buffered,
     make_thumbnail,
 )
 from media_service.transcript_media import TranscriptMedia
@@ -46,6 +45,7 @@ from scrollback.contract.extraction import (
 )
 from scrollback.contract.image_header import header_dimensions
 from scrollback.contract.refs import BlobRef, TranscriptImageRef
+from scrollback.imaging import buffered
 from scrollback.linefile import LocalSource
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs

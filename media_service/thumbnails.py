@@ -7,23 +7,18 @@ re-encoded at its own size), and an animated GIF or WebP gives a still of its
 first frame, marked `still_of_animation`.
 
 Decoding is bounded. The dimensions come from the image's fixed header
-(media_service.image_header) and are checked against `max_pixels` before a
-single pixel is decoded; a larger image (a decompression bomb: a few bytes
-claiming huge dimensions) is ThumbnailTooLargeError and nothing is allocated
-for it. Only PNG, JPEG, GIF and WebP headers pass that check; libvips' own
-reading of the header must then name its loader of one of these formats and a
-frame no larger than the header's (a GIF frame larger than its logical screen
-is NotAnImageError). libvips then shrinks while it decodes:
-JPEG and WebP at a reduced scale in the decoder itself, PNG in strips as the
-rows stream in, so an encode holds a few strips rather than the whole frame
-(a GIF frame is the exception: its decoder renders one whole frame). The
-worker-wide memory budget that encodes reserve before decoding is
-media_service.thumbnail_encodes'.
+(scrollback.contract.image_header) and are checked against `max_pixels`
+before a single pixel is decoded; a larger image (a decompression bomb: a few
+bytes claiming huge dimensions) is ThumbnailTooLargeError and nothing is
+allocated for it. Only PNG, JPEG, GIF and WebP headers pass that check; the
+decode itself is scrollback.imaging's `shrink_on_load` (the loader and frame
+checks, shrinking while decoding; an image it refuses is NotAnImageError).
+The worker-wide memory budget that encodes reserve before decoding is
+media_service.thumbnail_encodes' (over scrollback.server.decode_budget).
 
-Sources are read through `ReaderStream`, a seekable file over a
-`read(offset, length)` function, so a transcript image is decoded slice by
-slice from its file (the extraction PayloadReader) and a blob from its open
-file, never held whole by this module.
+Sources are read through scrollback.imaging's `buffered` files, so a
+transcript image is decoded slice by slice from its file (the extraction
+PayloadReader) and a blob from its open file, never held whole by this module.
 
 `ThumbnailCache` keeps thumbnails under the blob store, keyed by (sha256 of
 the original, size), at the paths `BlobPaths.thumbnail` builds. Files are
@@ -40,81 +35,28 @@ bounded executor, apart from the threads that serve reads.
 from __future__ import annotations
 
 import contextlib
-import functools
-import io
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from media_service.blob_paths import BlobPaths
 from media_service.errors import NotAnImageError, ThumbnailTooLargeError
 from scrollback.contract.image_header import read_header
+from scrollback.imaging import UndecodableImageError, shrink_on_load
 
 if TYPE_CHECKING:
     import pyvips
 
 THUMBNAIL_SIZES = (96, 320, 960)
 THUMBNAIL_CONTENT_TYPE = "image/webp"
-# The only loaders libvips may run: the photo formats transcripts carry. Others
-# (TIFF, SVG, PDF and many rarely fuzzed ones) are never tried.
-DECODED_LOADERS = frozenset(
-    {"pngload_source", "jpegload_source", "gifload_source", "webpload_source"}
-)
 # 64 megapixels: any real photo or screenshot (an 8K frame is 33 MP).
 DEFAULT_MAX_PIXELS = 64_000_000
 WEBP_QUALITY = 80
 # libvips' WebP encoder effort: 4 is its default balance of speed and size.
 WEBP_EFFORT = 4
-# The decoders read their source through a buffer of this size.
-READ_BUFFER = 64 * 1024
-
-
-@functools.cache
-def _libvips() -> Any:
-    """pyvips, loaded by the first encode: a worker that makes no thumbnail never maps libvips."""
-    import pyvips
-
-    # No operation cache (it would hold decoded sources between encodes), and
-    # none of libvips' loaders that are not fuzzed for untrusted input.
-    pyvips.cache_set_max(0)
-    pyvips.block_untrusted_set(True)
-    return pyvips
-
-
-class ReaderStream(io.RawIOBase):
-    """A read-only, seekable file over `read(offset, length)` of `size` bytes."""
-
-    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
-        super().__init__()
-        self._read = read
-        self._size = size
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
-        self._position = max(0, base + offset)
-        return self._position
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        wanted = min(len(buffer), self._size - self._position)
-        if wanted <= 0:
-            return 0
-        data = self._read(self._position, wanted)
-        buffer[: len(data)] = data
-        self._position += len(data)
-        return len(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +67,6 @@ class Thumbnail:
     width: int
     height: int
     still_of_animation: bool
-
-
-def buffered(read: Callable[[int, int], bytes], size: int) -> IO[bytes]:
-    """A buffered, seekable file over `read(offset, length)`, for the decoders."""
-    return io.BufferedReader(ReaderStream(read, size), buffer_size=READ_BUFFER)
 
 
 def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumbnail:
@@ -145,41 +82,16 @@ def make_thumbnail(stream: IO[bytes], longest: int, *, max_pixels: int) -> Thumb
         raise NotAnImageError()
     if header.pixels > max_pixels:
         raise ThumbnailTooLargeError()
-    vips = _libvips()
-    try:
-        # The loader's own reading of the header, before any pixel is decoded: its
-        # format must be one of ours, and its frame no larger than the header's (a
-        # GIF frame larger than its logical screen would otherwise enlarge the canvas
-        # past what the pixel limit and the memory budget were checked against).
-        stream.seek(0)
-        probe_source = _vips_source(stream)
-        probe = vips.Image.new_from_source(probe_source, "", access="sequential")
-        if probe.get("vips-loader") not in DECODED_LOADERS:
-            raise NotAnImageError()
-        if probe.width * probe.height > header.pixels:
-            raise NotAnImageError()
-        del probe, probe_source
-        stream.seek(0)
-        # Shrink-on-load, EXIF orientation applied, never enlarged; libvips decodes lazily,
-        # so `source` must outlive the save below.
-        source = _vips_source(stream)
-        frame = vips.Image.thumbnail_source(
-            source, longest, height=longest, size="down", fail_on="truncated"
-        )
+
+    def encode(frame: pyvips.Image) -> Thumbnail:
         animated = frame.get_typeof("n-pages") != 0 and int(frame.get("n-pages")) > 1
         data = frame.webpsave_buffer(Q=WEBP_QUALITY, effort=WEBP_EFFORT, keep="none")
-        width, height = frame.width, frame.height
-    except vips.Error:
+        return Thumbnail(data, frame.width, frame.height, animated)
+
+    try:
+        return shrink_on_load(stream, header.pixels, longest, encode)
+    except UndecodableImageError:
         raise NotAnImageError() from None
-    return Thumbnail(data, width, height, animated)
-
-
-def _vips_source(stream: IO[bytes]) -> pyvips.SourceCustom:
-    """A libvips source reading `stream` (seekable) from where it stands."""
-    source = _libvips().SourceCustom()
-    source.on_read(stream.read)
-    source.on_seek(stream.seek)
-    return source
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,6 @@ from media_service.errors import (
     SearchCancelledError,
 )
 from media_service.lru import LruCache
-from media_service.thumbnails import buffered
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -87,6 +86,7 @@ from scrollback.contract.refs import (
 )
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
+from scrollback.imaging import buffered
 from scrollback.linefile import ByteSource, FileVersion, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal

@@ -10,6 +10,10 @@
   after it was moved to a backup the command prints. Every file is written
   whole to a partial file first and renamed into place only once the whole
   stream arrived, so a failed copy leaves the originals as they were.
+  Partial files and backups are created new (O_EXCL, never through a
+  symlink): a backup never replaces anything, so every earlier original
+  stays recoverable however many runs follow. To stdout the copy holds the
+  session alone, and the command says how many sub-agent threads it left out.
 - `scrollback images SESSION [--at messages.N.content.M]`: every image and
   document with its place in the API's message list, size, pixels and
   problems (ListImages).
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import sys
@@ -27,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from client.errors import ScrollbackError
 from client.history import ImageList
 from scrollback.contract.proto_json import message_json
 from scrollback.history.v1 import history_pb2 as hpb
@@ -39,6 +45,14 @@ from scrollback_app.cli_client import (
 
 PARTIAL_SUFFIX = ".slim-partial"
 BACKUP_SUFFIX = ".backup-"
+# A new file only: never one that exists, never through a symlink at its name.
+_CREATE_NEW = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 # The API path of an error message: messages.N.content.M (and deeper content levels).
 _API_PATH = re.compile(r"messages\.\d+(?:\.content\.\d+)+")
 
@@ -142,7 +156,15 @@ def _inside(name: str) -> Path:
 def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.SlimFile) -> Path:
     relative = _inside(file.relative_path)
     if args.install:
-        return projects_dir(args.projects_dir) / _inside(header.project_dir) / relative
+        projects = projects_dir(args.projects_dir)
+        destination = projects / _inside(header.project_dir) / relative
+        # A directory on the way that is a symlink out of the projects dir is not followed
+        # (checked before any directory is made, so none is made out there either).
+        if not destination.parent.resolve().is_relative_to(projects.resolve()):
+            raise UnsafePathError(
+                f"{destination.parent} leads out of {projects}; not writing there"
+            )
+        return destination
     output = Path(args.output)
     if not file.is_subagent and relative.parent == Path("."):
         return output
@@ -188,8 +210,8 @@ def cmd_slim(args: argparse.Namespace) -> int:
                         raise UsageError(f"{destination} exists; not writing over it")
                     destination.parent.mkdir(parents=True, exist_ok=True)
                     partial = destination.with_name(destination.name + PARTIAL_SUFFIX)
+                    handle = _open_partial(partial)
                     written.append(_Written(message.file.session_id, destination, partial))
-                    handle = partial.open("wb")
                 elif kind == "data" and handle is not None:
                     handle.write(message.data)
                 elif kind == "file_end":
@@ -199,6 +221,7 @@ def cmd_slim(args: argparse.Namespace) -> int:
                     elif handle is not None:
                         handle.flush()
                     handle = None
+            left_out = _subagents_left_out(sb, args.session) if to_stdout else 0
     except BaseException:
         if handle is not None and handle is not sys.stdout.buffer:
             handle.close()
@@ -208,18 +231,67 @@ def cmd_slim(args: argparse.Namespace) -> int:
         raise
     backups = _put_in_place(written, keep_originals=bool(args.fork) or not args.install)
     _report(args, header, written, backups, to_stdout)
+    if left_out:
+        count = (
+            f"{left_out} sub-agent thread(s)" if left_out > 0 else "its sub-agent threads, if any"
+        )
+        print(
+            f"left out {count}: stdout holds the session alone; -o FILE or --install writes them",
+            file=sys.stderr,
+        )
     return 0
 
 
+def _subagents_left_out(sb: Any, session_id: str) -> int:
+    """How many sub-agent threads the session has (-1 when that cannot be told)."""
+    try:
+        return int(sb.history.get_session(session_id).subagent_count)
+    except ScrollbackError:
+        return -1
+
+
+def _create_new(path: Path) -> IO[bytes]:
+    """`path` opened for writing as a file created now (mode 0600)."""
+    return os.fdopen(os.open(path, _CREATE_NEW, 0o600), "wb")
+
+
+def _open_partial(partial: Path) -> IO[bytes]:
+    """A new partial file: one left in the way (an interrupted run's, a planted link) is
+    removed by name first, never followed; anything still in the way is an error."""
+    try:
+        return _create_new(partial)
+    except FileExistsError:
+        pass
+    try:
+        partial.unlink()  # removes a link itself, never what it points to
+        return _create_new(partial)
+    except OSError:
+        raise UsageError(f"{partial} is in the way and cannot be replaced; remove it") from None
+
+
+def _new_backup(destination: Path, stamp: str) -> Path:
+    """A backup name nobody has taken, reserved by creating it (O_EXCL)."""
+    for attempt in itertools.count(1):
+        suffix = BACKUP_SUFFIX + stamp + (f"-{attempt}" if attempt > 1 else "")
+        backup = destination.with_name(destination.name + suffix)
+        try:
+            os.close(os.open(backup, _CREATE_NEW, 0o600))
+        except FileExistsError:
+            continue
+        return backup
+    raise AssertionError("unreachable")
+
+
 def _put_in_place(written: list[_Written], *, keep_originals: bool) -> dict[Path, Path]:
-    """Rename each partial file into place; an original there first goes to a backup."""
+    """Rename each partial file into place; an original there first goes to a new backup."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     backups: dict[Path, Path] = {}
     for item in written:
         if item.partial is None:
             continue
-        if item.destination.exists() and not keep_originals:
-            backup = item.destination.with_name(item.destination.name + BACKUP_SUFFIX + stamp)
+        if os.path.lexists(item.destination) and not keep_originals:
+            # Replacing the empty file reserved for it: the backup takes no one else's name.
+            backup = _new_backup(item.destination, stamp)
             os.replace(item.destination, backup)
             backups[item.destination] = backup
         os.replace(item.partial, item.destination)

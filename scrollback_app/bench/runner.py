@@ -41,7 +41,9 @@ baseline in the same run, interleaved, median of repeats:
   indexed vs a gRPC health check p50 (target <= 10x; quick: 20 MB).
 - slim copy (`scrollback_app.bench.slim`): SlimSession of a 2 GB session vs a
   plain copy of the file (reported), and the history server's peak RSS while
-  it streams the copy vs its RSS before (target <= 1.5x; quick: 20 MB).
+  it streams the copy vs its RSS before (target <= 1.5x; quick: 20 MB); and
+  the history service's peak PSS during a slim downscale of a 64 MP PNG vs the
+  same idle (`scrollback_app.bench.slim_downscale`; target +150 MB).
 - Codex rollouts (`scrollback_app.bench.codex`): the latest window and a cold
   image of a 300 MB rollout vs a Claude Code transcript of the same size
   (targets <= 1.5x; quick: 20 MB).
@@ -844,6 +846,10 @@ class _Run:
         for figure in await slim.measure(
             self.work, self.config.slim_bytes, self.config.image_bytes, self.log
         ):
+            self.add(figure)
+        from scrollback_app.bench import slim_downscale
+
+        for figure in await slim_downscale.measure(self.work, self.log):
             self.add(figure)
         from scrollback_app.bench import codex
 

@@ -65,6 +65,7 @@ EXPECTED = {
     "cache_decoded_throughput",
     "cache_lookup",
     "slim_server_rss",
+    "slim_downscale_pss_64mp",
     "codex_window_vs_claude",
     "codex_ttfb_cold_vs_claude",
     "bucket_window_vs_local",

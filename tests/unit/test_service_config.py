@@ -62,6 +62,23 @@ def test_entry_cache_size_is_read_and_may_be_off() -> None:
     )
 
 
+def test_decode_threads_and_memory_are_read_and_bounded() -> None:
+    config = HistoryConfig.from_env({})
+    assert (config.decode_threads, config.decode_memory_bytes) == (2, 512 * 1024 * 1024)
+    env = {
+        "SCROLLBACK_HISTORY_DECODE_THREADS": "3",
+        "SCROLLBACK_HISTORY_DECODE_MEMORY_BYTES": str(64 << 20),
+    }
+    config = HistoryConfig.from_env(env)
+    assert (config.decode_threads, config.decode_memory_bytes) == (3, 64 << 20)
+    for name, value in (
+        ("SCROLLBACK_HISTORY_DECODE_THREADS", "0"),
+        ("SCROLLBACK_HISTORY_DECODE_MEMORY_BYTES", str(1 << 20)),
+    ):
+        with pytest.raises(ConfigError):
+            HistoryConfig.from_env({name: value})
+
+
 def test_older_names_still_work() -> None:
     assert HistoryConfig.from_env({"SCROLLBACK_HISTORY_MAX_LINE_SIZE": "100000"}).max_line_size == (
         100000

@@ -163,7 +163,7 @@ def test_the_workers_parent_loads_no_grpc_protobuf_or_stripper(service: str) -> 
 @pytest.mark.parametrize("service", ["history_service", "media_service"])
 def test_a_worker_loads_no_module_that_only_some_paths_need(service: str) -> None:
     """A worker imports its `__main__` and `server`: not the PostgreSQL driver (SQLite is
-    the default), Pillow (slim's downscale), libvips (thumbnails) or PyYAML (YAML token
+    the default), Pillow, libvips (thumbnails, slim's downscale) or PyYAML (YAML token
     files); each loads on the path that needs it, not in every worker's memory."""
     probe = (
         "import importlib, sys\n"
