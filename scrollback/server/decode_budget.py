@@ -23,7 +23,9 @@ a stream of small ones.
 
 `submit` queues a decode and returns its `DecodeTurn`; cancelling the turn's
 result before the decode started takes it out of its queue, and awaiting
-`run` does the same when the awaiting task is cancelled. Everything here runs
+`run` does the same when the awaiting task is cancelled; a task cancelled
+while its decode runs leaves `run` only when the decode ended, so the file the
+decode reads is not closed under it. Everything here runs
 on the event loop; only the decodes themselves run on the pool.
 """
 
@@ -50,6 +52,7 @@ class DecodeTurn(Generic[T]):
         # Nobody may be left to read an error: retrieving it here keeps asyncio quiet.
         self.result.add_done_callback(lambda done: done.cancelled() or done.exception())
         self.started = False
+        self.ended = asyncio.Event()
 
 
 class DecodeBudget:
@@ -90,8 +93,21 @@ class DecodeBudget:
         return turn
 
     async def run(self, owner: str, cost: int, work: Callable[[], T]) -> T:
-        """`work`'s result once it ran in its turn (leaving the queue if cancelled first)."""
-        return await self.submit(owner, cost, work).result
+        """`work`'s result once it ran in its turn.
+
+        Cancelled before the turn started, it leaves the queue; cancelled while `work`
+        runs, it returns (cancelled) only once `work` ended, since `work` reads what the
+        caller holds open (a transcript) and the caller closes it as it leaves.
+        """
+        turn = self.submit(owner, cost, work)
+        try:
+            return await asyncio.shield(turn.result)
+        except asyncio.CancelledError:
+            if turn.started:
+                await turn.ended.wait()
+            else:
+                turn.result.cancel()
+            raise
 
     def _left(self, turn: DecodeTurn[T]) -> None:
         """A turn cancelled before it started leaves its queue; a started one runs on."""
@@ -142,6 +158,7 @@ class DecodeBudget:
         future.add_done_callback(lambda done: self._finished(turn, done))
 
     def _finished(self, turn: DecodeTurn[object], done: asyncio.Future[object]) -> None:
+        turn.ended.set()
         self._started -= 1
         self.reserved -= turn.cost
         running = self._running[turn.owner] - 1

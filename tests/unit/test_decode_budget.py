@@ -113,3 +113,20 @@ async def test_a_caller_that_leaves_takes_its_queued_decode_out() -> None:
     await until(lambda: budget.running == 0)
     assert gate.started == ["running"] and budget.reserved == 0
     budget.close()
+
+
+async def test_a_caller_that_leaves_a_running_decode_waits_for_its_end() -> None:
+    # The decode reads what its caller holds open (a transcript's file): the caller may close
+    # it only once the decode is over.
+    budget = DecodeBudget(threads=1, memory_bytes=64 * MIB)
+    gate = Gate()
+    caller = asyncio.ensure_future(budget.run("alice", MIB, gate.work("running")))
+    await until(lambda: gate.started == ["running"])
+    caller.cancel()
+    for _ in range(5):
+        await asyncio.sleep(0)  # let the cancellation be delivered
+    assert not caller.done()
+    gate.release("running")
+    await until(caller.done)
+    assert caller.cancelled() and budget.running == 0 and budget.reserved == 0
+    budget.close()
