@@ -189,8 +189,11 @@ def photo_session(stack: GatewayStack, entries: int = 400, photos: int = 60) -> 
 class RawConnection:
     """One TCP connection to the gateway, written and read only as the test says."""
 
-    def __init__(self, port: int, *, receive_buffer: int = 0) -> None:
+    def __init__(self, port: int, *, receive_buffer: int = 0, source: str = "") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if source:
+            # Another loopback address (127.0.0.2, ...): another client, as the gateway sees it.
+            self.sock.bind((source, 0))
         if receive_buffer:
             # Set before connecting, so the window the client offers stays this small.
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
