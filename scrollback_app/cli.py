@@ -730,10 +730,12 @@ _SERVICES = (
 
 def _unavailable_text(addr: str, details: str, args: argparse.Namespace) -> str:
     """Which service did not answer, where, and how to start it or point elsewhere; or, when
-    it answered but the TLS handshake failed, why it failed."""
-    from client.tls import handshake_failure
+    it answered but TLS failed, why (client.tls.explain_unavailable probes it when gRPC's
+    details do not say)."""
+    from client.tls import explain_unavailable
+    from scrollback_app.cli_client import tls_options
 
-    failure = handshake_failure(details)
+    failure = explain_unavailable(details, addr, tls_options(args))
     for name, attribute, flag, variable in _SERVICES:
         if addr and addr == getattr(args, attribute, None):
             if failure:
