@@ -97,7 +97,8 @@ class GatewayStack:
 
     With `tenants` (principal -> projects), both services run with that token
     file too (and `max_streams` calls in flight per principal); otherwise they
-    run without auth and only the gateway checks tokens.
+    run without auth (with `security`, e.g. TLS, when given) and only the gateway
+    checks tokens.
     """
 
     def __init__(
@@ -107,9 +108,9 @@ class GatewayStack:
         tenants: dict[str, list[str]] | None = None,
         max_streams: int = 64,
         codex: Path | None = None,
+        security: SecuritySettings | None = None,
     ) -> None:
         self.tokens_file: Path | None = None
-        security = None
         if tenants is not None:
             self.tokens_file = write_tokens(tmp_path / "tenants.yaml", tenants)
             security = SecuritySettings(
