@@ -7,7 +7,8 @@ handshake surfaces in the gateway as UNAVAILABLE (503), like a service that is
 not there; `HandshakeLog` says which it is in the log: once at start and after
 any UNAVAILABLE it probes the service (client.tls.explain_unavailable, at most
 one probe per service at a time and per `PROBE_INTERVAL_SECONDS`) and logs a
-TLS failure once per cause, until a probe finds TLS working again.
+TLS failure once per cause (a probe that times out, or finds nothing, proves
+nothing either way, so a cause logged stays logged).
 """
 
 from __future__ import annotations
@@ -62,9 +63,7 @@ class HandshakeLog:
 
     async def _explain(self, details: str) -> None:
         cause = await asyncio.to_thread(explain_unavailable, details, self.addr, self.tls)
-        if not cause:
-            self._logged = ""  # TLS works again (or was not the matter): a new failure is news
-        elif cause != self._logged:
+        if cause and cause != self._logged:
             self._logged = cause
             log.error(
                 "gateway: cannot talk to the %s service at %s: %s", self.name, self.addr, cause
