@@ -48,7 +48,9 @@ from scrollback.search.v1 import search_pb2_grpc
 
 WATCH_RETRY = RetryPolicy(max_attempts=8, initial_backoff=0.05, max_backoff=2.0)
 # A watch's stream may end with these when the server goes away.
-WATCH_RESUME_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
+# A server that stops ends its streams UNAVAILABLE or, as its calls are cancelled, CANCELLED
+# (a watch's own cancel never raises into its loop): both are resumed.
+WATCH_RESUME_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 
 def direction_of(oldest_first: bool) -> hpb.ReadDirection.ValueType:
@@ -457,7 +459,7 @@ class HistoryClient(SyncChannelClient):
     ) -> Iterator[WatchEvent]:
         """Live events of a session from `position`, resuming itself after dropped connections.
 
-        On UNAVAILABLE the watch reconnects (backoff with jitter, the attempt
+        On UNAVAILABLE (or CANCELLED, a server stopping) the watch reconnects (backoff with jitter, the attempt
         count reset by every event) from the position after the last complete
         event it yielded, so it never yields a duplicate and never skips one.
         Heartbeats only advance the position unless `heartbeats` is true.

@@ -21,8 +21,9 @@ Routes (the fixed names of docs/contract.md §12 first):
 - `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its scripts (render.js draws the
   entries, vendor/ holds marked, DOMPurify and highlight.js) and style.
 
-Every gRPC call goes through `client.aio` on two channels opened at start-up; the
-caller's bearer token is passed through per call.
+Every gRPC call goes through `client.aio` on two channels opened at start-up (TLS
+as the CLI's SCROLLBACK_TLS_* say, gateway.links); the caller's bearer token is
+passed through per call.
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from client import Window, channel_target
+from client import Window
 from client.aio import AsyncHistoryClient, AsyncMediaClient
 from client.errors import ScrollbackError
 from gateway.config import GatewayConfig
 from gateway.downloads import DownloadLimits
 from gateway.errors import HttpError, error_response, http_status
 from gateway.hosts import HostGuard
+from gateway.links import HandshakeLog, open_channel
 from gateway.media import serve_media
 from gateway.rescue import session_images, slim_download
 from gateway.signing import UrlSigner
@@ -97,24 +99,40 @@ class Gateway:
         )
         self._history_channel: grpc.aio.Channel | None = None
         self._media_channel: grpc.aio.Channel | None = None
+        # Per service address (both services may share one).
+        self.handshakes = {
+            config.media_addr: HandshakeLog("media", config.media_addr, config.tls),
+            config.history_addr: HandshakeLog("history", config.history_addr, config.tls),
+        }
 
     async def open(self) -> None:
-        """Open the channels (in the serving loop)."""
-        target, options = channel_target(self.config.history_addr)
-        self._history_channel = grpc.aio.insecure_channel(target, options=options)
-        target, options = channel_target(self.config.media_addr)
+        """Open the channels (in the serving loop) and check, in the background, that TLS
+        lets them talk (gateway.links)."""
+        tls = self.config.tls
+        self._history_channel = open_channel(self.config.history_addr, tls)
         # No BDP probing: the receive window stays at its initial size, so a photo
         # stream buffers a bounded amount in the gateway whatever the photo's size
         # (the HTTP side drains it at the browser's pace); a larger fixed window
         # would be held by every slow download at once (README "Gateway figures").
-        options = [*options, ("grpc.http2.bdp_probe", 0)]
-        self._media_channel = grpc.aio.insecure_channel(target, options=options)
+        self._media_channel = open_channel(
+            self.config.media_addr, tls, [("grpc.http2.bdp_probe", 0)]
+        )
+        for handshakes in self.handshakes.values():
+            handshakes.check()
 
     async def close(self) -> None:
         """Close the channels."""
+        for handshakes in self.handshakes.values():
+            await handshakes.close()
         for channel in (self._history_channel, self._media_channel):
             if channel is not None:
                 await channel.close(None)
+
+    def unavailable(self, error: ScrollbackError) -> None:
+        """A call ended UNAVAILABLE: have the log say why, when TLS is the cause."""
+        named = self.handshakes.get(error.addr)
+        for handshakes in [named] if named is not None else self.handshakes.values():
+            handshakes.check(error.message)
 
     def caller(self, request: Request) -> Caller:
         """The caller of a request; HttpError 401 when auth is on and the token is bad."""
@@ -238,6 +256,8 @@ def _errors(handler: Any) -> Any:
             return error_response(error.status, error.code, headers, error.message)
         except ScrollbackError as error:
             status = http_status(error.code)
+            if error.code == grpc.StatusCode.UNAVAILABLE:
+                _gateway(request).unavailable(error)
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
             return error_response(status, error.code_name, headers, reason=error.reason)
         return response
@@ -406,6 +426,8 @@ async def events(request: Request) -> Response:
                 )
         except ScrollbackError as error:
             # The status line is long gone: the error is the stream's last event.
+            if error.code == grpc.StatusCode.UNAVAILABLE:
+                gateway.unavailable(error)
             status = http_status(error.code)
             body = {"status": status, "code": error.code_name, "reason": error.reason}
             yield b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"

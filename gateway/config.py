@@ -23,6 +23,16 @@ overrides (flags) win and validates. It reads:
   next request began) is closed (gateway.server);
 - `SCROLLBACK_GATEWAY_MAX_CONNECTIONS` (default 512): connections open at once;
   one more is answered 503 and closed at once;
+- `SCROLLBACK_GATEWAY_MAX_CONNECTIONS_PER_CLIENT` (default 64; the global cap
+  when that is lower): connections open at once from one client address (a trusted proxy's
+  are not counted per address); one more is answered 503 (gateway.protocol);
+- `SCROLLBACK_GATEWAY_TRUSTED_PROXIES` (comma-separated IP addresses or networks,
+  default none): the peers whose `X-Forwarded-For` / `X-Forwarded-Proto` are
+  believed; from any other peer they are ignored and the client address is the
+  peer's;
+- the services' TLS, as the CLI and client read it (client.tls):
+  `SCROLLBACK_TLS_CA`, `SCROLLBACK_TLS_CLIENT_CERT` / `_KEY`,
+  `SCROLLBACK_TLS_SERVER_NAME`, `SCROLLBACK_TLS=1`; none set: plaintext channels;
 - `SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_URL` (default 8) and
   `SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_CLIENT` (default 32): photo downloads
   open at once of one photo URL's grant, and from one client address; more are
@@ -33,6 +43,7 @@ Without auth the gateway binds loopback only, unless `insecure`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from collections.abc import Mapping
@@ -41,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from client import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
+from client.tls import TlsConfigError, TlsOptions
 from gateway.defaults import DEFAULT_ADDR
 from gateway.hosts import ANY_HOST, HostRule, is_host_name
 from scrollback.server.auth import AuthConfigError, TokenTable
@@ -53,6 +65,7 @@ DEFAULT_HEADER_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_CONNECTIONS = 512
 DEFAULT_MAX_DOWNLOADS_PER_URL = 8
 DEFAULT_MAX_DOWNLOADS_PER_CLIENT = 32
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 64
 MIN_KEY_BYTES = 32
 # The services' own addresses and the services' token file: read under their names.
 SHARED_NAMES = {
@@ -89,6 +102,10 @@ class GatewayConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_downloads_per_url: int = DEFAULT_MAX_DOWNLOADS_PER_URL
     max_downloads_per_client: int = DEFAULT_MAX_DOWNLOADS_PER_CLIENT
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    trusted_proxies: str = ""
+    # How the gateway's channels to the services speak TLS; None: plaintext.
+    tls: TlsOptions | None = None
     # A random key when no key file is configured: photo URLs then last one process.
     generated_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
@@ -97,6 +114,7 @@ class GatewayConfig:
         """The environment's settings (os.environ by default), the set overrides winning; validated."""
         source = os.environ if env is None else env
         values = read_fields(cls, source, service=SERVICE, names=SHARED_NAMES)
+        values["tls"] = TlsOptions.from_env(source)
         return cls(**with_overrides(values, overrides)).validate()
 
     @property
@@ -116,6 +134,14 @@ class GatewayConfig:
             raise ConfigError("the header timeout must be from above 0 to 3600 seconds")
         if self.max_connections < 1:
             raise ConfigError("the gateway's max connections must be at least 1")
+        if self.max_connections_per_client < 1:
+            raise ConfigError("the gateway's max connections per client must be at least 1")
+        self.trusted_proxy_networks()
+        if self.tls is not None:
+            try:
+                self.tls.credentials()
+            except TlsConfigError as error:
+                raise ConfigError(str(error)) from None
         if self.max_downloads_per_url < 1 or self.max_downloads_per_client < 1:
             raise ConfigError(
                 "the gateway's max downloads per URL and per client must be at least 1"
@@ -148,6 +174,21 @@ class GatewayConfig:
     def allowed_host_names(self) -> tuple[str, ...]:
         """The names of `allowed_hosts`, as listed."""
         return tuple(name.strip() for name in self.allowed_hosts.split(",") if name.strip())
+
+    def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """The networks of `trusted_proxies` (an address is a network of one)."""
+        networks = []
+        for item in self.trusted_proxies.split(","):
+            if not item.strip():
+                continue
+            try:
+                networks.append(ipaddress.ip_network(item.strip(), strict=False))
+            except ValueError:
+                # Names and `*` too: a proxy is trusted by the address it connects from.
+                raise ConfigError(
+                    "SCROLLBACK_GATEWAY_TRUSTED_PROXIES must list IP addresses or networks"
+                ) from None
+        return tuple(networks)
 
     def host_rule(self) -> HostRule:
         """The `Host` names this gateway answers for."""

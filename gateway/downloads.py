@@ -6,8 +6,8 @@ browser takes to read it. A leaked URL fetched by many connections that never
 read, or one address opening many downloads, would hold that budget; so the
 gateway bounds both before it opens the stream: at most `per_url` downloads of
 one grant (ref, pin and principal: the same photo whatever the URL's expiry
-or thumbnail size) and `per_client` from one client address (as uvicorn
-reports it: behind a proxy on loopback, the address it forwards). One more is
+or thumbnail size) and `per_client` from one client address (the peer's, or
+the address a proxy of SCROLLBACK_GATEWAY_TRUSTED_PROXIES forwards). One more is
 429 with a text that says which bound it hit. The counts live in the
 gateway's event loop; a download gives its place back when its response ends,
 however it ends.

@@ -3,8 +3,9 @@
 `start_gateway(config)` binds (port 0 picks a free one), serves in the
 current event loop and returns a `RunningGateway` with the bound port and a
 `stop()`; `serve(config)` runs until SIGINT/SIGTERM. Connections are served by
-`gateway.protocol` (uvicorn's httptools protocol with a header timeout and a
-connection cap).
+`gateway.protocol` (uvicorn's httptools protocol with a header timeout and
+connection caps). `X-Forwarded-For` and `X-Forwarded-Proto` are believed only from
+the peers of SCROLLBACK_GATEWAY_TRUSTED_PROXIES (none by default).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ async def start_gateway(
 ) -> RunningGateway:
     """Bind and serve in the background of the current loop (`wrap`: ASGI middleware)."""
     app: ASGIApp = create_app(config)
+    proxies = [str(network) for network in config.trusted_proxy_networks()]
     sock = _bind(config.addr)
     port = int(sock.getsockname()[1])
     server = uvicorn.Server(
@@ -82,7 +84,11 @@ async def start_gateway(
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=1,
-            http=guarded_protocol(config.header_timeout_seconds, config.max_connections),
+            http=guarded_protocol(config),
+            # Forwarded headers only from the proxies the operator lists: uvicorn would
+            # otherwise believe any loopback peer (FORWARDED_ALLOW_IPS, 127.0.0.1 by default).
+            proxy_headers=bool(proxies),
+            forwarded_allow_ips=proxies,
         )
     )
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from scrollback.server.service_config import DEFAULT_STATE_TEXT
 
 if TYPE_CHECKING:
+    from client.tls import TlsOptions
     from history_service.config import HistoryConfig
     from media_service.config import MediaConfig
 
@@ -295,6 +296,7 @@ async def _serve_up(
                 media_addr=f"127.0.0.1:{media.port}",
                 auth_tokens=history_config.security.auth_tokens,
                 insecure=args.insecure or None,
+                tls=_gateway_tls(history_config),
             )
             gateway = await start_gateway(gateway_config)
         except BaseException:
@@ -334,6 +336,25 @@ async def _serve_up(
             stops.append(gateway.stop())
         await asyncio.gather(*stops)
     return EXIT_OK
+
+
+def _gateway_tls(history_config: HistoryConfig) -> TlsOptions | None:
+    """How `up`'s gateway speaks to the services it started: the client's SCROLLBACK_TLS_*
+    settings; TLS (the system's roots unless SCROLLBACK_TLS_CA) when they serve TLS."""
+    from client.tls import TLS_CLIENT_CERT_ENV, TLS_CLIENT_KEY_ENV, TlsOptions
+    from scrollback.server.service_config import ConfigError
+
+    security = history_config.security
+    tls = TlsOptions.from_env()
+    if security.tls_cert is None:
+        return tls
+    tls = tls or TlsOptions()
+    if security.tls_client_ca is not None and tls.cert is None:
+        raise ConfigError(
+            "the services ask for client certificates (SCROLLBACK_TLS_CLIENT_CA): give the "
+            f"gateway one they trust with {TLS_CLIENT_CERT_ENV} / {TLS_CLIENT_KEY_ENV}"
+        )
+    return tls
 
 
 # Where `up --container` looks for a mounted token file (docker run -v FILE:/run/secrets/...).
@@ -730,10 +751,12 @@ _SERVICES = (
 
 def _unavailable_text(addr: str, details: str, args: argparse.Namespace) -> str:
     """Which service did not answer, where, and how to start it or point elsewhere; or, when
-    it answered but the TLS handshake failed, why it failed."""
-    from client.tls import handshake_failure
+    it answered but TLS failed, why (client.tls.explain_unavailable probes it when gRPC's
+    details do not say)."""
+    from client.tls import explain_unavailable
+    from scrollback_app.cli_client import tls_options
 
-    failure = handshake_failure(details)
+    failure = explain_unavailable(details, addr, tls_options(args))
     for name, attribute, flag, variable in _SERVICES:
         if addr and addr == getattr(args, attribute, None):
             if failure:

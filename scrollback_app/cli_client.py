@@ -34,7 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client import Client, Deadlines, Media, media_selector
-from client.errors import InvalidArgument
+from client.errors import Cancelled, InvalidArgument, Unavailable
 from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import is_rollout_entry, iter_image_blocks
 from scrollback.contract.proto_json import message_json
@@ -716,6 +716,15 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 _print_event_line(event.kind, event.entry, event.accepted, args.json)
         except KeyboardInterrupt:
             return 0
+        except (Cancelled, Unavailable) as error:
+            # It answered the bootstrap: the watch ended because the server went away.
+            sys.stdout.flush()
+            print(
+                f"scrollback: {error.code_name}: the server stopped: the history service at "
+                f"{sb.history.addr} ended the live events and did not come back",
+                file=sys.stderr,
+            )
+            return 1
     return 0
 
 

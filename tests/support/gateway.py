@@ -97,7 +97,8 @@ class GatewayStack:
 
     With `tenants` (principal -> projects), both services run with that token
     file too (and `max_streams` calls in flight per principal); otherwise they
-    run without auth and only the gateway checks tokens.
+    run without auth (with `security`, e.g. TLS, when given) and only the gateway
+    checks tokens.
     """
 
     def __init__(
@@ -107,9 +108,9 @@ class GatewayStack:
         tenants: dict[str, list[str]] | None = None,
         max_streams: int = 64,
         codex: Path | None = None,
+        security: SecuritySettings | None = None,
     ) -> None:
         self.tokens_file: Path | None = None
-        security = None
         if tenants is not None:
             self.tokens_file = write_tokens(tmp_path / "tenants.yaml", tenants)
             security = SecuritySettings(
@@ -189,8 +190,11 @@ def photo_session(stack: GatewayStack, entries: int = 400, photos: int = 60) -> 
 class RawConnection:
     """One TCP connection to the gateway, written and read only as the test says."""
 
-    def __init__(self, port: int, *, receive_buffer: int = 0) -> None:
+    def __init__(self, port: int, *, receive_buffer: int = 0, source: str = "") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if source:
+            # Another loopback address (127.0.0.2, ...): another client, as the gateway sees it.
+            self.sock.bind((source, 0))
         if receive_buffer:
             # Set before connecting, so the window the client offers stays this small.
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)

@@ -162,6 +162,29 @@ def test_export_html(
     assert (target / "viewer" / "vendor" / "purify.LICENSE").is_file()
 
 
+def test_tail_says_the_server_stopped_when_it_does(cli_servers: ServerPair) -> None:
+    """The live events end because the server went away: tail says so, not a bare status."""
+    cli_servers.transcript("t1").write_bytes(user_line("u0", "already there"))
+    env = dict(os.environ, SCROLLBACK_HISTORY_ADDR=cli_servers.history_addr)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrollback_app.cli", "tail", "t1", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["uuid"] == "u0"
+        cli_servers.stop_history(grace=0.5)
+        _, stderr = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 1, stderr
+    assert stderr.count("\n") == 1 and "the server stopped" in stderr, stderr
+    assert cli_servers.history_addr in stderr
+    assert "CANCELLED: CANCELLED" not in stderr and "no history service answers" not in stderr
+
+
 @pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
 def test_tail_prints_live_events_and_exits_0_on_ctrl_c(
     cli_servers: ServerPair, inherited: signal.Handlers

@@ -19,7 +19,9 @@ import pytest
 
 from client import Client, RetryPolicy, TlsOptions
 from client.errors import Unavailable
+from scrollback.server.auth import SecuritySettings
 from tests.support.servers import ServerPair, free_port, user_line
+from tests.support.tls import Leaf, TestCa
 
 # Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
 pytestmark = pytest.mark.slow
@@ -198,3 +200,49 @@ def test_tls_failures_say_what_happened_in_one_line(
     untrusted = _cli(addr, "--tls")
     assert untrusted.returncode == 1 and untrusted.stderr.count("\n") == 1, untrusted.stderr
     assert "not signed by a trusted CA" in untrusted.stderr
+
+
+@pytest.fixture
+def tls_cases(tmp_path: Path) -> Iterator[tuple[ServerPair, TestCa, TestCa]]:
+    """A history server to restart with each test's certificates; a CA and a foreign one."""
+    pair = ServerPair(tmp_path / "root", tmp_path / "state")
+    (tmp_path / "root" / "proj").mkdir(parents=True)
+    try:
+        yield pair, TestCa(tmp_path / "pki", "ours"), TestCa(tmp_path / "pki", "foreign")
+    finally:
+        pair.close()
+
+
+def _serve(pair: ServerPair, server: Leaf, client_ca: Path | None = None) -> str:
+    pair.stop_history()
+    pair.security = SecuritySettings(
+        tls_cert=server.cert, tls_key=server.key, tls_client_ca=client_ca
+    )
+    pair.start_history(0)
+    return pair.history_addr
+
+
+def test_each_tls_failure_is_named(tls_cases: tuple[ServerPair, TestCa, TestCa]) -> None:
+    """Plaintext at TLS, another name, expired, no or a foreign client certificate: each says so."""
+    pair, ours, foreign = tls_cases
+    ca = ["--tls-ca", str(ours.cert)]
+    client, stranger = ours.client(), foreign.client("stranger")
+    theirs = ["--tls-cert", str(stranger.cert), "--tls-key", str(stranger.key)]
+    server = ours.server()
+    cases: list[tuple[Leaf, Path | None, list[str], str]] = [
+        (server, None, [], "the server speaks TLS and this client plaintext"),
+        (ours.server("other", ("elsewhere.example",)), None, ca, "certificate is for another name"),
+        (ours.server("old", expired=True), None, ca, "the server's certificate has expired"),
+        (server, None, ["--tls-ca", str(foreign.cert)], "not signed by a trusted CA"),
+        (server, ours.cert, ca, "the server requires a client certificate"),
+        (server, ours.cert, [*ca, *theirs], "the server refused the client certificate"),
+    ]
+    for leaf, client_ca, argv, expected in cases:
+        result = _cli(_serve(pair, leaf, client_ca), *argv)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert expected in result.stderr, (expected, result.stderr)
+        assert "no history service answers" not in result.stderr
+    # The same server with the right client certificate serves.
+    mine = ["--tls-cert", str(client.cert), "--tls-key", str(client.key)]
+    served = _cli(_serve(pair, server, ours.cert), "--json", *ca, *mine)
+    assert served.returncode == 0, served.stderr

@@ -65,12 +65,16 @@ def _refs(stack: GatewayStack, session: str, name: str) -> dict[str, dict[str, A
     return {e["uuid"]: e["mediaRefs"][0] for e in window.json()["entries"]}
 
 
-def _stall(stack: GatewayStack, url: str, count: int) -> list[RawConnection]:
-    """`count` downloads of `url` that read their response's head and never the body."""
+def _stall(
+    stack: GatewayStack, url: str, count: int, forwarded_for: list[str] | None = None
+) -> list[RawConnection]:
+    """`count` downloads of `url` that read their response's head and never the body (each
+    with its `X-Forwarded-For` address, when given)."""
     assert stack.gateway is not None
     connections = [RawConnection(stack.gateway.port, receive_buffer=4096) for _ in range(count)]
-    for connection in connections:
-        connection.send(f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    for number, connection in enumerate(connections):
+        extra = f"X-Forwarded-For: {forwarded_for[number]}\r\n" if forwarded_for else ""
+        connection.send(f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode())
     assert poll_until(connections, lambda c: HEAD_END in c.received or c.closed, 15, limit=2048)
     return connections
 
@@ -151,3 +155,36 @@ def test_a_signed_url_reads_only_what_its_principal_may_see(tenants: GatewayStac
     )
     assert forged.status_code == 404
     assert httpx.get(stack.url + bob["url"]).status_code == 200
+
+
+def test_forwarded_addresses_are_believed_only_from_trusted_proxies(
+    tenants: GatewayStack,
+) -> None:
+    """One loopback client claiming other addresses stays one client; a listed proxy is believed."""
+    stack = tenants
+    stack.start_gateway(auth=True, max_downloads_per_url=10, max_downloads_per_client=3)
+    url = _refs(stack, "sess-a", "alice")["a-big"]["url"]
+    spoofed = [f"203.0.113.{n}" for n in range(1, 6)]
+    stalled = _stall(stack, url, 5, spoofed)
+    try:
+        assert sorted(_status(c) for c in stalled) == [200] * 3 + [429] * 2
+    finally:
+        for connection in stalled:
+            connection.close()
+    assert stack.gateway is not None
+    stack.pair.run(stack.gateway.stop())
+    stack.gateway = None
+    stack.start_gateway(
+        auth=True,
+        max_downloads_per_url=10,
+        max_downloads_per_client=3,
+        trusted_proxies="127.0.0.0/8, ::1",
+    )
+    url = _refs(stack, "sess-a", "alice")["a-big"]["url"]
+    behind_proxy = _stall(stack, url, 5, spoofed)
+    try:
+        # Each forwarded client has its own bound: five clients, one download each.
+        assert [_status(c) for c in behind_proxy] == [200] * 5
+    finally:
+        for connection in behind_proxy:
+            connection.close()

@@ -15,6 +15,8 @@ ENV = {
     "SCROLLBACK_GATEWAY_MAX_CONNECTIONS": "40",
     "SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_URL": "3",
     "SCROLLBACK_GATEWAY_MAX_DOWNLOADS_PER_CLIENT": "5",
+    "SCROLLBACK_GATEWAY_MAX_CONNECTIONS_PER_CLIENT": "7",
+    "SCROLLBACK_GATEWAY_TRUSTED_PROXIES": "10.0.0.7, 192.168.0.0/16,::1",
 }
 
 
@@ -23,7 +25,15 @@ def test_the_settings_come_from_the_environment() -> None:
     assert config.allowed_host_names == ("viewer.example", "[2001:db8::1]")
     assert config.header_timeout_seconds == 2.5 and config.max_connections == 40
     assert (config.max_downloads_per_url, config.max_downloads_per_client) == (3, 5)
+    assert config.max_connections_per_client == 7
+    assert [str(n) for n in config.trusted_proxy_networks()] == [
+        "10.0.0.7/32",
+        "192.168.0.0/16",
+        "::1/128",
+    ]
     defaults = GatewayConfig.from_env({})
+    # Forwarded headers are believed from no one unless the operator lists proxies.
+    assert defaults.trusted_proxy_networks() == () and defaults.max_connections_per_client == 64
     assert defaults.header_timeout_seconds == 30 and defaults.max_connections == 512
     assert (defaults.max_downloads_per_url, defaults.max_downloads_per_client) == (8, 32)
 
@@ -38,6 +48,10 @@ def test_the_settings_come_from_the_environment() -> None:
         ("MAX_DOWNLOADS_PER_CLIENT", "-3"),
         ("ALLOWED_HOSTS", "https://viewer.example"),
         ("ALLOWED_HOSTS", "*"),
+        ("MAX_CONNECTIONS_PER_CLIENT", "0"),
+        ("TRUSTED_PROXIES", "*"),
+        ("TRUSTED_PROXIES", "proxy.example"),
+        ("TRUSTED_PROXIES", "10.0.0.0/33"),
     ],
 )
 def test_unusable_values_stop_the_start(name: str, value: str) -> None:
