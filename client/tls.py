@@ -8,7 +8,7 @@ Without `tls=`, a client reads the environment: `SCROLLBACK_TLS_CA` (PEM roots),
 certificate for mutual TLS), `SCROLLBACK_TLS_SERVER_NAME` (the name the server
 certificate must carry, when it differs from the address' host) and
 `SCROLLBACK_TLS=1` (TLS with the system's roots). None set: a plaintext
-channel, as before. The client variables differ from the servers'
+channel. The client variables differ from the servers'
 `SCROLLBACK_TLS_CERT` / `_KEY` / `_CLIENT_CA`, so one shell can set both.
 """
 
