@@ -107,6 +107,13 @@ def _head_entry(fd: ByteSource, raw: RawLine) -> dict[str, Any] | None:
     return parse_json_object(stripped.json)
 
 
+def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
+    """What a title is kept under: the file's version as its stat names it (an object's
+    stat carries its ETag, or its size and time from a store without ETags)."""
+    pin: str = getattr(stat, "pin", "")
+    return (name, stat.st_ino, stat.st_size, stat.st_mtime_ns, pin)
+
+
 def read_title(fd: ByteSource, size: int) -> str:
     """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
     prompt = ""
@@ -131,7 +138,7 @@ class SessionLister:
     def __init__(self, root: TranscriptRoot, codec: TokenCodec) -> None:
         self._root = root
         self._codec = codec
-        self._titles: dict[tuple[str, int, int, int], str] = {}
+        self._titles: dict[tuple[str, int, int, int, str], str] = {}
         self._lock = threading.Lock()
 
     async def page(
@@ -204,36 +211,39 @@ class SessionLister:
         )
         return self._with_title(info, transcript, stat)
 
+    def _title(self, name: str, source: ByteSource) -> str:
+        """The title of an open transcript, known or read (then kept) under its stat."""
+        stat = source.stat()
+        key = _title_key(name, stat)
+        with self._lock:
+            title = self._titles.get(key)
+        if title is None:
+            title = read_title(source, stat.st_size)
+            with self._lock:
+                if len(self._titles) > 10_000:
+                    self._titles.clear()
+                self._titles[key] = title
+        return title
+
     def _with_title(
         self, info: SessionInfo, transcript: TranscriptFile, listed: SourceStat
     ) -> SessionInfo:
         """The info with its title: known for the file as listed, else read from it.
 
-        A title known for the listed (inode, size, mtime) needs no open (for a
-        bucket, no HEAD); else the file is opened and the title is read and kept
-        under what its own stat says then.
+        A title is kept per file version as listed: (inode, size, mtime), and an
+        object's ETag; known, it needs no read at all. Else it is read from the
+        version listed (for a bucket, no HEAD: its listing gave size and ETag),
+        or from the one there now if that was replaced meanwhile, and kept
+        under what that version's stat says.
         """
         name = info.project_dir + "/" + info.session_id
         with self._lock:
-            title = self._titles.get((name, listed.st_ino, listed.st_size, listed.st_mtime_ns))
+            title = self._titles.get(_title_key(name, listed))
         if title is None:
             try:
-                source = self._root.open(transcript)
+                title = self._root.read_listed(transcript, lambda source: self._title(name, source))
             except (LookupError, OSError):
                 return info
-            try:
-                stat = source.stat()
-                key = (name, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-                with self._lock:
-                    title = self._titles.get(key)
-                if title is None:
-                    title = read_title(source, stat.st_size)
-                    with self._lock:
-                        if len(self._titles) > 10_000:
-                            self._titles.clear()
-                        self._titles[key] = title
-            finally:
-                source.close()
         return SessionInfo(
             info.session_id,
             info.project_dir,
