@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
 TITLE_MAX_LINE = 64 * 1024
+# Titles of one page read at once (each a GET when the transcripts are in a bucket).
+TITLE_READS = 8
 DEFAULT_LIST_SIZE = 100
 MAX_LIST_SIZE = 1000
 _NOT_A_PROMPT_PREFIXES = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
@@ -189,12 +192,27 @@ class SessionLister:
         if after is not None:
             infos = [listed for listed in infos if listed[0].sort_key > after]
         page = infos[:size]
-        titled = [self._with_title(*listed) for listed in page]
+        titled = self._titled(page)
         token = ""
         if len(infos) > size:
             last = page[-1][0]
             token = self._codec.list_token((last.modified_ns, last.project_dir, last.session_id))
         return titled, token
+
+    def _titled(
+        self, page: list[tuple[SessionInfo, TranscriptFile, SourceStat]]
+    ) -> list[SessionInfo]:
+        """The page's infos with their titles; those not known are read a few at once, so a
+        bucket's GETs overlap (bounded per call, never shared with another caller's page)."""
+        with self._lock:
+            unknown = sum(
+                _title_key(info.project_dir + "/" + info.session_id, stat) not in self._titles
+                for info, _, stat in page
+            )
+        if unknown < 2:
+            return [self._with_title(*listed) for listed in page]
+        with ThreadPoolExecutor(min(TITLE_READS, unknown), thread_name_prefix="titles") as pool:
+            return list(pool.map(lambda listed: self._with_title(*listed), page))
 
     def info_of(self, transcript: TranscriptFile) -> SessionInfo:
         """One transcript as listed, with its title (blocking); OSError if it is gone."""
