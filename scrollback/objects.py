@@ -164,7 +164,7 @@ class ObjectInfo:
     def of(cls, meta: ObjectMeta) -> ObjectInfo:
         """From obstore's metadata."""
         modified = meta["last_modified"]
-        return cls(meta["path"], meta["size"], meta["e_tag"] or "", _ns(modified))
+        return cls(meta["path"], meta["size"], _quoted(meta["e_tag"]), _ns(modified))
 
     @property
     def pin(self) -> str:
@@ -175,7 +175,7 @@ class ObjectInfo:
     def same_version(self, answer: ObjectMeta) -> bool:
         """True if a read's answer came from this version (its ETag, else size and time)."""
         if self.etag:
-            return not answer["e_tag"] or answer["e_tag"] == self.etag
+            return not answer["e_tag"] or _quoted(answer["e_tag"]) == self.etag
         return answer["size"] == self.size and _ns(answer["last_modified"]) == self.modified_ns
 
     def stat(self) -> ObjectStat:
@@ -188,6 +188,14 @@ class ObjectInfo:
             self.modified_ns + 1_000_000_000,
             self.pin,
         )
+
+
+def _quoted(etag: str | None) -> str:
+    """An ETag in its header form (some stores list it without the quotes); "" for none."""
+    etag = (etag or "").strip()
+    if not etag or etag.startswith(('"', "W/")):
+        return etag
+    return f'"{etag}"'
 
 
 def key_identity(key: str) -> int:
