@@ -142,10 +142,8 @@ class SearchIndexer:
                 state.indexed_to,
             ):
                 return  # unchanged since the last pass
-        # The version this pass listed: a bucket's object needs no HEAD.
-        fd = self._root.open_listed(transcript)
+        fd, current = self._open(transcript)
         try:
-            current = FileIdentity.of(fd)
             start = 0
             file_id = -1
             if state is not None:
@@ -163,6 +161,23 @@ class SearchIndexer:
                 self.stats.files_indexed += 1
         finally:
             fd.close()
+
+    def _open(self, transcript: TranscriptFile) -> tuple[ByteSource, FileIdentity]:
+        """The version this pass listed (a bucket's object needs no HEAD) and its identity,
+        or the version there now if that one was replaced since."""
+        fd = self._root.open_listed(transcript)
+        try:
+            return fd, FileIdentity.of(fd)
+        except BaseException as error:
+            fd.close()
+            if not isinstance(error, ObjectChangedError):
+                raise
+        fd = self._root.open(transcript)
+        try:
+            return fd, FileIdentity.of(fd)
+        except BaseException:
+            fd.close()
+            raise
 
     def _one_pass(
         self, transcript: TranscriptFile, fd: ByteSource, key: str, search: _SearchFeed, size: int
