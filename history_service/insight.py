@@ -487,14 +487,15 @@ class InsightIndex:
                     self._waiting[key] -= 1
                     if not self._waiting[key]:
                         del self._waiting[key]
+
+        def catch_up(handle: ByteSource) -> None:
+            for _ in range(3):  # another replica may move the state under us
+                if self._catch_up(handle, key, transcript.source == CODEX):
+                    break
+
         try:
-            handle = self._root.open(transcript)
-            try:
-                for _ in range(3):  # another replica may move the state under us
-                    if self._catch_up(handle, key, transcript.source == CODEX):
-                        break
-            finally:
-                handle.close()
+            # The version listed (no HEAD for a bucket): what the listing shows beside it.
+            self._root.read_listed(transcript, catch_up)
         finally:
             lock.release()
         return self._store.insight(*key) or Insight()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
 TITLE_MAX_LINE = 64 * 1024
+# Titles of one page read at once (each a GET when the transcripts are in a bucket).
+TITLE_READS = 8
 DEFAULT_LIST_SIZE = 100
 MAX_LIST_SIZE = 1000
 _NOT_A_PROMPT_PREFIXES = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
@@ -107,6 +110,13 @@ def _head_entry(fd: ByteSource, raw: RawLine) -> dict[str, Any] | None:
     return parse_json_object(stripped.json)
 
 
+def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
+    """What a title is kept under: the file's version as its stat names it (an object's
+    stat carries its ETag, or its size and time from a store without ETags)."""
+    pin: str = getattr(stat, "pin", "")
+    return (name, stat.st_ino, stat.st_size, stat.st_mtime_ns, pin)
+
+
 def read_title(fd: ByteSource, size: int) -> str:
     """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
     prompt = ""
@@ -131,7 +141,7 @@ class SessionLister:
     def __init__(self, root: TranscriptRoot, codec: TokenCodec) -> None:
         self._root = root
         self._codec = codec
-        self._titles: dict[tuple[str, int, int, int], str] = {}
+        self._titles: dict[tuple[str, int, int, int, str], str] = {}
         self._lock = threading.Lock()
 
     async def page(
@@ -182,12 +192,27 @@ class SessionLister:
         if after is not None:
             infos = [listed for listed in infos if listed[0].sort_key > after]
         page = infos[:size]
-        titled = [self._with_title(*listed) for listed in page]
+        titled = self._titled(page)
         token = ""
         if len(infos) > size:
             last = page[-1][0]
             token = self._codec.list_token((last.modified_ns, last.project_dir, last.session_id))
         return titled, token
+
+    def _titled(
+        self, page: list[tuple[SessionInfo, TranscriptFile, SourceStat]]
+    ) -> list[SessionInfo]:
+        """The page's infos with their titles; those not known are read a few at once, so a
+        bucket's GETs overlap (bounded per call, never shared with another caller's page)."""
+        with self._lock:
+            unknown = sum(
+                _title_key(info.project_dir + "/" + transcript.unique_id, stat) not in self._titles
+                for info, transcript, stat in page
+            )
+        if unknown < 2:
+            return [self._with_title(*listed) for listed in page]
+        with ThreadPoolExecutor(min(TITLE_READS, unknown), thread_name_prefix="titles") as pool:
+            return list(pool.map(lambda listed: self._with_title(*listed), page))
 
     def info_of(self, transcript: TranscriptFile, principal: Principal | None) -> SessionInfo:
         """One transcript as that principal lists it, with its title (blocking); OSError if gone."""
@@ -204,36 +229,39 @@ class SessionLister:
         )
         return self._with_title(info, transcript, stat)
 
+    def _title(self, name: str, source: ByteSource) -> str:
+        """The title of an open transcript, known or read (then kept) under its stat."""
+        stat = source.stat()
+        key = _title_key(name, stat)
+        with self._lock:
+            title = self._titles.get(key)
+        if title is None:
+            title = read_title(source, stat.st_size)
+            with self._lock:
+                if len(self._titles) > 10_000:
+                    self._titles.clear()
+                self._titles[key] = title
+        return title
+
     def _with_title(
         self, info: SessionInfo, transcript: TranscriptFile, listed: SourceStat
     ) -> SessionInfo:
         """The info with its title: known for the file as listed, else read from it.
 
-        A title known for the listed (inode, size, mtime) needs no open (for a
-        bucket, no HEAD); else the file is opened and the title is read and kept
-        under what its own stat says then.
+        A title is kept per file version as listed: (inode, size, mtime), and an
+        object's ETag; known, it needs no read at all. Else it is read from the
+        version listed (for a bucket, no HEAD: its listing gave size and ETag),
+        or from the one there now if that was replaced meanwhile, and kept
+        under what that version's stat says.
         """
         name = info.project_dir + "/" + transcript.unique_id
         with self._lock:
-            title = self._titles.get((name, listed.st_ino, listed.st_size, listed.st_mtime_ns))
+            title = self._titles.get(_title_key(name, listed))
         if title is None:
             try:
-                source = self._root.open(transcript)
+                title = self._root.read_listed(transcript, lambda source: self._title(name, source))
             except (LookupError, OSError):
                 return info
-            try:
-                stat = source.stat()
-                key = (name, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-                with self._lock:
-                    title = self._titles.get(key)
-                if title is None:
-                    title = read_title(source, stat.st_size)
-                    with self._lock:
-                        if len(self._titles) > 10_000:
-                            self._titles.clear()
-                        self._titles[key] = title
-            finally:
-                source.close()
         return SessionInfo(
             info.session_id,
             info.project_dir,

@@ -21,7 +21,8 @@ more often than `MIN_LIST_SECONDS` whoever asks: a crowd of misses, or a
 caller looking up ids that do not exist, costs at most one listing per
 that interval. A transcript is opened by a HEAD (its size and ETag now)
 and read by ranged GETs (scrollback.objects); its size and times in a
-listing come from the listing.
+listing come from the listing, and what a listing shows (titles, insight)
+is read from the version listed, with no HEAD (`open_listed`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from scrollback.contract.refs import ID_PATTERN
 from scrollback.linefile import ByteSource, SourceStat
@@ -51,6 +53,7 @@ from scrollback.transcripts import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The shortest time between two listings of the bucket, whoever asks.
 MIN_LIST_SECONDS = 1.0
@@ -236,6 +239,25 @@ class BucketRoot(TranscriptRoot):
             return self._bucket_of(transcript).open(str(transcript.path))
         except FileNotFoundError:
             raise SessionNotFoundError() from None
+
+    def open_listed(self, transcript: TranscriptFile) -> ByteSource:
+        """The object's version the last listing saw (its size and ETag), with no HEAD; a
+        read fails with ObjectChangedError once it was replaced."""
+        info = self._objects.get(str(transcript.path))
+        if info is None:
+            return self.open(transcript)
+        return ObjectSource(self._bucket_of(transcript), info)
+
+    def read_listed(self, transcript: TranscriptFile, work: Callable[[ByteSource], T]) -> T:
+        """`work` on the version listed, or once more on the version there now (a HEAD) if
+        that one was replaced meanwhile."""
+        try:
+            with self.open_listed(transcript) as source:
+                return work(source)
+        except ObjectChangedError:
+            pass
+        with self.open(transcript) as source:
+            return work(source)
 
 
 def transcript_root(

@@ -11,17 +11,20 @@ is read through boto3 (`profile_credentials`); an `http://` endpoint is
 allowed as configured.
 
 `ObjectSource` is the `ByteSource` (scrollback.linefile) of one object as it
-was when opened: its size and ETag come from a HEAD, and every read is a
-ranged GET with `If-Match` on that ETag, so bytes of two versions are never
-mixed: a read after the object was replaced fails (`ObjectChangedError`)
-and the next open sees the new version. Its `FileVersion` takes the key's
+was when opened: its size and ETag come from a HEAD (or a listing), and every
+read is a ranged GET with `If-Match` on that ETag, so bytes of two versions
+are never mixed: a read after the object was replaced fails
+(`ObjectChangedError`) and the next open sees the new version. A store that
+sends no ETags (logged once) pins a version by its size and Last-Modified
+second instead (`ObjectInfo.pin`): the GET carries `If-Unmodified-Since` and
+its answer must report that size and time. Its `FileVersion` takes the key's
 identity where a file has its device and inode (`OBJECT_DEV`, a hash of the
 key) and the head hash as for a file, so an object re-uploaded with more
 bytes after the same first ones keeps its version (and its line index), and
 one rewritten from its start does not.
 
 Reads go through a `BlockCache` shared by every source of the bucket: aligned
-blocks of `BLOCK_BYTES` keyed by (key, ETag, block), least recently used
+blocks of `BLOCK_BYTES` keyed by (key, pin, block), least recently used
 dropped past a byte budget, so the latest window of a large object read a
 second time costs no GET at all. Missing neighbouring blocks are fetched in
 one GET.
@@ -35,12 +38,13 @@ missing object is FileNotFoundError, as a missing file is.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +64,8 @@ from scrollback.linefile import ByteSource
 if TYPE_CHECKING:
     from obstore import GetOptions, ObjectMeta
     from obstore.store import ClientConfig
+
+log = logging.getLogger(__name__)
 
 BUCKET_SCHEME = "s3://"
 # The device number every object's version carries, where a file has its device.
@@ -141,6 +147,8 @@ class ObjectStat:
     st_ino: int
     st_mtime_ns: int
     st_ctime_ns: int
+    # What names the version (ObjectInfo.pin), so what is kept per version is exact.
+    pin: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +164,19 @@ class ObjectInfo:
     def of(cls, meta: ObjectMeta) -> ObjectInfo:
         """From obstore's metadata."""
         modified = meta["last_modified"]
-        return cls(meta["path"], meta["size"], meta["e_tag"] or "", _ns(modified))
+        return cls(meta["path"], meta["size"], _quoted(meta["e_tag"]), _ns(modified))
+
+    @property
+    def pin(self) -> str:
+        """What names this version: its ETag, or its size and Last-Modified from a store
+        that sends no ETags (an `@` never starts an ETag, so the two never meet)."""
+        return self.etag or f"@{self.size}:{self.modified_ns}"
+
+    def same_version(self, answer: ObjectMeta) -> bool:
+        """True if a read's answer came from this version (its ETag, else size and time)."""
+        if self.etag:
+            return not answer["e_tag"] or _quoted(answer["e_tag"]) == self.etag
+        return answer["size"] == self.size and _ns(answer["last_modified"]) == self.modified_ns
 
     def stat(self) -> ObjectStat:
         """As a file's stat: the key's identity where a file has its device and inode."""
@@ -166,7 +186,16 @@ class ObjectInfo:
             key_identity(self.key),
             self.modified_ns,
             self.modified_ns + 1_000_000_000,
+            self.pin,
         )
+
+
+def _quoted(etag: str | None) -> str:
+    """An ETag in its header form (some stores list it without the quotes); "" for none."""
+    etag = (etag or "").strip()
+    if not etag or etag.startswith(('"', "W/")):
+        return etag
+    return f'"{etag}"'
 
 
 def key_identity(key: str) -> int:
@@ -312,11 +341,18 @@ class Bucket:
         self.gets = 0
         self.heads = 0
         self.lists = 0
+        # Set (and logged) once an object without an ETag is seen.
+        self.etagless = False
 
     def check(self) -> None:
-        """Raise BucketConfigError unless the bucket exists and the credentials may list it."""
+        """Raise BucketConfigError unless the bucket exists and the credentials may list it;
+        log whether its objects have ETags (from the first one listed, if any)."""
         try:
             obstore.list_with_delimiter(self.store, self.location.prefix or None)
+            for batch in obstore.list(self.store, self.location.prefix or None, chunk_size=1):
+                for meta in batch:
+                    self._note_etag(ObjectInfo.of(meta))
+                break
         except (PermissionDeniedError, UnauthenticatedError):
             raise BucketConfigError(
                 f"the transcripts bucket {self.location.url} refused the credentials "
@@ -338,6 +374,18 @@ class Bucket:
                 "(AWS_ENDPOINT_URL, AWS_REGION)"
             ) from None
 
+    def _note_etag(self, info: ObjectInfo) -> None:
+        """Log once that the store sends no ETags, when an object without one is first seen."""
+        if info.etag or self.etagless:
+            return
+        self.etagless = True
+        log.warning(
+            "the transcript store %s sends no ETags: each object version is pinned by its size "
+            "and Last-Modified second (a replacement of the same size within that second is "
+            "not seen)",
+            self.location.url,
+        )
+
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object under `prefix` (a key prefix ending in "/", or "" for the whole bucket)."""
         self.lists += 1
@@ -345,7 +393,9 @@ class Bucket:
             for batch in obstore.list(self.store, prefix or None, chunk_size=1000):
                 self.lists += 1
                 for meta in batch:
-                    yield ObjectInfo.of(meta)
+                    info = ObjectInfo.of(meta)
+                    self._note_etag(info)
+                    yield info
         except NotFoundError:
             return
         except BaseError:
@@ -355,11 +405,13 @@ class Bucket:
         """The object's metadata now; FileNotFoundError if there is none."""
         self.heads += 1
         try:
-            return ObjectInfo.of(obstore.head(self.store, key))
+            info = ObjectInfo.of(obstore.head(self.store, key))
         except NotFoundError:
             raise FileNotFoundError("no such transcript") from None
         except BaseError:
             raise TranscriptsUnavailableError() from None
+        self._note_etag(info)
+        return info
 
     def open(self, key: str) -> ObjectSource:
         """The object as it is now, as a byte source (FileNotFoundError if missing)."""
@@ -371,8 +423,16 @@ class Bucket:
         options: GetOptions = {"range": (start, end)}
         if info.etag:
             options["if_match"] = info.etag
+        else:
+            options["if_unmodified_since"] = datetime.fromtimestamp(
+                info.modified_ns // 1_000_000_000, UTC
+            )
         try:
-            data = bytes(obstore.get(self.store, info.key, options=options).bytes())
+            answer = obstore.get(self.store, info.key, options=options)
+            if not info.same_version(answer.meta):
+                # A store (or proxy) that ignored the condition: the answer names its version.
+                raise ObjectChangedError()
+            data = bytes(answer.bytes())
         except PreconditionError:
             raise ObjectChangedError() from None
         except NotFoundError:
@@ -394,21 +454,21 @@ class Bucket:
         blocks: list[bytes] = []
         index = first
         while index <= last:
-            block = self.cache.get((info.key, info.etag, index))
+            block = self.cache.get((info.key, info.pin, index))
             if block is not None:
                 blocks.append(block)
                 index += 1
                 continue
             # The run of missing blocks from here, in one GET.
             run_end = index + 1
-            while run_end <= last and self.cache.get((info.key, info.etag, run_end)) is None:
+            while run_end <= last and self.cache.get((info.key, info.pin, run_end)) is None:
                 run_end += 1
             start = index * BLOCK_BYTES
             stop = min(info.size, run_end * BLOCK_BYTES)
             data = self.fetch(info, start, stop)
             for k in range(index, run_end):
                 block = data[(k - index) * BLOCK_BYTES : (k - index + 1) * BLOCK_BYTES]
-                self.cache.put((info.key, info.etag, k), block)
+                self.cache.put((info.key, info.pin, k), block)
                 blocks.append(block)
             index = run_end
         joined = blocks[0] if len(blocks) == 1 else b"".join(blocks)

@@ -54,8 +54,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -69,6 +71,7 @@ from scrollback.linefile import ByteSource, LocalSource, SourceStat
 from scrollback.principals import Principal
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 # The sources' names, as the contract orders them (scrollback.contract.refs).
@@ -721,3 +724,13 @@ class TranscriptRoot:
             return LocalSource(os.open(real, os.O_RDONLY | os.O_CLOEXEC))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             raise SessionNotFoundError() from None
+
+    def open_listed(self, transcript: TranscriptFile) -> ByteSource:
+        """The transcript as the last listing saw it, for what a listing shows (titles,
+        insight, the indexer's pass): a file is opened as `open` does."""
+        return self.open(transcript)
+
+    def read_listed(self, transcript: TranscriptFile, work: Callable[[ByteSource], T]) -> T:
+        """`work` on the transcript as listed (`open_listed`), closed after."""
+        with self.open_listed(transcript) as source:
+            return work(source)

@@ -26,11 +26,11 @@ from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forwa
 from history_service.search.store import EntryRow, FileState, SearchIndex, timestamp_ms
 from history_service.search.text import entry_text
 from history_service.tokens import FileIdentity
-from history_service.windows import open_transcript
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
 from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineFeed, LineIndex, background_priority
+from scrollback.objects import ObjectChangedError
 from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class SearchIndexer:
             seen.add(key)
             try:
                 self._index_file(transcript, key, known.get(key))
-            except (LookupError, FileRewrittenError, OSError):
+            except (LookupError, FileRewrittenError, OSError, ObjectChangedError):
                 continue  # gone, rewritten or reset meanwhile: the next pass sees it anew
         for gone in known.keys() - seen:
             self._index.drop_file(gone)
@@ -147,9 +147,8 @@ class SearchIndexer:
                 state.indexed_to,
             ):
                 return  # unchanged since the last pass
-        fd = open_transcript(self._root, transcript)
+        fd, current = self._open(transcript)
         try:
-            current = FileIdentity.of(fd)
             start = 0
             file_id = -1
             if state is not None:
@@ -167,6 +166,23 @@ class SearchIndexer:
                 self.stats.files_indexed += 1
         finally:
             fd.close()
+
+    def _open(self, transcript: TranscriptFile) -> tuple[ByteSource, FileIdentity]:
+        """The version this pass listed (a bucket's object needs no HEAD) and its identity,
+        or the version there now if that one was replaced since."""
+        fd = self._root.open_listed(transcript)
+        try:
+            return fd, FileIdentity.of(fd)
+        except BaseException as error:
+            fd.close()
+            if not isinstance(error, ObjectChangedError):
+                raise
+        fd = self._root.open(transcript)
+        try:
+            return fd, FileIdentity.of(fd)
+        except BaseException:
+            fd.close()
+            raise
 
     def _one_pass(
         self, transcript: TranscriptFile, fd: ByteSource, key: str, search: _SearchFeed, size: int

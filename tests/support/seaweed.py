@@ -11,12 +11,15 @@ until the test releases it (or the proxy stops), `TRUNCATE` sends a read's
 headers as the server gave them and then half its body. `requests` counts
 what passed, per method, so a test can say how many GETs a read made, and
 `ranged` the GETs of object bytes among them (a LIST is a GET without a Range).
+With `strip_etags` set it answers as a store without ETags does: no `ETag`
+header, and no `<ETag>` in a listing.
 """
 
 from __future__ import annotations
 
 import enum
 import http.client
+import re
 import shutil
 import tempfile
 import threading
@@ -52,6 +55,8 @@ class Fault(enum.Enum):
 
 # Hop-by-hop headers a proxy must not forward (RFC 9110 §7.6.1).
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"}
+# An ETag element of a listing's XML.
+_ETAG_ELEMENT = re.compile(rb"<ETag>[^<]*</ETag>")
 
 
 class FaultProxy:
@@ -59,6 +64,8 @@ class FaultProxy:
 
     def __init__(self, upstream_port: int) -> None:
         self.mode = Fault.NONE
+        # Answer as a store that sends no ETags (headers and listings).
+        self.strip_etags = False
         self.requests: Counter[str] = Counter()
         self.ranged = 0
         self.faulted = 0
@@ -100,11 +107,14 @@ class FaultProxy:
                     payload = answer.read()
                 finally:
                     upstream.close()
+                strip = proxy.strip_etags
+                if strip and "list-type=" in self.path:
+                    payload = _ETAG_ELEMENT.sub(b"", payload)
                 self.send_response(answer.status, answer.reason)
                 # A HEAD's Content-Length is the object's size, not that of its (empty) body.
                 keep_length = self.command == "HEAD"
                 for key, value in answer.getheaders():
-                    if key.lower() in _HOP_BY_HOP:
+                    if key.lower() in _HOP_BY_HOP or (strip and key.lower() == "etag"):
                         continue
                     if key.lower() != "content-length" or keep_length:
                         self.send_header(key, value)
