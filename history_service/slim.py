@@ -907,7 +907,7 @@ def problems_of(record: ImageRecord, image_count: int) -> list[str]:
     side = max(header.width, header.height)
     if side > API_HARD_MAX_SIDE:
         problems.append(OVER_HARD_SIDE)
-    elif side > API_MAX_SIDE and image_count > API_MANY_IMAGES:
+    if side > API_MAX_SIDE and image_count > API_MANY_IMAGES:
         problems.append(OVER_SIDE_MANY)
     if facts.size_bytes > API_MAX_BYTES:
         problems.append(OVER_BYTES)
