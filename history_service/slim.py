@@ -731,21 +731,26 @@ def slim_file(
                 else:
                     for piece in source.pieces(position, edit.start):
                         out += piece
-                        if len(out) >= OUT_CHUNK:
-                            stats.bytes_written += len(out)
-                            yield bytes(out)
-                            out.clear()
+                        yield from _full_pieces(out, stats)
                 out += edit.text
                 position = edit.end
             if raw.terminated:
                 out += b"\n"
-        if len(out) >= OUT_CHUNK:
-            stats.bytes_written += len(out)
-            yield bytes(out)
-            out.clear()
-    if out:
-        stats.bytes_written += len(out)
-        yield bytes(out)
+        yield from _full_pieces(out, stats)
+    yield from _full_pieces(out, stats, everything=True)
+
+
+def _full_pieces(out: bytearray, stats: SlimStats, everything: bool = False) -> Iterator[bytes]:
+    """Pieces of exactly OUT_CHUNK taken from the front of `out` (and its rest if `everything`).
+
+    A piece is never larger, whatever one line or one run of lines added at once: each is
+    one message of the stream, and gRPC refuses a message over its limit.
+    """
+    while len(out) >= OUT_CHUNK or (everything and out):
+        piece = bytes(out[:OUT_CHUNK])
+        del out[:OUT_CHUNK]
+        stats.bytes_written += len(piece)
+        yield piece
 
 
 # ---------------------------------------------------------------------------

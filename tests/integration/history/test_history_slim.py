@@ -170,3 +170,31 @@ async def test_downscale_matches_media_type_to_the_new_bytes(
             assert block["source"]["media_type"] == Image.MIME[image.format or ""]
             sizes.append((image.format, image.size, image.mode))
     assert sizes == [("PNG", (2000, 667), "RGBA"), ("JPEG", (800, 600), "RGB")]
+
+
+async def test_a_copy_is_sent_in_pieces_of_at_most_one_mib_whatever_its_lines(
+    history_server: HarnessFactory,
+) -> None:
+    """A payload-less text line of 5 MB, and a run of plain lines longer than a piece, are
+    copied whole, in data pieces of at most 1 MiB (under gRPC's 4 MiB message limit)."""
+    lines = [
+        line({"type": "user", "uuid": "a", "message": {"content": "short"}}),
+        line({"type": "user", "uuid": "big", "message": {"content": "words " * 900_000}}),
+        *(
+            line({"type": "user", "uuid": f"r{n}", "message": {"content": "run " * 2000}})
+            for n in range(400)
+        ),
+    ]
+    original = b"".join(lines)
+    async with history_server() as harness:
+        harness.transcript("texts").write_bytes(original)
+        pieces = [
+            message.data
+            async for message in harness.stub.SlimSession(
+                hpb.SlimSessionRequest(session_id="texts")
+            )
+            if message.HasField("data")
+        ]
+    assert b"".join(pieces) == original
+    assert max(map(len, pieces)) <= 1024 * 1024
+    assert all(len(piece) == 1024 * 1024 for piece in pieces[:-1])
