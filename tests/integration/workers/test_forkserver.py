@@ -1,12 +1,14 @@
-"""`scrollback up`'s fork server, over a real process tree: its death, and many starts in a row.
+"""`scrollback up`'s fork server and starts, over real process trees.
 
 The fork server is killed, then a worker: `up` logs the fork server's end, starts another,
-forks the replacement from it and keeps serving. And `up` started and stopped many times in a
-row on the same ports serves every time (or says why).
+forks the replacement from it and keeps serving. `up` started and stopped many times in a row
+on the same ports serves every time (or says why); a start whose worker dies before serving
+names the worker and its end; a worker the parent cannot wait for is never a clean exit.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -20,6 +22,8 @@ import grpc
 import pytest
 
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
+from scrollback.server.forkserver import LOST_STATUS, ForkedWorker
+from scrollback.server.workers import Supervisor
 from tests.support.servers import user_line
 from tests.support.workers import channels_on_distinct_workers, new_channel, worker_of
 
@@ -167,3 +171,40 @@ def test_up_started_many_times_in_a_row_serves_or_says_why_every_time(tmp_path: 
         finally:
             _stop(process)
         assert process.returncode == 0, log.read_text()[-3000:]
+
+
+# A worker that dies at start before it serves, as one the OOM killer takes would.
+DYING_WORKER = """
+import os, signal
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_start_that_fails_says_which_worker_ended_and_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "dying_worker.py").write_text(DYING_WORKER)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    caplog.set_level(logging.INFO, logger="scrollback.server.workers")
+    supervisor = Supervisor("dying_worker", [], address="127.0.0.1:0", count=2)
+    try:
+        assert not supervisor.start()
+    finally:
+        supervisor.stop()
+    ended = re.findall(
+        r"dying_worker: worker (\d+) was killed by SIGKILL before it served", caplog.text
+    )
+    assert ended, caplog.text
+
+
+def test_a_worker_this_process_cannot_wait_for_is_not_taken_for_a_clean_exit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pid that is not this process's child: running while it exists (the parent of this
+    test runs), and once gone an end whose status is lost, never status 0."""
+    assert ForkedWorker(os.getppid()).poll() is None
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped here: the pid no longer exists
+    worker = ForkedWorker(gone.pid)
+    assert worker.poll() == LOST_STATUS != 0
+    assert f"worker {gone.pid} ended where it could not be waited for" in caplog.text
