@@ -140,15 +140,21 @@ def _forkservers(pid: int) -> set[int]:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (all held while they are picked)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def test_up_started_many_times_in_a_row_serves_or_says_why_every_time(tmp_path: Path) -> None:
     root, state = _tree(tmp_path)
-    history, media = (f"127.0.0.1:{_free_port()}" for _ in range(2))
+    history, media = (f"127.0.0.1:{port}" for port in _free_ports(2))
     for attempt in range(12):
         log = tmp_path / f"up-{attempt}.log"
         process = _up(root, state, log, history, media)
@@ -158,14 +164,10 @@ def test_up_started_many_times_in_a_row_serves_or_says_why_every_time(tmp_path: 
             if not SERVING.search(line):
                 process.wait(60)
                 text = log.read_text()
-                # A start that fails says why: more than the bare "did not start (see above)".
-                causes = [
-                    row
-                    for row in text.splitlines()
-                    if row and "did not start (see above)" not in row
-                ]
-                assert causes, f"start {attempt} failed without a cause:\n{text}"
-                pytest.fail(f"start {attempt} failed:\n{text[-3000:]}")
+                # Another program may take a port between two starts (it is free when picked):
+                # that start says so; any other failure is one.
+                assert "the port is in use" in text, f"start {attempt} failed:\n{text[-3000:]}"
+                continue
             with new_channel(history) as channel:
                 assert _history_pid(channel) > 0
         finally:
