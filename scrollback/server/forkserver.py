@@ -191,6 +191,7 @@ class ForkServer:
         self._control: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._closed = False
         # Fork servers started after the first (one that ended while wanted is replaced).
         self.restarts = 0
 
@@ -245,7 +246,8 @@ class ForkServer:
 
     def _ask(self, request: bytes, ready_fd: int) -> bytes:
         """Send one fork request and read the answer (the lock held); b"" when it has ended."""
-        assert self._control is not None
+        if self._control is None:
+            return b""
         try:
             socket.send_fds(self._control, [request], [ready_fd])
             return self._control.recv(MAX_MESSAGE)
@@ -263,13 +265,14 @@ class ForkServer:
         """
         request = json.dumps({"module": module, "argv": list(argv), "env": dict(env)}).encode()
         with self._lock:
-            if self._control is None:
+            if self._closed:
                 raise ForkServerError("the fork server is closed")
             reply = self._ask(request, ready_fd)
             if not reply:
-                # Killed or taken by the OOM killer: the service still needs its workers forked.
+                # Killed or taken by the OOM killer (or not started again since): the service
+                # still needs its workers forked.
                 code = self._end()
-                how = "ended" if code is None else describe_exit(code)
+                how = "is not running" if code is None else describe_exit(code)
                 log.warning("the fork server %s; starting another", how)
                 self._launch()
                 self.restarts += 1
@@ -283,8 +286,9 @@ class ForkServer:
         return ForkedWorker(int(answer["pid"]))
 
     def close(self) -> None:
-        """End the fork server (its workers are not affected)."""
+        """End the fork server for good (its workers are not affected)."""
         with self._lock:
+            self._closed = True
             self._end()
 
 

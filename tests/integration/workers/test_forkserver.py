@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
-from scrollback.server.forkserver import LOST_STATUS, ForkedWorker
+from scrollback.server.forkserver import LOST_STATUS, ForkedWorker, ForkServer
 from scrollback.server.workers import Supervisor
 from tests.support.servers import user_line
 from tests.support.workers import channels_on_distinct_workers, new_channel, worker_of
@@ -210,3 +210,40 @@ def test_a_worker_this_process_cannot_wait_for_is_not_taken_for_a_clean_exit(
     worker = ForkedWorker(gone.pid)
     assert worker.poll() == LOST_STATUS != 0
     assert f"worker {gone.pid} ended where it could not be waited for" in caplog.text
+
+
+# A worker that serves nothing: it says it is ready and waits to be stopped.
+READY_WORKER = """
+import os, signal
+os.write(int(os.environ["SCROLLBACK_WORKER_READY_FD"]), f"{os.getpid()}\\n".encode())
+signal.pause()
+"""
+
+
+def test_a_worker_starts_as_a_fresh_interpreter_when_no_fork_server_starts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "ready_worker.py").write_text(READY_WORKER)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    caplog.set_level(logging.INFO)
+    forkserver = ForkServer(["json"])
+    forkserver.start()
+    first = forkserver.pid
+    assert first is not None
+    # The next fork server cannot start (a module it cannot import); the first is killed.
+    forkserver.modules = ["scrollback_no_such_module"]
+    os.kill(first, signal.SIGKILL)
+    supervisor = Supervisor(
+        "ready_worker", [], address="127.0.0.1:0", count=1, forkserver=forkserver
+    )
+    try:
+        assert supervisor.start()
+        (worker,) = supervisor.workers.processes
+        assert isinstance(worker, subprocess.Popen) and worker.poll() is None
+    finally:
+        assert supervisor.stop() == 0
+        forkserver.close()
+    assert "the fork server was killed by SIGKILL; starting another" in caplog.text
+    assert (
+        "ready_worker: the fork server did not start; starting worker 0 as a fresh" in caplog.text
+    )
