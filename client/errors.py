@@ -305,7 +305,8 @@ class TooManyStreams(ResourceExhausted):
 
 
 class DelegationNotAllowed(PermissionDenied):
-    """`scrollback-on-behalf-of` from a token not marked `delegate` (DELEGATION_NOT_ALLOWED)."""
+    """`scrollback-on-behalf-of` the token may not send here (DELEGATION_NOT_ALLOWED): it is no
+    delegate, its entry does not list this RPC, or it names a principal of every project."""
 
     default_reason = Reason.DELEGATION_NOT_ALLOWED
 

@@ -11,7 +11,7 @@ overrides (flags) win and validates. It reads:
   token, sent to the media service when it serves a signed photo URL (an
   `<img>` cannot send the caller's token) with the URL's principal as the one
   it acts for; required with auth, and the token file must list it with
-  `delegate: true` (scrollback.server.auth);
+  `delegate: [ReadMedia, StatMedia]` or `delegate: true` (scrollback.server.auth);
 - `SCROLLBACK_GATEWAY_SIGNING_KEY_FILE`: the HMAC key of photo URLs (at least
   32 bytes; several replicas share it); unset, a random key per process;
 - `SCROLLBACK_GATEWAY_URL_TTL_SECONDS` (default 3600): how long a photo URL is valid;
@@ -44,6 +44,7 @@ Without auth the gateway binds loopback only, unless `insecure`.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import secrets
 from collections.abc import Mapping
@@ -55,9 +56,11 @@ from client import DEFAULT_HISTORY_ADDR, DEFAULT_MEDIA_ADDR
 from client.tls import TlsConfigError, TlsOptions
 from gateway.defaults import DEFAULT_ADDR
 from gateway.hosts import ANY_HOST, HostRule, is_host_name
-from scrollback.server.auth import AuthConfigError, TokenTable
+from scrollback.server.auth import GATEWAY_DELEGATION, AuthConfigError, TokenTable
 from scrollback.server.listening import is_loopback_host
 from scrollback.server.service_config import ConfigError, read_fields, with_overrides
+
+log = logging.getLogger(__name__)
 
 SERVICE = "gateway"
 DEFAULT_URL_TTL_SECONDS = 3600
@@ -216,17 +219,30 @@ class GatewayConfig:
         return token
 
     def check_service_token(self) -> None:
-        """The gateway's own token must be in the token file, marked `delegate: true`."""
+        """The gateway's own token must be in the token file, a delegate for the photo reads."""
         table, token = self.token_table(), self.service_token()
         found = table.resolve(token) if table is not None and token is not None else None
-        if found is None:
+        if table is None or found is None:
             raise ConfigError(
                 "the gateway's own token (SCROLLBACK_GATEWAY_TOKEN_FILE) is not in the token file"
             )
-        if not found[1]:
+        delegation = found[1]
+        if delegation is None or not all(delegation.allows(m) for m in GATEWAY_DELEGATION):
             raise ConfigError(
-                "the gateway's own token must be marked 'delegate: true' in the token file:"
-                " it reads each signed photo for the principal the URL was signed for"
+                "the gateway's own token must be marked 'delegate: [ReadMedia, StatMedia]' (or"
+                " 'delegate: true') in the token file: it reads each signed photo for the"
+                " principal the URL was signed for"
+            )
+        everything = sorted(
+            {p.name for p in table.principals if table.delegated(p.name) == p}
+            - {p.name for p in table.principals if delegation.may_act_for(p)}
+        )
+        if everything:
+            # Not an error: their photo URLs are refused, which the operator should know at start.
+            log.warning(
+                "photo URLs of %s (who see every project) will be refused: the gateway's token"
+                " entry needs 'delegate_for_all_projects: true' to read photos for them",
+                ", ".join(everything),
             )
 
     def signing_key(self) -> bytes:

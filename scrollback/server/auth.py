@@ -18,35 +18,47 @@ Token file (YAML or JSON, `SCROLLBACK_AUTH_TOKENS` / `--auth-tokens`)::
         projects: ["*"]                                      # every project
       - token_sha256: "<64 hex>"
         principal: gateway
-        delegate: true                                       # may act for another principal
+        delegate: [ReadMedia, StatMedia]    # the RPCs it may call for another principal
+        delegate_for_all_projects: false    # the default: never for a principal of ["*"]
 
 Tokens are compared by their sha256 in constant time, against every entry.
 
 A delegate (the HTTP gateway, serving a photo URL it signed for alice) may
 send `scrollback-on-behalf-of: alice` beside its token: the call is then
 alice's in every respect, her projects and her budget of concurrent calls,
-never wider than what alice's own token gets. The name must belong to exactly
-one principal of the file: one that is no delegate, whose entries (a name may
-have several tokens) all list the same projects. A token not marked
-`delegate` that sends the header is refused (PERMISSION_DENIED, reason
-`DELEGATION_NOT_ALLOWED`), as is a delegate naming no such principal (reason
-`UNKNOWN_PRINCIPAL`); without auth the header means nothing and is ignored.
+never wider than what alice's own token gets. A delegate acts only in the
+RPCs its entry lists (`delegate: [ReadMedia, StatMedia]`, short method names
+of the three services), and only for principals that do not see every
+project (`projects: ["*"]`) unless its entry says `delegate_for_all_projects:
+true`. `delegate: true` means the gateway's photo reads, ReadMedia and
+StatMedia (`GATEWAY_DELEGATION`), never more; `false` or `[]` is no delegate.
+The name must belong to exactly one principal of the file: one that is no
+delegate, whose entries (a name may have several tokens) all list the same
+projects. A token not marked `delegate` that sends the header is refused
+(PERMISSION_DENIED, reason `DELEGATION_NOT_ALLOWED`), as is a delegate
+calling an RPC its entry does not list or acting for a principal of every
+project without leave; a delegate naming no such principal gets reason
+`UNKNOWN_PRINCIPAL`. Without auth the header means nothing and is ignored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from scrollback.contract.text import NUL
-from scrollback.principals import Principal
+from scrollback.principals import ALL_PROJECTS, Principal
+
+log = logging.getLogger(__name__)
 
 _HEX = frozenset("0123456789abcdef")
 DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
@@ -54,8 +66,80 @@ DEFAULT_MAX_STREAMS_PER_PRINCIPAL = 64
 ON_BEHALF_OF = "scrollback-on-behalf-of"
 
 
+# What `delegate: true` allows: the media reads of a photo URL the gateway signed.
+GATEWAY_DELEGATION = ("ReadMedia", "StatMedia")
+
+
 class AuthConfigError(ValueError):
     """A token file or security setting that cannot be used (never echoes a token)."""
+
+
+@cache
+def rpc_names() -> frozenset[str]:
+    """The short names of every RPC of the three services (what `delegate` may list)."""
+    from scrollback.history.v1 import history_pb2
+    from scrollback.media.v1 import media_pb2
+    from scrollback.search.v1 import search_pb2
+
+    return frozenset(
+        method.name
+        for module in (history_pb2, media_pb2, search_pb2)
+        for service in module.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Delegation:
+    """What a delegate token may do for another principal: which RPCs, for whom."""
+
+    methods: frozenset[str]
+    # May it act for a principal that sees every project (`projects: ["*"]`)?
+    for_all_projects: bool = False
+
+    def allows(self, method: str) -> bool:
+        """True if the token may call `method` (a short RPC name) for another principal."""
+        return method in self.methods
+
+    def may_act_for(self, principal: Principal) -> bool:
+        """True if the token may act for `principal` (one of every project needs leave)."""
+        return self.for_all_projects or ALL_PROJECTS not in principal.projects
+
+
+def _delegation(item: Mapping[str, Any], number: int) -> Delegation | None:
+    """The delegation a token entry declares, or None (AuthConfigError when malformed)."""
+    declared = item.get("delegate", False)
+    for_all = item.get("delegate_for_all_projects", False)
+    if not isinstance(for_all, bool):
+        raise AuthConfigError(
+            f"token entry {number}: delegate_for_all_projects must be true or false"
+        )
+    if declared is True:
+        methods = frozenset(GATEWAY_DELEGATION)
+        log.info(
+            "token entry %d: delegate: true lets it call %s for another principal, nothing else",
+            number,
+            " and ".join(GATEWAY_DELEGATION),
+        )
+    elif declared is False:
+        methods = frozenset()
+    elif isinstance(declared, list) and all(isinstance(m, str) for m in declared):
+        unknown = sorted(set(declared) - rpc_names())
+        if unknown:
+            raise AuthConfigError(
+                f"token entry {number}: delegate names no RPC of the services: {unknown[0]!r}"
+                " (short method names, e.g. [ReadMedia, StatMedia])"
+            )
+        methods = frozenset(declared)
+    else:
+        raise AuthConfigError(
+            f"token entry {number}: delegate must be true, false or a list of RPC names"
+        )
+    if not methods:
+        if for_all:
+            raise AuthConfigError(f"token entry {number}: delegate_for_all_projects needs delegate")
+        return None
+    return Delegation(methods, for_all)
 
 
 def token_digest(token: str) -> bytes:
@@ -67,14 +151,16 @@ class TokenTable:
     """Token digests -> principals, looked up in constant time per entry."""
 
     def __init__(
-        self, entries: list[tuple[bytes, Principal]], delegates: frozenset[bytes] = frozenset()
+        self,
+        entries: list[tuple[bytes, Principal]],
+        delegates: Mapping[bytes, Delegation] | None = None,
     ) -> None:
         if not entries:
             raise AuthConfigError("the token file lists no tokens")
         self._entries = entries
-        # Digests of the tokens marked `delegate`.
-        self._delegates = delegates
-        self._by_name = _principals_by_name(entries, delegates)
+        # The delegations of the tokens marked `delegate`, by digest.
+        self._delegates: Mapping[bytes, Delegation] = dict(delegates or {})
+        self._by_name = _principals_by_name(entries, frozenset(self._delegates))
 
     @property
     def principals(self) -> list[Principal]:
@@ -94,10 +180,10 @@ class TokenTable:
         found = self._find(token)
         return None if found is None else found[1]
 
-    def resolve(self, token: str) -> tuple[Principal, bool] | None:
-        """The principal of a token and whether it is marked `delegate`, or None."""
+    def resolve(self, token: str) -> tuple[Principal, Delegation | None] | None:
+        """The principal of a token and what it may do for others (None: no delegate), or None."""
         found = self._find(token)
-        return None if found is None else (found[1], found[0] in self._delegates)
+        return None if found is None else (found[1], self._delegates.get(found[0]))
 
     def delegated(self, name: str) -> Principal | None:
         """The principal a delegate may act for under `name`, or None (see the module doc)."""
@@ -109,7 +195,7 @@ class TokenTable:
         if not isinstance(data, Mapping) or not isinstance(data.get("tokens"), list):
             raise AuthConfigError("the token file must hold a 'tokens' list")
         entries: list[tuple[bytes, Principal]] = []
-        delegates: set[bytes] = set()
+        delegates: dict[bytes, Delegation] = {}
         for number, item in enumerate(data["tokens"], 1):
             if not isinstance(item, Mapping):
                 raise AuthConfigError(f"token entry {number} is not a mapping")
@@ -130,13 +216,11 @@ class TokenTable:
                 digest = token_digest(plain)
             else:
                 raise AuthConfigError(f"token entry {number} needs token_sha256 (64 hex) or token")
-            delegate = item.get("delegate", False)
-            if not isinstance(delegate, bool):
-                raise AuthConfigError(f"token entry {number}: delegate must be true or false")
-            if delegate:
-                delegates.add(digest)
+            delegation = _delegation(item, number)
+            if delegation is not None:
+                delegates[digest] = delegation
             entries.append((digest, Principal(name, frozenset(projects))))
-        return cls(entries, frozenset(delegates))
+        return cls(entries, delegates)
 
     @classmethod
     def from_file(cls, path: Path) -> TokenTable:

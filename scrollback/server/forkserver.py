@@ -23,8 +23,14 @@ The caller's process must be a child subreaper (`become_subreaper`): the
 fork server forks an intermediate child that forks the worker and exits,
 so the worker is re-parented to the caller, which waits on it as on any
 child (`ForkedWorker`, the subset of `subprocess.Popen` the supervisor
-uses) and whose death the worker follows (scrollback.server.workers). The
-fork server ends when its caller closes the control socket or dies.
+uses) and whose death the worker follows (scrollback.server.workers). A
+forked worker runs nothing before it is the caller's child (its intermediate
+parent has exited), so it never sees a parent other than the caller's.
+The fork server ends when its caller closes the control socket or dies.
+
+A fork server that ends while it is still wanted (killed, or taken by the OOM
+killer) is replaced at the next `spawn`: the caller logs its end and starts
+another, so the service goes on forking replacements for its workers.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import contextlib
 import gc
 import importlib
 import json
+import logging
 import os
 import select
 import shutil
@@ -47,6 +54,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
 START_TIMEOUT_SECONDS = 60.0
@@ -55,6 +64,33 @@ MAX_MESSAGE = 1 << 20
 PR_SET_CHILD_SUBREAPER = 36
 # How often a wait without a pidfd looks again.
 POLL_SECONDS = 0.05
+# How long a forked worker waits for its intermediate parent to have exited.
+REPARENT_TIMEOUT_SECONDS = 10.0
+
+
+# The status of a worker that ended where this process could not wait for it.
+LOST_STATUS = 255
+
+
+def _exists(pid: int) -> bool:
+    """True if a process `pid` runs (or is a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def describe_exit(code: int) -> str:
+    """A process's end in words: its exit status or the signal that killed it."""
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 def become_subreaper() -> bool:
@@ -90,8 +126,12 @@ class ForkedWorker:
             try:
                 pid, status = os.waitpid(self.pid, flags)
             except ChildProcessError:
-                # Reaped already, its status lost: ended, as subprocess.Popen takes it.
-                self.returncode = 0
+                # Not this process's child: running (by its pid) or ended with its status
+                # lost, which is no clean exit.
+                if _exists(self.pid):
+                    return None
+                log.warning("worker %d ended where it could not be waited for", self.pid)
+                self.returncode = LOST_STATUS
                 return self.returncode
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
@@ -142,7 +182,8 @@ class ForkServer:
     """A process that imported `modules` and forks workers of them (`spawn`); `close` ends it.
 
     `spawn` may be called from several threads. Its caller must be a child
-    subreaper (`become_subreaper`) for the workers to be its children.
+    subreaper (`become_subreaper`) for the workers to be its children. A fork
+    server found ended at a `spawn` is logged and replaced by another.
     """
 
     def __init__(self, modules: Sequence[str]) -> None:
@@ -150,12 +191,25 @@ class ForkServer:
         self._control: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._closed = False
+        # Fork servers started after the first (one that ended while wanted is replaced).
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The fork server's process id (None when closed)."""
+        return None if self._process is None else self._process.pid
 
     def start(self) -> None:
         """Start the fork server and wait until it has imported its modules.
 
         Raises ForkServerError when it exits or does not get ready in time.
         """
+        with self._lock:
+            self._launch()
+
+    def _launch(self) -> None:
+        """Start a fork server process (the lock held); ForkServerError when it does not start."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = subprocess.Popen(
@@ -168,27 +222,62 @@ class ForkServer:
             theirs.close()
         self._control = ours
         ready, _, _ = select.select([ours], [], [], START_TIMEOUT_SECONDS)
-        if not ready or ours.recv(MAX_MESSAGE) != b"ready":
-            self.close()
+        try:
+            started = bool(ready) and ours.recv(MAX_MESSAGE) == b"ready"
+        except OSError:
+            started = False
+        if not started:
+            self._end()
             raise ForkServerError("the fork server did not start")
+
+    def _end(self) -> int | None:
+        """Close the control socket and wait for the process (the lock held); its status."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        try:
+            return process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+    def _ask(self, request: bytes, ready_fd: int) -> bytes:
+        """Send one fork request and read the answer (the lock held); b"" when it has ended."""
+        if self._control is None:
+            return b""
+        try:
+            socket.send_fds(self._control, [request], [ready_fd])
+            return self._control.recv(MAX_MESSAGE)
+        except OSError:
+            return b""
 
     def spawn(
         self, module: str, argv: Sequence[str], env: Mapping[str, str], ready_fd: int
     ) -> ForkedWorker:
         """Fork a worker that runs `<module>.__main__.main(argv)` under `env`.
 
-        `ready_fd` is passed to it (as SCROLLBACK_WORKER_READY_FD). Raises
-        ForkServerError when the fork server is gone or could not fork.
+        `ready_fd` is passed to it (as SCROLLBACK_WORKER_READY_FD). A fork
+        server that has ended is replaced first (logged). Raises ForkServerError
+        when it is closed, cannot be replaced or could not fork.
         """
         request = json.dumps({"module": module, "argv": list(argv), "env": dict(env)}).encode()
         with self._lock:
-            if self._control is None:
+            if self._closed:
                 raise ForkServerError("the fork server is closed")
-            try:
-                socket.send_fds(self._control, [request], [ready_fd])
-                reply = self._control.recv(MAX_MESSAGE)
-            except OSError:
-                reply = b""
+            reply = self._ask(request, ready_fd)
+            if not reply:
+                # Killed or taken by the OOM killer (or not started again since): the service
+                # still needs its workers forked.
+                code = self._end()
+                how = "is not running" if code is None else describe_exit(code)
+                log.warning("the fork server %s; starting another", how)
+                self._launch()
+                self.restarts += 1
+                log.info("the fork server was started again (pid %d)", self.pid or 0)
+                reply = self._ask(request, ready_fd)
         if not reply:
             raise ForkServerError("the fork server ended")
         answer: dict[str, Any] = json.loads(reply)
@@ -197,24 +286,21 @@ class ForkServer:
         return ForkedWorker(int(answer["pid"]))
 
     def close(self) -> None:
-        """End the fork server (its workers are not affected)."""
+        """End the fork server for good (its workers are not affected)."""
         with self._lock:
-            if self._control is not None:
-                self._control.close()
-                self._control = None
-        if self._process is not None:
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
+            self._closed = True
+            self._end()
 
 
-def _become_worker(request: dict[str, Any], ready_fd: int) -> None:
+def _become_worker(request: dict[str, Any], ready_fd: int, intermediate: int) -> None:
     """In the forked worker: take its environment and run its service; never returns."""
     code: int = 1
     try:
+        # Its intermediate parent may still be exiting: until it has, this process is not the
+        # caller's child, which could neither wait for it nor be followed by it.
+        deadline = time.monotonic() + REPARENT_TIMEOUT_SECONDS
+        while os.getppid() == intermediate and time.monotonic() < deadline:
+            time.sleep(0.001)
         os.setpgid(0, 0)  # its own process group, as the supervisor's other workers
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.environ.clear()
@@ -247,10 +333,11 @@ def _fork(request: dict[str, Any], ready_fd: int, control: socket.socket) -> int
         try:
             control.close()
             os.close(read_end)
+            intermediate = os.getpid()
             worker = os.fork()
             if worker == 0:
                 os.close(write_end)
-                _become_worker(request, ready_fd)
+                _become_worker(request, ready_fd, intermediate)
             os.write(write_end, worker.to_bytes(8, "little"))
         finally:
             os._exit(0)

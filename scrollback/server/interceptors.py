@@ -7,9 +7,10 @@
   `scrollback.server.auth`'s context variable for the whole call (domain code reads
   it; `asyncio.to_thread` carries it into worker threads). A delegate token
   may name the principal it acts for (`scrollback-on-behalf-of`,
-  scrollback.server.auth): the call is then that principal's, its projects
-  and its budget; from any other token the header is PERMISSION_DENIED with
-  an `ErrorInfo` reason.
+  scrollback.server.auth) in the RPCs its entry lists: the call is then that
+  principal's, its projects and its budget; from any other token, in another
+  RPC, or for a principal of every project without leave, the header is
+  PERMISSION_DENIED with an `ErrorInfo` reason.
 - limits: at most `max_streams` calls in flight per principal (anonymous
   callers share one budget); over it is RESOURCE_EXHAUSTED naming the limit.
 - stalls: each streamed message is sent with `context.write`; a client that
@@ -202,7 +203,7 @@ class ServerPolicy(_InterceptorBase):
             return self._shared.total(principal)
         return self._active[principal]
 
-    def _authenticate(self, metadata: Sequence[Any] | None) -> _Identity:
+    def _authenticate(self, method: str, metadata: Sequence[Any] | None) -> _Identity:
         if self._tokens is None:
             return _Identity(None)  # no principals: `scrollback-on-behalf-of` means nothing
         token = _bearer(metadata)
@@ -211,14 +212,21 @@ class ServerPolicy(_InterceptorBase):
         found = self._tokens.resolve(token)
         if found is None:
             return _Identity(None, "unknown bearer token")
-        principal, delegate = found
+        principal, delegation = found
         names = _on_behalf_of(metadata)
         if not names:
             return _Identity(principal)
-        if not delegate:
+        if delegation is None:
             return _Identity(
                 None,
                 f"only a delegate token may send {ON_BEHALF_OF}",
+                Reason.DELEGATION_NOT_ALLOWED,
+            )
+        # The method first: a delegate learns no principal's name from an RPC it may not call.
+        if not delegation.allows(method):
+            return _Identity(
+                None,
+                f"this delegate token may not call {method} for another principal",
                 Reason.DELEGATION_NOT_ALLOWED,
             )
         acting = self._tokens.delegated(names[0]) if len(names) == 1 else None
@@ -227,6 +235,12 @@ class ServerPolicy(_InterceptorBase):
                 None,
                 f"{ON_BEHALF_OF} must name one principal a delegate may act for",
                 Reason.UNKNOWN_PRINCIPAL,
+            )
+        if not delegation.may_act_for(acting):
+            return _Identity(
+                None,
+                "this delegate token may not act for a principal that sees every project",
+                Reason.DELEGATION_NOT_ALLOWED,
             )
         return _Identity(acting, via=principal.name)
 
@@ -251,7 +265,7 @@ class ServerPolicy(_InterceptorBase):
     def _start(self, method: str, metadata: Sequence[Any] | None, anonymous_key: str) -> _Call:
         if anonymous_key:
             return _Call(method, None, "", time.perf_counter(), key=anonymous_key)
-        identity = self._authenticate(metadata)
+        identity = self._authenticate(method, metadata)
         principal = identity.principal
         return _Call(
             method,

@@ -62,6 +62,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from scrollback.server.forkserver import ForkServerError, describe_exit
 from scrollback.server.listening import listening_at
 from scrollback.server.stream_limits import SharedStreamCounter
 
@@ -238,16 +239,6 @@ def _serve_metrics(metrics_addr: str, directory: Path) -> int:
     return int(server.server_port)
 
 
-def describe_exit(code: int) -> str:
-    """A worker's end in words: its exit status or the signal that killed it."""
-    if code >= 0:
-        return f"exited with status {code}"
-    try:
-        return f"was killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"was killed by signal {-code}"
-
-
 class WorkerProcess(Protocol):
     """What the supervisor uses of a worker: a `subprocess.Popen`, or a `ForkedWorker`."""
 
@@ -413,7 +404,7 @@ class Supervisor:
         except BaseException:
             self.stop()  # the workers started so far, the port and the run directory
             raise
-        ready = _wait_ready(self._ready_pipe[0], self.workers, self.count)
+        ready = _wait_ready(self.name, self._ready_pipe[0], self.workers, self.count)
         if not ready:
             self.stop()
             return False
@@ -441,9 +432,15 @@ class Supervisor:
         }
         if self._forkserver is not None:
             # The fork server runs `<name>.__main__.main` with the flags after `-m <name>`.
-            return self._forkserver.spawn(
-                self.name, self._worker_argv[3:], env, self._ready_pipe[1]
-            )
+            try:
+                return self._forkserver.spawn(
+                    self.name, self._worker_argv[3:], env, self._ready_pipe[1]
+                )
+            except ForkServerError as error:
+                # Serving on matters more than the shared pages: a fresh interpreter instead.
+                log.warning(
+                    "%s: %s; starting worker %d as a fresh interpreter", self.name, error, index
+                )
         # Their own process group: a terminal's Ctrl-C reaches the parent
         # only, which forwards it once.
         return subprocess.Popen(
@@ -632,13 +629,20 @@ def supervise(
             signal.signal(sig, handler)
 
 
-def _wait_ready(read_end: int, workers: _Workers, count: int) -> bool:
-    """True when every worker announced itself; False when one exited first or time ran out."""
+def _wait_ready(name: str, read_end: int, workers: _Workers, count: int) -> bool:
+    """True when every worker announced itself; False when one exited first or time ran out.
+
+    A False is always logged with its cause (which worker ended and how, or the
+    time that ran out): a start either serves or says why.
+    """
     ready = 0
     buffer = b""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while ready < count and time.monotonic() < deadline:
-        if any(p.poll() is not None for p in workers.processes):
+        ended = [(p.pid, code) for p in workers.processes if (code := p.poll()) is not None]
+        if ended:
+            for pid, code in ended:
+                log.error("%s: worker %d %s before it served", name, pid, describe_exit(code))
             return False
         try:
             readable, _, _ = select.select([read_end], [], [], 0.1)
@@ -647,7 +651,14 @@ def _wait_ready(read_end: int, workers: _Workers, count: int) -> bool:
         if readable:
             chunk = os.read(read_end, 4096)
             if not chunk:
+                log.error("%s: the workers' ready pipe closed", name)
                 return False
             buffer += chunk
             ready = buffer.count(b"\n")
-    return ready >= count
+    if ready < count:
+        log.error(
+            "%s: %d of %d workers did not report ready within %g s",
+            name, count - ready, count, READY_TIMEOUT_SECONDS,
+        )  # fmt: skip
+        return False
+    return True

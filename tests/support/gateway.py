@@ -87,7 +87,7 @@ def write_tokens(path: Path, projects: dict[str, list[str]]) -> Path:
         lines += [f"  - token: {token}", f"    principal: {name}"]
         lines.append(f"    projects: {projects.get(name, [])!r}")
         if name == "gateway":
-            lines.append("    delegate: true")
+            lines.append("    delegate: [ReadMedia, StatMedia]")
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -44,8 +44,10 @@ class HistoryServiceStub:
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
     with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
-    scrollback-on-behalf-of header from a token not marked delegate) or
-    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    scrollback-on-behalf-of header from a token not marked delegate, on an RPC
+    its delegation does not list, or for a principal that sees every project
+    when the token does not say it may act for those) or UNKNOWN_PRINCIPAL (a
+    delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
     the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
@@ -144,8 +146,10 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
     with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
-    scrollback-on-behalf-of header from a token not marked delegate) or
-    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    scrollback-on-behalf-of header from a token not marked delegate, on an RPC
+    its delegation does not list, or for a principal that sees every project
+    when the token does not say it may act for those) or UNKNOWN_PRINCIPAL (a
+    delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
     the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket
@@ -240,8 +244,10 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ALREADY_EXISTS with TXN_CONFLICT; RESOURCE_EXHAUSTED with TOO_LARGE or
     TOO_MANY_STREAMS; DEADLINE_EXCEEDED with STREAM_STALLED; UNAUTHENTICATED
     with UNAUTHENTICATED; PERMISSION_DENIED with DELEGATION_NOT_ALLOWED (the
-    scrollback-on-behalf-of header from a token not marked delegate) or
-    UNKNOWN_PRINCIPAL (a delegate naming no principal it may act for);
+    scrollback-on-behalf-of header from a token not marked delegate, on an RPC
+    its delegation does not list, or for a principal that sees every project
+    when the token does not say it may act for those) or UNKNOWN_PRINCIPAL (a
+    delegate naming no principal it may act for);
     UNAVAILABLE with STORE_BUSY or LONG_TAIL_PENDING (a latest window of a
     transcript ending in a newline-less line over the max line size, before
     the line index covers it: retry) or TRANSCRIPTS_UNAVAILABLE (the bucket

@@ -1,7 +1,7 @@
 """A delegate token acting for a principal (`scrollback-on-behalf-of`), over real servers.
 
-alice sees proj-a, bob proj-b, admin everything; `relay` is a token marked
-`delegate: true` that sees nothing by itself. Acting for alice, relay gets
+alice sees proj-a, bob proj-b, admin everything; `relay` is a delegate token
+for the RPCs these tests call (its entry lists them) that sees nothing by itself. Acting for alice, relay gets
 exactly alice's view and takes alice's budget of concurrent calls; a token
 that is no delegate gets nothing from the header but PERMISSION_DENIED with
 an ErrorInfo reason.
@@ -45,7 +45,11 @@ def _tokens(path: Path) -> Path:
             f"    principal: {name}",
             f"    projects: {PROJECTS[name]!r}",
         ]
-    lines += [f"  - token: {RELAY}", "    principal: relay", "    delegate: true"]
+    lines += [
+        f"  - token: {RELAY}",
+        "    principal: relay",
+        "    delegate: [ListSessions, WatchSession, ReadMedia]",
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -171,5 +175,5 @@ def test_the_token_file_marks_delegates_and_names_them_unambiguously() -> None:
     # Two project lists under one name: no single view to act with, so none.
     assert table.delegated("carol") is None
     assert table.delegated("relay") is None and table.delegated("nobody") is None
-    with pytest.raises(AuthConfigError, match="delegate must be true or false"):
+    with pytest.raises(AuthConfigError, match="delegate must be true, false or a list"):
         TokenTable.from_data({"tokens": [{"token": "t", "principal": "x", "delegate": "yes"}]})

@@ -77,21 +77,28 @@ def test_the_host_rule() -> None:
     assert host_of_header("[2001:db8::1]:443") == "2001:db8::1"
 
 
-def _tokens(tmp_path: Path, delegate: bool) -> dict[str, Path]:
+def _tokens(tmp_path: Path, delegate: bool | str) -> dict[str, Path]:
     tokens = tmp_path / "tokens.yaml"
+    marked = str(delegate).lower() if isinstance(delegate, bool) else delegate
     tokens.write_text(
         "tokens:\n  - token: alice-token\n    principal: alice\n    projects: ['*']\n"
-        f"  - token: gateway-token\n    principal: gateway\n    delegate: {str(delegate).lower()}\n"
+        f"  - token: gateway-token\n    principal: gateway\n    delegate: {marked}\n"
     )
     own = tmp_path / "gateway.token"
     own.write_text("gateway-token\n")
     return {"auth_tokens": tokens, "token_file": own}
 
 
-def test_with_auth_the_gateways_token_must_be_a_delegate(tmp_path: Path) -> None:
+def test_with_auth_the_gateways_token_must_be_a_delegate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     GatewayConfig(**_tokens(tmp_path, delegate=True)).validate()
-    with pytest.raises(ConfigError, match="delegate: true"):
-        GatewayConfig(**_tokens(tmp_path, delegate=False)).validate()
+    GatewayConfig(**_tokens(tmp_path, delegate="[StatMedia, ReadMedia, ListSessions]")).validate()
+    # alice sees every project: the gateway says at start that her photo URLs will be refused.
+    assert "photo URLs of alice (who see every project) will be refused" in caplog.text
+    for short in (False, "[ReadMedia]", "[]"):
+        with pytest.raises(ConfigError, match=r"delegate: \[ReadMedia, StatMedia\]"):
+            GatewayConfig(**_tokens(tmp_path, delegate=short)).validate()
     stranger = tmp_path / "stranger.token"
     stranger.write_text("not-in-the-file")
     with pytest.raises(ConfigError, match="not in the token file"):
