@@ -20,6 +20,11 @@ finds them.
   rows of the part built so far, never waiting for a build) and has the rest
   built in the background (`build_later`, on threads at a low OS priority, so
   requests keep the CPU).
+- **Requests never wait**: `current` and `covering` (what windows ask) never
+  wait for a builder's lock; `current` extends inline only an append of at
+  most INLINE_EXTEND_BYTES and leaves more to the background, and `covering`
+  stops at the line it needs, so an unterminated tail is never read on a
+  request's thread.
 - **Fed**: a reader that goes through the file's lines anyway (the history
   service's indexing pass, which also feeds search and insight) hands them to
   a `LineFeed` (`LineIndex.feed`) instead, so the file is read once for all.
@@ -72,6 +77,8 @@ ROW_RUNS = 64
 ROW_RUN_MIN = 256
 # Files built at once per process by `build_later`'s threads.
 MAX_BACKGROUND_BUILDS = 4
+# The most a request's thread extends an index by (`current`); more is built in the background.
+INLINE_EXTEND_BYTES = 1024 * 1024
 # Background work runs at this nice value: requests get the CPU first.
 BACKGROUND_NICE = 19
 # Rows a LineFeed writes per transaction, and the bytes of lines it indexes at once.
@@ -119,6 +126,11 @@ def _continues(fd: ByteSource, state: IndexedFile) -> bool:
         if _hash(mark) != state.mark_hash or mark[-1:] != b"\n":
             return False
     return True
+
+
+def _enough(state: IndexedFile, fd: ByteSource, until: int | None) -> bool:
+    """True if the index reaches the file's end, or covers the lines before `until`."""
+    return (until is not None and state.covered >= until) or state.scanned >= fd.stat().st_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,20 +181,55 @@ class LineIndex:
         return snapshot
 
     def current(self, key: str, fd: ByteSource) -> Snapshot | None:
-        """The index of the open file extended to its size, if one of this version exists.
+        """The index of the open file as it stands, if one of this version exists.
 
-        Never starts a build: None when the file was never indexed or was
-        rewritten since (a caller that must stay O(window) reads the file then).
+        Never starts a build and never waits for one: None when the file was
+        never indexed or was rewritten since (a caller that must stay
+        O(window) reads the file then). An append of at most
+        INLINE_EXTEND_BYTES is indexed here; a larger one (a long tail being
+        written) is left to a background build and the snapshot covers less
+        than the file (callers scan the bytes past it).
         """
-        return self._ensure(key, fd, build=False)
+        state = self.store.state(key)
+        if state is None or not _continues(fd, state):
+            return None
+        size = fd.stat().st_size
+        if state.scanned >= size:
+            return Snapshot(key, state)
+        if size - state.scanned <= INLINE_EXTEND_BYTES:
+            extended = self._ensure(key, fd, build=False, wait=False)
+            if extended is not None:
+                return extended
+        self.build_later(key, fd)
+        return Snapshot(key, state)
 
-    def _ensure(self, key: str, fd: ByteSource, *, build: bool) -> Snapshot | None:
+    def covering(self, key: str, fd: ByteSource, until: int) -> Snapshot | None:
+        """The index of the open file covering its lines before `until` (a line start).
+
+        Built or extended on this thread as far as `until` only, so the lines
+        after it (an unterminated tail) are not read; None while another
+        thread holds the file's build (callers scan the bytes instead).
+        """
+        return self._ensure(key, fd, build=True, until=until, wait=False)
+
+    def _ensure(
+        self,
+        key: str,
+        fd: ByteSource,
+        *,
+        build: bool,
+        until: int | None = None,
+        wait: bool = True,
+    ) -> Snapshot | None:
         # An index already up to date needs no build lock: every window asks,
         # and windows of one file would otherwise queue on it.
         state = self.store.state(key)
-        if state is not None and state.scanned >= fd.stat().st_size and _continues(fd, state):
+        if state is not None and _enough(state, fd, until) and _continues(fd, state):
             return Snapshot(key, state)
-        with self._lock(key):
+        lock = self._lock(key)
+        if not lock.acquire(blocking=wait):
+            return None
+        try:
             resets = 0
             while True:
                 state = self.store.state(key)
@@ -196,9 +243,11 @@ class LineIndex:
                     self.builds += 1
                 # None: another builder moved the state first (it made progress,
                 # which is bounded by the file); carry on from where it is.
-                reached = self._extend(key, fd, state)
+                reached = self._extend(key, fd, state, until)
                 if reached is not None:
                     return Snapshot(key, reached)
+        finally:
+            lock.release()
 
     def close(self) -> None:
         """Close the store."""
@@ -334,23 +383,32 @@ class LineIndex:
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
-    def indexed_last_line_start(self, key: str, fd: ByteSource, size: int) -> int | None:
+    def indexed_last_line_start(
+        self, key: str, fd: ByteSource, size: int, clear_from: int | None = None
+    ) -> int | None:
         """`last_line_start` from an index that already covers `size` bytes; else None.
 
-        Never builds nor extends the index, so it costs a store query or two
-        whatever the file holds (a caller bounded to O(window) asks this).
+        `clear_from`: the caller saw no newline in [clear_from, size), so an
+        index scanned as far as `clear_from` answers too (a tail still being
+        written outgrows the last build). Never builds nor extends the index,
+        so it costs a store query or two whatever the file holds (a caller
+        bounded to O(window) asks this).
         """
         state = self.store.state(key)
-        if state is None or state.scanned < size or not _continues(fd, state):
+        needed = size if clear_from is None else min(size, clear_from)
+        if state is None or state.scanned < needed or not _continues(fd, state):
             return None
         if state.covered <= size:
             return state.covered
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
-    def _extend(self, key: str, fd: ByteSource, state: IndexedFile) -> IndexedFile | None:
-        """Index from where `state` stopped to EOF; None if another builder moved it first."""
-        if state.scanned >= fd.stat().st_size:
+    def _extend(
+        self, key: str, fd: ByteSource, state: IndexedFile, until: int | None = None
+    ) -> IndexedFile | None:
+        """Index from where `state` stopped to EOF (or until it covers `until`); None if
+        another builder moved it first."""
+        if _enough(state, fd, until):
             # Up to date (every window asks): no chunk buffer is allocated.
             return state
         buffer = bytearray(self._chunk)
@@ -358,7 +416,7 @@ class LineIndex:
         try:
             while True:
                 size = fd.stat().st_size
-                if state.scanned >= size:
+                if state.scanned >= size or (until is not None and state.covered >= until):
                     return state
                 count = 0
                 # A tail already known to be longer than a chunk is not read again.
