@@ -38,12 +38,14 @@ finds them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -77,6 +79,9 @@ ROW_RUNS = 64
 ROW_RUN_MIN = 256
 # Files built at once per process by `build_later`'s threads.
 MAX_BACKGROUND_BUILDS = 4
+# A long line's newline is searched in pieces of this size: each search holds the GIL
+# only briefly, so the requests' threads of the process are not kept waiting for it.
+LONG_LINE_PIECE_BYTES = 1024 * 1024
 # The most a request's thread extends an index by (`current`); more is built in the background.
 INLINE_EXTEND_BYTES = 1024 * 1024
 # Background work runs at this nice value: requests get the CPU first.
@@ -108,6 +113,48 @@ def background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
+def _libc_memchr() -> Callable[[int, int, int], int | None] | None:
+    """libc's memchr through ctypes (which drops the GIL during the call); None without one."""
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        memchr = ctypes.CDLL(ctypes.util.find_library("c")).memchr
+        memchr.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+        memchr.restype = ctypes.c_void_p
+        return memchr
+    return None
+
+
+_MEMCHR = _libc_memchr()
+
+
+class _NewlineSearch:
+    """Finds the first newline in a prefix of one buffer without holding the GIL.
+
+    A background build scans gigabytes of a newline-less line; `bytes.find`
+    would hold the GIL for each piece, and the requests' threads of the same
+    process would wait for it. Falls back to `find` where libc is not at hand.
+    """
+
+    def __init__(self, buffer: bytearray) -> None:
+        self._buffer = buffer
+        self._address = 0
+        if _MEMCHR is not None:
+            self._array = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+            self._address = ctypes.addressof(self._array)
+
+    def find(self, count: int) -> int:
+        """The offset of the first newline in buffer[:count], or -1."""
+        if not self._address or _MEMCHR is None:
+            return self._buffer.find(b"\n", 0, count)
+        hit = _MEMCHR(self._address, 10, count)
+        return -1 if hit is None else hit - self._address
+
+    def close(self) -> None:
+        """Release the buffer (it can be resized or freed again)."""
+        if self._address:
+            del self._array
+            self._address = 0
+
+
 def _hash(data: bytes | memoryview) -> str:
     return xxhash.xxh3_64_hexdigest(data)
 
@@ -128,9 +175,15 @@ def _continues(fd: ByteSource, state: IndexedFile) -> bool:
     return True
 
 
-def _enough(state: IndexedFile, fd: ByteSource, until: int | None) -> bool:
-    """True if the index reaches the file's end, or covers the lines before `until`."""
-    return (until is not None and state.covered >= until) or state.scanned >= fd.stat().st_size
+def _enough(state: IndexedFile, size: int, until: int | None) -> bool:
+    """True if the index reaches `size`, or covers the lines before `until`."""
+    return (until is not None and state.covered >= until) or state.scanned >= size
+
+
+def _size(fd: ByteSource, cap: int | None) -> int:
+    """The file's size now, or `cap` if that is less."""
+    size = fd.stat().st_size
+    return size if cap is None else min(size, cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +250,8 @@ class LineIndex:
         if state.scanned >= size:
             return Snapshot(key, state)
         if size - state.scanned <= INLINE_EXTEND_BYTES:
-            extended = self._ensure(key, fd, build=False, wait=False)
+            cap = state.scanned + INLINE_EXTEND_BYTES  # the file may grow meanwhile
+            extended = self._ensure(key, fd, build=False, wait=False, cap=cap)
             if extended is not None:
                 return extended
         self.build_later(key, fd)
@@ -220,11 +274,12 @@ class LineIndex:
         build: bool,
         until: int | None = None,
         wait: bool = True,
+        cap: int | None = None,
     ) -> Snapshot | None:
         # An index already up to date needs no build lock: every window asks,
         # and windows of one file would otherwise queue on it.
         state = self.store.state(key)
-        if state is not None and _enough(state, fd, until) and _continues(fd, state):
+        if state is not None and _enough(state, _size(fd, cap), until) and _continues(fd, state):
             return Snapshot(key, state)
         lock = self._lock(key)
         if not lock.acquire(blocking=wait):
@@ -243,7 +298,7 @@ class LineIndex:
                     self.builds += 1
                 # None: another builder moved the state first (it made progress,
                 # which is bounded by the file); carry on from where it is.
-                reached = self._extend(key, fd, state, until)
+                reached = self._extend(key, fd, state, until, cap)
                 if reached is not None:
                     return Snapshot(key, reached)
         finally:
@@ -404,19 +459,24 @@ class LineIndex:
         return 0 if start is None else start
 
     def _extend(
-        self, key: str, fd: ByteSource, state: IndexedFile, until: int | None = None
+        self,
+        key: str,
+        fd: ByteSource,
+        state: IndexedFile,
+        until: int | None = None,
+        cap: int | None = None,
     ) -> IndexedFile | None:
-        """Index from where `state` stopped to EOF (or until it covers `until`); None if
-        another builder moved it first."""
-        if _enough(state, fd, until):
+        """Index from where `state` stopped to EOF (or until it covers `until`, or to `cap`
+        bytes); None if another builder moved it first."""
+        if _enough(state, _size(fd, cap), until):
             # Up to date (every window asks): no chunk buffer is allocated.
             return state
         buffer = bytearray(self._chunk)
         view = memoryview(buffer)
         try:
             while True:
-                size = fd.stat().st_size
-                if state.scanned >= size or (until is not None and state.covered >= until):
+                size = _size(fd, cap)
+                if _enough(state, size, until):
                     return state
                 count = 0
                 # A tail already known to be longer than a chunk is not read again.
@@ -466,16 +526,21 @@ class LineIndex:
     ) -> tuple[int | None, int]:
         """Find the newline ending a long line from `position`: (its offset or None, scanned)."""
         limit = min(size, position + 64 * self._chunk)  # commit progress now and then
-        while position < limit:
-            count = LineFile(fd).read_into(view[: min(self._chunk, limit - position)], position)
-            if count <= 0:
-                break
-            self.bytes_read += count
-            found = buffer.find(b"\n", 0, count)
-            if found >= 0:
-                return position + found, position + found + 1
-            position += count
-        return None, position
+        search = _NewlineSearch(buffer)
+        try:
+            while position < limit:
+                piece = min(self._chunk, LONG_LINE_PIECE_BYTES, limit - position)
+                count = LineFile(fd).read_into(view[:piece], position)
+                if count <= 0:
+                    break
+                self.bytes_read += count
+                found = search.find(count)
+                if found >= 0:
+                    return position + found, position + found + 1
+                position += count
+            return None, position
+        finally:
+            search.close()
 
 
 class LineFeed:
