@@ -40,15 +40,19 @@ def start_tail(path: Path, length: int) -> None:
         handle.truncate(handle.tell() + length)
 
 
-def grow(path: Path, by: int) -> None:
-    """The tail goes on (still no newline), as an agent writing one huge line.
+def settle(path: Path, grow_by: int = 0) -> None:
+    """Between rounds: the tail grown by `grow_by` (still no newline, as an agent writing one
+    huge line), the zeros read from its hole dropped from the page cache, its end read once.
 
-    The new end is read once, as bytes just written are in the page cache: a
-    window reads back up to the max line size there, in either kind of round.
+    A real tail is read from the page cache once; gigabytes of a hole read anew
+    each round would churn the machine's cache instead. Its end is read as
+    bytes just written are cached: a window reads back up to the max line size
+    there, in either kind of round.
     """
     with open(path, "r+b") as handle:
-        size = os.fstat(handle.fileno()).st_size + by
+        size = os.fstat(handle.fileno()).st_size + grow_by
         handle.truncate(size)
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         position = max(0, size - WARM_BYTES)
         while position < size:
             position += len(os.pread(handle.fileno(), 1 << 20, position)) or size
@@ -108,13 +112,14 @@ async def measure(
 
         async def idle(round_number: int) -> float | None:
             await tail_served(stub)
+            await asyncio.to_thread(settle, tail)
             seconds, _served = await beside_tail(round_number)
             return seconds
 
         async def building(round_number: int) -> float | None:
             nonlocal still_building, tail_answered
             await tail_served(stub)
-            await asyncio.to_thread(grow, tail, tail_bytes)
+            await asyncio.to_thread(settle, tail, tail_bytes)
             # The tail's window starts the build of the growth.
             seconds, served = await beside_tail(round_number)
             tail_answered += served
