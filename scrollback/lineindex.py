@@ -11,8 +11,10 @@ finds them.
   (memory: a chunk and its rows). The newline search, the `"uuid"` keys and the
   image markers are found by C-level scans of the whole chunk; only a line with
   several `"uuid"` keys runs the top-level tokenizer (scrollback.contract.top_level).
-  A line longer than a chunk is never held: its newline is searched chunk by
-  chunk, its uuid read from both ends within bounded windows.
+  A line longer than a chunk is never held: its newline is searched piece by
+  piece (libc's memchr, the GIL dropped, so the requests' threads of the
+  process do not wait for a background build), its uuid read from both ends
+  within bounded windows.
 - **Extend**: the file grows append-only while the agent writes; the pass
   resumes where the index stopped (`covered`, or `scanned` within an
   unterminated tail, so a long tail is read once).
