@@ -37,10 +37,12 @@ from scrollback.contract.stripping import (
     strip_line_streamed,
 )
 from scrollback.history.v1 import history_pb2
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import ByteSource, LineFile, TailScans
 from scrollback.server import metrics
 
 BLOCK_BYTES = 256 * 1024
+# How far each file version's unterminated tail was searched, for every reader in the process.
+TAIL_SCANS = TailScans()
 # A served entry's json up to this size goes whole into one Entry message
 # (below gRPC's 4 MiB, with room for the entry's other fields).
 ENTRY_JSON_FIT = 3 * 1024 * 1024 + 512 * 1024
@@ -88,20 +90,24 @@ class ServedLine:
     payloads_deferred: bool
 
 
-def iter_lines_forward(fd: ByteSource, start: int, end: int, max_line: int) -> Iterator[RawLine]:
+def iter_lines_forward(
+    fd: ByteSource, start: int, end: int, max_line: int, clear_to: int = 0
+) -> Iterator[RawLine]:
     """Yield the lines in [start, end) in file order; the last may be unterminated.
 
     Newlines are searched in one reusable block buffer; a line that fits in the
     block is copied out of it, a longer one is read with one `pread` of exactly
     its size, and a line over `max_line` is never read whole. So memory is one
     block plus the line being served, whatever the lines before it weighed.
+    `clear_to`: [start, clear_to) is known to hold no newline (TailScans), so
+    the first line's newline is searched from there.
     """
     block = bytearray(BLOCK_BYTES)
     view = memoryview(block)
     block_start = block_end = start  # the file range the block holds
     position = start
     while position < end:
-        search = position
+        search = max(position, min(clear_to, end)) if position == start else position
         newline = -1
         while True:
             if search < block_end:

@@ -22,6 +22,7 @@ from history_service.accept import AcceptedRecord
 from history_service.bus import AcceptedBus, BusOverflowError
 from history_service.errors import FileRewrittenError
 from history_service.lines import (
+    TAIL_SCANS,
     MediaMode,
     RawLine,
     ServedLine,
@@ -73,9 +74,14 @@ def position_scope(session_id: str, chat_key: str) -> str:
     return session_id if session_id else "key:" + chat_key
 
 
-def complete_end(fd: ByteSource, size: int, max_line_size: int) -> int:
-    """Where the complete lines end now: after the tail if it is a complete object."""
-    start = LineFile(fd).tail_start(size, size)
+def complete_end(fd: ByteSource, identity: FileIdentity, max_line_size: int) -> int:
+    """Where the complete lines end now: after the tail if it is a complete object.
+
+    The tail's start is searched back only as far as the last search of this
+    file version (TAIL_SCANS): a long tail is read once, not at every start.
+    """
+    size = identity.size
+    start = TAIL_SCANS.tail_start(fd, identity.version, size)
     if start < size and size - start <= max_line_size:
         data = LineFile(fd).read(size - start, start)
         if serve_line(
@@ -144,7 +150,7 @@ class SessionWatcher:
         try:
             identity = FileIdentity.of(fd)
             return WatchPosition(
-                identity, complete_end(fd, identity.size, self._max_line_size), last_seq
+                identity, complete_end(fd, identity, self._max_line_size), last_seq
             )
         finally:
             fd.close()
@@ -250,17 +256,26 @@ class SessionWatcher:
             offset = state.offset
             scanned = 0
             more = False
-            for raw in iter_lines_forward(fd, offset, current.size, self._max_line_size):
+            # A poll searches at most MAX_BYTES_PER_POLL new bytes, from where the
+            # last search of an unterminated tail stopped (TAIL_SCANS).
+            clear = TAIL_SCANS.clear_to(fd, current.version, offset, current.size)
+            end = min(current.size, clear + MAX_BYTES_PER_POLL)
+            lines = iter_lines_forward(fd, offset, end, self._max_line_size, clear)
+            for raw in lines:
                 if len(found) >= MAX_LINES_PER_POLL or scanned >= MAX_BYTES_PER_POLL:
                     more = True
                     break
                 scanned += raw.size + 1
                 if not raw.terminated:
-                    if not is_blank(raw) and raw.data is not None:
+                    if raw.end < current.size:
+                        more = True  # cut by the poll's bound: the line goes on
+                    elif not is_blank(raw) and raw.data is not None:
                         served = serve_line(raw, mode, inline_limit, self._max_line_size)
                         if served is not None:
                             offset = raw.end
                             found.append((served, offset, current))
+                    if offset == raw.start:
+                        TAIL_SCANS.remember(fd, current.version, raw.start, raw.end)
                     break
                 offset = raw.next_start
                 if is_blank(raw):

@@ -335,18 +335,23 @@ class WindowReader:
     def _index_rows(self, opened: _Opened) -> tuple[IndexRows, IndexRows] | None:
         """Row readers (before, from) of the file's line index; None to scan bytes instead.
 
-        A page token's window builds the index on the file's first touch (one
-        pass; later pages and restarts reuse it). A first page only uses an
-        index that already exists for this file version (extended by what was
-        appended since), so a first page stays O(window) on a file never seen.
-        The store failing at any point means the byte scan, never an error.
+        A page token's window builds the index on the file's first touch as far
+        as its boundary (one pass; later pages and restarts reuse it). A first
+        page only uses an index that already exists for this file version
+        (extended by a short append), so a first page stays O(window) on a file
+        never seen. Neither waits for a background build nor reads an
+        unterminated tail (the byte scan serves meanwhile). The store failing
+        at any point means the byte scan, never an error.
         """
         index = self._line_index
         if index is None or not opened.index_key:
             return None
         try:
             if opened.token is not None:
-                snapshot = index.ensure(opened.index_key, opened.fd)
+                covering = index.covering(opened.index_key, opened.fd, opened.token.boundary)
+                if covering is None:
+                    return None
+                snapshot = covering
             else:
                 found = index.current(opened.index_key, opened.fd)
                 if found is None:
@@ -383,9 +388,12 @@ class WindowReader:
         if index is None:
             return None
 
+        # tail_start asks only after it found no newline in the last max line size.
+        clear_from = max(0, size - self._max_line_size - 1)
+
         def locate() -> int:
             try:
-                start = index.indexed_last_line_start(opened.index_key, opened.fd, size)
+                start = index.indexed_last_line_start(opened.index_key, opened.fd, size, clear_from)
             except INDEX_UNAVAILABLE:
                 start = None
             if start is None:

@@ -12,7 +12,10 @@ file still has a whole line there. The rules, written once here and tested once
 - a line over the max line size is never read whole: only its end is searched
   for, block by block (`line_end`, `has_newline`), and at most `max_line + 1`
   bytes are read back from the end for the start of an unterminated tail
-  (`tail_start`).
+  (`tail_start`);
+- an unterminated tail is searched for a newline once per file version:
+  `TailScans` remembers how far, so the next search (a watch starting, the
+  next poll, the next indexing pass) reads only the bytes appended since.
 
 `LineFile` reads through a `ByteSource`, positional reads of one open
 transcript: `LocalSource` over a file descriptor, or scrollback.objects'
@@ -25,6 +28,8 @@ they keep by it.
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -45,6 +50,12 @@ FIRST_READ_BYTES = 256 * 1024
 
 # The first bytes of a file that name its version (all of them while it is shorter).
 HEAD_BYTES = 4096
+# Tails searched this far are remembered (`TailScans`); shorter ones cost a block to search again.
+REMEMBERED_TAIL_BYTES = BLOCK_BYTES
+# The bytes before a remembered scan's end that must still be there (hashed).
+TAIL_MARK_BYTES = 64
+# File versions whose tails a TailScans remembers (the least recently used go first).
+TAIL_SCANS = 1024
 
 
 class SourceStat(Protocol):
@@ -299,3 +310,85 @@ class LineFile:
             return data
 
         return read
+
+
+@dataclass(frozen=True, slots=True)
+class _Scanned:
+    """[start, scanned) of a file version holds no newline; `mark` hashes the bytes before `scanned`."""
+
+    start: int
+    scanned: int
+    mark: str
+
+
+class TailScans:
+    """How far the unterminated tail of each file version was searched for a newline.
+
+    A tail being written (or one gigabytes long) would otherwise be searched
+    whole by every reader that needs its start or its end: each search here
+    resumes where the last one of that file version stopped. A remembered
+    scan holds while the file is the same version, at least as long, with the
+    same bytes just before the scan's end. Thread-safe; bounded to
+    `capacity` file versions.
+    """
+
+    def __init__(self, capacity: int = TAIL_SCANS) -> None:
+        self._capacity = capacity
+        self._scans: OrderedDict[FileVersion, _Scanned] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def clear_to(self, source: ByteSource, version: FileVersion, start: int, size: int) -> int:
+        """How far from `start` (a line start) the file's first `size` bytes hold no newline,
+        as far as searched before (`start` when unknown)."""
+        known = self._known(source, version, size)
+        return known.scanned if known is not None and known.start == start else start
+
+    def remember(self, source: ByteSource, version: FileVersion, start: int, scanned: int) -> None:
+        """[start, scanned) was searched and holds no newline (`start` a line start)."""
+        if scanned - start < REMEMBERED_TAIL_BYTES:
+            return
+        with self._lock:
+            known = self._scans.get(version)
+        if known is not None and known.start == start and known.scanned >= scanned:
+            return
+        mark = source.read(TAIL_MARK_BYTES, scanned - TAIL_MARK_BYTES)
+        if len(mark) != TAIL_MARK_BYTES:
+            return
+        with self._lock:
+            self._scans[version] = _Scanned(start, scanned, xxhash.xxh3_64_hexdigest(mark))
+            self._scans.move_to_end(version)
+            while len(self._scans) > self._capacity:
+                self._scans.popitem(last=False)
+
+    def tail_start(self, source: ByteSource, version: FileVersion, size: int) -> int:
+        """The start of the unterminated last line of the first `size` bytes (`size` if they
+        end with a newline), reading back only as far as the last search of this version."""
+        if size == 0 or source.read(1, size - 1) == b"\n":
+            return size
+        known = self._known(source, version, size)
+        floor = 0 if known is None else known.scanned
+        position = size
+        start = 0 if known is None else known.start
+        while position > floor:
+            read_from = max(floor, position - BLOCK_BYTES)
+            chunk = source.read(position - read_from, read_from)
+            found = chunk.rfind(b"\n")
+            if found >= 0:
+                start = read_from + found + 1
+                break
+            position = read_from
+        self.remember(source, version, start, size)
+        return start
+
+    def _known(self, source: ByteSource, version: FileVersion, size: int) -> _Scanned | None:
+        with self._lock:
+            known = self._scans.get(version)
+        if known is None or known.scanned > size:
+            return None
+        mark = source.read(TAIL_MARK_BYTES, known.scanned - TAIL_MARK_BYTES)
+        if xxhash.xxh3_64_hexdigest(mark) != known.mark or b"\n" in mark:
+            with self._lock:
+                if self._scans.get(version) == known:
+                    del self._scans[version]
+            return None
+        return known

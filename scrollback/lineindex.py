@@ -11,8 +11,10 @@ finds them.
   (memory: a chunk and its rows). The newline search, the `"uuid"` keys and the
   image markers are found by C-level scans of the whole chunk; only a line with
   several `"uuid"` keys runs the top-level tokenizer (scrollback.contract.top_level).
-  A line longer than a chunk is never held: its newline is searched chunk by
-  chunk, its uuid read from both ends within bounded windows.
+  A line longer than a chunk is never held: its newline is searched piece by
+  piece (libc's memchr, the GIL dropped, so the requests' threads of the
+  process do not wait for a background build), its uuid read from both ends
+  within bounded windows.
 - **Extend**: the file grows append-only while the agent writes; the pass
   resumes where the index stopped (`covered`, or `scanned` within an
   unterminated tail, so a long tail is read once).
@@ -20,6 +22,11 @@ finds them.
   rows of the part built so far, never waiting for a build) and has the rest
   built in the background (`build_later`, on threads at a low OS priority, so
   requests keep the CPU).
+- **Requests never wait**: `current` and `covering` (what windows ask) never
+  wait for a builder's lock; `current` extends inline only an append of at
+  most INLINE_EXTEND_BYTES and leaves more to the background, and `covering`
+  stops at the line it needs, so an unterminated tail is never read on a
+  request's thread.
 - **Fed**: a reader that goes through the file's lines anyway (the history
   service's indexing pass, which also feeds search and insight) hands them to
   a `LineFeed` (`LineIndex.feed`) instead, so the file is read once for all.
@@ -33,12 +40,14 @@ finds them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -72,6 +81,11 @@ ROW_RUNS = 64
 ROW_RUN_MIN = 256
 # Files built at once per process by `build_later`'s threads.
 MAX_BACKGROUND_BUILDS = 4
+# A long line's newline is searched in pieces of this size: each search holds the GIL
+# only briefly, so the requests' threads of the process are not kept waiting for it.
+LONG_LINE_PIECE_BYTES = 1024 * 1024
+# The most a request's thread extends an index by (`current`); more is built in the background.
+INLINE_EXTEND_BYTES = 1024 * 1024
 # Background work runs at this nice value: requests get the CPU first.
 BACKGROUND_NICE = 19
 # Rows a LineFeed writes per transaction, and the bytes of lines it indexes at once.
@@ -101,6 +115,48 @@ def background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
+def _libc_memchr() -> Callable[[int, int, int], int | None] | None:
+    """libc's memchr through ctypes (which drops the GIL during the call); None without one."""
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        memchr = ctypes.CDLL(ctypes.util.find_library("c")).memchr
+        memchr.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+        memchr.restype = ctypes.c_void_p
+        return memchr
+    return None
+
+
+_MEMCHR = _libc_memchr()
+
+
+class _NewlineSearch:
+    """Finds the first newline in a prefix of one buffer without holding the GIL.
+
+    A background build scans gigabytes of a newline-less line; `bytes.find`
+    would hold the GIL for each piece, and the requests' threads of the same
+    process would wait for it. Falls back to `find` where libc is not at hand.
+    """
+
+    def __init__(self, buffer: bytearray) -> None:
+        self._buffer = buffer
+        self._address = 0
+        if _MEMCHR is not None:
+            self._array = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+            self._address = ctypes.addressof(self._array)
+
+    def find(self, count: int) -> int:
+        """The offset of the first newline in buffer[:count], or -1."""
+        if not self._address or _MEMCHR is None:
+            return self._buffer.find(b"\n", 0, count)
+        hit = _MEMCHR(self._address, 10, count)
+        return -1 if hit is None else hit - self._address
+
+    def close(self) -> None:
+        """Release the buffer (it can be resized or freed again)."""
+        if self._address:
+            del self._array
+            self._address = 0
+
+
 def _hash(data: bytes | memoryview) -> str:
     return xxhash.xxh3_64_hexdigest(data)
 
@@ -119,6 +175,17 @@ def _continues(fd: ByteSource, state: IndexedFile) -> bool:
         if _hash(mark) != state.mark_hash or mark[-1:] != b"\n":
             return False
     return True
+
+
+def _enough(state: IndexedFile, size: int, until: int | None) -> bool:
+    """True if the index reaches `size`, or covers the lines before `until`."""
+    return (until is not None and state.covered >= until) or state.scanned >= size
+
+
+def _size(fd: ByteSource, cap: int | None) -> int:
+    """The file's size now, or `cap` if that is less."""
+    size = fd.stat().st_size
+    return size if cap is None else min(size, cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,20 +236,57 @@ class LineIndex:
         return snapshot
 
     def current(self, key: str, fd: ByteSource) -> Snapshot | None:
-        """The index of the open file extended to its size, if one of this version exists.
+        """The index of the open file as it stands, if one of this version exists.
 
-        Never starts a build: None when the file was never indexed or was
-        rewritten since (a caller that must stay O(window) reads the file then).
+        Never starts a build and never waits for one: None when the file was
+        never indexed or was rewritten since (a caller that must stay
+        O(window) reads the file then). An append of at most
+        INLINE_EXTEND_BYTES is indexed here; a larger one (a long tail being
+        written) is left to a background build and the snapshot covers less
+        than the file (callers scan the bytes past it).
         """
-        return self._ensure(key, fd, build=False)
+        state = self.store.state(key)
+        if state is None or not _continues(fd, state):
+            return None
+        size = fd.stat().st_size
+        if state.scanned >= size:
+            return Snapshot(key, state)
+        if size - state.scanned <= INLINE_EXTEND_BYTES:
+            cap = state.scanned + INLINE_EXTEND_BYTES  # the file may grow meanwhile
+            extended = self._ensure(key, fd, build=False, wait=False, cap=cap)
+            if extended is not None:
+                return extended
+        self.build_later(key, fd)
+        return Snapshot(key, state)
 
-    def _ensure(self, key: str, fd: ByteSource, *, build: bool) -> Snapshot | None:
+    def covering(self, key: str, fd: ByteSource, until: int) -> Snapshot | None:
+        """The index of the open file covering its lines before `until` (a line start).
+
+        Built or extended on this thread as far as `until` only, so the lines
+        after it (an unterminated tail) are not read; None while another
+        thread holds the file's build (callers scan the bytes instead).
+        """
+        return self._ensure(key, fd, build=True, until=until, wait=False)
+
+    def _ensure(
+        self,
+        key: str,
+        fd: ByteSource,
+        *,
+        build: bool,
+        until: int | None = None,
+        wait: bool = True,
+        cap: int | None = None,
+    ) -> Snapshot | None:
         # An index already up to date needs no build lock: every window asks,
         # and windows of one file would otherwise queue on it.
         state = self.store.state(key)
-        if state is not None and state.scanned >= fd.stat().st_size and _continues(fd, state):
+        if state is not None and _enough(state, _size(fd, cap), until) and _continues(fd, state):
             return Snapshot(key, state)
-        with self._lock(key):
+        lock = self._lock(key)
+        if not lock.acquire(blocking=wait):
+            return None
+        try:
             resets = 0
             while True:
                 state = self.store.state(key)
@@ -196,9 +300,11 @@ class LineIndex:
                     self.builds += 1
                 # None: another builder moved the state first (it made progress,
                 # which is bounded by the file); carry on from where it is.
-                reached = self._extend(key, fd, state)
+                reached = self._extend(key, fd, state, until, cap)
                 if reached is not None:
                     return Snapshot(key, reached)
+        finally:
+            lock.release()
 
     def close(self) -> None:
         """Close the store."""
@@ -334,31 +440,45 @@ class LineIndex:
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
-    def indexed_last_line_start(self, key: str, fd: ByteSource, size: int) -> int | None:
+    def indexed_last_line_start(
+        self, key: str, fd: ByteSource, size: int, clear_from: int | None = None
+    ) -> int | None:
         """`last_line_start` from an index that already covers `size` bytes; else None.
 
-        Never builds nor extends the index, so it costs a store query or two
-        whatever the file holds (a caller bounded to O(window) asks this).
+        `clear_from`: the caller saw no newline in [clear_from, size), so an
+        index scanned as far as `clear_from` answers too (a tail still being
+        written outgrows the last build). Never builds nor extends the index,
+        so it costs a store query or two whatever the file holds (a caller
+        bounded to O(window) asks this).
         """
         state = self.store.state(key)
-        if state is None or state.scanned < size or not _continues(fd, state):
+        needed = size if clear_from is None else min(size, clear_from)
+        if state is None or state.scanned < needed or not _continues(fd, state):
             return None
         if state.covered <= size:
             return state.covered
         start = self.store.line_start_before(key, state.generation, size - 1)
         return 0 if start is None else start
 
-    def _extend(self, key: str, fd: ByteSource, state: IndexedFile) -> IndexedFile | None:
-        """Index from where `state` stopped to EOF; None if another builder moved it first."""
-        if state.scanned >= fd.stat().st_size:
+    def _extend(
+        self,
+        key: str,
+        fd: ByteSource,
+        state: IndexedFile,
+        until: int | None = None,
+        cap: int | None = None,
+    ) -> IndexedFile | None:
+        """Index from where `state` stopped to EOF (or until it covers `until`, or to `cap`
+        bytes); None if another builder moved it first."""
+        if _enough(state, _size(fd, cap), until):
             # Up to date (every window asks): no chunk buffer is allocated.
             return state
         buffer = bytearray(self._chunk)
         view = memoryview(buffer)
         try:
             while True:
-                size = fd.stat().st_size
-                if state.scanned >= size:
+                size = _size(fd, cap)
+                if _enough(state, size, until):
                     return state
                 count = 0
                 # A tail already known to be longer than a chunk is not read again.
@@ -408,16 +528,21 @@ class LineIndex:
     ) -> tuple[int | None, int]:
         """Find the newline ending a long line from `position`: (its offset or None, scanned)."""
         limit = min(size, position + 64 * self._chunk)  # commit progress now and then
-        while position < limit:
-            count = LineFile(fd).read_into(view[: min(self._chunk, limit - position)], position)
-            if count <= 0:
-                break
-            self.bytes_read += count
-            found = buffer.find(b"\n", 0, count)
-            if found >= 0:
-                return position + found, position + found + 1
-            position += count
-        return None, position
+        search = _NewlineSearch(buffer)
+        try:
+            while position < limit:
+                piece = min(self._chunk, LONG_LINE_PIECE_BYTES, limit - position)
+                count = LineFile(fd).read_into(view[:piece], position)
+                if count <= 0:
+                    break
+                self.bytes_read += count
+                found = search.find(count)
+                if found >= 0:
+                    return position + found, position + found + 1
+                position += count
+            return None, position
+        finally:
+            search.close()
 
 
 class LineFeed:

@@ -2,7 +2,9 @@
 
 Transcripts only grow, so each file's progress is a byte offset: a pass
 indexes the complete lines past it (an unterminated last line waits for its
-newline) and moves it on. The file's identity (device, inode, first bytes,
+newline) and moves it on. How far such a tail was searched for its newline
+is remembered (TAIL_SCANS, and the size a pass reached), so an idle file is
+not read again and a growing one only for its new bytes. The file's identity (device, inode, first bytes,
 as page tokens take it) is kept with the progress; a file that no longer
 continues it was rewritten and is indexed again from the start, and a file
 gone from the root is dropped. Lines are streamed (one block plus the line
@@ -22,7 +24,14 @@ from dataclasses import dataclass
 
 from history_service.errors import FileRewrittenError
 from history_service.insight import InsightFeed, InsightIndex
-from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
+from history_service.lines import (
+    TAIL_SCANS,
+    MediaMode,
+    RawLine,
+    is_blank,
+    iter_lines_forward,
+    serve_line,
+)
 from history_service.search.store import EntryRow, FileState, SearchIndex, timestamp_ms
 from history_service.search.text import entry_text
 from history_service.tokens import FileIdentity
@@ -107,6 +116,9 @@ class SearchIndexer:
         # Set by `stop`: a pass in its thread ends at the next file or batch.
         self._stopping = threading.Event()
         self._pass: asyncio.Future[None] | None = None
+        # Per file key, (device, inode, size) when a pass searched all of its bytes
+        # and stopped at an unterminated tail: the same file at that size is unchanged.
+        self._searched: dict[str, tuple[int, int, int]] = {}
 
     def catch_up(self) -> None:
         """One pass over every transcript (blocking)."""
@@ -123,6 +135,8 @@ class SearchIndexer:
                 continue  # gone, rewritten or reset meanwhile: the next pass sees it anew
         for gone in known.keys() - seen:
             self._index.drop_file(gone)
+        for gone in self._searched.keys() - seen:
+            del self._searched[gone]
         self.stats.passes += 1
 
     def path_key(self, transcript: TranscriptFile) -> str:
@@ -141,11 +155,8 @@ class SearchIndexer:
             except OSError:
                 return
             stored = identity_at(state.identity, state.indexed_to)
-            if (stat.st_dev, stat.st_ino, stat.st_size) == (
-                stored.dev,
-                stored.ino,
-                state.indexed_to,
-            ):
+            now = (stat.st_dev, stat.st_ino, stat.st_size)
+            if now in ((stored.dev, stored.ino, state.indexed_to), self._searched.get(key)):
                 return  # unchanged since the last pass
         fd, current = self._open(transcript)
         try:
@@ -162,7 +173,11 @@ class SearchIndexer:
                     key, transcript.project_dir, transcript.unique_id, identity_text(current)
                 )
             if start < current.size:
-                self._one_pass(transcript, fd, key, _SearchFeed(self, file_id, start), current.size)
+                search = _SearchFeed(self, file_id, start)
+                if self._one_pass(transcript, fd, key, search, current):
+                    self._searched[key] = (current.dev, current.ino, current.size)
+                else:
+                    self._searched.pop(key, None)
                 self.stats.files_indexed += 1
         finally:
             fd.close()
@@ -185,10 +200,17 @@ class SearchIndexer:
             raise
 
     def _one_pass(
-        self, transcript: TranscriptFile, fd: ByteSource, key: str, search: _SearchFeed, size: int
-    ) -> None:
+        self,
+        transcript: TranscriptFile,
+        fd: ByteSource,
+        key: str,
+        search: _SearchFeed,
+        current: FileIdentity,
+    ) -> bool:
         """Read the file's new lines once, feeding search and, when given, the line index
-        and insight (each from where it stopped); each line is stripped once for all."""
+        and insight (each from where it stopped); each line is stripped once for all.
+
+        True if every byte was read and the file ends with an unterminated tail."""
         lines = None if self._line_index is None else self._line_index.feed(key, fd)
         insight = None
         if self._insight is not None:
@@ -196,7 +218,7 @@ class SearchIndexer:
                 fd, (transcript.project_dir, transcript.unique_id), transcript.source == CODEX
             )
         try:
-            self._feed(fd, size, search, lines, insight)
+            return self._feed(fd, current, search, lines, insight)
         finally:
             if insight is not None:
                 insight.release()
@@ -204,22 +226,31 @@ class SearchIndexer:
     def _feed(
         self,
         fd: ByteSource,
-        size: int,
+        current: FileIdentity,
         search: _SearchFeed,
         lines: LineFeed | None,
         insight: InsightFeed | None,
-    ) -> None:
+    ) -> bool:
         starts = [search.start]
         if lines is not None:
             starts.append(lines.start)
         if insight is not None:
             starts.append(insight.start)
-        begin = min(starts)
-        for raw in iter_lines_forward(fd, begin, size, self._max_line_size):
+        begin, size, version = min(starts), current.size, current.version
+        searched_tail = False
+        clear = TAIL_SCANS.clear_to(fd, version, begin, size)
+        for raw in iter_lines_forward(fd, begin, size, self._max_line_size, clear):
             wants_search = search.active and raw.start >= search.start
             wants_insight = insight is not None and insight.active and raw.start >= insight.start
             if lines is not None:
                 lines.line(raw.start, raw.end, raw.data, raw.terminated)
+            if not raw.terminated:
+                TAIL_SCANS.remember(fd, version, raw.start, raw.end)
+                searched_tail = raw.end == size
+                if raw.data is None:
+                    # Too long to hold and still being written: nothing counts it
+                    # before its newline, so it is not stripped (read) at all.
+                    break
             if not (wants_search or wants_insight):
                 continue
             stripped = None
@@ -232,12 +263,13 @@ class SearchIndexer:
                     entry = parse_json_object(stripped.json)
                 insight.line(raw, stripped, entry)
             if wants_search and not search.line(raw, stripped) and self._stopping.is_set():
-                return  # not written: the next server's pass starts from there
+                return False  # not written: the next server's pass starts from there
         search.finish()
         if lines is not None:
             lines.finish()
         if insight is not None:
             insight.finish()
+        return searched_tail
 
     async def run(self, interval: float) -> None:
         """Catch up now, then every `interval` seconds, until cancelled or stopped.

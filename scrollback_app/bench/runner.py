@@ -26,6 +26,9 @@ baseline in the same run, interleaved, median of repeats:
 - session lookup on a root of 5,000 transcripts (`scrollback_app.bench.lookup`):
   NOT_FOUND for a nonexistent vs a hidden id, and another caller's latency
   during a flood of unknown ids;
+- a latest window while the line index of an 8 GiB newline-less tail is built
+  vs with no build running (`scrollback_app.bench.long_tail`; target <= 1.5x;
+  quick: 1 GiB).
 - RSS of fresh media and history servers under clients that never grant
   flow-control window, and after they leave (`scrollback_app.bench.stalls`).
 - peak RSS of a fresh media server during two concurrent 96 px thumbnails of
@@ -117,6 +120,7 @@ class BenchConfig:
     lookup_samples: int = 101
     lookup_flood_clients: int = 4
     index_bytes: int = 1000 * MB
+    long_tail_bytes: int = 8 * 1024 * MIB
     stalls: stalls.StallSizes = field(default_factory=stalls.StallSizes)
     search_bytes: int = 1000 * MB
     search_build_bytes: int = 200 * MB
@@ -154,6 +158,7 @@ class BenchConfig:
             throughput_rounds=2,
             lookup_samples=21,
             index_bytes=24 * MB,
+            long_tail_bytes=1024 * MIB,
             stalls=stalls.StallSizes(
                 photo_bytes=2 * MB,
                 media_streams=20,
@@ -805,6 +810,18 @@ class _Run:
         for figure in await line_index.measure(
             self.work,
             big_bytes=self.config.index_bytes,
+            small_bytes=self.config.small_bytes,
+            image_bytes=self.config.image_bytes,
+            repeats=self.config.repeats,
+            batch=self.config.media_batch,
+            log=self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import long_tail
+
+        for figure in await long_tail.measure(
+            self.work,
+            tail_bytes=self.config.long_tail_bytes,
             small_bytes=self.config.small_bytes,
             image_bytes=self.config.image_bytes,
             repeats=self.config.repeats,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -107,6 +110,14 @@ async def read_all(
         token = page.end.next_page_token
         if not token:
             return pages
+
+
+async def line_index_builds_ended() -> None:
+    """Wait until no background line index build (scrollback.lineindex) runs in this process."""
+    deadline = time.monotonic() + 60
+    while any(thread.name == "line-index-build" for thread in threading.enumerate()):
+        assert time.monotonic() < deadline, "a background line index build never ended"
+        await asyncio.sleep(0.01)
 
 
 def bytes_read() -> int:

@@ -130,3 +130,46 @@ def test_line_from_cases() -> None:
         assert file.line_from(len(data), 1024) is None  # the end of the file
         assert file.line_from(len(data) + 100, 1024) is None
         assert file.line_from(-1, 1024) is None
+
+
+class CountingSource(LocalSource):
+    """A LocalSource that counts the bytes read through it."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(fd)
+        self.read_bytes = 0
+
+    def read(self, length: int, offset: int) -> bytes:
+        data = super().read(length, offset)
+        self.read_bytes += len(data)
+        return data
+
+
+def test_tail_scans_search_a_tail_once_per_version_and_then_only_new_bytes() -> None:
+    tail = 3 * linefile.REMEMBERED_TAIL_BYTES
+    with tempfile.NamedTemporaryFile() as file:
+        file.write(b'{"a":1}\n' + b"y" * tail)
+        file.flush()
+        source = CountingSource(os.open(file.name, os.O_RDONLY))
+        try:
+            scans = linefile.TailScans()
+            size = 8 + tail
+            version = linefile.FileVersion.of(source)
+            assert scans.tail_start(source, version, size) == 8
+            source.read_bytes = 0
+            assert scans.tail_start(source, version, size) == 8
+            assert source.read_bytes < 2 * linefile.TAIL_MARK_BYTES  # the last byte and the mark
+            assert scans.clear_to(source, version, 8, size) == size
+            assert scans.clear_to(source, version, 0, size) == 0  # another start: unknown
+            file.write(b"z" * 1000 + b"\n" + b"w" * 10)  # grows: a newline, a new short tail
+            file.flush()
+            source.read_bytes = 0
+            grown = size + 1011
+            assert scans.tail_start(source, version, grown) == size + 1001
+            assert source.read_bytes < 2000  # only what was appended
+            # Rewritten in place under the same version: the mark no longer holds.
+            os.pwrite(file.fileno(), b"\n" * 64, size - 64)
+            assert scans.clear_to(source, version, 8, grown) == 8
+            assert scans.tail_start(source, version, size) == size
+        finally:
+            source.close()

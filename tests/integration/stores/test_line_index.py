@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from scrollback.linefile import LocalSource
-from scrollback.lineindex import LineIndex, Snapshot
+from scrollback.lineindex import INLINE_EXTEND_BYTES, LineIndex, Snapshot
 from scrollback.state.line_index import IndexedLine, LineIndexStore
 from scrollback.state.line_index_sqlite import SqliteLineIndexStore
 
@@ -330,3 +331,36 @@ def test_an_up_to_date_index_allocates_no_chunk(make_store: StoreFactory, tmp_pa
         finally:
             tracemalloc.stop()
     assert peak < 1024 * 1024, peak
+
+
+def test_current_and_covering_never_wait_for_a_build_nor_read_a_long_tail(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    """What windows ask answers at once while a build runs, and leaves a long growth to it."""
+    path = tmp_path / "t.jsonl"
+    write(path, LINES, tail=b'{"uuid":"a-tail","x":"')
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size + 8 * INLINE_EXTEND_BYTES)  # zeros, no newline
+    index = LineIndex(make_store(), chunk_bytes=1 << 20)
+    ensure(index, path)
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size + 8 * INLINE_EXTEND_BYTES)  # the tail goes on
+    building = index._lock(KEY)
+    with open(path, "rb") as handle:
+        source = LocalSource(handle.fileno())
+        before = index.store.state(KEY)
+        assert before is not None and before.scanned < path.stat().st_size
+        read = index.bytes_read
+        with building:  # held as a running build holds it
+            snapshot = index.current(KEY, source)
+            assert snapshot is not None and snapshot.state == before
+            covering = index.covering(KEY, source, before.covered)
+            assert covering is not None and covering.state == before
+            assert index.bytes_read == read, "the long growth was read on the caller's thread"
+            # A boundary past what the index covers: the byte scan, not a wait.
+            assert index.covering(KEY, source, path.stat().st_size) is None
+        # `current` left the growth to a background build.
+        deadline = time.monotonic() + 60
+        while (state := index.store.state(KEY)) is None or state.scanned < path.stat().st_size:
+            assert time.monotonic() < deadline, "the background build never ran"
+            time.sleep(0.01)
