@@ -140,13 +140,16 @@ class HistoryCore:
         self.decodes = DecodeBudget(
             config.decode_threads, config.decode_memory_bytes, name="history-decode"
         )
+        # Window entries kept encoded (None when its budget is 0): it wraps each window's server.
+        cache = EntryCache(config.entry_cache_bytes)
+        self.entry_cache = cache if cache.enabled else None
         self.reader = WindowReader(
             root,
             codec,
             max_line_size=config.max_line_size,
             max_window_bytes=config.max_window_bytes,
             line_index=line_index,
-            entry_cache=EntryCache(config.entry_cache_bytes),
+            wrap=None if self.entry_cache is None else self.entry_cache.wrap,
         )
         self.lister = SessionLister(root, codec)
         self.insight_store = insight_store

@@ -23,6 +23,11 @@ that keeps the file's first bytes and the line's edges is not seen (the line
 index's own checks and the file identity catch every other rewrite,
 truncation or replacement).
 
+The cache wraps a window's own line server from outside (`EntryCache.wrap`,
+which history_service.core hands the window reader): `CachedServer` answers
+from the cache, else asks the window's server and keeps what it serves,
+encoded by history_service.window_wire.
+
 Bounded by `SCROLLBACK_HISTORY_ENTRY_CACHE_BYTES` (`HistoryConfig.entry_cache_bytes`,
 default 16 MiB; 0 turns it off): the encoded bytes plus a fixed overhead per
 entry. Entries held back from a window (larger than its hold-back size) are
@@ -33,18 +38,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import xxhash
 
 from history_service.config import DEFAULT_ENTRY_CACHE_BYTES
-from history_service.lines import ROW_EDGE, ServedLine, json_parts
-from scrollback.contract.refs import entry_name, is_session_id
-from scrollback.history.v1 import history_pb2 as pb
+from history_service.lines import ROW_EDGE, RawLine, RowReads, ServedLine
+from history_service.window_wire import EncodedEntry, encode
+from history_service.windows import LineServer, Serving, WindowEntry
 from scrollback.linefile import FileVersion
-from scrollback.ref.v1 import ref_pb2
-from scrollback.server.serialized import length_delimited
 from scrollback.transcripts import Stamp
 
 # Bytes of each end of a line that its mark covers (what the index's row checks read).
@@ -58,89 +60,6 @@ Scope = tuple[FileVersion, str, int, int]
 Mark = Callable[[], int | None]
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedEntry:
-    """A window entry as a serialized `Entry` message (no sub-agent links).
-
-    Kept as it goes into an `EntryBatch` (field 1: its tag and length, then
-    the Entry's bytes), so a batch is these items joined, nothing rebuilt.
-    """
-
-    offset: int
-    line_size: int
-    json_size: int
-    item: bytes
-    # Where the Entry's own bytes start in `item` (after the tag and length).
-    head: int
-
-    @property
-    def data(self) -> bytes:
-        """The serialized Entry alone (a copy)."""
-        return self.item[self.head :]
-
-
-_BATCH_ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
-
-
-def links_in(json: bytes, links: Mapping[str, str]) -> list[pb.SubagentLink]:
-    """The known sub-agent links whose tool_use id this entry names (as a JSON string)."""
-    return [
-        pb.SubagentLink(tool_use_id=tool_use_id, session_id=agent)
-        for tool_use_id, agent in sorted(links.items())
-        if b'"' + tool_use_id.encode() + b'"' in json
-    ]
-
-
-def entry_messages(
-    session_id: str, served: ServedLine, links: Mapping[str, str] | None = None
-) -> Iterator[pb.Entry | pb.EntryJsonChunk]:
-    """An Entry, then EntryJsonChunks when its json does not fit in one message."""
-    line = served.stripped
-    refs = []
-    if line.images and is_session_id(session_id):
-        # A line without a usable uuid (every rollout line) is named by its offset.
-        name = entry_name(line.uuid, served.offset)
-        refs = [
-            ref_pb2.MediaRef(
-                session_id=session_id,
-                entry_uuid=name,
-                index=image.index,
-                pin=image.pin,
-                declared_media_type=image.declared_media_type,
-                approx_size_bytes=image.approx_size_bytes,
-                uri=f"{session_id}/{name}/{image.index}",
-                line_offset_hint=served.offset,
-            )
-            for image in line.images
-        ]
-    parts = json_parts(line.json)
-    yield pb.Entry(
-        uuid=line.uuid,
-        type=line.type,
-        timestamp=line.timestamp,
-        byte_offset=served.offset,
-        json=parts[0],
-        media_refs=refs,
-        failed_image_indexes=list(line.failed_image_indexes),
-        json_size_bytes=len(line.json),
-        line_size_bytes=served.line_size,
-        oversize=line.oversize,
-        payloads_deferred=served.payloads_deferred,
-        subagent_links=links_in(line.json, links) if links else [],
-    )
-    for part in parts[1:]:
-        yield pb.EntryJsonChunk(byte_offset=served.offset, json_part=part)
-
-
-def encode(session_id: str, served: ServedLine) -> EncodedEntry:
-    """The entry's one `Entry` message, serialized (its json must fit one message)."""
-    data = next(entry_messages(session_id, served)).SerializeToString()
-    item = length_delimited(_BATCH_ENTRIES, data)
-    return EncodedEntry(
-        served.offset, served.line_size, len(served.stripped.json), item, len(item) - len(data)
-    )
-
-
 def mark_of(offset: int, data: bytes) -> int:
     """The mark of a terminated line whose bytes (newline excluded) are `data`."""
     before = b"\n" if offset > 0 else b""
@@ -150,6 +69,58 @@ def mark_of(offset: int, data: bytes) -> int:
 
 
 # The same mark read from the file: history_service.lines.RowReads.mark.
+
+
+class CachedServer:
+    """A window's LineServer wrapped by the cache: a line's cached entry if it is still
+    current, else the wrapped server's entry, kept (encoded) when it is a small whole line.
+
+    `EntryCache.wrap` makes one per window (history_service.windows `ServerWrap`).
+    """
+
+    def __init__(self, cache: EntryCache, inner: LineServer, serving: Serving) -> None:
+        self._cache = cache
+        self._inner = inner
+        self._session_id = serving.session_id
+        self._scope: Scope = (
+            serving.version,
+            serving.session_id,
+            int(serving.mode),
+            serving.inline_limit,
+        )
+        self._stamp = serving.stamp
+
+    @property
+    def probe(self) -> Callable[[int, int, RowReads], EncodedEntry | None]:
+        """Answers for an indexed line from the cache, its mark read from the batch's reads."""
+        return self._probe
+
+    def _probe(self, offset: int, length: int, reads: RowReads) -> EncodedEntry | None:
+        return self._cache.lookup(
+            self._scope, offset, length, self._stamp, lambda: reads.mark(offset, length)
+        )
+
+    def serve(self, raw: RawLine) -> WindowEntry | None:
+        """The line's entry: cached, or served by the wrapped server (and cached if small and whole).
+
+        A line not read whole (longer than the max line size) or unterminated
+        is never looked up nor kept; an entry the wrapped server held back or
+        served as an oversize stub is not kept either.
+        """
+        whole = raw.terminated and raw.data is not None
+        mark = 0
+        if whole:
+            assert raw.data is not None
+            mark = mark_of(raw.start, raw.data)
+            found = self._cache.lookup(self._scope, raw.start, raw.size, self._stamp, lambda: mark)
+            if found is not None:
+                return found
+        entry = self._inner.serve(raw)
+        if whole and isinstance(entry, ServedLine) and not entry.stripped.oversize:
+            encoded = encode(self._session_id, entry)
+            self._cache.put(self._scope, mark, encoded, self._stamp)
+            return encoded
+        return entry
 
 
 class EntryCache:
@@ -232,6 +203,10 @@ class EntryCache:
             while self._bytes > self.max_bytes:
                 _, (_, dropped, _) = self._entries.popitem(last=False)
                 self._bytes -= len(dropped.item) + ENTRY_OVERHEAD
+
+    def wrap(self, inner: LineServer, serving: Serving) -> LineServer:
+        """`inner` (a window's LineServer) served through this cache."""
+        return CachedServer(self, inner, serving)
 
     @property
     def bytes_held(self) -> int:

@@ -14,9 +14,6 @@ from typing import Any
 import grpc
 
 from history_service.core import HistoryCore
-from history_service.entry_cache import (
-    entry_messages,
-)
 from history_service.errors import ERROR_TABLE
 from history_service.lines import MediaMode
 from history_service.messages import (
@@ -28,7 +25,7 @@ from history_service.messages import (
 )
 from history_service.slim import SlimFileStart, SlimStart, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
-from history_service.window_wire import window_responses
+from history_service.window_wire import entry_messages, window_responses
 from scrollback.contract.refs import validate_session_id
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc

@@ -9,12 +9,15 @@ does not match (or the end of the rows) hands over to the byte scan, which
 reads backwards from the window's end in blocks (latest-first) or forwards
 from its start (oldest-first). Either way a window costs O(window), whatever
 the file's size (a page token's first use on a file never indexed builds its
-index once). Entries are kept only as stripped lines,
-and a window ends early once it scanned its byte budget (its token continues).
+index once). A window ends early once it scanned its byte budget (its token
+continues).
 
-Identical concurrent reads of the same window of the same file version share
-one scan (single-flight); failures are never cached. The blocking work (open,
-check, scan) runs in one worker thread, off the event loop: one hop per window.
+A window holds plain values: the records it serves (`Record`: a `ServedLine`,
+or whatever a `LineServer` wrapped around the window's own gives for a line,
+such as history_service.entry_cache's encoded entries) and the places of
+records too large to hold (`HeldBack`). How they go on the wire is
+history_service.window_wire's business. The blocking work (open, check, scan)
+runs in one worker thread, off the event loop: one hop per window.
 """
 
 from __future__ import annotations
@@ -23,21 +26,14 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from history_service.entry_cache import (
-    EncodedEntry,
-    EntryCache,
-    Scope,
-    encode,
-    mark_of,
-)
 from history_service.errors import FileRewrittenError, InvalidArgumentError, LongTailPendingError
 from history_service.lines import (
     FileShrankError,
-    IndexRows,
     MediaMode,
+    Probe,
     RawLine,
-    RowReads,
     ServedLine,
     is_blank,
     iter_indexed,
@@ -45,7 +41,6 @@ from history_service.lines import (
     iter_lines_forward,
     serve_line,
 )
-from history_service.singleflight import ThreadSingleFlight
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     DIRECTION_OLDEST_FIRST,
@@ -54,8 +49,8 @@ from history_service.tokens import (
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
-from scrollback.linefile import ByteSource, LineFile
-from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
+from scrollback.linefile import ByteSource, FileVersion, LineFile
+from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex, Snapshot
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
 
@@ -77,12 +72,84 @@ class WindowParams:
     inline_limit: int
 
 
+class Record(Protocol):
+    """A record a window serves, as it holds it: where its line is, and what it became.
+
+    A `ServedLine`, or what a `LineServer` wrapped around the window's own
+    gives instead (history_service.window_wire's `EncodedEntry`, from the
+    entry cache); history_service.window_wire tells them apart.
+    """
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def line_size(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class HeldBack:
     """An entry too large to keep in a window: served again from its file when sent."""
 
     offset: int
     line_size: int
+
+
+# One entry of a window: a record served, or the place of one held back.
+WindowEntry = Record | HeldBack
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What one window serves: a file version's lines as one request strips them."""
+
+    version: FileVersion
+    session_id: str
+    mode: MediaMode
+    inline_limit: int
+    # The file's stamp when opened, if it had settled (scrollback.transcripts.stamp_of).
+    stamp: Stamp | None
+
+
+class LineServer(Protocol):
+    """How a window's scan turns its lines into entries.
+
+    `serve(raw)`: the line's entry, None when it is not a JSON object (skipped).
+    `probe`: answers for an indexed line before its bytes are read (None: never).
+    """
+
+    @property
+    def probe(self) -> Probe[Record] | None: ...
+
+    def serve(self, raw: RawLine) -> WindowEntry | None: ...
+
+
+# Wraps a window's own LineServer (history_service.entry_cache.EntryCache.wrap).
+ServerWrap = Callable[[LineServer, Serving], LineServer]
+
+
+class PlainServer:
+    """A window's own LineServer: each line stripped (`serve_line`), large ones held back."""
+
+    probe: Probe[Record] | None = None
+
+    def __init__(self, mode: MediaMode, inline_limit: int, max_line_size: int) -> None:
+        self.mode = mode
+        self.inline_limit = inline_limit
+        self.max_line_size = max_line_size
+
+    def line(self, raw: RawLine) -> ServedLine | None:
+        """The line as served, whatever its size; None if it is not a JSON object."""
+        return serve_line(raw, self.mode, self.inline_limit, self.max_line_size)
+
+    def serve(self, raw: RawLine) -> ServedLine | HeldBack | None:
+        """The line's entry: itself if small; else only its place (a served oversize stub stays)."""
+        served = serve_line(raw, self.mode, self.inline_limit, self.max_line_size)
+        if served is None:
+            return None
+        if len(served.stripped.json) <= _HOLD_BACK_BYTES or served.stripped.oversize:
+            return served
+        return HeldBack(served.offset, served.line_size)
 
 
 class _SharedFile:
@@ -96,6 +163,14 @@ class _SharedFile:
 
 
 @dataclass(frozen=True, slots=True)
+class _Reread:
+    """What serving a held-back entry again needs: the window's file and its server."""
+
+    file: _SharedFile
+    server: PlainServer
+
+
+@dataclass(frozen=True, slots=True)
 class Window:
     """One page: entries in file order, and how to go on.
 
@@ -104,7 +179,7 @@ class Window:
     same file version when it is sent.
     """
 
-    entries: tuple[ServedLine | HeldBack | EncodedEntry, ...]
+    entries: tuple[WindowEntry, ...]
     skipped_lines: int
     file_size: int
     next_page_token: str
@@ -112,24 +187,21 @@ class Window:
     # The end of the newest complete line this window could serve: where a
     # watch continues after a latest-first first page.
     newest_end: int
-    serve: Callable[[RawLine], ServedLine | None] | None = None
-    file: _SharedFile | None = None
-    max_line_size: int = 0
+    reread: _Reread | None = None
 
-    def materialize(self, entry: ServedLine | HeldBack) -> ServedLine:
-        """The entry as served (blocking: a held-back one is read and stripped again)."""
-        if isinstance(entry, ServedLine):
-            return entry
-        assert self.file is not None and self.serve is not None
+    def materialize(self, entry: HeldBack) -> ServedLine:
+        """A held-back entry as served (blocking: read and stripped again)."""
+        assert self.reread is not None
+        fd, server = self.reread.file.fd, self.reread.server
         end = entry.offset + entry.line_size
-        if entry.line_size > self.max_line_size:
-            raw = RawLine(entry.offset, end, None, True, self.file.fd)  # stripped streaming
+        if entry.line_size > server.max_line_size:
+            raw = RawLine(entry.offset, end, None, True, fd)  # stripped streaming
         else:
-            data = LineFile(self.file.fd).read(entry.line_size, entry.offset)
+            data = LineFile(fd).read(entry.line_size, entry.offset)
             if len(data) != entry.line_size:
                 raise FileShrankError()
             raw = RawLine(entry.offset, end, data, True)
-        served = self.serve(raw)
+        served = server.line(raw)
         if served is None:
             raise FileRewrittenError()
         return served
@@ -201,15 +273,16 @@ class WindowReader:
         max_line_size: int,
         max_window_bytes: int,
         line_index: LineIndex | None = None,
-        entry_cache: EntryCache | None = None,
+        wrap: ServerWrap | None = None,
     ) -> None:
         self._root = root
-        self._line_index = line_index
-        self.entry_cache = entry_cache if entry_cache is not None and entry_cache.enabled else None
-        self._codec = codec
-        self._max_line_size = max_line_size
-        self._max_window_bytes = max_window_bytes
-        self.flights: ThreadSingleFlight[Window] = ThreadSingleFlight()
+        self.line_index = line_index
+        self.codec = codec
+        self.max_line_size = max_line_size
+        self.max_window_bytes = max_window_bytes
+        self._wrap = wrap
+        # Windows scanned (for tests and benchmarks).
+        self.scans = 0
 
     def read_with_transcript(
         self, principal: Principal | None, params: WindowParams
@@ -221,30 +294,30 @@ class WindowReader:
         """
         opened = self._open(principal, params)
         assert opened.transcript is not None
-        token = opened.token
-        direction = token.direction if token else params.direction
-        boundary = token.boundary if token else -1
-        key = (
-            opened.identity.version,
-            opened.identity.size,
-            direction,
-            boundary,
-            params.page_size,
-            params.mode,
-            params.inline_limit,
-            params.session_id,
-        )
         try:
-            window, _shared = self.flights.do(
-                key, lambda: self._scan(opened, params, direction, boundary)
-            )
+            self.scans += 1
+            window = _Scan(self, opened, params, self._server(opened, params)).window()
         finally:
             opened.fd.close()
         return window, opened.transcript
 
+    def _server(self, opened: _Opened, params: WindowParams) -> LineServer:
+        """The window's LineServer: its own, wrapped (the entry cache) if the reader has a wrap."""
+        own = PlainServer(params.mode, params.inline_limit, self.max_line_size)
+        if self._wrap is None:
+            return own
+        serving = Serving(
+            opened.identity.version,
+            params.session_id,
+            params.mode,
+            params.inline_limit,
+            opened.stamp,
+        )
+        return self._wrap(own, serving)
+
     def _open(self, principal: Principal | None, params: WindowParams) -> _Opened:
         token = (
-            self._codec.parse_page_token(params.session_id, params.page_token)
+            self.codec.parse_page_token(params.session_id, params.page_token)
             if params.page_token
             else None
         )
@@ -270,70 +343,53 @@ class WindowReader:
             stamp,
         )
 
-    def _scan(self, opened: _Opened, params: WindowParams, direction: int, boundary: int) -> Window:
-        serve = _server(params, self._max_line_size)
-        rows = self._index_rows(opened)
-        take = self._taker(opened, params, serve)
-        if direction == DIRECTION_OLDEST_FIRST:
-            window = self._scan_forward(opened, params, max(boundary, 0), serve, rows, take)
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """What `_Scan.take` read: lines skipped, where the last line taken starts and where the
+    next one does (None when none was), and whether the lines ran out."""
+
+    skipped: int
+    first: int | None
+    after: int | None
+    exhausted: bool
+
+
+class _Scan:
+    """One window's scan of an opened file: where its lines are found, how they are taken,
+    and the window they make.
+
+    The lines come from the file's line index when it has one for this file
+    version (`_rows_before` / `_rows_from`), else from the byte scan; each is
+    turned into an entry by the window's `LineServer`.
+    """
+
+    def __init__(
+        self, reader: WindowReader, opened: _Opened, params: WindowParams, server: LineServer
+    ) -> None:
+        self.reader = reader
+        self.opened = opened
+        self.params = params
+        self.server = server
+        token = opened.token
+        self.direction = token.direction if token else params.direction
+        self.boundary = token.boundary if token else -1
+        self.snapshot: Snapshot | None = None
+
+    def window(self) -> Window:
+        """Scan the window (in its direction) and give it, holding its file if an entry was held back."""
+        self.snapshot = self._index_snapshot()
+        if self.direction == DIRECTION_OLDEST_FIRST:
+            window = self.forward(max(self.boundary, 0))
         else:
-            window = self._scan_backward(opened, params, boundary, serve, rows, take)
+            window = self.backward(self.boundary)
         if not any(isinstance(entry, HeldBack) for entry in window.entries):
             return window
-        return dataclasses.replace(
-            window, serve=serve, file=_SharedFile(opened.fd), max_line_size=self._max_line_size
-        )
+        own = PlainServer(self.params.mode, self.params.inline_limit, self.reader.max_line_size)
+        return dataclasses.replace(window, reread=_Reread(_SharedFile(self.opened.fd), own))
 
-    def _taker(
-        self,
-        opened: _Opened,
-        params: WindowParams,
-        serve: Callable[[RawLine], ServedLine | None],
-    ) -> _Take:
-        """How the window takes its lines: cached entries first, else served (and cached)."""
-        cache = self.entry_cache
-        if cache is None:
-            return _Take(_uncached(serve), None)
-        identity, session_id = opened.identity, params.session_id
-        scope: Scope = (
-            identity.version,
-            session_id,
-            int(params.mode),
-            params.inline_limit,
-        )
-
-        stamp = opened.stamp
-
-        def probe(offset: int, length: int, reads: RowReads) -> EncodedEntry | None:
-            """A cached entry of an indexed line, if it is still current (entry_cache)."""
-            return cache.lookup(scope, offset, length, stamp, lambda: reads.mark(offset, length))
-
-        def take(raw: RawLine) -> ServedLine | HeldBack | EncodedEntry | None:
-            whole = raw.terminated and raw.data is not None
-            mark = 0
-            if whole:
-                assert raw.data is not None
-                mark = mark_of(raw.start, raw.data)
-                found = cache.lookup(scope, raw.start, raw.size, stamp, lambda: mark)
-                if found is not None:
-                    return found
-            served = serve(raw)
-            if served is None:
-                return None
-            if (
-                whole
-                and not served.stripped.oversize
-                and len(served.stripped.json) <= _HOLD_BACK_BYTES
-            ):
-                encoded = encode(session_id, served)
-                cache.put(scope, mark, encoded, stamp)
-                return encoded
-            return _light(served)
-
-        return _Take(take, probe)
-
-    def _index_rows(self, opened: _Opened) -> tuple[IndexRows, IndexRows] | None:
-        """Row readers (before, from) of the file's line index; None to scan bytes instead.
+    def _index_snapshot(self) -> Snapshot | None:
+        """The file's line index to find lines with; None to scan bytes instead.
 
         A page token's window builds the index on the file's first touch as far
         as its boundary (one pass; later pages and restarts reuse it). A first
@@ -343,40 +399,37 @@ class WindowReader:
         unterminated tail (the byte scan serves meanwhile). The store failing
         at any point means the byte scan, never an error.
         """
-        index = self._line_index
+        index, opened = self.reader.line_index, self.opened
         if index is None or not opened.index_key:
             return None
         try:
             if opened.token is not None:
-                covering = index.covering(opened.index_key, opened.fd, opened.token.boundary)
-                if covering is None:
-                    return None
-                snapshot = covering
-            else:
-                found = index.current(opened.index_key, opened.fd)
-                if found is None:
-                    # The window goes on with the byte scan (a first page stays O(window)).
-                    index.build_later(opened.index_key, opened.fd)
-                    return None
-                snapshot = found
+                return index.covering(opened.index_key, opened.fd, opened.token.boundary)
+            found = index.current(opened.index_key, opened.fd)
+            if found is None:
+                # The window goes on with the byte scan (a first page stays O(window)).
+                index.build_later(opened.index_key, opened.fd)
+            return found
         except INDEX_UNAVAILABLE:
             return None
 
-        def before(offset: int, limit: int) -> list[tuple[int, int]]:
-            try:
-                return index.lines_before(snapshot, offset, limit)
-            except INDEX_UNAVAILABLE:
-                return []
+    def _rows_before(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """Indexed rows before `offset`, newest first (none if the store fails: the byte scan)."""
+        assert self.reader.line_index is not None and self.snapshot is not None
+        try:
+            return self.reader.line_index.lines_before(self.snapshot, offset, limit)
+        except INDEX_UNAVAILABLE:
+            return []
 
-        def from_(offset: int, limit: int) -> list[tuple[int, int]]:
-            try:
-                return index.lines_from(snapshot, offset, limit)
-            except INDEX_UNAVAILABLE:
-                return []
+    def _rows_from(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """Indexed rows from `offset` on, in file order (none if the store fails)."""
+        assert self.reader.line_index is not None and self.snapshot is not None
+        try:
+            return self.reader.line_index.lines_from(self.snapshot, offset, limit)
+        except INDEX_UNAVAILABLE:
+            return []
 
-        return before, from_
-
-    def _long_tail(self, opened: _Opened, size: int) -> Callable[[], int] | None:
+    def _long_tail_start(self) -> int:
         """Where a tail longer than the max line size starts, from the line index.
 
         Only an index that already covers the file answers: finding that start
@@ -384,120 +437,86 @@ class WindowReader:
         newline), so the window is refused as UNAVAILABLE (`LongTailPendingError`,
         which clients retry) while a background build indexes the file.
         """
-        index = self._line_index
-        if index is None:
-            return None
-
+        index, opened = self.reader.line_index, self.opened
+        assert index is not None
+        size = opened.identity.size
         # tail_start asks only after it found no newline in the last max line size.
-        clear_from = max(0, size - self._max_line_size - 1)
+        clear_from = max(0, size - self.reader.max_line_size - 1)
+        try:
+            start = index.indexed_last_line_start(opened.index_key, opened.fd, size, clear_from)
+        except INDEX_UNAVAILABLE:
+            start = None
+        if start is None:
+            index.build_later(opened.index_key, opened.fd)
+            raise LongTailPendingError()
+        return start
 
-        def locate() -> int:
-            try:
-                start = index.indexed_last_line_start(opened.index_key, opened.fd, size, clear_from)
-            except INDEX_UNAVAILABLE:
-                start = None
-            if start is None:
-                index.build_later(opened.index_key, opened.fd)
-                raise LongTailPendingError()
-            return start
+    def _lines(self, start: int, end: int, *, backward: bool) -> Iterator[RawLine | Record]:
+        """The lines of [start, end) in reading order: through the index if there is one."""
+        fd, max_line = self.opened.fd, self.reader.max_line_size
+        if self.snapshot is None:
+            if backward:
+                return iter_lines_backward(fd, end, max_line)
+            return iter_lines_forward(fd, start, end, max_line)
+        return iter_indexed(
+            fd,
+            start,
+            end,
+            max_line,
+            self._rows_before if backward else self._rows_from,
+            backward=backward,
+            probe=self.server.probe,
+            batch=self.params.page_size + 8,
+        )
 
-        return locate
-
-    def _scan_backward(
-        self,
-        opened: _Opened,
-        params: WindowParams,
-        boundary: int,
-        serve: Callable[[RawLine], ServedLine | None],
-        rows: tuple[IndexRows, IndexRows] | None,
-        take: _Take,
-    ) -> Window:
-        fd, identity = opened.fd, opened.identity
+    def backward(self, boundary: int) -> Window:
+        """The latest-first window ending at `boundary` (-1: at the file's end, its tail first)."""
+        fd, identity = self.opened.fd, self.opened.identity
         size = identity.size
-        newest: list[ServedLine | HeldBack | EncodedEntry] = []
+        newest: list[WindowEntry] = []
         scanned = 0
         if boundary < 0:
-            start = LineFile(fd).tail_start(
-                size, self._max_line_size, self._long_tail(opened, size)
-            )
+            long_tail = None if self.reader.line_index is None else self._long_tail_start
+            start = LineFile(fd).tail_start(size, self.reader.max_line_size, long_tail)
             newest_end = start
-            if start < size and size - start <= self._max_line_size:
+            if start < size and size - start <= self.reader.max_line_size:
                 data = LineFile(fd).read(size - start, start)
-                tail = serve(RawLine(start, start + len(data), data, False))
+                tail = self.server.serve(RawLine(start, start + len(data), data, False))
                 if tail is not None:
-                    newest.append(_light(tail))
+                    newest.append(tail)
                     newest_end = size
                     scanned += len(data)
             end = start
         else:
             end = newest_end = boundary
-        lines = (
-            iter_lines_backward(fd, end, self._max_line_size)
-            if rows is None
-            else iter_indexed(
-                fd,
-                0,
-                end,
-                self._max_line_size,
-                rows[0],
-                backward=True,
-                probe=take.probe,
-                batch=params.page_size + 8,
-            )
-        )
-        taken = self._take_lines(lines, newest, scanned, params.page_size, serve, take)
+        taken = self.take(self._lines(0, end, backward=True), newest, scanned)
         oldest = end if taken.first is None else taken.first
         newest.reverse()
         token = ""
         if oldest > 0:
-            token = self._codec.page_token(
-                params.session_id, PageToken.at(DIRECTION_LATEST_FIRST, identity, oldest, fd)
+            token = self.reader.codec.page_token(
+                self.params.session_id,
+                PageToken.at(DIRECTION_LATEST_FIRST, identity, oldest, fd),
             )
         return Window(tuple(newest), taken.skipped, size, token, identity, newest_end)
 
-    def _scan_forward(
-        self,
-        opened: _Opened,
-        params: WindowParams,
-        boundary: int,
-        serve: Callable[[RawLine], ServedLine | None],
-        rows: tuple[IndexRows, IndexRows] | None,
-        take: _Take,
-    ) -> Window:
-        fd, identity = opened.fd, opened.identity
+    def forward(self, boundary: int) -> Window:
+        """The oldest-first window starting at `boundary`."""
+        fd, identity = self.opened.fd, self.opened.identity
         size = identity.size
-        entries: list[ServedLine | HeldBack | EncodedEntry] = []
-        lines = (
-            iter_lines_forward(fd, boundary, size, self._max_line_size)
-            if rows is None
-            else iter_indexed(
-                fd,
-                boundary,
-                size,
-                self._max_line_size,
-                rows[1],
-                backward=False,
-                probe=take.probe,
-                batch=params.page_size + 8,
-            )
-        )
-        taken = self._take_lines(lines, entries, 0, params.page_size, serve, take)
+        entries: list[WindowEntry] = []
+        taken = self.take(self._lines(boundary, size, backward=False), entries, 0)
         position = boundary if taken.after is None else taken.after
         token = ""
         if not taken.exhausted and position < size:
-            token = self._codec.page_token(
-                params.session_id, PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd)
+            token = self.reader.codec.page_token(
+                self.params.session_id,
+                PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd),
             )
         return Window(tuple(entries), taken.skipped, size, token, identity, position)
 
-    def _take_lines(
-        self,
-        lines: Iterator[RawLine | EncodedEntry],
-        entries: list[ServedLine | HeldBack | EncodedEntry],
-        scanned: int,
-        page_size: int,
-        serve: Callable[[RawLine], ServedLine | None],
-        take: _Take,
+    def take(
+        self, lines: Iterator[RawLine | Record], entries: list[WindowEntry], scanned: int
     ) -> _Taken:
         """Take lines, in the order `lines` gives them, into `entries` until the page is
         full, the window's byte budget is spent or the lines end.
@@ -505,15 +524,20 @@ class WindowReader:
         Both directions read through here. Only a forward scan meets the unterminated
         last line: it is served if it is a complete object, and ends the scan.
         """
+        page_size, budget, serve = (
+            self.params.page_size,
+            self.reader.max_window_bytes,
+            self.server.serve,
+        )
         skipped = 0
         first: int | None = None  # where the last line taken starts
         after: int | None = None  # where the line after it starts
-        while len(entries) < page_size and scanned < self._max_window_bytes:
+        while len(entries) < page_size and scanned < budget:
             raw = next(lines, None)
             if raw is None:
                 return _Taken(skipped, first, after, True)
-            if isinstance(raw, EncodedEntry):
-                # An indexed line whose entry was cached (its mark checked).
+            if not isinstance(raw, RawLine):
+                # An indexed line the server answered for without its bytes (a cached entry).
                 scanned += raw.line_size + 1
                 first, after = raw.offset, raw.offset + raw.line_size + 1
                 entries.append(raw)
@@ -522,61 +546,18 @@ class WindowReader:
             if not raw.terminated:
                 tail = None if is_blank(raw) or raw.data is None else serve(raw)
                 if tail is not None:
-                    entries.append(_light(tail))
+                    entries.append(tail)
                     after = raw.end
                 return _Taken(skipped, first, after, True)
             first, after = raw.start, raw.next_start
             if is_blank(raw):
                 continue
-            entry = take.take(raw)
+            entry = serve(raw)
             if entry is None:
                 skipped += 1
             else:
                 entries.append(entry)
         return _Taken(skipped, first, after, False)
-
-
-@dataclass(frozen=True, slots=True)
-class _Taken:
-    """What `_take_lines` read: lines skipped, where the last line taken starts and where the
-    next one does (None when none was), and whether the lines ran out."""
-
-    skipped: int
-    first: int | None
-    after: int | None
-    exhausted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Take:
-    """How a scan turns a line into a window entry, and finds a cached one before reading it."""
-
-    take: Callable[[RawLine], ServedLine | HeldBack | EncodedEntry | None]
-    probe: Callable[[int, int, RowReads], EncodedEntry | None] | None
-
-
-def _uncached(
-    serve: Callable[[RawLine], ServedLine | None],
-) -> Callable[[RawLine], ServedLine | HeldBack | None]:
-    def take(raw: RawLine) -> ServedLine | HeldBack | None:
-        served = serve(raw)
-        return None if served is None else _light(served)
-
-    return take
-
-
-def _light(served: ServedLine) -> ServedLine | HeldBack:
-    """The entry itself if small; else only its place (a served unterminated tail stays)."""
-    if len(served.stripped.json) <= _HOLD_BACK_BYTES or served.stripped.oversize:
-        return served
-    return HeldBack(served.offset, served.line_size)
-
-
-def _server(params: WindowParams, max_line_size: int) -> Callable[[RawLine], ServedLine | None]:
-    def serve(raw: RawLine) -> ServedLine | None:
-        return serve_line(raw, params.mode, params.inline_limit, max_line_size)
-
-    return serve
 
 
 def open_transcript(root: TranscriptRoot, transcript: TranscriptFile) -> ByteSource:

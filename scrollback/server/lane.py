@@ -22,8 +22,7 @@ young. Nor may many fast calls (one caller's flood) make the queue long: with
 queued on the lane (not yet started) waits for that call's result instead of
 queuing its own; one that has started is never joined, so every answer is read
 after its caller asked. (Identical concurrent windows on one thread would
-otherwise each run in turn, where the threads of the default executor ran them
-at once and shared one scan through history_service.singleflight.)
+otherwise each run in turn.)
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ async def test_a_repeated_window_comes_from_the_cache(history_server: HarnessFac
         path.write_bytes(
             b"".join(image_line(n, payload) if n % 3 == 0 else text_line(n) for n in range(90))
         )
-        cache = harness.server.core.reader.entry_cache
+        cache = harness.server.core.entry_cache
         assert cache is not None
         first = await read_page(harness.stub, session_id=SESSION, page_size=50)
         hits = cache.hits
@@ -145,14 +145,14 @@ async def test_the_cache_stays_within_its_budget_and_can_be_off(
     async with history_server(entry_cache_bytes=budget) as harness:
         path = harness.transcript(SESSION)
         path.write_bytes(b"".join(text_line(n, "z" * 300) for n in range(2000)))
-        cache = harness.server.core.reader.entry_cache
+        cache = harness.server.core.entry_cache
         assert cache is not None
         pages = await read_all(harness.stub, SESSION, LATEST, 200)
         assert sum(map(len, pages)) == 2000
         assert 0 < cache.bytes_held <= budget
     async with history_server(entry_cache_bytes=0) as harness:
         harness.transcript(SESSION).write_bytes(b"".join(text_line(n) for n in range(10)))
-        assert harness.server.core.reader.entry_cache is None
+        assert harness.server.core.entry_cache is None
         for _ in range(2):
             page = await read_page(harness.stub, session_id=SESSION)
             assert [e.uuid for e in page.entries] == [f"t-{n}" for n in range(10)]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from history_service.entry_cache import EncodedEntry, EntryCache, mark_of
+from history_service.entry_cache import EntryCache, mark_of
 from history_service.lines import RowReads
+from history_service.window_wire import EncodedEntry
 from scrollback.linefile import LocalSource
 from scrollback.transcripts import SETTLED_SECONDS, stamp_of
 

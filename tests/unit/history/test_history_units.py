@@ -23,7 +23,6 @@ from history_service.lines import (
     iter_indexed,
     iter_lines_backward,
     iter_lines_forward,
-    json_parts,
 )
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import (
@@ -33,6 +32,7 @@ from history_service.tokens import (
     TokenCodec,
     WatchPosition,
 )
+from history_service.window_wire import json_parts
 from scrollback.linefile import LineFile, LocalSource
 from scrollback.principals import ANONYMOUS as ANON
 

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from history_service.entry_cache import EncodedEntry
 from history_service.tokens import FileIdentity
-from history_service.window_wire import window_responses
+from history_service.window_wire import EncodedEntry, window_responses
 from history_service.windows import HeldBack, Window
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.server.serialized import Serialized, length_delimited
