@@ -48,21 +48,22 @@ def _image(raw_bytes: int) -> dict[str, Any]:
 
 
 def _transcripts(root: Path) -> None:
+    # Text with spaces: a long run of base64 characters would be cut as a payload.
     lines = [
         _line(type="user", uuid="first", message={"content": "hi"}),
         b"\n",
         b"   \n",
         b"not an object\n",
-        _line(type="user", uuid="held", message={"content": "x" * 400_000}),
+        _line(type="user", uuid="held", message={"content": "held back " * 40_000}),
         _line(type="user", uuid="image", message={"content": [_image(40_000), {"type": "text"}]}),
         _line(
             type="assistant",
             uuid="task",
             message={"content": [{"type": "tool_use", "id": "toolu_01", "name": "Task"}]},
         ),
-        _line(type="user", uuid="chunked", message={"content": "y" * 4_000_000}),
+        _line(type="user", uuid="chunked", message={"content": "in chunks " * 400_000}),
         _line(type="user", uuid="inline", message={"content": [_image(3_000_000)]}),
-        _line(type="user", uuid="over", pad="z" * 17_000_000),
+        _line(type="user", uuid="over", pad="over size " * 1_700_000),
     ]
     lines += [
         _line(type="user", uuid=f"n{k}", message={"content": "w" * (k * 37 % 3000)})
@@ -120,7 +121,7 @@ async def test_the_same_bytes_with_and_without_the_entry_cache(
                                 "session_id": session_id,
                                 "page_size": 7,
                                 "direction": direction,
-                                "mode": mode,
+                                "media_mode": mode,
                                 "max_batch_bytes": batch,
                             }
                             expected = await _pages(plain.channel, **request)
