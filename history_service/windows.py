@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -281,8 +282,9 @@ class WindowReader:
         self.max_line_size = max_line_size
         self.max_window_bytes = max_window_bytes
         self._wrap = wrap
-        # Windows scanned (for tests and benchmarks).
+        # Windows scanned (for tests and benchmarks; windows run on several threads at once).
         self.scans = 0
+        self._scans_lock = threading.Lock()
 
     def read_with_transcript(
         self, principal: Principal | None, params: WindowParams
@@ -295,7 +297,8 @@ class WindowReader:
         opened = self._open(principal, params)
         assert opened.transcript is not None
         try:
-            self.scans += 1
+            with self._scans_lock:
+                self.scans += 1
             window = _Scan(self, opened, params, self._server(opened, params)).window()
         finally:
             opened.fd.close()
