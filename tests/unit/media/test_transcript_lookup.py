@@ -13,13 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from media_service import transcript_media
+from media_service import payload_facts, uuid_scan
 from media_service.errors import MediaNotFoundError
-from media_service.transcript_media import (
-    TranscriptMedia,
-    iter_candidate_lines,
-    uuid_key_pattern,
-)
+from media_service.transcript_media import TranscriptMedia
+from media_service.uuid_scan import iter_candidate_lines, uuid_key_pattern
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import strip_line
 from scrollback.linefile import LocalSource
@@ -79,14 +76,14 @@ def reference_candidates(data: bytes, entry_uuid: str) -> list[tuple[int, bytes]
 @settings(max_examples=300, deadline=None)
 @given(uuid_lines(), st.integers(1, 80))
 def test_search_matches_the_regex_reference(data: bytes, chunk: int) -> None:
-    original = transcript_media.SCAN_CHUNK
-    transcript_media.SCAN_CHUNK = chunk
+    original = uuid_scan.SCAN_CHUNK
+    uuid_scan.SCAN_CHUNK = chunk
     fd, name = tempfile.mkstemp()
     try:
         os.write(fd, data)
         found = [(c.start, c.line) for c in iter_candidate_lines(LocalSource(fd), "u-t", 10_000)]
     finally:
-        transcript_media.SCAN_CHUNK = original
+        uuid_scan.SCAN_CHUNK = original
         os.close(fd)
         os.unlink(name)
     expected = reference_candidates(data, "u-t")
@@ -125,15 +122,15 @@ def test_metadata_is_cached_but_bytes_are_decoded_each_read(
     media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
     ref = TranscriptImageRef("s", "u-1", 0)
 
-    real = transcript_media.hashlib
+    real = payload_facts.hashlib
     passes: list[int] = []
-    real_decoded = transcript_media.iter_decoded
+    real_decoded = payload_facts.iter_decoded
 
     def iter_decoded(*args: Any, **kwargs: Any) -> Any:
         passes.append(1)
         return real_decoded(*args, **kwargs)
 
-    monkeypatch.setattr(transcript_media, "iter_decoded", iter_decoded)
+    monkeypatch.setattr(payload_facts, "iter_decoded", iter_decoded)
     first, data = media.read(None, ref, pin)
     assert data == payload and first.sha256 == real.sha256(payload).hexdigest()
     second, again = media.read(None, ref, pin, 15)
