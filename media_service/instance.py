@@ -1,9 +1,10 @@
-"""The media service's instance: what ReadMedia and StatMedia do, between the servicer and the library.
+"""The media service's instance: what each RPC does, between the servicer and the library.
 
 As BuildGrid's servicer -> instance -> storage: the servicer translates protos,
 this module runs the domain calls where they belong (the open-and-verify on its
 own lane, StatMedia's searches on a pool apart from the reads, thumbnail encodes
-on theirs) and holds what they share (the decoded-image cache and the encodes).
+on theirs, uploads and FindMissingBlobs in threads) and holds what they share
+(the decoded-image cache and the encodes).
 No grpc here; the caller is always an explicit argument.
 """
 
@@ -14,9 +15,10 @@ import functools
 import threading
 import time
 import weakref
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from media_service.blobs import MediaInfo
+from media_service.blobs import MediaInfo, WrittenBlob
 from media_service.config import MediaConfig
 from media_service.decoded import DecodedCache, DecodedImage
 from media_service.library import MediaLibrary, OpenMedia, Selector, ThumbnailJob
@@ -68,6 +70,33 @@ class MediaInstance:
         if key is None or not self.decoded.holds(media.info.size_bytes):
             return media, None
         return media, self.decoded.get(key)
+
+    async def write_blob(
+        self,
+        principal: Principal | None,
+        sha256: str,
+        size_bytes: int,
+        media_type: str,
+        chunks: AsyncIterator[bytes],
+    ) -> WrittenBlob:
+        """Store an upload of `chunks` as declared, owned by `principal`; once it is durable.
+
+        A failed, cut off or cancelled upload is discarded.
+        """
+        upload = await asyncio.to_thread(
+            self.library.blobs.begin_upload, principal, sha256, size_bytes, media_type
+        )
+        try:
+            async for data in chunks:
+                await asyncio.to_thread(upload.write, data)
+            return await asyncio.to_thread(upload.finish)
+        except BaseException:
+            upload.abort()
+            raise
+
+    async def find_missing(self, principal: Principal | None, digests: list[str]) -> list[str]:
+        """The digests the store lacks or `principal` may not read, in the order asked."""
+        return await asyncio.to_thread(self.library.find_missing, principal, digests)
 
     async def thumbnail(
         self,

@@ -1,8 +1,9 @@
 """The media service's wire side: protos to domain values and back, and ReadMedia's stream.
 
 `selector_from_proto`, `thumbnail_pixels`, `metadata_to_proto`, `stat_response`
-and `error_to_proto` translate; `next_upload_message` reads WriteBlob's stream
-within its idle timeout and overall deadline. `media_responses` is what the servicer's ReadMedia yields. Bytes already in
+and `error_to_proto` translate; `upload_from_stream` turns WriteBlob's stream
+into its header and its data, read within its idle timeout and overall
+deadline (`next_upload_message`). `media_responses` is what the servicer's ReadMedia yields. Bytes already in
 memory are sliced; a decoded transcript image cached as serialized chunks
 (`media_service.decoded`) goes out as those chunks, taken one at a time through
 a weak reference, so an entry evicted mid-stream is freed and the rest is read
@@ -19,6 +20,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 
 from media_service.blobs import MediaInfo
 from media_service.decoded import DecodedCache, DecodedImage, Encoded, Filler
@@ -137,6 +139,42 @@ async def next_upload_message(
         raise UploadIdleError(
             f"no upload data for {idle_timeout:g} s (write_idle_timeout_seconds)"
         ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class UploadHeader:
+    """What WriteBlob's first message declares."""
+
+    sha256: str
+    size_bytes: int
+    media_type: str
+
+
+async def upload_from_stream(
+    messages: AsyncIterator[media_pb2.WriteBlobRequest], idle_timeout: float, total_seconds: float
+) -> tuple[UploadHeader, AsyncIterator[bytes]]:
+    """WriteBlob's header, and its data chunks as they come (empty ones skipped).
+
+    InvalidRequestError when the first message is no header, or (from the
+    chunks) when a header comes again; the timeouts of `next_upload_message`
+    bound the whole stream from this call on.
+    """
+    deadline = time.monotonic() + total_seconds
+    first = await next_upload_message(messages, deadline, idle_timeout, total_seconds)
+    if first is None or first.WhichOneof("item") != "header":
+        raise InvalidRequestError("the first message must be the header")
+    header = UploadHeader(first.header.sha256, first.header.size_bytes, first.header.media_type)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while (
+            message := await next_upload_message(messages, deadline, idle_timeout, total_seconds)
+        ) is not None:
+            if message.WhichOneof("item") == "header":
+                raise InvalidRequestError("the header must be sent only first")
+            if message.data:
+                yield message.data
+
+    return header, chunks()
 
 
 # Bytes are read from disk (or decoded from a transcript) in blocks of this
