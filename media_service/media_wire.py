@@ -17,6 +17,7 @@ is the generated one; only the copying is saved.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -244,7 +245,7 @@ async def media_responses(
             # so that a transcript changed since still ends in DATA_LOSS.
             media.restart_reads()
             for at in range(0, position, READ_BLOCK):
-                await asyncio.to_thread(media.read, at, min(READ_BLOCK, position - at))
+                await _read(media, at, min(READ_BLOCK, position - at))
         elif (
             media.decoded_key is not None
             and start == 0
@@ -254,7 +255,7 @@ async def media_responses(
             # A miss sent whole: the chunks are kept as they go, cached at the end.
             filler = cache.begin_fill(media.decoded_key, end, chunk)
         while position < end:
-            block = await asyncio.to_thread(media.read, position, min(READ_BLOCK, end - position))
+            block = await _read(media, position, min(READ_BLOCK, end - position))
             if not block:
                 raise CorruptMediaError()
             if filler is None:
@@ -276,6 +277,15 @@ async def media_responses(
         if filler is not None:
             filler.abandon()  # nothing cached unless finished
         media.close()
+
+
+async def _read(media: OpenMedia, offset: int, length: int) -> bytes:
+    """One blocking read of the medium, in a thread of the executor its reads run on."""
+    if media.read_executor is None:
+        return await asyncio.to_thread(media.read, offset, length)
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()  # as asyncio.to_thread passes it
+    return await loop.run_in_executor(media.read_executor, context.run, media.read, offset, length)
 
 
 async def _grouped(
