@@ -17,6 +17,7 @@ is the generated one; only the copying is saved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 import weakref
@@ -254,29 +255,38 @@ async def media_responses(
         ):
             # A miss sent whole: the chunks are kept as they go, cached at the end.
             filler = cache.begin_fill(media.decoded_key, end, chunk)
-        while position < end:
-            block = await _read(media, position, min(READ_BLOCK, end - position))
-            if not block:
-                raise CorruptMediaError()
-            if filler is None:
-                for at in range(0, len(block), chunk):
-                    yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
-            else:
-                view = memoryview(block)
-                for at in range(0, len(block), chunk):
-                    piece = Encoded(view[at : at + chunk])
-                    filler.add(piece)
-                    yield piece
-                    del piece
-                view.release()
-            position += len(block)
-            del block
+        async with contextlib.aclosing(_from_file(media, position, end, chunk, filler)) as rest:
+            async for response in rest:
+                yield response
         if filler is not None:
             filler.finish()  # every byte read in order: the last read checked the sha256
     finally:
         if filler is not None:
             filler.abandon()  # nothing cached unless finished
         media.close()
+
+
+async def _from_file(
+    media: OpenMedia, position: int, end: int, chunk: int, filler: Filler | None
+) -> AsyncGenerator[media_pb2.ReadMediaResponse | Encoded, None]:
+    """The bytes of [position, end) read block by block, as chunks (kept by `filler`, if any)."""
+    while position < end:
+        block = await _read(media, position, min(READ_BLOCK, end - position))
+        if not block:
+            raise CorruptMediaError()
+        if filler is None:
+            for at in range(0, len(block), chunk):
+                yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
+        else:
+            view = memoryview(block)
+            for at in range(0, len(block), chunk):
+                piece = Encoded(view[at : at + chunk])
+                filler.add(piece)
+                yield piece
+                del piece
+            view.release()
+        position += len(block)
+        del block
 
 
 async def _read(media: OpenMedia, offset: int, length: int) -> bytes:
