@@ -1,28 +1,56 @@
-"""The media service's instance: what ReadMedia and StatMedia do, between the servicer and the library.
+"""The media service's instance: what each RPC does, between the servicer and the library.
 
 As BuildGrid's servicer -> instance -> storage: the servicer translates protos,
 this module runs the domain calls where they belong (the open-and-verify on its
 own lane, StatMedia's searches on a pool apart from the reads, thumbnail encodes
-on theirs) and holds what they share (the decoded-image cache and the encodes).
+on theirs, uploads and FindMissingBlobs in threads) and holds what they share
+(the decoded-image cache and the encodes).
 No grpc here; the caller is always an explicit argument.
+
+Transcripts kept in a bucket (scrollback.objects) are read with network GETs
+that may retry for seconds: when the transcripts root (or Codex's) is a bucket,
+the open-and-verify of a transcript image, its thumbnail's checks and the
+reads of its bytes run on a bounded pool of their own (`BUCKET_READ_THREADS`),
+never on the open lane (built for calls under 20 ms) nor on the default
+threads that read blobs, thumbnails and local files: a stalled bucket delays
+only the reads of that bucket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 import time
 import weakref
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from media_service.blobs import MediaInfo
+from media_service.blobs import MediaInfo, WrittenBlob
 from media_service.config import MediaConfig
 from media_service.decoded import DecodedCache, DecodedImage
-from media_service.library import MediaLibrary, OpenMedia, Selector, ThumbnailJob
+from media_service.library import (
+    MediaLibrary,
+    OpenMedia,
+    Selector,
+    ThumbnailJob,
+    TranscriptSelector,
+)
 from media_service.thumbnail_encodes import ThumbnailEncodes
+from scrollback.objects import bucket_location
 from scrollback.principals import Principal
 from scrollback.server.lane import Lane
+
+# Threads that read transcripts from a bucket: each may wait on a GET for as long as
+# its retries last, and callers beyond these wait for one to free up.
+BUCKET_READ_THREADS = 8
+
+
+def reads_a_bucket(config: MediaConfig) -> bool:
+    """True if the configured transcripts (or Codex's sessions) are in a bucket."""
+    locations = [config.transcripts, config.codex_sessions]
+    return any(bucket_location(where) is not None for where in locations if where is not None)
 
 
 class MediaInstance:
@@ -45,6 +73,16 @@ class MediaInstance:
         # The open-and-verify runs on a lane of its own (scrollback.server.lane):
         # concurrent reads then do not take the GIL from each other at every syscall.
         self._open_lane = Lane(name="media-open-lane")
+        # A bucket's transcript reads, on their own bounded pool (see the module's docstring).
+        self._bucket_reads = (
+            ThreadPoolExecutor(BUCKET_READ_THREADS, thread_name_prefix="media-bucket-read")
+            if reads_a_bucket(config)
+            else None
+        )
+
+    def _reads_bucket(self, selector: Selector) -> bool:
+        """True if reading `selector` means GETs from a bucket."""
+        return self._bucket_reads is not None and isinstance(selector, TranscriptSelector)
 
     async def open(
         self, principal: Principal | None, selector: Selector, pixels: int | None
@@ -53,7 +91,14 @@ class MediaInstance:
         decoded image when the cache holds it."""
         if pixels is not None:
             return await self.thumbnail(principal, selector, pixels), None
-        return await self._open_lane.run(functools.partial(self._open, principal, selector))
+        work = functools.partial(self._open, principal, selector)
+        if not self._reads_bucket(selector):
+            return await self._open_lane.run(work)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()  # as the lane and asyncio.to_thread pass it
+        media, decoded = await loop.run_in_executor(self._bucket_reads, context.run, work)
+        media.read_executor = self._bucket_reads
+        return media, decoded
 
     def _open(
         self, principal: Principal | None, selector: Selector
@@ -69,6 +114,33 @@ class MediaInstance:
             return media, None
         return media, self.decoded.get(key)
 
+    async def write_blob(
+        self,
+        principal: Principal | None,
+        sha256: str,
+        size_bytes: int,
+        media_type: str,
+        chunks: AsyncIterator[bytes],
+    ) -> WrittenBlob:
+        """Store an upload of `chunks` as declared, owned by `principal`; once it is durable.
+
+        A failed, cut off or cancelled upload is discarded.
+        """
+        upload = await asyncio.to_thread(
+            self.library.blobs.begin_upload, principal, sha256, size_bytes, media_type
+        )
+        try:
+            async for data in chunks:
+                await asyncio.to_thread(upload.write, data)
+            return await asyncio.to_thread(upload.finish)
+        except BaseException:
+            upload.abort()
+            raise
+
+    async def find_missing(self, principal: Principal | None, digests: list[str]) -> list[str]:
+        """The digests the store lacks or `principal` may not read, in the order asked."""
+        return await asyncio.to_thread(self.library.find_missing, principal, digests)
+
     async def thumbnail(
         self,
         principal: Principal | None,
@@ -76,8 +148,10 @@ class MediaInstance:
         pixels: int,
         checks: ThreadPoolExecutor | None = None,
     ) -> OpenMedia:
-        """The thumbnail: checks and the cache on `checks` (default: the read threads),
-        an encode on the thumbnail pool."""
+        """The thumbnail: checks and the cache on `checks` (default: the read threads, or
+        a bucket's), an encode on the thumbnail pool."""
+        if checks is None and self._reads_bucket(selector):
+            checks = self._bucket_reads
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(
             checks, functools.partial(self.library.thumbnail, principal, selector, pixels)

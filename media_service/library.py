@@ -24,6 +24,7 @@ import functools
 import hashlib
 import io
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -89,6 +90,9 @@ class OpenMedia:
         # A transcript image's key in the decoded cache (media_service.decoded).
         self.decoded_key = decoded_key
         self._fresh_reads = fresh_reads
+        # Where its blocking reads run: None, the default threads (a local file or
+        # memory); media_service.instance gives a bucket's reads their own pool.
+        self.read_executor: Executor | None = None
 
     def restart_reads(self) -> None:
         """Start the reads over: a verified reader hashes only reads in order from 0."""

@@ -22,6 +22,16 @@ class LruCache(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def items(self) -> list[tuple[K, V]]:
+        """A snapshot of the entries, least recently used first."""
+        with self._lock:
+            return list(self._entries.items())
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()
+
     def get(self, key: K) -> V | None:
         """The cached value, freshened; or None."""
         with self._lock:

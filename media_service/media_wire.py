@@ -1,8 +1,9 @@
 """The media service's wire side: protos to domain values and back, and ReadMedia's stream.
 
 `selector_from_proto`, `thumbnail_pixels`, `metadata_to_proto`, `stat_response`
-and `error_to_proto` translate; `next_upload_message` reads WriteBlob's stream
-within its idle timeout and overall deadline. `media_responses` is what the servicer's ReadMedia yields. Bytes already in
+and `error_to_proto` translate; `upload_from_stream` turns WriteBlob's stream
+into its header and its data, read within its idle timeout and overall
+deadline (`next_upload_message`). `media_responses` is what the servicer's ReadMedia yields. Bytes already in
 memory are sliced; a decoded transcript image cached as serialized chunks
 (`media_service.decoded`) goes out as those chunks, taken one at a time through
 a weak reference, so an entry evicted mid-stream is freed and the rest is read
@@ -16,9 +17,12 @@ is the generated one; only the copying is saved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 
 from media_service.blobs import MediaInfo
 from media_service.decoded import DecodedCache, DecodedImage, Encoded, Filler
@@ -139,6 +143,42 @@ async def next_upload_message(
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class UploadHeader:
+    """What WriteBlob's first message declares."""
+
+    sha256: str
+    size_bytes: int
+    media_type: str
+
+
+async def upload_from_stream(
+    messages: AsyncIterator[media_pb2.WriteBlobRequest], idle_timeout: float, total_seconds: float
+) -> tuple[UploadHeader, AsyncIterator[bytes]]:
+    """WriteBlob's header, and its data chunks as they come (empty ones skipped).
+
+    InvalidRequestError when the first message is no header, or (from the
+    chunks) when a header comes again; the timeouts of `next_upload_message`
+    bound the whole stream from this call on.
+    """
+    deadline = time.monotonic() + total_seconds
+    first = await next_upload_message(messages, deadline, idle_timeout, total_seconds)
+    if first is None or first.WhichOneof("item") != "header":
+        raise InvalidRequestError("the first message must be the header")
+    header = UploadHeader(first.header.sha256, first.header.size_bytes, first.header.media_type)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while (
+            message := await next_upload_message(messages, deadline, idle_timeout, total_seconds)
+        ) is not None:
+            if message.WhichOneof("item") == "header":
+                raise InvalidRequestError("the header must be sent only first")
+            if message.data:
+                yield message.data
+
+    return header, chunks()
+
+
 # Bytes are read from disk (or decoded from a transcript) in blocks of this
 # size, then sent in chunks: a stream holds at most one block.
 READ_BLOCK = 256 * 1024
@@ -206,7 +246,7 @@ async def media_responses(
             # so that a transcript changed since still ends in DATA_LOSS.
             media.restart_reads()
             for at in range(0, position, READ_BLOCK):
-                await asyncio.to_thread(media.read, at, min(READ_BLOCK, position - at))
+                await _read(media, at, min(READ_BLOCK, position - at))
         elif (
             media.decoded_key is not None
             and start == 0
@@ -215,29 +255,47 @@ async def media_responses(
         ):
             # A miss sent whole: the chunks are kept as they go, cached at the end.
             filler = cache.begin_fill(media.decoded_key, end, chunk)
-        while position < end:
-            block = await asyncio.to_thread(media.read, position, min(READ_BLOCK, end - position))
-            if not block:
-                raise CorruptMediaError()
-            if filler is None:
-                for at in range(0, len(block), chunk):
-                    yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
-            else:
-                view = memoryview(block)
-                for at in range(0, len(block), chunk):
-                    piece = Encoded(view[at : at + chunk])
-                    filler.add(piece)
-                    yield piece
-                    del piece
-                view.release()
-            position += len(block)
-            del block
+        async with contextlib.aclosing(_from_file(media, position, end, chunk, filler)) as rest:
+            async for response in rest:
+                yield response
         if filler is not None:
             filler.finish()  # every byte read in order: the last read checked the sha256
     finally:
         if filler is not None:
             filler.abandon()  # nothing cached unless finished
         media.close()
+
+
+async def _from_file(
+    media: OpenMedia, position: int, end: int, chunk: int, filler: Filler | None
+) -> AsyncGenerator[media_pb2.ReadMediaResponse | Encoded, None]:
+    """The bytes of [position, end) read block by block, as chunks (kept by `filler`, if any)."""
+    while position < end:
+        block = await _read(media, position, min(READ_BLOCK, end - position))
+        if not block:
+            raise CorruptMediaError()
+        if filler is None:
+            for at in range(0, len(block), chunk):
+                yield media_pb2.ReadMediaResponse(data=block[at : at + chunk])
+        else:
+            view = memoryview(block)
+            for at in range(0, len(block), chunk):
+                piece = Encoded(view[at : at + chunk])
+                filler.add(piece)
+                yield piece
+                del piece
+            view.release()
+        position += len(block)
+        del block
+
+
+async def _read(media: OpenMedia, offset: int, length: int) -> bytes:
+    """One blocking read of the medium, in a thread of the executor its reads run on."""
+    if media.read_executor is None:
+        return await asyncio.to_thread(media.read, offset, length)
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()  # as asyncio.to_thread passes it
+    return await loop.run_in_executor(media.read_executor, context.run, media.read, offset, length)
 
 
 async def _grouped(

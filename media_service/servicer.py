@@ -1,6 +1,6 @@
 """`scrollback.media.v1.MediaService`: proto <-> domain translation only.
 
-Each RPC is request -> MediaInstance (or MediaLibrary) call -> response; the
+Each RPC is request -> MediaInstance call -> response; the
 conversions and ReadMedia's stream are media_service.media_wire's. Every domain
 error reaches the client through ERROR_TABLE (media_service.errors), the one
 table mapping exceptions to reasons and status codes (docs/contract.md §9),
@@ -10,8 +10,6 @@ applied to every RPC, in its streaming phase too, by
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,10 +24,10 @@ from media_service.library import Selector
 from media_service.media_wire import (
     media_responses,
     metadata_to_proto,
-    next_upload_message,
     selector_from_proto,
     stat_response,
     thumbnail_pixels,
+    upload_from_stream,
 )
 from media_service.ranges import byte_range
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
@@ -122,36 +120,12 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         context: Context,
     ) -> media_pb2.WriteBlobResponse:
         """Header first, then data; answered once the blob is durable."""
-        messages = aiter(request_iterator)
-        deadline = time.monotonic() + self._write_deadline
-
-        async def next_message() -> media_pb2.WriteBlobRequest | None:
-            return await next_upload_message(
-                messages, deadline, self._idle_timeout, self._write_deadline
-            )
-
-        first = await next_message()
-        if first is None or first.WhichOneof("item") != "header":
-            raise InvalidRequestError("the first message must be the header")
-        header = first.header
-        upload = await asyncio.to_thread(
-            self.instance.library.blobs.begin_upload,
-            current_principal(),
-            header.sha256,
-            header.size_bytes,
-            header.media_type,
+        header, chunks = await upload_from_stream(
+            aiter(request_iterator), self._idle_timeout, self._write_deadline
         )
-        try:
-            while (message := await next_message()) is not None:
-                if message.WhichOneof("item") == "header":
-                    raise InvalidRequestError("the header must be sent only first")
-                if message.data:
-                    await asyncio.to_thread(upload.write, message.data)
-            written = await asyncio.to_thread(upload.finish)
-        except BaseException:
-            # Failed, cut off or cancelled: the partial upload is discarded.
-            upload.abort()
-            raise
+        written = await self.instance.write_blob(
+            current_principal(), header.sha256, header.size_bytes, header.media_type, chunks
+        )
         return media_pb2.WriteBlobResponse(
             ref=written.ref, size_bytes=written.size_bytes, already_existed=written.already_existed
         )
@@ -160,9 +134,7 @@ class MediaServicer(media_pb2_grpc.MediaServiceServicer):
         self, request: media_pb2.FindMissingBlobsRequest, context: Context
     ) -> media_pb2.FindMissingBlobsResponse:
         """The digests the store lacks or the caller may not read, in the order asked."""
-        missing = await asyncio.to_thread(
-            self.instance.library.find_missing, current_principal(), list(request.sha256)
-        )
+        missing = await self.instance.find_missing(current_principal(), list(request.sha256))
         return media_pb2.FindMissingBlobsResponse(missing_sha256=missing)
 
 

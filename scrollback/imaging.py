@@ -20,8 +20,8 @@ downscales of slim copies (history_service.slim). Each decode goes through
   a decode holds: what it reserves from a decode budget;
 - no operation cache (it would hold decoded sources between decodes).
 
-Sources are read through `ReaderStream`, a seekable file over a
-`read(offset, length)` function, so an image inside a transcript line is
+Sources are read through scrollback.contract.seekable's `buffered` files, seekable
+files over a `read(offset, length)` function, so an image inside a transcript line is
 decoded slice by slice from its file (scrollback.contract.extraction's
 PayloadReader), never held whole. How much memory decodes may take at once,
 and whose turn it is, is scrollback.server.decode_budget's.
@@ -30,9 +30,11 @@ and whose turn it is, is scrollback.server.decode_budget's.
 from __future__ import annotations
 
 import functools
-import io
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+# Re-exported: the decoders' callers build their sources with it.
+from scrollback.contract.seekable import buffered as buffered
 
 if TYPE_CHECKING:
     import pyvips
@@ -43,8 +45,6 @@ T = TypeVar("T")
 DECODED_LOADERS = frozenset(
     {"pngload_source", "jpegload_source", "gifload_source", "webpload_source"}
 )
-# The decoders read their source through a buffer of this size.
-READ_BUFFER = 64 * 1024
 # A decoded frame is RGBA at most: the bytes a decode holds per pixel.
 BYTES_PER_PIXEL = 4
 # Formats whose libvips loader reads the whole file into memory before a pixel is decoded.
@@ -73,44 +73,6 @@ def libvips() -> Any:
     pyvips.cache_set_max(0)
     pyvips.block_untrusted_set(True)
     return pyvips
-
-
-class ReaderStream(io.RawIOBase):
-    """A read-only, seekable file over `read(offset, length)` of `size` bytes."""
-
-    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
-        super().__init__()
-        self._read = read
-        self._size = size
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
-        self._position = max(0, base + offset)
-        return self._position
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        wanted = min(len(buffer), self._size - self._position)
-        if wanted <= 0:
-            return 0
-        data = self._read(self._position, wanted)
-        buffer[: len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-
-def buffered(read: Callable[[int, int], bytes], size: int) -> IO[bytes]:
-    """A buffered, seekable file over `read(offset, length)`, for the decoders."""
-    return io.BufferedReader(ReaderStream(read, size), buffer_size=READ_BUFFER)
 
 
 def vips_source(stream: IO[bytes]) -> pyvips.SourceCustom:

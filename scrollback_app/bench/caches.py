@@ -9,9 +9,9 @@ same requests against both, interleaved:
   of the large file, read again;
 - the decoded-image cache (`SCROLLBACK_MEDIA_DECODED_CACHE_BYTES`): a 1.3 MB
   transcript image read again, by one client and by `clients` at once;
-- the media lookup caches (`SCROLLBACK_MEDIA_LINE_CACHE_ENTRIES`: line offsets,
-  metadata and found images): the time to first byte of a hintless ref read
-  before.
+- the media lookup cache (`SCROLLBACK_MEDIA_LINE_CACHE_ENTRIES`: per image, its
+  line, where it was found and its metadata): the time to first byte of a
+  hintless ref read before.
 
 The ratio is the time without the cache over the time with it: 1.05x or more
 is the keep rule's "pays".

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from media_service.transcript_media import iter_candidate_lines
+from media_service.uuid_scan import iter_candidate_lines
 from scrollback.contract.stripping import DEFAULT_MAX_LINE_SIZE
 from scrollback.linefile import LocalSource
 from scrollback_app.bench.services import naive_latest

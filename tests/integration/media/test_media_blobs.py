@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -14,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from media_service.servicer import MediaServicer
 from scrollback.contract.reasons import Reason
 from scrollback.media.v1 import media_pb2
 from tests.support.media import MediaEnv, StartMedia, png_bytes, read_error, read_media
@@ -250,3 +251,27 @@ async def test_health_and_reflection(media: MediaEnv) -> None:
     ):
         names.extend(s.name for s in reply.list_services_response.service)
     assert "scrollback.media.v1.MediaService" in names
+
+
+async def test_uploads_and_missing_blobs_are_the_instances_calls(media: MediaEnv) -> None:
+    # The servicer maps WriteBlob and FindMissingBlobs to MediaInstance calls, as
+    # every RPC: called directly (no RPC), they store and answer what the RPCs do.
+    assert isinstance(media.server.servicer, MediaServicer)
+    instance = media.server.servicer.instance
+    data = png_bytes(250_000, seed=21)
+    digest = hashlib.sha256(data).hexdigest()
+
+    async def chunks(failing: bool) -> AsyncIterator[bytes]:
+        yield data[:100_000]
+        if failing:
+            raise ConnectionError("the caller left")
+        yield data[100_000:]
+
+    with pytest.raises(ConnectionError):
+        await instance.write_blob(None, digest, len(data), "image/png", chunks(failing=True))
+    assert await instance.find_missing(None, [digest]) == [digest]  # the partial one discarded
+    written = await instance.write_blob(None, digest, len(data), "image/png", chunks(failing=False))
+    assert written.ref == f"media:{digest}" and not written.already_existed
+    assert await instance.find_missing(None, [digest]) == []
+    _, read, _ = await read_media(media.stub, media_pb2.MediaSelector(blob_ref=written.ref))
+    assert read == data

@@ -21,8 +21,8 @@ import grpc
 import pytest
 
 from media_service.decoded import DecodedCache, Encoded
+from media_service.entry_locator import EntryLocator
 from media_service.servicer import MediaServicer
-from media_service.transcript_media import TranscriptMedia
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from tests.integration.media.test_media_stream_errors import rewrite
 from tests.support.media import (
@@ -229,7 +229,7 @@ async def test_a_settled_transcript_is_verified_once_until_it_changes(
     media: MediaEnv, monkeypatch: pytest.MonkeyPatch, read_after: str
 ) -> None:
     settle_quickly(monkeypatch)
-    tries = count_calls(monkeypatch, TranscriptMedia, "_try_line")
+    tries = count_calls(monkeypatch, EntryLocator, "try_line")
     payload = png_bytes(300_000, seed=5)
     line = dumps(entry("u-settled", [image_block(payload)]))
     path = write_transcript(media.root, "settled", [line])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from media_service import transcript_media
+from media_service import entry_locator
 from scrollback.linefile import LineFile
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
@@ -63,7 +63,7 @@ async def test_right_hint_skips_the_search(
     def no_search(*_args: object) -> object:
         raise AssertionError("the line was searched for despite a right hint")
 
-    monkeypatch.setattr(transcript_media, "iter_candidate_lines", no_search)
+    monkeypatch.setattr(entry_locator, "iter_candidate_lines", no_search)
     for number, line in enumerate(lines):
         for ref in mint("h", line):
             selector = hinted(ref, starts[number])
@@ -95,11 +95,11 @@ async def test_wrong_hints_still_give_the_right_bytes(media: MediaEnv) -> None:
     for hint in wrong:
         for ref, line in ((target, lines[4]), (second_dup, lines[3])):
             # fresh server state for each: no cached offset to fall back on
-            media.server.library.transcripts.cache._entries.clear()  # type: ignore[union-attr]
+            media.server.library.transcripts.lookups.clear()  # type: ignore[union-attr]
             _, data, _ = await read_media(media.stub, hinted(ref, hint))
             assert data == expected_images(line)[0], hint
     # a line with the same uuid but another pin: the other u-dup line is found
-    media.server.library.transcripts.cache._entries.clear()  # type: ignore[union-attr]
+    media.server.library.transcripts.lookups.clear()  # type: ignore[union-attr]
     _, data, _ = await read_media(media.stub, hinted(second_dup, starts[1]))
     assert data == expected_images(lines[3])[0]
     (first_dup,) = mint("w", lines[1])
@@ -175,7 +175,7 @@ async def test_stat_uses_the_metadata_cache_and_matches_read(media: MediaEnv) ->
     selectors = [media_pb2.MediaSelector(media_ref=ref) for ref in refs]
     cold = await media.stub.StatMedia(media_pb2.StatMediaRequest(media=selectors))
     assert media.server.library is not None
-    assert len(media.server.library.transcripts.infos) == len(refs)
+    assert media.server.library.transcripts.lookups.infos() == len(refs)
     for selector, result in zip(selectors, cold.results, strict=True):
         metadata, data, _ = await read_media(media.stub, selector)
         assert result.metadata == metadata

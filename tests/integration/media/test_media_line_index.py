@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from media_service import transcript_media
+from media_service import entry_locator
 from media_service.blobs import MediaInfo
-from media_service.transcript_media import Candidate, TranscriptMedia
+from media_service.transcript_media import TranscriptMedia
+from media_service.uuid_scan import Candidate
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
 from scrollback.lineindex import LineIndex
@@ -77,7 +78,7 @@ def transcripts_of(media: MediaEnv) -> TranscriptMedia:
 def searches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The uuids each single-ref search looked for (the search itself still runs)."""
     calls: list[str] = []
-    real = transcript_media.iter_candidate_lines
+    real = entry_locator.iter_candidate_lines
 
     def recording(
         fd: int, entry_uuid: str, max_line_size: int, start: int = 0
@@ -85,7 +86,7 @@ def searches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         calls.append(entry_uuid)
         return real(fd, entry_uuid, max_line_size, start)
 
-    monkeypatch.setattr(transcript_media, "iter_candidate_lines", recording)
+    monkeypatch.setattr(entry_locator, "iter_candidate_lines", recording)
     yield calls
 
 

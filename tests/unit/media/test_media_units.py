@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from media_service import transcript_media
+from media_service import uuid_scan
 from media_service.blob_paths import BlobPaths
 from media_service.blobs import BlobStore
 from media_service.config import MediaConfig
@@ -22,7 +22,7 @@ from media_service.errors import ReadRangeError, StorageFullError
 from media_service.hydrate import hydrate_attachment
 from media_service.ranges import byte_range
 from media_service.store.sqlite import SqliteBlobMetadataStore
-from media_service.transcript_media import iter_candidate_lines
+from media_service.uuid_scan import iter_candidate_lines
 from scrollback.contract.sniff import sniff
 from scrollback.linefile import LocalSource
 from scrollback.server.service_config import ConfigError
@@ -150,14 +150,14 @@ def test_candidate_search_across_chunk_boundaries(
     case: tuple[bytes, list[int]], chunk: int
 ) -> None:
     data, starts = case
-    original = transcript_media.SCAN_CHUNK
-    transcript_media.SCAN_CHUNK = chunk
+    original = uuid_scan.SCAN_CHUNK
+    uuid_scan.SCAN_CHUNK = chunk
     fd, name = tempfile.mkstemp()
     try:
         os.write(fd, data)
         found = list(iter_candidate_lines(LocalSource(fd), "u-target", 10_000))
     finally:
-        transcript_media.SCAN_CHUNK = original
+        uuid_scan.SCAN_CHUNK = original
         os.close(fd)
         os.unlink(name)
     # every true line is a candidate, and the nested key is the only false one

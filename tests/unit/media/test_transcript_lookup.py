@@ -5,21 +5,21 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from media_service import transcript_media
+from media_service import payload_facts, thumbnails, uuid_scan
 from media_service.errors import MediaNotFoundError
-from media_service.transcript_media import (
-    TranscriptMedia,
-    iter_candidate_lines,
-    uuid_key_pattern,
-)
+from media_service.transcript_media import TranscriptMedia
+from media_service.uuid_scan import iter_candidate_lines, uuid_key_pattern
+from scrollback import imaging
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import strip_line
 from scrollback.linefile import LocalSource
@@ -79,14 +79,14 @@ def reference_candidates(data: bytes, entry_uuid: str) -> list[tuple[int, bytes]
 @settings(max_examples=300, deadline=None)
 @given(uuid_lines(), st.integers(1, 80))
 def test_search_matches_the_regex_reference(data: bytes, chunk: int) -> None:
-    original = transcript_media.SCAN_CHUNK
-    transcript_media.SCAN_CHUNK = chunk
+    original = uuid_scan.SCAN_CHUNK
+    uuid_scan.SCAN_CHUNK = chunk
     fd, name = tempfile.mkstemp()
     try:
         os.write(fd, data)
         found = [(c.start, c.line) for c in iter_candidate_lines(LocalSource(fd), "u-t", 10_000)]
     finally:
-        transcript_media.SCAN_CHUNK = original
+        uuid_scan.SCAN_CHUNK = original
         os.close(fd)
         os.unlink(name)
     expected = reference_candidates(data, "u-t")
@@ -125,15 +125,15 @@ def test_metadata_is_cached_but_bytes_are_decoded_each_read(
     media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
     ref = TranscriptImageRef("s", "u-1", 0)
 
-    real = transcript_media.hashlib
+    real = payload_facts.hashlib
     passes: list[int] = []
-    real_decoded = transcript_media.iter_decoded
+    real_decoded = payload_facts.iter_decoded
 
     def iter_decoded(*args: Any, **kwargs: Any) -> Any:
         passes.append(1)
         return real_decoded(*args, **kwargs)
 
-    monkeypatch.setattr(transcript_media, "iter_decoded", iter_decoded)
+    monkeypatch.setattr(payload_facts, "iter_decoded", iter_decoded)
     first, data = media.read(None, ref, pin)
     assert data == payload and first.sha256 == real.sha256(payload).hexdigest()
     second, again = media.read(None, ref, pin, 15)
@@ -164,3 +164,34 @@ def test_the_caller_is_an_argument(tmp_path: Path) -> None:
         media.stat(stranger, ref, pin)
     (only,) = media.stat_many(stranger, [(ref, pin, None)])
     assert isinstance(only, MediaNotFoundError)
+
+
+def test_a_plain_read_never_runs_the_image_decoders(tmp_path: Path) -> None:
+    # The facts of a payload (sha256, type, dimensions) come from its header fields:
+    # no function of the decoders thumbnails use (scrollback.imaging,
+    # media_service.thumbnails) runs for a plain read or stat.
+    payload = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 100
+    line = _image_line("u-1", payload)
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "s.jsonl").write_bytes(line + b"\n")
+    stripped = strip_line(line)
+    assert stripped is not None
+    media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
+    ref = TranscriptImageRef("s", "u-1", 0)
+    ran: set[str] = set()
+
+    def record(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call":
+            ran.add(frame.f_code.co_filename)
+
+    sys.setprofile(record)
+    try:
+        info, data = media.read(None, ref, stripped.images[0].pin)
+        assert media.stat(None, ref, stripped.images[0].pin) == info
+    finally:
+        sys.setprofile(None)
+    assert data == payload and info.safe_inline
+    assert any(name.endswith("payload_facts.py") for name in ran)
+    decoders = {Path(imaging.__file__).resolve(), Path(thumbnails.__file__).resolve()}
+    assert not {Path(name).resolve() for name in ran} & decoders
