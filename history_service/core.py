@@ -5,7 +5,7 @@ the session lister, the accepted-message store, the bus and the watcher. The
 servicer only translates protos to these calls and back.
 
 Each call takes the caller's principal (None without auth) explicitly. With
-auth, every session id a call names must resolve through TranscriptRoot, which
+auth, every session id a call names must resolve through TranscriptSource, which
 only sees the caller's projects: a session outside them is NOT_FOUND, like one
 that does not exist. Chat keys live in the principal's namespace
 (scrollback.server.auth.namespace), and attachments must be blobs the principal may
@@ -71,7 +71,7 @@ from scrollback.server.decode_budget import DecodeBudget
 from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.errors import StoreBusyError
-from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptSource
 
 
 async def drive_slim_in_thread(
@@ -121,7 +121,7 @@ class HistoryCore:
     def __init__(
         self,
         config: HistoryConfig,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         codec: TokenCodec,
         store: AcceptedMessageStore,
         bus: AcceptedBus,

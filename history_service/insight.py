@@ -59,8 +59,9 @@ from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forwa
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
+from scrollback.layouts import CODEX
 from scrollback.linefile import ByteSource, LineFile
-from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
 # index never needs them, and the parse stays small.
@@ -454,7 +455,7 @@ def add_rollout_entry(delta: IndexDelta, entry: dict[str, Any], state: RolloutUs
 class InsightIndex:
     """Brings the insight index of a transcript up to date, and reads it."""
 
-    def __init__(self, root: TranscriptRoot, store: InsightStore, *, max_line_size: int) -> None:
+    def __init__(self, root: TranscriptSource, store: InsightStore, *, max_line_size: int) -> None:
         self._root = root
         self._store = store
         self._max_line_size = max_line_size

@@ -34,7 +34,7 @@ from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
 from history_service.windows import open_transcript
 from scrollback.linefile import ByteSource, LineFile
 from scrollback.principals import Principal, namespace
-from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
+from scrollback.transcripts import SessionNotFoundError, TranscriptSource
 
 MAX_LINES_PER_POLL = 200
 MAX_BYTES_PER_POLL = 32 * 1024 * 1024
@@ -103,7 +103,7 @@ class SessionWatcher:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         codec: TokenCodec,
         store: AcceptedMessageStore,
         bus: AcceptedBus,

@@ -57,7 +57,7 @@ from scrollback.contract.stripping import MIN_INLINE_LIMIT
 from scrollback.linefile import ByteSource, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
-from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
+from scrollback.transcripts import Stamp, TranscriptFile, TranscriptSource, stamp_of
 
 MAX_PAGE_SIZE = 200
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class WindowReader:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         codec: TokenCodec,
         *,
         max_line_size: int,
@@ -571,6 +571,6 @@ def _server(params: WindowParams, max_line_size: int) -> Callable[[RawLine], Ser
     return serve
 
 
-def open_transcript(root: TranscriptRoot, transcript: TranscriptFile) -> ByteSource:
-    """Open a resolved transcript (jailed, through TranscriptRoot) as a byte source."""
+def open_transcript(root: TranscriptSource, transcript: TranscriptFile) -> ByteSource:
+    """Open a resolved transcript (jailed, through TranscriptSource) as a byte source."""
     return root.open(transcript)

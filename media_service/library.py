@@ -49,7 +49,7 @@ from scrollback.imaging import buffered
 from scrollback.linefile import LocalSource
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs
-from scrollback.transcripts import TranscriptRoot
+from scrollback.transcripts import TranscriptSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +202,7 @@ class MediaLibrary:
         self,
         transcripts: TranscriptMedia,
         blobs: BlobStore,
-        root: TranscriptRoot | None = None,
+        root: TranscriptSource | None = None,
         *,
         max_thumbnail_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:

@@ -96,7 +96,7 @@ from scrollback.transcripts import (
     SessionNotFoundError,
     Stamp,
     TranscriptFile,
-    TranscriptRoot,
+    TranscriptSource,
     stamp_of,
 )
 
@@ -344,7 +344,7 @@ class TranscriptMedia:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         *,
         max_line_size: int,
         cache_entries: int = 4096,

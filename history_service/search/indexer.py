@@ -28,10 +28,11 @@ from history_service.search.text import entry_text
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
+from scrollback.layouts import CODEX
 from scrollback.linefile import ByteSource
 from scrollback.lineindex import LineFeed, LineIndex, background_priority
 from scrollback.objects import ObjectChangedError
-from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class SearchIndexer:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         index: SearchIndex,
         *,
         max_line_size: int,
