@@ -48,12 +48,7 @@ from history_service.slim import (
     slim_file,
 )
 from history_service.store.base import AcceptedMessageStore
-from history_service.tokens import (
-    DIRECTION_LATEST_FIRST,
-    FileIdentity,
-    TokenCodec,
-    WatchPosition,
-)
+from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope
 from history_service.windows import (
     Window,
@@ -64,7 +59,7 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id, validate_session_id
-from scrollback.linefile import ByteSource
+from scrollback.linefile import ByteSource, FileIdentity
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
 from scrollback.server.decode_budget import DecodeBudget

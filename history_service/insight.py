@@ -56,11 +56,10 @@ from typing import Any, Protocol
 
 from history_service.errors import FileRewrittenError
 from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
-from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
 from scrollback.layouts import CODEX
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import ByteSource, FileIdentity, LineFile
 from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
@@ -227,8 +226,7 @@ class IndexState:
     @classmethod
     def at(cls, identity: FileIdentity, offset: int) -> IndexState:
         """The state of a file version read up to `offset`."""
-        i = identity
-        return cls(FileIdentity(i.dev, i.ino, i.head_len, i.head_hash, offset), offset)
+        return cls(identity.at(offset), offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,9 @@ from history_service.lines import (
     serve_line,
 )
 from history_service.store.base import AcceptedMessageStore
-from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
+from history_service.tokens import TokenCodec, WatchPosition
 from history_service.windows import open_transcript
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import ByteSource, FileIdentity, LineFile
 from scrollback.principals import Principal, namespace
 from scrollback.transcripts import SessionNotFoundError, TranscriptSource
 

@@ -49,12 +49,11 @@ from history_service.singleflight import ThreadSingleFlight
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     DIRECTION_OLDEST_FIRST,
-    FileIdentity,
     PageToken,
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import ByteSource, FileIdentity, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptSource, stamp_of

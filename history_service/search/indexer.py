@@ -25,11 +25,10 @@ from history_service.insight import InsightFeed, InsightIndex
 from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
 from history_service.search.store import EntryRow, FileState, SearchIndex, timestamp_ms
 from history_service.search.text import entry_text
-from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
 from scrollback.layouts import CODEX
-from scrollback.linefile import ByteSource
+from scrollback.linefile import ByteSource, FileIdentity, FileVersion
 from scrollback.lineindex import LineFeed, LineIndex, background_priority
 from scrollback.objects import ObjectChangedError
 from scrollback.transcripts import TranscriptFile, TranscriptSource
@@ -44,13 +43,14 @@ BATCH_TEXT_BYTES = 16 * 1024 * 1024
 
 def identity_text(identity: FileIdentity) -> str:
     """How the index stores a file identity (its size is the progress, kept apart)."""
-    return f"{identity.dev}:{identity.ino}:{identity.head_len}:{identity.head_hash}"
+    version = identity.version
+    return f"{version.dev}:{version.ino}:{version.head_len}:{version.head_hash}"
 
 
 def identity_at(text: str, size: int) -> FileIdentity:
     """The stored identity as of `size` bytes (ValueError if malformed)."""
     dev, ino, head_len, head_hash = (int(part) for part in text.split(":"))
-    return FileIdentity(dev, ino, head_len, head_hash, size)
+    return FileIdentity(FileVersion(dev, ino, head_len, head_hash), size)
 
 
 @dataclass
@@ -143,8 +143,8 @@ class SearchIndexer:
                 return
             stored = identity_at(state.identity, state.indexed_to)
             if (stat.st_dev, stat.st_ino, stat.st_size) == (
-                stored.dev,
-                stored.ino,
+                stored.version.dev,
+                stored.version.ino,
                 state.indexed_to,
             ):
                 return  # unchanged since the last pass

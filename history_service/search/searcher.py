@@ -20,8 +20,9 @@ from history_service.search.indexer import identity_at
 from history_service.search.query import Filters, Query
 from history_service.search.snippet import Snippet, make_snippet
 from history_service.search.store import IndexHit, SearchIndex
-from history_service.tokens import DIRECTION_LATEST_FIRST, FileIdentity, PageToken, TokenCodec
+from history_service.tokens import DIRECTION_LATEST_FIRST, PageToken, TokenCodec
 from history_service.windows import open_transcript
+from scrollback.linefile import FileIdentity
 from scrollback.principals import ALL_PROJECTS, Principal, namespace
 from scrollback.transcripts import TranscriptSource
 
