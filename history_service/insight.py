@@ -552,10 +552,10 @@ class InsightIndex:
         base = self._store.state(*key)
         reset = False
         offset = 0
-        identity = FileIdentity.of(fd)
+        identity = FileIdentity.of(fd, self._root.version)
         if base is not None:
             try:
-                identity = base.identity.check(fd, 0)
+                identity = base.identity.check(fd, 0, self._root.version)
                 # The index ends after a newline, or after a complete unterminated
                 # last line (a closing brace): anything else there is a rewrite.
                 if base.offset and LineFile(fd).read(1, base.offset - 1) not in (b"\n", b"}"):

@@ -142,7 +142,7 @@ class SessionWatcher:
             return WatchPosition(FileIdentity.null(), 0, last_seq)
         fd = open_transcript(self._root, transcript)
         try:
-            identity = FileIdentity.of(fd)
+            identity = FileIdentity.of(fd, self._root.version)
             return WatchPosition(
                 identity, complete_end(fd, identity.size, self._max_line_size), last_seq
             )
@@ -243,7 +243,7 @@ class SessionWatcher:
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
             if signature == state.signature:
                 return [], False
-            current = state.identity.check(fd, 0)
+            current = state.identity.check(fd, 0, self._root.version)
             if state.offset > current.size:
                 raise FileRewrittenError()
             found: list[tuple[ServedLine, int, FileIdentity]] = []

@@ -253,10 +253,10 @@ class WindowReader:
             # Before any byte is read: a write after this changes the stamp.
             stamp = stamp_of(fd.stat())
             if token is not None:
-                identity = token.identity.check(fd, token.boundary)
+                identity = token.identity.check(fd, token.boundary, self._root.version)
                 token.check_mark(fd)
             else:
-                identity = FileIdentity.of(fd)
+                identity = FileIdentity.of(fd, self._root.version)
         except BaseException:
             fd.close()
             raise

@@ -168,6 +168,9 @@ class FileVersion:
 
 
 _NULL_VERSION = FileVersion(0, 0, 0, 0)
+# How a transcript source names the version of one of its open transcripts
+# (scrollback.transcripts.TranscriptSource.version; FileVersion.of for files and objects).
+VersionOf = Callable[[ByteSource, SourceStat | None], FileVersion]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,22 +192,24 @@ class FileIdentity:
         return cls(_NULL_VERSION, 0)
 
     @classmethod
-    def of(cls, source: ByteSource) -> FileIdentity:
-        """The identity of an open source now: its FileVersion and its size."""
+    def of(cls, source: ByteSource, version: VersionOf = FileVersion.of) -> FileIdentity:
+        """The identity of an open source now: its version (as `version` names it) and size."""
         stat = source.stat()
-        return cls(FileVersion.of(source, stat), stat.st_size)
+        return cls(version(source, stat), stat.st_size)
 
     def at(self, size: int) -> FileIdentity:
         """The same version seen at another size."""
         return FileIdentity(self.version, size)
 
-    def check(self, source: ByteSource, boundary: int) -> FileIdentity:
+    def check(
+        self, source: ByteSource, boundary: int, version: VersionOf = FileVersion.of
+    ) -> FileIdentity:
         """The source's identity now if it continues this one, else FileRewrittenError.
 
         The file must be the same inode, at least as long as when seen, with the
         same first bytes, and `boundary` must still be a line start.
         """
-        current = FileIdentity.of(source)
+        current = FileIdentity.of(source, version)
         if self.is_null:
             return current
         mine, now = self.version, current.version

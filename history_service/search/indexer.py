@@ -154,7 +154,9 @@ class SearchIndexer:
             file_id = -1
             if state is not None:
                 try:
-                    identity_at(state.identity, state.indexed_to).check(fd, state.indexed_to)
+                    identity_at(state.identity, state.indexed_to).check(
+                        fd, state.indexed_to, self._root.version
+                    )
                     file_id, start = state.file_id, state.indexed_to
                 except FileRewrittenError:
                     self.stats.files_reset += 1
@@ -173,14 +175,14 @@ class SearchIndexer:
         or the version there now if that one was replaced since."""
         fd = self._root.open_listed(transcript)
         try:
-            return fd, FileIdentity.of(fd)
+            return fd, FileIdentity.of(fd, self._root.version)
         except BaseException as error:
             fd.close()
             if not isinstance(error, ObjectChangedError):
                 raise
         fd = self._root.open(transcript)
         try:
-            return fd, FileIdentity.of(fd)
+            return fd, FileIdentity.of(fd, self._root.version)
         except BaseException:
             fd.close()
             raise

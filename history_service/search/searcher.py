@@ -110,8 +110,8 @@ class Searcher:
         except (LookupError, OSError):
             return None
         try:
-            identity_at(row.identity, row.line_end).check(fd, row.line_end)
-            current = FileIdentity.of(fd)
+            identity_at(row.identity, row.line_end).check(fd, row.line_end, self._root.version)
+            current = FileIdentity.of(fd, self._root.version)
             mark = PageToken.at(DIRECTION_LATEST_FIRST, current, row.line_end, fd)
         except (FileRewrittenError, OSError, ValueError):
             return None
