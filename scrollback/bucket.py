@@ -264,7 +264,7 @@ class BucketRoot:
         return read_closed(self.open(transcript), work)
 
     def version(self, opened: ByteSource, stat: SourceStat | None = None) -> FileVersion:
-        """Which bytes an open object holds: its version pin and head (FileVersion.of)."""
+        """An open object's version: its key's hash as inode, and its head (FileVersion.of)."""
         return FileVersion.of(opened, stat)
 
 
