@@ -183,7 +183,9 @@ def test_one_pass_writes_search_line_index_and_insight(
     for transcript in one.transcripts.list(None):
         one.insight.refresh(transcript)
         with Path(transcript.location).open("rb") as handle:
-            one.lines.ensure(os.path.relpath(transcript.location, root), LocalSource(handle.fileno()))
+            one.lines.ensure(
+                os.path.relpath(transcript.location, root), LocalSource(handle.fileno())
+            )
     assert one.insight.lines_read == parsed
     assert one.lines.bytes_read == 0
     sought = one.lines.store.lines_for("proj/grown.jsonl", 1, ["u-0", "u-1", "u-2", "u-39"])
