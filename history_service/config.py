@@ -35,7 +35,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrollback.contract.limits import (
     DEFAULT_INLINE_LIMIT,
@@ -52,10 +52,14 @@ from scrollback.server.service_config import (
     check_locations,
     check_security,
     default_state_dir,
+    location_setting,
     read_server_values,
     with_overrides,
 )
 from scrollback.server.workers import MAX_WORKERS, default_workers
+
+if TYPE_CHECKING:
+    from scrollback.objects import Location
 
 SERVICE = "history"
 # The defaults live here, not in the modules that use them: the workers' parent
@@ -82,9 +86,10 @@ __all__ = ["DEFAULT_ADDR", "ConfigError", "HistoryConfig"]
 class HistoryConfig:
     """Everything the history service needs to start."""
 
-    transcripts: Path = Path(DEFAULT_TRANSCRIPTS)
-    # Codex CLI's sessions dir (scrollback.server.service_config.codex_sessions_from_env); None: none.
-    codex_sessions: Path | None = None
+    # A directory or a bucket, parsed once (scrollback.server.service_config.location_setting).
+    transcripts: Location = Path(DEFAULT_TRANSCRIPTS)
+    # Codex CLI's sessions dir or prefix (service_config.codex_sessions_from_env); None: none.
+    codex_sessions: Location | None = None
     # Bytes of recently read object blocks kept per process when the transcripts are in a
     # bucket (scrollback.objects.BlockCache; SCROLLBACK_BUCKET_CACHE_BYTES); 0: none.
     bucket_cache_bytes: int = DEFAULT_BUCKET_CACHE_BYTES
@@ -119,6 +124,12 @@ class HistoryConfig:
     workers: int = field(default_factory=default_workers)
     database_url: str = field(default="", repr=False)
     security: SecuritySettings = SecuritySettings()  # noqa: RUF009 - frozen, immutable
+
+    def __post_init__(self) -> None:
+        # A location given as text (a flag, a caller's value) is parsed here, once.
+        object.__setattr__(self, "transcripts", location_setting(self.transcripts))
+        if self.codex_sessions is not None:
+            object.__setattr__(self, "codex_sessions", location_setting(self.codex_sessions))
 
     @classmethod
     def from_env(

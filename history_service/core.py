@@ -5,7 +5,7 @@ the session lister, the accepted-message store, the bus and the watcher. The
 servicer only translates protos to these calls and back.
 
 Each call takes the caller's principal (None without auth) explicitly. With
-auth, every session id a call names must resolve through TranscriptRoot, which
+auth, every session id a call names must resolve through TranscriptSource, which
 only sees the caller's projects: a session outside them is NOT_FOUND, like one
 that does not exist. Chat keys live in the principal's namespace
 (scrollback.server.auth.namespace), and attachments must be blobs the principal may
@@ -48,12 +48,7 @@ from history_service.slim import (
     slim_file,
 )
 from history_service.store.base import AcceptedMessageStore
-from history_service.tokens import (
-    DIRECTION_LATEST_FIRST,
-    FileIdentity,
-    TokenCodec,
-    WatchPosition,
-)
+from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope
 from history_service.windows import (
     Window,
@@ -64,14 +59,14 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id, validate_session_id
-from scrollback.linefile import ByteSource
+from scrollback.linefile import ByteSource, FileIdentity
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
 from scrollback.server.decode_budget import DecodeBudget
 from scrollback.server.lane import Lane
 from scrollback.state.blob_access import readable_blobs
 from scrollback.state.errors import StoreBusyError
-from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptSource
 
 
 async def drive_slim_in_thread(
@@ -121,7 +116,7 @@ class HistoryCore:
     def __init__(
         self,
         config: HistoryConfig,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         codec: TokenCodec,
         store: AcceptedMessageStore,
         bus: AcceptedBus,

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 
 from scrollback.contract.reasons import Reason
 from scrollback.contract.refs import RefError
+
+# Raised where a file is checked (scrollback.linefile), mapped to its reason here.
+from scrollback.linefile import FileRewrittenError as FileRewrittenError
 from scrollback.objects import TranscriptsUnavailableError
 from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
@@ -17,13 +20,6 @@ from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
 class InvalidArgumentError(ValueError):
     """A malformed request field (page size, token, position, mode, limit)."""
-
-
-class FileRewrittenError(Exception):
-    """The transcript was rewritten or truncated since a token or position was minted."""
-
-    def __init__(self) -> None:
-        super().__init__("the transcript was rewritten or truncated since this token was issued")
 
 
 class TooLargeError(Exception):

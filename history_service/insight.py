@@ -56,11 +56,11 @@ from typing import Any, Protocol
 
 from history_service.errors import FileRewrittenError
 from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forward, serve_line
-from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.linefile import ByteSource, LineFile
-from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
+from scrollback.layouts import CODEX
+from scrollback.linefile import ByteSource, FileIdentity, LineFile
+from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
 # index never needs them, and the parse stays small.
@@ -226,8 +226,7 @@ class IndexState:
     @classmethod
     def at(cls, identity: FileIdentity, offset: int) -> IndexState:
         """The state of a file version read up to `offset`."""
-        i = identity
-        return cls(FileIdentity(i.dev, i.ino, i.head_len, i.head_hash, offset), offset)
+        return cls(identity.at(offset), offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,7 +453,7 @@ def add_rollout_entry(delta: IndexDelta, entry: dict[str, Any], state: RolloutUs
 class InsightIndex:
     """Brings the insight index of a transcript up to date, and reads it."""
 
-    def __init__(self, root: TranscriptRoot, store: InsightStore, *, max_line_size: int) -> None:
+    def __init__(self, root: TranscriptSource, store: InsightStore, *, max_line_size: int) -> None:
         self._root = root
         self._store = store
         self._max_line_size = max_line_size
@@ -553,10 +552,10 @@ class InsightIndex:
         base = self._store.state(*key)
         reset = False
         offset = 0
-        identity = FileIdentity.of(fd)
+        identity = FileIdentity.of(fd, self._root.version)
         if base is not None:
             try:
-                identity = base.identity.check(fd, 0)
+                identity = base.identity.check(fd, 0, self._root.version)
                 # The index ends after a newline, or after a complete unterminated
                 # last line (a closing brace): anything else there is a rewrite.
                 if base.offset and LineFile(fd).read(1, base.offset - 1) not in (b"\n", b"}"):

@@ -33,7 +33,6 @@ from history_service.store.base import AcceptedMessageStore
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import TokenCodec, load_or_create_key
-from scrollback.objects import bucket_location
 from scrollback.search.v1 import search_pb2_grpc
 from scrollback.server.grpc_support import RunningServer, build_server
 from scrollback.server.interceptors import prepare_security
@@ -44,7 +43,7 @@ from scrollback.server.service_config import (
     auth_errors_as_config_errors,
     open_database_pool,
     open_line_index,
-    open_transcript_root,
+    open_transcript_source,
 )
 from scrollback.server.workers import current_role
 
@@ -179,11 +178,11 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
     buckets = Buckets(config.bucket_cache_bytes)
-    if bucket_location(config.transcripts) is None:
+    if isinstance(config.transcripts, Path):
         _warn_if_empty(config.transcripts)
     # A bucket root checks its bucket (a ConfigError if missing or refused) before anything opens.
     root = await asyncio.to_thread(
-        open_transcript_root,
+        open_transcript_source,
         config.transcripts,
         buckets,
         rescan_interval=config.rescan_interval_seconds,
@@ -230,7 +229,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     # The indexer walks its own view of the root (refreshed at each pass), so its
     # passes never age the snapshot that ListSessions and ReadWindow answer from;
     # its passes, at start and every few seconds, report the files skipped.
-    indexer_root = open_transcript_root(
+    indexer_root = open_transcript_source(
         config.transcripts,
         buckets,
         rescan_interval=0,

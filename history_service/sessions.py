@@ -1,6 +1,6 @@
 """Listing the sessions under the root: newest first, with titles, paged by keyset tokens.
 
-The tree walk is TranscriptRoot's (cached). A title is the conversation's
+The tree walk is TranscriptSource's (cached). A title is the conversation's
 summary, or else its first real user prompt, found in the head of the file
 with bounded reads that skip long lines (image lines are never loaded); titles
 are cached per file version.
@@ -18,9 +18,10 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
+from scrollback.layouts import CLAUDE_CODE
 from scrollback.linefile import ByteSource, LineFile, SourceStat
 from scrollback.principals import Principal
-from scrollback.transcripts import CLAUDE_CODE, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
@@ -138,7 +139,7 @@ def read_title(fd: ByteSource, size: int) -> str:
 class SessionLister:
     """Lists the sessions of one root."""
 
-    def __init__(self, root: TranscriptRoot, codec: TokenCodec) -> None:
+    def __init__(self, root: TranscriptSource, codec: TokenCodec) -> None:
         self._root = root
         self._codec = codec
         self._titles: dict[tuple[str, int, int, int, str], str] = {}

@@ -12,11 +12,11 @@ gives the same token. A letter goes first (`_PREFIX`), so that no token
 starts with "-" and looks like an option on a command line. Anything that
 does not open is INVALID_ARGUMENT.
 
-A transcript token names the file version it was minted for (`FileIdentity`:
-device, inode, the length and xxh3 hash of the file's first bytes, and its
-size at minting) and a byte boundary that is always a line start. It stays
-valid while the file only grows; `FileIdentity.check` refuses it once the
-file was rewritten or truncated. A page token also carries the xxh3 hash of
+A transcript token names the file version it was minted for (a
+scrollback.linefile `FileIdentity`: the `FileVersion`, i.e. device, inode, the
+length and xxh3 hash of the file's first bytes, and its size at minting) and a
+byte boundary that is always a line start. It stays valid while the file only
+grows; `FileIdentity.check` refuses it once the file was rewritten or truncated. A page token also carries the xxh3 hash of
 the bytes around its own boundary (up to 4 KiB before it and 4 KiB after it,
 as far as the file went at minting), so a rewrite that keeps the size and the
 first bytes but changes the text where the next page starts is refused too.
@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
 from scrollback.history.v1 import history_pb2
-from scrollback.linefile import ByteSource, FileVersion, LineFile
+from scrollback.linefile import ByteSource, FileIdentity, FileVersion, LineFile
 
 KEY_FILE_NAME = "history-token.key"
 _TAG_BYTES = 16
@@ -67,57 +67,9 @@ _KIND_SEARCH = b"S"
 _SEARCH = struct.Struct(">BQ")  # version, the last key served
 
 
-@dataclass(frozen=True, slots=True)
-class FileIdentity:
-    """One version of a transcript file: stays equal while the file only grows."""
-
-    dev: int
-    ino: int
-    head_len: int
-    head_hash: int
-    size: int
-
-    @property
-    def version(self) -> FileVersion:
-        """The file version this identity is of (what caches of its lines are keyed by)."""
-        return FileVersion(self.dev, self.ino, self.head_len, f"{self.head_hash:016x}")
-
-    @property
-    def is_null(self) -> bool:
-        """True for the identity of a transcript that did not exist yet."""
-        return self.dev == 0 and self.ino == 0 and self.size == 0
-
-    @classmethod
-    def null(cls) -> FileIdentity:
-        """The identity of a transcript not written yet (any file continues it)."""
-        return cls(0, 0, 0, 0, 0)
-
-    @classmethod
-    def of(cls, fd: ByteSource) -> FileIdentity:
-        """The identity of an open file now: its FileVersion and its size."""
-        stat = fd.stat()
-        version = FileVersion.of(fd, stat)
-        return cls(
-            version.dev, version.ino, version.head_len, int(version.head_hash, 16), stat.st_size
-        )
-
-    def check(self, fd: ByteSource, boundary: int) -> FileIdentity:
-        """Return the file's current identity if it continues this one, else raise.
-
-        The file must be the same inode, at least as long as at minting, with the
-        same first bytes, and `boundary` must still be a line start.
-        """
-        current = FileIdentity.of(fd)
-        if self.is_null:
-            return current
-        if (current.dev, current.ino) != (self.dev, self.ino) or current.size < self.size:
-            raise FileRewrittenError()
-        head = LineFile(fd).read(self.head_len, 0)
-        if len(head) != self.head_len or xxhash.xxh3_64_intdigest(head) != self.head_hash:
-            raise FileRewrittenError()
-        if boundary > 0 and not LineFile(fd).starts_line(boundary):
-            raise FileRewrittenError()
-        return current
+def _unpack_identity(body: bytes, offset: int) -> FileIdentity:
+    dev, ino, head_len, head_hash, size = _IDENTITY.unpack_from(body, offset)
+    return FileIdentity(FileVersion(dev, ino, head_len, head_hash), size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +183,9 @@ class TokenCodec:
 
     @staticmethod
     def _pack_identity(identity: FileIdentity) -> bytes:
+        version = identity.version
         return _IDENTITY.pack(
-            identity.dev, identity.ino, identity.head_len, identity.head_hash, identity.size
+            version.dev, version.ino, version.head_len, version.head_hash, identity.size
         )
 
     def page_token(self, session_id: str, token: PageToken) -> str:
@@ -256,7 +209,7 @@ class TokenCodec:
             DIRECTION_OLDEST_FIRST,
         ):
             raise InvalidArgumentError("malformed page token")
-        identity = FileIdentity(*_IDENTITY.unpack_from(body, _PAGE.size))
+        identity = _unpack_identity(body, _PAGE.size)
         (boundary,) = _BOUNDARY.unpack_from(body, _PAGE.size + _IDENTITY.size)
         mark_len, mark_hash = _MARK.unpack_from(body, _PAGE.size + _IDENTITY.size + _BOUNDARY.size)
         if boundary > identity.size or mark_len > 2 * MARK_BYTES:
@@ -277,7 +230,7 @@ class TokenCodec:
         body = self._open(_KIND_POSITION, scope, token, "watch position")
         if len(body) != 1 + _IDENTITY.size + _POSITION_TAIL.size or body[0] != _VERSION:
             raise InvalidArgumentError("malformed watch position")
-        identity = FileIdentity(*_IDENTITY.unpack_from(body, 1))
+        identity = _unpack_identity(body, 1)
         offset, last_seq = _POSITION_TAIL.unpack_from(body, 1 + _IDENTITY.size)
         if offset > identity.size and not identity.is_null:
             raise InvalidArgumentError("malformed watch position")

@@ -31,11 +31,11 @@ from history_service.lines import (
     serve_line,
 )
 from history_service.store.base import AcceptedMessageStore
-from history_service.tokens import FileIdentity, TokenCodec, WatchPosition
+from history_service.tokens import TokenCodec, WatchPosition
 from history_service.windows import open_transcript
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import ByteSource, FileIdentity, LineFile
 from scrollback.principals import Principal, namespace
-from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
+from scrollback.transcripts import SessionNotFoundError, TranscriptSource
 
 MAX_LINES_PER_POLL = 200
 MAX_BYTES_PER_POLL = 32 * 1024 * 1024
@@ -109,7 +109,7 @@ class SessionWatcher:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         codec: TokenCodec,
         store: AcceptedMessageStore,
         bus: AcceptedBus,
@@ -148,7 +148,7 @@ class SessionWatcher:
             return WatchPosition(FileIdentity.null(), 0, last_seq)
         fd = open_transcript(self._root, transcript)
         try:
-            identity = FileIdentity.of(fd)
+            identity = FileIdentity.of(fd, self._root.version)
             return WatchPosition(
                 identity, complete_end(fd, identity, self._max_line_size), last_seq
             )
@@ -249,7 +249,7 @@ class SessionWatcher:
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
             if signature == state.signature:
                 return [], False
-            current = state.identity.check(fd, 0)
+            current = state.identity.check(fd, 0, self._root.version)
             if state.offset > current.size:
                 raise FileRewrittenError()
             found: list[tuple[ServedLine, int, FileIdentity]] = []

@@ -45,15 +45,14 @@ from history_service.lines import (
 from history_service.tokens import (
     DIRECTION_LATEST_FIRST,
     DIRECTION_OLDEST_FIRST,
-    FileIdentity,
     PageToken,
     TokenCodec,
 )
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
-from scrollback.linefile import ByteSource, FileVersion, LineFile
+from scrollback.linefile import ByteSource, FileIdentity, FileVersion, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex, Snapshot
 from scrollback.principals import Principal
-from scrollback.transcripts import Stamp, TranscriptFile, TranscriptRoot, stamp_of
+from scrollback.transcripts import Stamp, TranscriptFile, TranscriptSource, stamp_of
 
 MAX_PAGE_SIZE = 200
 log = logging.getLogger(__name__)
@@ -268,7 +267,7 @@ class WindowReader:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         codec: TokenCodec,
         *,
         max_line_size: int,
@@ -330,10 +329,10 @@ class WindowReader:
             # Before any byte is read: a write after this changes the stamp.
             stamp = stamp_of(fd.stat())
             if token is not None:
-                identity = token.identity.check(fd, token.boundary)
+                identity = token.identity.check(fd, token.boundary, self._root.version)
                 token.check_mark(fd)
             else:
-                identity = FileIdentity.of(fd)
+                identity = FileIdentity.of(fd, self._root.version)
         except BaseException:
             fd.close()
             raise
@@ -563,6 +562,6 @@ class _Scan:
         return _Taken(skipped, first, after, False)
 
 
-def open_transcript(root: TranscriptRoot, transcript: TranscriptFile) -> ByteSource:
-    """Open a resolved transcript (jailed, through TranscriptRoot) as a byte source."""
+def open_transcript(root: TranscriptSource, transcript: TranscriptFile) -> ByteSource:
+    """Open a resolved transcript (jailed, through TranscriptSource) as a byte source."""
     return root.open(transcript)

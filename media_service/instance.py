@@ -38,7 +38,7 @@ from media_service.library import (
     TranscriptSelector,
 )
 from media_service.thumbnail_encodes import ThumbnailEncodes
-from scrollback.objects import bucket_location
+from scrollback.objects import BucketLocation
 from scrollback.principals import Principal
 from scrollback.server.lane import Lane
 
@@ -50,7 +50,7 @@ BUCKET_READ_THREADS = 8
 def reads_a_bucket(config: MediaConfig) -> bool:
     """True if the configured transcripts (or Codex's sessions) are in a bucket."""
     locations = [config.transcripts, config.codex_sessions]
-    return any(bucket_location(where) is not None for where in locations if where is not None)
+    return any(isinstance(where, BucketLocation) for where in locations)
 
 
 class MediaInstance:

@@ -50,7 +50,7 @@ from scrollback.imaging import buffered
 from scrollback.linefile import LocalSource
 from scrollback.principals import Principal
 from scrollback.state.blob_access import readable_blobs
-from scrollback.transcripts import TranscriptRoot
+from scrollback.transcripts import TranscriptSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +206,7 @@ class MediaLibrary:
         self,
         transcripts: TranscriptMedia,
         blobs: BlobStore,
-        root: TranscriptRoot | None = None,
+        root: TranscriptSource | None = None,
         *,
         max_thumbnail_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:

@@ -34,7 +34,7 @@ from scrollback.server.service_config import (
     auth_errors_as_config_errors,
     open_database_pool,
     open_line_index,
-    open_transcript_root,
+    open_transcript_source,
 )
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def build_library(
 ) -> tuple[MediaLibrary, BlobMetadataStore]:
     """The domain objects of a media server (also usable without gRPC)."""
     blobs, metadata = open_blob_store(config, clock=clock)
-    root = open_transcript_root(
+    root = open_transcript_source(
         config.transcripts, Buckets(config.bucket_cache_bytes), codex=config.codex_sessions
     )
     try:

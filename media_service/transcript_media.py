@@ -46,7 +46,7 @@ from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.linefile import ByteSource, FileVersion
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal
-from scrollback.transcripts import SessionNotFoundError, TranscriptRoot
+from scrollback.transcripts import SessionNotFoundError, TranscriptSource
 
 # A StatMedia selector: (ref, pin, line offset hint).
 StatSelector = tuple[TranscriptImageRef, str, int | None]
@@ -70,7 +70,7 @@ class TranscriptMedia:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         *,
         max_line_size: int,
         cache_entries: int = 4096,

@@ -1,7 +1,8 @@
 """The transcripts root in a bucket: the layout of scrollback.transcripts over object keys.
 
-`BucketRoot` is a `TranscriptRoot` whose index comes from listing a key
-prefix instead of walking a directory: `<prefix>/<project>/<sessionId>.jsonl`,
+`BucketRoot` is a `TranscriptSource` (scrollback.transcripts) whose index
+comes from listing a key prefix instead of walking a directory, by the layouts
+of scrollback.layouts: `<prefix>/<project>/<sessionId>.jsonl`,
 sub-agents at `<prefix>/<project>/<sessionId>/subagents/agent-<id>.jsonl` or
 `<prefix>/<project>/agent-<id>.jsonl`, the same file-name rules (names that
 are not ids are skipped and reported), the same visibility per Principal,
@@ -28,28 +29,31 @@ is read from the version listed, with no HEAD (`open_listed`).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from scrollback.contract.refs import ID_PATTERN
-from scrollback.linefile import ByteSource, SourceStat
-from scrollback.objects import Bucket, BucketLocation, ObjectChangedError, ObjectInfo, ObjectSource
-from scrollback.transcripts import (
+from scrollback.directory import DirectoryRoot
+from scrollback.layouts import (
     CODEX,
     CODEX_ARCHIVE_DIR,
+    claude_code_names,
+    is_subagent_id,
+    read_session_meta,
+    rollout_session_id,
+)
+from scrollback.linefile import ByteSource, FileVersion, SourceStat
+from scrollback.objects import Bucket, BucketLocation, ObjectChangedError, ObjectInfo, ObjectSource
+from scrollback.principals import Principal
+from scrollback.transcripts import (
     EMPTY_ROOT,
-    SUBAGENT_DIR,
-    TRANSCRIPT_SUFFIX,
+    Catalog,
     RootSnapshot,
     SessionNotFoundError,
     TranscriptFile,
-    TranscriptRoot,
+    TranscriptSource,
     log_skipped,
-    read_session_meta,
-    rollout_session_id,
-    session_id_of,
+    read_closed,
 )
 
 log = logging.getLogger(__name__)
@@ -63,8 +67,29 @@ _CODEX_PARTS = 4
 _Version = tuple[str, str, int, int]
 
 
-class BucketRoot(TranscriptRoot):
-    """The transcripts under a bucket prefix (and Codex's rollouts under another), jailed by key."""
+def claude_code_object(relative: str, key: str, skipped: list[str]) -> TranscriptFile | None:
+    """The transcript a key under the prefix is, by the Claude Code layout, or None."""
+    names = claude_code_names(relative.split("/"))
+    if isinstance(names, str):
+        skipped.append(names)
+        return None
+    if names is None:
+        return None
+    project, session_id, parent = names
+    return TranscriptFile(
+        session_id=session_id,
+        project_dir=project,
+        location=key,
+        is_subagent=is_subagent_id(session_id, parent),
+        parent_session_id=parent,
+    )
+
+
+class BucketRoot:
+    """The transcripts under a bucket prefix (and Codex's rollouts under another), jailed by key.
+
+    `refreshes` counts the listings, `dir_scans` the keys they listed.
+    """
 
     def __init__(
         self,
@@ -74,17 +99,22 @@ class BucketRoot(TranscriptRoot):
         report_skipped: bool = False,
         codex: Bucket | None = None,
     ) -> None:
-        super().__init__(
-            Path(bucket.location.url),
-            rescan_interval=rescan_interval,
-            report_skipped=report_skipped,
-        )
         self.bucket = bucket
         self.codex_bucket = codex
+        self._report_skipped = report_skipped
+        self.skipped: tuple[str, ...] = ()
+        self.refreshes = 0
+        self.dir_scans = 0
         self._objects: dict[str, ObjectInfo] = {}
         # A listed rollout's version -> its cwd, read once per object version.
         self._codex_projects: dict[_Version, str] = {}
         self._listed_at = float("-inf")
+        self._catalog = Catalog(
+            self._rebuild,
+            rescan_interval=rescan_interval,
+            exists=self.exists,
+            jailed=self.is_jailed,
+        )
 
     @property
     def location(self) -> str:
@@ -93,68 +123,31 @@ class BucketRoot(TranscriptRoot):
 
     # -- the index ----------------------------------------------------------
 
-    def _refresh_locked(self) -> None:
-        """List the prefix again (at most once per MIN_LIST_SECONDS) and rebuild the snapshot."""
-        now = time.monotonic()
-        self._refreshed_at = now
-        if now - self._listed_at < MIN_LIST_SECONDS and self._snapshot is not EMPTY_ROOT:
-            return
+    def _rebuild(self) -> RootSnapshot | None:
+        """List the prefix again (at most once per MIN_LIST_SECONDS): the new snapshot."""
+        now = self._catalog.refreshed_at
+        if now - self._listed_at < MIN_LIST_SECONDS and self._catalog.snapshot is not EMPTY_ROOT:
+            return None
         self.refreshes += 1
         self._listed_at = now
         objects: dict[str, ObjectInfo] = {}
         files: list[TranscriptFile] = []
         skipped: list[str] = []
-        location = self.bucket.location
-        base = location.key("")
+        base = self.bucket.location.key("")
         for info in self.bucket.list(base):
             self.dir_scans += 1
-            transcript = self._claude_file(info.key[len(base) :], info.key, skipped)
+            transcript = claude_code_object(info.key[len(base) :], info.key, skipped)
             if transcript is not None:
                 objects[info.key] = info
                 files.append(transcript)
         if self.codex_bucket is not None:
             files += self._codex_files(self.codex_bucket, objects)
-        by_id: dict[str, list[TranscriptFile]] = {}
-        for transcript in files:
-            by_id.setdefault(transcript.session_id, []).append(transcript)
         self._objects = objects
-        self._snapshot = RootSnapshot({k: tuple(v) for k, v in by_id.items()}, tuple(files))
         found = tuple(sorted(skipped))
         if self._report_skipped and found != self.skipped:
             log_skipped(found)
         self.skipped = found
-
-    @staticmethod
-    def _claude_file(relative: str, key: str, skipped: list[str]) -> TranscriptFile | None:
-        """The transcript a key under the prefix is, by the Claude Code layout, or None."""
-        parts = relative.split("/")
-        if not parts[-1].endswith(TRANSCRIPT_SUFFIX) or not parts[0]:
-            return None
-        if len(parts) == 2:
-            session_id = session_id_of(parts[1])
-            if session_id is None:
-                skipped.append(relative)
-                return None
-            return TranscriptFile(
-                session_id=session_id,
-                project_dir=parts[0],
-                path=Path(key),
-                is_subagent=session_id.startswith("agent-"),
-                parent_session_id="",
-            )
-        if len(parts) == 4 and parts[2] == SUBAGENT_DIR and ID_PATTERN.fullmatch(parts[1]):
-            child = session_id_of(parts[3])
-            if child is None:
-                skipped.append(relative)
-                return None
-            return TranscriptFile(
-                session_id=child,
-                project_dir=parts[0],
-                path=Path(key),
-                is_subagent=True,
-                parent_session_id=parts[1],
-            )
-        return None
+        return RootSnapshot.of(files)
 
     def _codex_files(self, codex: Bucket, objects: dict[str, ObjectInfo]) -> list[TranscriptFile]:
         """The rollouts under Codex's sessions prefix and its sibling archive."""
@@ -174,7 +167,7 @@ class BucketRoot(TranscriptRoot):
                     TranscriptFile(
                         session_id=session_id,
                         project_dir=self._codex_project(codex, info, listed),
-                        path=Path(info.key),
+                        location=info.key,
                         is_subagent=False,
                         parent_session_id="",
                         source=CODEX,
@@ -209,20 +202,32 @@ class BucketRoot(TranscriptRoot):
             return self.codex_bucket
         return self.bucket
 
+    def list(self, principal: Principal | None) -> list[TranscriptFile]:
+        """The transcripts the principal may see (scrollback.transcripts.Catalog.list)."""
+        return self._catalog.list(principal)
+
+    def resolve(self, session_id: str, principal: Principal | None) -> TranscriptFile:
+        """The transcript of a session id (scrollback.transcripts.Catalog.resolve)."""
+        return self._catalog.resolve(session_id, principal)
+
+    def name_of(self, transcript: TranscriptFile, principal: Principal | None) -> str:
+        """The id a principal names a listed transcript by (Catalog.name_of)."""
+        return self._catalog.name_of(transcript, principal)
+
     def exists(self, transcript: TranscriptFile) -> bool:
         """True if the last listing had the object (a HEAD at open tells if it still does)."""
-        return str(transcript.path) in self._objects
+        return transcript.location in self._objects
 
     def stat(self, transcript: TranscriptFile) -> SourceStat:
         """The object's size and times in the last listing; FileNotFoundError if it had none."""
-        info = self._objects.get(str(transcript.path))
+        info = self._objects.get(transcript.location)
         if info is None:
             raise FileNotFoundError("no such transcript")
         return info.stat()
 
     def key_of(self, transcript: TranscriptFile) -> str:
-        """As TranscriptRoot.key_of: the key under the prefix; a rollout's after `//codex/`."""
-        key = str(transcript.path)
+        """As DirectoryRoot.key_of: the key under the prefix; a rollout's after `//codex/`."""
+        key = transcript.location
         if transcript.source == CODEX and self.codex_bucket is not None:
             sessions = self.codex_bucket.location.key("").rstrip("/")
             home = sessions.rpartition("/")[0]
@@ -236,14 +241,14 @@ class BucketRoot(TranscriptRoot):
     def open(self, transcript: TranscriptFile) -> ByteSource:
         """The object as it is now (a HEAD), read by ranged GETs; SessionNotFoundError if gone."""
         try:
-            return self._bucket_of(transcript).open(str(transcript.path))
+            return self._bucket_of(transcript).open(transcript.location)
         except FileNotFoundError:
             raise SessionNotFoundError() from None
 
     def open_listed(self, transcript: TranscriptFile) -> ByteSource:
         """The object's version the last listing saw (its size and ETag), with no HEAD; a
         read fails with ObjectChangedError once it was replaced."""
-        info = self._objects.get(str(transcript.path))
+        info = self._objects.get(transcript.location)
         if info is None:
             return self.open(transcript)
         return ObjectSource(self._bucket_of(transcript), info)
@@ -256,34 +261,37 @@ class BucketRoot(TranscriptRoot):
                 return work(source)
         except ObjectChangedError:
             pass
-        with self.open(transcript) as source:
-            return work(source)
+        return read_closed(self.open(transcript), work)
+
+    def version(self, opened: ByteSource, stat: SourceStat | None = None) -> FileVersion:
+        """An open object's version: its key's hash as inode, and its head (FileVersion.of)."""
+        return FileVersion.of(opened, stat)
 
 
-def transcript_root(
-    transcripts: Path,
+def transcript_source(
+    transcripts: Path | BucketLocation,
     *,
     buckets: Callable[[BucketLocation], Bucket],
     rescan_interval: float = 2.0,
     report_skipped: bool = False,
-    codex: Path | None = None,
-) -> TranscriptRoot:
-    """The root a transcripts location names: a directory, or a bucket (`s3://...`).
+    codex: Path | BucketLocation | None = None,
+) -> TranscriptSource:
+    """The source a parsed transcripts location names: a directory, or a bucket.
 
     `buckets` gives the client of a bucket location (the caller keeps one per
-    location, so every root of a process shares its block cache).
+    location, so every root of a process shares its block cache). A Codex
+    sessions location of the other kind is not read.
     """
-    from scrollback.objects import bucket_location
-
-    location = bucket_location(transcripts)
-    codex_location = bucket_location(codex) if codex is not None else None
-    if location is None:
-        return TranscriptRoot(
-            transcripts, rescan_interval=rescan_interval, report_skipped=report_skipped, codex=codex
+    if isinstance(transcripts, Path):
+        return DirectoryRoot(
+            transcripts,
+            rescan_interval=rescan_interval,
+            report_skipped=report_skipped,
+            codex=codex if isinstance(codex, Path) else None,
         )
     return BucketRoot(
-        buckets(location),
+        buckets(transcripts),
         rescan_interval=rescan_interval,
         report_skipped=report_skipped,
-        codex=buckets(codex_location) if codex_location is not None else None,
+        codex=buckets(codex) if isinstance(codex, BucketLocation) else None,
     )

@@ -22,7 +22,8 @@ transcript: `LocalSource` over a file descriptor, or scrollback.objects'
 `ObjectSource` over an object in a bucket (ranged GETs). Opening and closing the
 source are the caller's (scrollback.transcripts). `FileVersion` names which
 bytes a result came from: the caches, the line index and page tokens key what
-they keep by it.
+they keep by it; `FileIdentity` is a version at the size it was seen (what a
+token continues from), and `FileRewrittenError` says a file no longer continues it.
 """
 
 from __future__ import annotations
@@ -132,26 +133,104 @@ class LocalSource(ByteSource):
         os.close(self.fd)
 
 
+class FileRewrittenError(Exception):
+    """The file no longer continues a version: rewritten or truncated since it was seen."""
+
+    def __init__(self) -> None:
+        super().__init__("the transcript was rewritten or truncated since this token was issued")
+
+
+def head_hash(head: bytes | memoryview) -> int:
+    """The xxh3 (64-bit) of a file's first bytes: what names its version."""
+    return xxhash.xxh3_64_intdigest(head)
+
+
 @dataclass(frozen=True, slots=True)
 class FileVersion:
     """Which file a result came from: its device and inode and the xxh3 of its first bytes.
 
     It stays equal while the file only grows (past HEAD_BYTES), and differs once the
     file is replaced or rewritten from its start; what a reader keeps of a file is
-    keyed by it, and checked against the bytes there before it is trusted.
+    keyed by it (caches, the line index, page tokens through `FileIdentity`), and
+    checked against the bytes there before it is trusted.
     """
 
     dev: int
     ino: int
     head_len: int
-    head_hash: str
+    head_hash: int
 
     @classmethod
     def of(cls, source: ByteSource, stat: SourceStat | None = None) -> FileVersion:
         """The version of an open source now (`stat`: its stat, when the caller took one)."""
         stat = source.stat() if stat is None else stat
         head = source.read(min(HEAD_BYTES, stat.st_size), 0)
-        return cls(stat.st_dev, stat.st_ino, len(head), xxhash.xxh3_64_hexdigest(head))
+        return cls(stat.st_dev, stat.st_ino, len(head), head_hash(head))
+
+    @property
+    def hex_hash(self) -> str:
+        """The head's hash as 16 hex digits (how the line index's store keeps it)."""
+        return f"{self.head_hash:016x}"
+
+    def head_matches(self, source: ByteSource) -> bool:
+        """True if the source's first `head_len` bytes are still the ones hashed."""
+        head = source.read(self.head_len, 0)
+        return len(head) == self.head_len and head_hash(head) == self.head_hash
+
+
+_NULL_VERSION = FileVersion(0, 0, 0, 0)
+# How a transcript source names the version of one of its open transcripts
+# (scrollback.transcripts.TranscriptSource.version; FileVersion.of for files and objects).
+VersionOf = Callable[[ByteSource, SourceStat | None], FileVersion]
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """A file version at the size it was seen: what a page token or a watch position
+    continues from, valid while the file only grows."""
+
+    version: FileVersion
+    size: int
+
+    @property
+    def is_null(self) -> bool:
+        """True for the identity of a transcript that did not exist yet."""
+        return self.version.dev == 0 and self.version.ino == 0 and self.size == 0
+
+    @classmethod
+    def null(cls) -> FileIdentity:
+        """The identity of a transcript not written yet (any file continues it)."""
+        return cls(_NULL_VERSION, 0)
+
+    @classmethod
+    def of(cls, source: ByteSource, version: VersionOf = FileVersion.of) -> FileIdentity:
+        """The identity of an open source now: its version (as `version` names it) and size."""
+        stat = source.stat()
+        return cls(version(source, stat), stat.st_size)
+
+    def at(self, size: int) -> FileIdentity:
+        """The same version seen at another size."""
+        return FileIdentity(self.version, size)
+
+    def check(
+        self, source: ByteSource, boundary: int, version: VersionOf = FileVersion.of
+    ) -> FileIdentity:
+        """The source's identity now if it continues this one, else FileRewrittenError.
+
+        The file must be the same inode, at least as long as when seen, with the
+        same first bytes, and `boundary` must still be a line start.
+        """
+        current = FileIdentity.of(source, version)
+        if self.is_null:
+            return current
+        mine, now = self.version, current.version
+        if (now.dev, now.ino) != (mine.dev, mine.ino) or current.size < self.size:
+            raise FileRewrittenError()
+        if not mine.head_matches(source):
+            raise FileRewrittenError()
+        if boundary > 0 and not LineFile(source).starts_line(boundary):
+            raise FileRewrittenError()
+        return current
 
 
 class LineFile:

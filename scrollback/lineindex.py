@@ -167,8 +167,7 @@ def _continues(fd: ByteSource, state: IndexedFile) -> bool:
     version = state.version
     if (stat.st_dev, stat.st_ino) != (version.dev, version.ino) or stat.st_size < state.scanned:
         return False
-    head = LineFile(fd).read(version.head_len, 0)
-    if len(head) != version.head_len or _hash(head) != version.head_hash:
+    if not version.head_matches(fd):
         return False
     if state.mark_len:
         mark = LineFile(fd).read(state.mark_len, state.covered - state.mark_len)

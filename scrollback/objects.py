@@ -115,22 +115,35 @@ class BucketLocation:
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
 
-def bucket_location(location: Path | str) -> BucketLocation | None:
-    """The bucket a transcripts location names (`s3://bucket/prefix`), or None for a directory.
-
-    A Path-typed setting keeps `s3://b/p` as `s3:/b/p`: both forms are read.
-    """
-    parts = Path(location).parts if isinstance(location, Path) else None
-    if parts is None:
-        text = str(location)
-        if not text.startswith(BUCKET_SCHEME):
-            return None
-        parts = ("s3:", *[p for p in text[len(BUCKET_SCHEME) :].split("/") if p])
-    if not parts or parts[0] != "s3:":
+def bucket_location(location: str) -> BucketLocation | None:
+    """The bucket a transcripts location names (`s3://bucket/prefix`), or None for a directory."""
+    if not location.startswith(BUCKET_SCHEME):
         return None
-    if len(parts) < 2:
+    parts = [p for p in location[len(BUCKET_SCHEME) :].split("/") if p]
+    if not parts:
         raise BucketConfigError("a transcripts bucket must be given as s3://BUCKET[/PREFIX]")
-    return BucketLocation(parts[1], "/".join(parts[2:]))
+    return BucketLocation(parts[0], "/".join(parts[1:]))
+
+
+# Where transcripts are kept, as a setting names it once parsed (`parse_location`).
+Location = Path | BucketLocation
+
+
+def location_text(location: Location) -> str:
+    """A parsed location as a setting writes it: the directory, or the bucket's URL."""
+    return location.url if isinstance(location, BucketLocation) else str(location)
+
+
+def parse_location(value: str | Path | BucketLocation) -> Location:
+    """A transcripts setting parsed once: a bucket (`s3://BUCKET[/PREFIX]`) or a directory.
+
+    A directory's `~` is expanded. A bucket URL without a bucket raises
+    BucketConfigError; a URL is never kept in a Path.
+    """
+    if isinstance(value, (BucketLocation, Path)):
+        return value.expanduser() if isinstance(value, Path) else value
+    bucket = bucket_location(value)
+    return bucket if bucket is not None else Path(value).expanduser()
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from client.tls import TlsOptions
     from history_service.config import HistoryConfig
     from media_service.config import MediaConfig
+    from scrollback.objects import Location
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -96,16 +97,18 @@ class _WorkerTree:
 
 def _worker_argv(config: Any) -> list[str]:
     """The flags that give a worker `config` (the rest it reads from the same environment)."""
+    from scrollback.objects import location_text
+
     argv = [
         "--transcripts",
-        str(config.transcripts),
+        location_text(config.transcripts),
         "--state",
         str(config.state_dir),
         "--stall-timeout-seconds",
         str(config.stall_timeout_seconds),
     ]
     if config.codex_sessions is not None:
-        argv += ["--codex-sessions", str(config.codex_sessions)]
+        argv += ["--codex-sessions", location_text(config.codex_sessions)]
     if config.insecure:
         argv.append("--insecure")
     if config.security.auth_tokens is not None:
@@ -144,17 +147,21 @@ async def _start_workers(name: str, config: Any, forkserver: Any) -> _WorkerTree
     return _WorkerTree(supervisor)
 
 
-def _transcripts_override(args: argparse.Namespace) -> Path | None:
+def _transcripts_override(args: argparse.Namespace) -> Location | None:
     """`--transcripts`; with none set and none at the default, the bundled sample sessions."""
     from scrollback.samples import SAMPLES_ROOT
-    from scrollback.server.service_config import TRANSCRIPTS_ENV, transcripts_from_env
+    from scrollback.server.service_config import (
+        TRANSCRIPTS_ENV,
+        location_setting,
+        transcripts_from_env,
+    )
 
     if args.transcripts is not None:
-        return Path(args.transcripts).expanduser()
+        return location_setting(args.transcripts)
     if os.environ.get(TRANSCRIPTS_ENV):
         return None  # chosen explicitly: checked as given
     looked_for = transcripts_from_env()
-    if looked_for.is_dir():
+    if not isinstance(looked_for, Path) or looked_for.is_dir():
         return None
     print(
         f"scrollback up: no transcripts at {looked_for} (set {TRANSCRIPTS_ENV} or --transcripts); "
@@ -164,14 +171,14 @@ def _transcripts_override(args: argparse.Namespace) -> Path | None:
     return Path(SAMPLES_ROOT)
 
 
-def _codex_override(args: argparse.Namespace, *, samples: bool) -> Path | None:
+def _codex_override(args: argparse.Namespace, *, samples: bool) -> Location | None:
     """`--codex-sessions`; with the sample sessions served and no Codex dir found, the sample
     rollout's (so the README's Codex lines run on a fresh machine too)."""
     from scrollback.samples import CODEX_SAMPLES
-    from scrollback.server.service_config import codex_sessions_from_env
+    from scrollback.server.service_config import codex_sessions_from_env, location_setting
 
     if args.codex_sessions is not None:
-        return Path(args.codex_sessions).expanduser()
+        return location_setting(args.codex_sessions)
     if not samples or codex_sessions_from_env() is not None:
         return None
     return Path(CODEX_SAMPLES)
@@ -303,7 +310,9 @@ async def _serve_up(
             await asyncio.gather(history.stop(), media.stop())
             raise
     log = logging.getLogger("scrollback")
-    log.info("serving transcripts from %s", history_config.transcripts)
+    from scrollback.objects import location_text
+
+    log.info("serving transcripts from %s", location_text(history_config.transcripts))
     log.info("state dir %s", history_config.state_dir)
     log.info("%s", listening_line("history service", history_config.addr, history.port))
     log.info("%s", listening_line("media service", media_config.addr, media.port))

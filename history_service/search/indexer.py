@@ -34,13 +34,13 @@ from history_service.lines import (
 )
 from history_service.search.store import EntryRow, FileState, SearchIndex, timestamp_ms
 from history_service.search.text import entry_text
-from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.linefile import ByteSource
+from scrollback.layouts import CODEX
+from scrollback.linefile import ByteSource, FileIdentity, FileVersion
 from scrollback.lineindex import LineFeed, LineIndex, background_priority
 from scrollback.objects import ObjectChangedError
-from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
+from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +52,14 @@ BATCH_TEXT_BYTES = 16 * 1024 * 1024
 
 def identity_text(identity: FileIdentity) -> str:
     """How the index stores a file identity (its size is the progress, kept apart)."""
-    return f"{identity.dev}:{identity.ino}:{identity.head_len}:{identity.head_hash}"
+    version = identity.version
+    return f"{version.dev}:{version.ino}:{version.head_len}:{version.head_hash}"
 
 
 def identity_at(text: str, size: int) -> FileIdentity:
     """The stored identity as of `size` bytes (ValueError if malformed)."""
     dev, ino, head_len, head_hash = (int(part) for part in text.split(":"))
-    return FileIdentity(dev, ino, head_len, head_hash, size)
+    return FileIdentity(FileVersion(dev, ino, head_len, head_hash), size)
 
 
 @dataclass
@@ -100,7 +101,7 @@ class SearchIndexer:
 
     def __init__(
         self,
-        root: TranscriptRoot,
+        root: TranscriptSource,
         index: SearchIndex,
         *,
         max_line_size: int,
@@ -156,7 +157,10 @@ class SearchIndexer:
                 return
             stored = identity_at(state.identity, state.indexed_to)
             now = (stat.st_dev, stat.st_ino, stat.st_size)
-            if now in ((stored.dev, stored.ino, state.indexed_to), self._searched.get(key)):
+            if now in (
+                (stored.version.dev, stored.version.ino, state.indexed_to),
+                self._searched.get(key),
+            ):
                 return  # unchanged since the last pass
         fd, current = self._open(transcript)
         try:
@@ -164,7 +168,9 @@ class SearchIndexer:
             file_id = -1
             if state is not None:
                 try:
-                    identity_at(state.identity, state.indexed_to).check(fd, state.indexed_to)
+                    identity_at(state.identity, state.indexed_to).check(
+                        fd, state.indexed_to, self._root.version
+                    )
                     file_id, start = state.file_id, state.indexed_to
                 except FileRewrittenError:
                     self.stats.files_reset += 1
@@ -175,7 +181,7 @@ class SearchIndexer:
             if start < current.size:
                 search = _SearchFeed(self, file_id, start)
                 if self._one_pass(transcript, fd, key, search, current):
-                    self._searched[key] = (current.dev, current.ino, current.size)
+                    self._searched[key] = (current.version.dev, current.version.ino, current.size)
                 else:
                     self._searched.pop(key, None)
                 self.stats.files_indexed += 1
@@ -187,14 +193,14 @@ class SearchIndexer:
         or the version there now if that one was replaced since."""
         fd = self._root.open_listed(transcript)
         try:
-            return fd, FileIdentity.of(fd)
+            return fd, FileIdentity.of(fd, self._root.version)
         except BaseException as error:
             fd.close()
             if not isinstance(error, ObjectChangedError):
                 raise
         fd = self._root.open(transcript)
         try:
-            return fd, FileIdentity.of(fd)
+            return fd, FileIdentity.of(fd, self._root.version)
         except BaseException:
             fd.close()
             raise

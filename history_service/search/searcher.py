@@ -1,10 +1,10 @@
 """Answering a search for one caller: visibility, paging and jump-to-message tokens.
 
 Visibility is ReadWindow's: the index is asked only for the caller's
-projects, and each hit's session is then resolved through TranscriptRoot for
+projects, and each hit's session is then resolved through TranscriptSource for
 that caller, as ReadWindow resolves it, so a hidden, vanished or ambiguous
 session never yields a hit; a hit names its session as the caller's listing
-does (`TranscriptRoot.name_of`). Each hit's file is checked against the identity
+does (`TranscriptSource.name_of`). Each hit's file is checked against the identity
 it was indexed under (a rewritten file not yet re-indexed yields no stale
 hit), and its `window_page_token` is a latest-first ReadWindow page token
 whose boundary is the end of the hit's line: that window ends with the hit.
@@ -20,10 +20,11 @@ from history_service.search.indexer import identity_at
 from history_service.search.query import Filters, Query
 from history_service.search.snippet import Snippet, make_snippet
 from history_service.search.store import IndexHit, SearchIndex
-from history_service.tokens import DIRECTION_LATEST_FIRST, FileIdentity, PageToken, TokenCodec
+from history_service.tokens import DIRECTION_LATEST_FIRST, PageToken, TokenCodec
 from history_service.windows import open_transcript
+from scrollback.linefile import FileIdentity
 from scrollback.principals import ALL_PROJECTS, Principal, namespace
-from scrollback.transcripts import TranscriptRoot
+from scrollback.transcripts import TranscriptSource
 
 # Rounds of asking the index again when hits were dropped (hidden or stale).
 _MAX_ROUNDS = 8
@@ -56,7 +57,7 @@ class SearchPage:
 class Searcher:
     """Searches one index for callers of one transcript root."""
 
-    def __init__(self, root: TranscriptRoot, index: SearchIndex, codec: TokenCodec) -> None:
+    def __init__(self, root: TranscriptSource, index: SearchIndex, codec: TokenCodec) -> None:
         self._root = root
         self._index = index
         self._codec = codec
@@ -109,8 +110,8 @@ class Searcher:
         except (LookupError, OSError):
             return None
         try:
-            identity_at(row.identity, row.line_end).check(fd, row.line_end)
-            current = FileIdentity.of(fd)
+            identity_at(row.identity, row.line_end).check(fd, row.line_end, self._root.version)
+            current = FileIdentity.of(fd, self._root.version)
             mark = PageToken.at(DIRECTION_LATEST_FIRST, current, row.line_end, fd)
         except (FileRewrittenError, OSError, ValueError):
             return None

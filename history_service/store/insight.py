@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from history_service.insight import IndexDelta, IndexState, Insight, ModelTotals, Usage
-from history_service.tokens import FileIdentity
+from scrollback.linefile import FileIdentity, FileVersion
 from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class _SqlInsightStore:
         device, inode, head_len, head_hash, offset = (int(v) for v in row)
         # The identity's size is the indexed offset: shrinking below it is a rewrite.
         return IndexState(
-            FileIdentity(device, inode, head_len, _unsigned(head_hash), offset), offset
+            FileIdentity(FileVersion(device, inode, head_len, _unsigned(head_hash)), offset), offset
         )
 
     def apply(
@@ -140,10 +140,10 @@ class _SqlInsightStore:
                 ),
                 (
                     *key,
-                    identity.dev,
-                    identity.ino,
-                    identity.head_len,
-                    _signed(identity.head_hash),
+                    identity.version.dev,
+                    identity.version.ino,
+                    identity.version.head_len,
+                    _signed(identity.version.head_hash),
                     new_state.offset,
                     photos,
                     first,

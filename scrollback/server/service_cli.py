@@ -43,6 +43,7 @@ from scrollback.server.service_config import (
     DEFAULT_TRANSCRIPTS,
     ConfigError,
     env_name,
+    location_setting,
 )
 from scrollback.server.workers import FATAL_STATUS, can_share_port, current_role, supervise
 
@@ -115,12 +116,10 @@ def add_shared_flags(
     """The flags of the settings every server reads alike; `services` names whose stall timeout."""
     parser.add_argument(
         "--transcripts",
-        type=Path,
         help=f"{transcripts_help} (SCROLLBACK_TRANSCRIPTS, default {DEFAULT_TRANSCRIPTS})",
     )
     parser.add_argument(
         "--codex-sessions",
-        type=Path,
         help=f"Codex CLI's sessions dir, its sibling archived_sessions read too "
         f"(SCROLLBACK_CODEX_SESSIONS, default {DEFAULT_CODEX_SESSIONS} when it exists)",
     )
@@ -154,8 +153,8 @@ def add_shared_flags(
 def shared_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The config overrides of the shared flags; None where a flag was not given."""
     return {
-        "transcripts": args.transcripts.expanduser() if args.transcripts else None,
-        "codex_sessions": args.codex_sessions.expanduser() if args.codex_sessions else None,
+        "transcripts": location_setting(args.transcripts) if args.transcripts else None,
+        "codex_sessions": location_setting(args.codex_sessions) if args.codex_sessions else None,
         "state_dir": args.state.expanduser() if args.state else None,
         "insecure": args.insecure or None,
         "auth_tokens": args.auth_tokens,

@@ -17,7 +17,8 @@ A few older names still work as deprecated aliases (a warning is logged).
 `$XDG_STATE_HOME/scrollback`, else `~/.local/state/scrollback`. It does not
 depend on the working directory, so `scrollback up`, `scrollback gc` and the
 services started from anywhere share one state. `transcripts_from_env` is the
-transcripts root (SCROLLBACK_TRANSCRIPTS, default `~/.claude/projects`).
+transcripts root (SCROLLBACK_TRANSCRIPTS, default `~/.claude/projects`), parsed
+once into a directory `Path` or a `BucketLocation` (`location_setting`).
 
 `open_database_pool` opens the PostgreSQL pool a `database_url` selects
 (psycopg is imported only then). `AuthConfigError` (and an unusable
@@ -41,9 +42,9 @@ from scrollback.server.auth import AuthConfigError, SecuritySettings
 from scrollback.state.urls import DATABASE_URL_ENV, is_postgres_url
 
 if TYPE_CHECKING:
-    from scrollback.objects import Bucket, BucketLocation
+    from scrollback.objects import Bucket, BucketLocation, Location
     from scrollback.state.postgres import Pool
-    from scrollback.transcripts import TranscriptRoot
+    from scrollback.transcripts import TranscriptSource
 
 log = logging.getLogger(__name__)
 
@@ -152,21 +153,32 @@ def state_dir_from_env(env: Mapping[str, str] | None = None) -> Path:
     return Path(text).expanduser() if text else default_state_dir(source)
 
 
-def transcripts_from_env(env: Mapping[str, str] | None = None) -> Path:
-    """SCROLLBACK_TRANSCRIPTS (~ expanded), else `~/.claude/projects`."""
+def location_setting(value: str | Path | BucketLocation) -> Location:
+    """A transcripts location parsed once (scrollback.objects.parse_location); ConfigError if bad."""
+    from scrollback.objects import BucketConfigError, parse_location
+
+    try:
+        return parse_location(value)
+    except BucketConfigError as error:
+        raise ConfigError(str(error)) from None
+
+
+def transcripts_from_env(env: Mapping[str, str] | None = None) -> Location:
+    """SCROLLBACK_TRANSCRIPTS (a directory, ~ expanded, or a bucket), else `~/.claude/projects`."""
     source = os.environ if env is None else env
-    return Path(source.get(TRANSCRIPTS_ENV, "") or DEFAULT_TRANSCRIPTS).expanduser()
+    return location_setting(source.get(TRANSCRIPTS_ENV, "") or DEFAULT_TRANSCRIPTS)
 
 
-def codex_sessions_from_env(env: Mapping[str, str] | None = None) -> Path | None:
-    """SCROLLBACK_CODEX_SESSIONS (~ expanded), else `~/.codex/sessions` when it exists, else None.
+def codex_sessions_from_env(env: Mapping[str, str] | None = None) -> Location | None:
+    """SCROLLBACK_CODEX_SESSIONS (a directory or a bucket), else `~/.codex/sessions` when it
+    exists, else None.
 
     The second root (Codex CLI rollouts); its sibling `archived_sessions` is read too.
     """
     source = os.environ if env is None else env
     text = source.get(CODEX_SESSIONS_ENV, "")
     if text:
-        return Path(text).expanduser()
+        return location_setting(text)
     default = Path(DEFAULT_CODEX_SESSIONS).expanduser()
     return default if default.is_dir() else None
 
@@ -216,25 +228,18 @@ def open_database_pool(url: str, *, name: str) -> Pool:
         raise ConfigError(str(error)) from None
 
 
-def check_locations(transcripts: Path, state_dir: Path, codex: Path | None = None) -> None:
-    """The transcripts root must be a directory or a bucket URL; the state dir one or not yet there.
+def check_locations(transcripts: Location, state_dir: Path, codex: Location | None = None) -> None:
+    """The transcripts root must be a directory or a bucket; the state dir one or not yet there.
 
     Codex's sessions may be in a bucket only when the transcripts root is (the
     bucket itself is checked when the server opens it, `Buckets`).
     """
-    from scrollback.objects import BucketConfigError, bucket_location
-
-    try:
-        location = bucket_location(transcripts)
-        codex_location = bucket_location(codex) if codex is not None else None
-    except BucketConfigError as error:
-        raise ConfigError(str(error)) from None
-    if location is None and codex_location is not None:
+    if isinstance(transcripts, Path) and codex is not None and not isinstance(codex, Path):
         raise ConfigError(
             f"Codex's sessions ({CODEX_SESSIONS_ENV}) can be in a bucket only when the "
             f"transcripts root ({TRANSCRIPTS_ENV}) is"
         )
-    if location is None and not transcripts.is_dir():
+    if isinstance(transcripts, Path) and not transcripts.is_dir():
         raise ConfigError(f"the transcripts root ({TRANSCRIPTS_ENV}) is not a directory")
     if state_dir.exists() and not state_dir.is_dir():
         raise ConfigError(f"the state dir ({STATE_ENV}) is not a directory")
@@ -266,31 +271,29 @@ class Buckets:
         return made
 
 
-def open_transcript_root(
-    transcripts: Path,
+def open_transcript_source(
+    transcripts: Location,
     buckets: Buckets,
     *,
     rescan_interval: float = 2.0,
     report_skipped: bool = False,
-    codex: Path | None = None,
-) -> TranscriptRoot:
-    """The transcripts root a location names, a directory or a bucket (blocking for a bucket).
+    codex: Location | None = None,
+) -> TranscriptSource:
+    """The transcript source a location names, a directory or a bucket (blocking for a bucket).
 
     A local Codex sessions dir beside a bucket root is not read (it is logged):
     the default `~/.codex/sessions` of the host is not the bucket's.
     """
-    from scrollback.bucket import transcript_root
-    from scrollback.objects import bucket_location
+    from scrollback.bucket import transcript_source
 
-    local_codex = codex is not None and bucket_location(codex) is None
-    if bucket_location(transcripts) is not None and local_codex:
+    if not isinstance(transcripts, Path) and isinstance(codex, Path):
         log.warning(
             "the transcripts root is a bucket: the local Codex sessions dir is not read "
             "(set %s to an s3:// URL to read Codex's sessions from a bucket)",
             CODEX_SESSIONS_ENV,
         )
         codex = None
-    return transcript_root(
+    return transcript_source(
         transcripts,
         buckets=buckets,
         rescan_interval=rescan_interval,

@@ -66,7 +66,7 @@ class PostgresLineIndexStore(RowQueries):
                     version.dev,
                     version.ino,
                     version.head_len,
-                    version.head_hash,
+                    version.hex_hash,
                     time.time(),
                     row[0],
                 ),

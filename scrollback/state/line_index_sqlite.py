@@ -37,7 +37,7 @@ def state_of(row: tuple[Any, ...] | None) -> IndexedFile | None:
     g, dev, ino, head_len, head_hash, covered, scanned, mark_len, mark_hash = row
     return IndexedFile(
         int(g),
-        FileVersion(int(dev), int(ino), int(head_len), str(head_hash)),
+        FileVersion(int(dev), int(ino), int(head_len), int(str(head_hash), 16)),
         int(covered),
         int(scanned),
         int(mark_len),
@@ -79,7 +79,7 @@ class SqliteLineIndexStore(RowQueries):
                         version.dev,
                         version.ino,
                         version.head_len,
-                        version.head_hash,
+                        version.hex_hash,
                         time.time(),
                     ),
                 )
@@ -95,7 +95,7 @@ class SqliteLineIndexStore(RowQueries):
                         version.dev,
                         version.ino,
                         version.head_len,
-                        version.head_hash,
+                        version.hex_hash,
                         time.time(),
                         row[0],
                     ),

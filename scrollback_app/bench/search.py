@@ -46,9 +46,9 @@ from history_service.search.indexer import SearchIndexer
 from history_service.search.sqlite import FILE_NAME as SEARCH_FILE_NAME
 from history_service.search.sqlite import SqliteSearchIndex
 from history_service.store.insight import SqliteInsightStore
+from scrollback.directory import DirectoryRoot
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
 from scrollback.server.service_config import open_line_index
-from scrollback.transcripts import TranscriptRoot
 from scrollback_app.bench import procs, services
 from scrollback_app.bench.figures import Figure, Target
 
@@ -141,7 +141,7 @@ def newline_scan(root: Path) -> int:
 
 def one_pass_build(root: Path, state: Path) -> tuple[float, int]:
     """(seconds, entries): the root indexed for search, line index and insight in one pass."""
-    transcripts = TranscriptRoot(root)
+    transcripts = DirectoryRoot(root)
     index = SqliteSearchIndex(state)
     line_index = open_line_index(state, "")
     insight_store = SqliteInsightStore(state)
@@ -247,7 +247,7 @@ async def measure(
         scan_seconds.append(time.perf_counter() - started)
     index = SqliteSearchIndex(state)
     try:
-        indexer = SearchIndexer(TranscriptRoot(root), index, max_line_size=16 * 1024 * 1024)
+        indexer = SearchIndexer(DirectoryRoot(root), index, max_line_size=16 * 1024 * 1024)
         started = time.perf_counter()
         indexer.catch_up()
         index_seconds = time.perf_counter() - started
@@ -342,7 +342,7 @@ async def measure_hidden(
     write_tenants(root, tokens, entries)
     index = SqliteSearchIndex(state)
     try:
-        SearchIndexer(TranscriptRoot(root), index, max_line_size=1024 * 1024).catch_up()
+        SearchIndexer(DirectoryRoot(root), index, max_line_size=1024 * 1024).catch_up()
     finally:
         index.close()
     log(f"search: alice's {entries:,} entries indexed")

@@ -27,6 +27,7 @@ from history_service.config import HistoryConfig
 from history_service.server import RunningHistoryServer, start_history_server
 from media_service.config import MediaConfig
 from media_service.server import RunningMediaServer, start_media_server
+from scrollback.objects import Location, parse_location
 from scrollback.server.auth import SecuritySettings
 
 T = TypeVar("T")
@@ -111,18 +112,18 @@ class ServerPair:
         root: Path,
         state: Path,
         security: SecuritySettings | None = None,
-        codex: Path | None = None,
+        codex: Path | str | None = None,
         transcripts: str | None = None,
         bucket_cache_bytes: int | None = None,
     ) -> None:
         self.root = root
         # What the servers are given as their transcripts root: `root`, or a bucket's
         # `s3://bucket/prefix` (its credentials from the AWS variables of this process).
-        self.location = Path(transcripts) if transcripts else root
+        self.location: Location = parse_location(transcripts) if transcripts else root
         # The servers' block cache of a bucket (None: the default).
         self.bucket_cache_bytes = bucket_cache_bytes
         # Codex's sessions dir (a second root), or None.
-        self.codex = codex
+        self.codex = parse_location(codex) if codex is not None else None
         self.state = state
         # Auth and limits of both servers (None: none, the loopback default).
         self.security = security or SecuritySettings()

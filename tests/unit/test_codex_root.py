@@ -17,14 +17,10 @@ from scrollback.contract.refs import (
     parse_transcript_ref,
     split_session_id,
 )
+from scrollback.directory import DirectoryRoot
+from scrollback.layouts import CLAUDE_CODE, CODEX, rollout_session_id
 from scrollback.principals import Principal
-from scrollback.transcripts import (
-    CLAUDE_CODE,
-    CODEX,
-    SessionNotFoundError,
-    TranscriptRoot,
-    rollout_session_id,
-)
+from scrollback.transcripts import SessionNotFoundError
 from tests.support.codex import CWD, Rollout, rollout_name, write_rollout
 
 
@@ -70,7 +66,7 @@ def test_rollouts_listed_from_dated_dirs_and_the_archive_with_cwd_and_source(
     archived = Rollout(old)
     archived.meta(cwd="/srv/other")
     write_rollout(codex, archived, archived=True)
-    root = TranscriptRoot(claude, codex=codex)
+    root = DirectoryRoot(claude, codex=codex)
     listed = {t.session_id: t for t in root.list(None)}
     assert listed["c1"].source == CLAUDE_CODE
     assert (listed[live].source, listed[live].project_dir) == (CODEX, CWD)
@@ -83,7 +79,9 @@ def test_rollouts_listed_from_dated_dirs_and_the_archive_with_cwd_and_source(
     assert {t.session_id for t in root.list(other)} == {"c1"}
     with pytest.raises(SessionNotFoundError):
         root.resolve(live, other)
-    assert root.resolve(live, Principal("alice", frozenset({CWD}))).path == listed[live].path
+    assert (
+        root.resolve(live, Principal("alice", frozenset({CWD}))).location == listed[live].location
+    )
 
 
 def test_a_rollout_whose_meta_arrives_later_gets_its_project(tmp_path: Path) -> None:
@@ -92,7 +90,7 @@ def test_a_rollout_whose_meta_arrives_later_gets_its_project(tmp_path: Path) -> 
     path = codex / "2025" / "09" / "01" / rollout_name(sid)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"")
-    root = TranscriptRoot(claude, codex=codex, rescan_interval=0)
+    root = DirectoryRoot(claude, codex=codex, rescan_interval=0)
     assert {t.session_id: t.project_dir for t in root.list(None)}[sid] == ""
     rollout = Rollout(sid)
     rollout.meta()
@@ -115,7 +113,7 @@ def test_a_rollout_linked_out_of_the_sessions_dir_does_not_exist(tmp_path: Path)
     # A linked dir is not walked either.
     linked_dir = codex / "2025" / "09" / "02"
     os.symlink(outside, linked_dir)
-    root = TranscriptRoot(claude, codex=codex)
+    root = DirectoryRoot(claude, codex=codex)
     assert sid not in {t.session_id for t in root.list(None)}
     with pytest.raises(SessionNotFoundError):
         root.resolve(sid, None)
@@ -123,7 +121,7 @@ def test_a_rollout_linked_out_of_the_sessions_dir_does_not_exist(tmp_path: Path)
 
 def test_a_new_rollout_is_found_at_the_next_refresh(tmp_path: Path) -> None:
     claude, codex = _tree(tmp_path)
-    root = TranscriptRoot(claude, codex=codex, rescan_interval=0)
+    root = DirectoryRoot(claude, codex=codex, rescan_interval=0)
     assert [t.session_id for t in root.list(None)] == ["c1"]
     sid = str(uuid.uuid4())
     rollout = Rollout(sid)
@@ -150,7 +148,7 @@ def test_session_ids_name_their_source_and_a_bare_id_the_first_source_seen(
     path = codex / "2025" / "09" / "01" / "c1.jsonl"
     path.parent.mkdir(parents=True)
     path.write_bytes(rollout.text())
-    root = TranscriptRoot(claude, codex=codex)
+    root = DirectoryRoot(claude, codex=codex)
     both = Principal("alice", frozenset({"proj"}))
     assert root.resolve("c1", both).source == CLAUDE_CODE
     assert root.resolve("claude-code:c1", both).source == CLAUDE_CODE
@@ -161,7 +159,7 @@ def test_session_ids_name_their_source_and_a_bare_id_the_first_source_seen(
     rollout.lines.clear()
     rollout.meta(cwd="/srv/x")
     path.write_bytes(rollout.text())
-    root = TranscriptRoot(claude, codex=codex)
+    root = DirectoryRoot(claude, codex=codex)
     other = Principal("bob", frozenset({"/srv/x"}))
     assert root.resolve("c1", other).source == CODEX
     assert [root.name_of(t, other) for t in root.list(other)] == ["c1"]

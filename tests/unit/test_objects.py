@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scrollback.bucket import BucketRoot
+from scrollback.bucket import claude_code_object
 from scrollback.objects import (
     OBJECT_DEV,
     BlockCache,
@@ -14,6 +14,8 @@ from scrollback.objects import (
     BucketLocation,
     ObjectInfo,
     bucket_location,
+    location_text,
+    parse_location,
 )
 from scrollback.transcripts import stamp_of
 
@@ -22,19 +24,21 @@ from scrollback.transcripts import stamp_of
     ("given", "expected"),
     [
         ("s3://transcripts/team/projects", BucketLocation("transcripts", "team/projects")),
-        (Path("s3://transcripts/team/projects/"), BucketLocation("transcripts", "team/projects")),
+        ("s3://transcripts/team/projects/", BucketLocation("transcripts", "team/projects")),
         ("s3://transcripts", BucketLocation("transcripts", "")),
-        (Path("s3://transcripts"), BucketLocation("transcripts", "")),
-        (Path("/home/me/.claude/projects"), None),
-        ("relative/dir", None),
+        ("/home/me/.claude/projects", Path("/home/me/.claude/projects")),
+        (Path("/home/me/.claude/projects"), Path("/home/me/.claude/projects")),
+        ("relative/dir", Path("relative/dir")),
     ],
 )
-def test_a_location_names_a_bucket_or_a_directory(
-    given: str | Path, expected: BucketLocation | None
+def test_a_location_is_parsed_once_into_a_bucket_or_a_directory(
+    given: str | Path, expected: Path | BucketLocation
 ) -> None:
-    assert bucket_location(given) == expected
-    if expected is not None:
-        assert bucket_location(expected.url) == expected
+    parsed = parse_location(given)
+    assert parsed == expected
+    assert parse_location(parsed) == parsed
+    assert parse_location(location_text(parsed)) == parsed
+    assert (bucket_location(str(given)) is None) == isinstance(expected, Path)
 
 
 def test_a_bucket_url_without_a_bucket_is_refused() -> None:
@@ -90,7 +94,7 @@ def test_keys_follow_the_claude_code_layout(
     relative: str, expected: tuple[str, str, bool, str] | None
 ) -> None:
     skipped: list[str] = []
-    found = BucketRoot._claude_file(relative, "prefix/" + relative, skipped)
+    found = claude_code_object(relative, "prefix/" + relative, skipped)
     if expected is None:
         assert found is None
         return
@@ -98,14 +102,14 @@ def test_keys_follow_the_claude_code_layout(
     assert (found.session_id, found.project_dir, found.is_subagent, found.parent_session_id) == (
         expected
     )
-    assert str(found.path) == "prefix/" + relative
+    assert found.location == "prefix/" + relative
     assert skipped == []
 
 
 def test_a_key_whose_name_is_no_id_is_skipped_and_reported() -> None:
     skipped: list[str] = []
-    assert BucketRoot._claude_file("proj/not an id!.jsonl", "x", skipped) is None
-    assert BucketRoot._claude_file("proj/s1/subagents/bad name.jsonl", "y", skipped) is None
+    assert claude_code_object("proj/not an id!.jsonl", "x", skipped) is None
+    assert claude_code_object("proj/s1/subagents/bad name.jsonl", "y", skipped) is None
     assert skipped == ["proj/not an id!.jsonl", "proj/s1/subagents/bad name.jsonl"]
 
 

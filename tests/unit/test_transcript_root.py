@@ -1,4 +1,4 @@
-"""TranscriptRoot: each transcript jailed to its own project dir, and an index a miss does not rebuild.
+"""DirectoryRoot: each transcript jailed to its own project dir, and an index a miss does not rebuild.
 
 Real files and real symlinks in a temporary root; the counters are the
 index's own (`refreshes`, `dir_scans`), not mocks.
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from scrollback.directory import DirectoryRoot
 from scrollback.principals import Principal
-from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError, TranscriptRoot
+from scrollback.transcripts import AmbiguousSessionError, SessionNotFoundError
 
 ALICE = Principal("alice", frozenset({"proj-a"}))
 BOB = Principal("bob", frozenset({"proj-b"}))
@@ -43,7 +44,7 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def _ids(root: TranscriptRoot, principal: Principal | None) -> list[str]:
+def _ids(root: DirectoryRoot, principal: Principal | None) -> list[str]:
     return sorted(t.session_id for t in root.list(principal))
 
 
@@ -52,9 +53,9 @@ def test_a_link_out_of_the_root_never_makes_a_real_session_ambiguous(tree: Path)
     (tree / "proj-b" / "sess-a.jsonl").symlink_to(tree.parent / "outside" / "secret.jsonl")
     _write(tree / "proj-b" / "sess-x" / "subagents" / "x.jsonl")
     (tree / "proj-b" / "sess-x" / "subagents" / "agent-a1.jsonl").symlink_to("/etc/hostname")
-    root = TranscriptRoot(tree)
+    root = DirectoryRoot(tree)
     for principal in (None, ADMIN, ALICE):
-        assert root.resolve("sess-a", principal).path == tree / "proj-a" / "sess-a.jsonl"
+        assert root.resolve("sess-a", principal).location == str(tree / "proj-a" / "sess-a.jsonl")
         found = root.resolve("agent-a1", principal)
         assert found.project_dir == "proj-a" and found.parent_session_id == "sess-a"
     assert _ids(root, None) == ["agent-a1", "sess-a", "sess-b", "x"]
@@ -71,7 +72,7 @@ def test_a_link_to_another_project_does_not_exist(tree: Path) -> None:
     # a whole session dir, and a whole project dir, linked elsewhere
     (tree / "proj-b" / "sess-c").symlink_to("../proj-a/sess-a")
     (tree / "proj-c").symlink_to("proj-a")
-    root = TranscriptRoot(tree)
+    root = DirectoryRoot(tree)
     for principal in (None, BOB, ADMIN):
         for session_id in ("stolen", "agent-s"):
             with pytest.raises(SessionNotFoundError):
@@ -86,7 +87,7 @@ def test_a_link_to_another_project_does_not_exist(tree: Path) -> None:
 def test_a_link_inside_its_own_project_is_a_transcript(tree: Path) -> None:
     (tree / "proj-a" / "alias.jsonl").symlink_to("sess-a.jsonl")
     (tree / "proj-a" / "sess-a" / "subagents" / "agent-a2.jsonl").symlink_to("agent-a1.jsonl")
-    root = TranscriptRoot(tree)
+    root = DirectoryRoot(tree)
     alias = root.resolve("alias", ALICE)
     with root.open(alias) as handle:
         expected = (tree / "proj-a" / "sess-a.jsonl").read_bytes()
@@ -102,7 +103,7 @@ def test_a_link_repointed_out_of_its_project_after_listing_is_refused_at_open(
 ) -> None:
     link = tree / "proj-b" / "moving.jsonl"
     link.symlink_to("sess-b.jsonl")
-    root = TranscriptRoot(tree, rescan_interval=3600)
+    root = DirectoryRoot(tree, rescan_interval=3600)
     found = root.resolve("moving", BOB)
     link.unlink()
     link.symlink_to("../proj-a/sess-a.jsonl")
@@ -112,7 +113,7 @@ def test_a_link_repointed_out_of_its_project_after_listing_is_refused_at_open(
 
 def test_two_real_transcripts_of_one_id_are_still_ambiguous(tree: Path) -> None:
     _write(tree / "proj-b" / "sess-a.jsonl")
-    root = TranscriptRoot(tree)
+    root = DirectoryRoot(tree)
     with pytest.raises(AmbiguousSessionError):
         root.resolve("sess-a", None)
     assert root.resolve("sess-a", ALICE).project_dir == "proj-a"
@@ -121,7 +122,7 @@ def test_two_real_transcripts_of_one_id_are_still_ambiguous(tree: Path) -> None:
 def test_misses_list_no_directory_and_a_new_session_is_found_at_once(tree: Path) -> None:
     for index in range(20):
         _write(tree / f"proj-{index}" / f"s-{index}.jsonl")
-    root = TranscriptRoot(tree, rescan_interval=3600)
+    root = DirectoryRoot(tree, rescan_interval=3600)
     _settle(tree)
     assert root.resolve("sess-a", ALICE).project_dir == "proj-a"
     scans = root.dir_scans
@@ -149,7 +150,7 @@ def test_misses_list_no_directory_and_a_new_session_is_found_at_once(tree: Path)
 
 
 def test_a_removed_transcript_is_not_found(tree: Path) -> None:
-    root = TranscriptRoot(tree, rescan_interval=3600)
+    root = DirectoryRoot(tree, rescan_interval=3600)
     assert root.resolve("sess-b", BOB).project_dir == "proj-b"
     (tree / "proj-b" / "sess-b.jsonl").unlink()
     with pytest.raises(SessionNotFoundError):

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from scrollback.history.v1 import history_pb2 as pb
-from scrollback.transcripts import CODEX, SESSION_META_MAX
+from scrollback.layouts import CODEX, SESSION_META_MAX
 from tests.support.codex import (
     CWD,
     Rollout,

@@ -116,7 +116,7 @@ def stubs(codex_pair: ServerPair) -> Iterator[Stubs]:
 
 
 def _codex_dir(pair: ServerPair) -> Path:
-    assert pair.codex is not None
+    assert isinstance(pair.codex, Path)
     return pair.codex
 
 

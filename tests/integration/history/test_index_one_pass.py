@@ -24,11 +24,11 @@ from history_service.insight import InsightIndex
 from history_service.search.indexer import SearchIndexer
 from history_service.search.sqlite import FILE_NAME, SqliteSearchIndex
 from history_service.store.insight import SqliteInsightStore
+from scrollback.directory import DirectoryRoot
 from scrollback.linefile import LocalSource
 from scrollback.lineindex import LineIndex
 from scrollback.state.line_index import IndexedLine
 from scrollback.state.line_index_sqlite import SqliteLineIndexStore
-from scrollback.transcripts import TranscriptRoot
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 MAX_LINE = 64 * 1024
@@ -70,7 +70,7 @@ class Indexes:
     """The three indexes of one state directory over one root."""
 
     def __init__(self, root: Path, state: Path) -> None:
-        self.transcripts = TranscriptRoot(root)
+        self.transcripts = DirectoryRoot(root)
         self.search = SqliteSearchIndex(state)
         self.lines = LineIndex(SqliteLineIndexStore(state))
         self.insight_store = SqliteInsightStore(state)
@@ -147,9 +147,9 @@ def each_apart(indexes: Indexes) -> None:
     SearchIndexer(indexes.transcripts, indexes.search, max_line_size=MAX_LINE).catch_up()
     for transcript in indexes.transcripts.list(None):
         indexes.insight.refresh(transcript)
-        with transcript.path.open("rb") as handle:
+        with Path(transcript.location).open("rb") as handle:
             indexes.lines.ensure(
-                os.path.relpath(transcript.path, indexes.transcripts.root),
+                os.path.relpath(transcript.location, indexes.transcripts.root),
                 LocalSource(handle.fileno()),
             )
 
@@ -157,9 +157,10 @@ def each_apart(indexes: Indexes) -> None:
 def assert_same(one: Indexes, apart: Indexes) -> None:
     assert one.search_rows() == apart.search_rows()
     for transcript in one.transcripts.list(None):
-        if not transcript.path.stat().st_size:
+        path = Path(transcript.location)
+        if not path.stat().st_size:
             continue  # nothing to index: built on demand as before
-        assert one.line_rows(transcript.path) == apart.line_rows(transcript.path)
+        assert one.line_rows(path) == apart.line_rows(path)
         key = (transcript.project_dir, transcript.session_id)
         assert one.insight_store.insight(*key) == apart.insight_store.insight(*key)
         assert one.insight_store.links(*key) == apart.insight_store.links(*key)
@@ -181,8 +182,10 @@ def test_one_pass_writes_search_line_index_and_insight(
     # Fed up to date: asking insight and the line index again reads nothing.
     for transcript in one.transcripts.list(None):
         one.insight.refresh(transcript)
-        with transcript.path.open("rb") as handle:
-            one.lines.ensure(os.path.relpath(transcript.path, root), LocalSource(handle.fileno()))
+        with Path(transcript.location).open("rb") as handle:
+            one.lines.ensure(
+                os.path.relpath(transcript.location, root), LocalSource(handle.fileno())
+            )
     assert one.insight.lines_read == parsed
     assert one.lines.bytes_read == 0
     sought = one.lines.store.lines_for("proj/grown.jsonl", 1, ["u-0", "u-1", "u-2", "u-39"])

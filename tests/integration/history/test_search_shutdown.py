@@ -19,7 +19,7 @@ from history_service.search.indexer import SearchIndexer
 from history_service.search.sqlite import SqliteSearchIndex
 from history_service.search.store import EntryRow
 from history_service.server import SearchParts
-from scrollback.transcripts import TranscriptRoot
+from scrollback.directory import DirectoryRoot
 
 
 class SlowWritingIndex(SqliteSearchIndex):
@@ -69,7 +69,7 @@ async def test_stop_waits_for_the_pass_before_closing_the_index(tmp_path: Path) 
     root = tmp_path / "root"
     _write_root(root, files=40, lines=600)  # many batches: a pass takes seconds
     index = SlowWritingIndex(tmp_path / "state")
-    indexer = SearchIndexer(TranscriptRoot(root), index, max_line_size=16 << 20)
+    indexer = SearchIndexer(DirectoryRoot(root), index, max_line_size=16 << 20)
     parts = SearchParts(index, indexer)
     parts.task = asyncio.create_task(indexer.run(60))
     for _ in range(1000):  # until a batch write is under way

@@ -27,13 +27,13 @@ from media_service.transcript_media import TranscriptMedia
 from media_service.uuid_scan import Candidate
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
+from scrollback.directory import DirectoryRoot
 from scrollback.lineindex import LineIndex
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from scrollback.state.line_index import IndexedFile, IndexedLine
 from scrollback.state.line_index_sqlite import SqliteLineIndexStore
 from scrollback.state.sqlite import database_path
-from scrollback.transcripts import TranscriptRoot
 from tests.support.media import (
     MediaEnv,
     StartMedia,
@@ -193,7 +193,7 @@ def test_first_touch_answers_before_the_index_is_built(tmp_path: Path) -> None:
     key = os.path.relpath(path, root)
     store = HeldStore(tmp_path / "state")
     transcripts = TranscriptMedia(
-        TranscriptRoot(root), max_line_size=16 * 1024 * 1024, line_index=LineIndex(store)
+        DirectoryRoot(root), max_line_size=16 * 1024 * 1024, line_index=LineIndex(store)
     )
     try:
         (ref,) = mint("big", lines[0])

@@ -21,7 +21,7 @@ from history_service.config import HistoryConfig
 from history_service.server import start_history_server
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
-from scrollback.transcripts import CODEX, SESSION_META_MAX
+from scrollback.layouts import CODEX, SESSION_META_MAX
 from tests.support.codex import (
     CWD,
     Rollout,
@@ -61,8 +61,8 @@ async def test_rollouts_without_a_project_cost_no_request_after_their_first_list
     obstore.put(store, f"{day}/{rollout_name(known)}", rollout.text())
     config = HistoryConfig.from_env(
         {},
-        transcripts=Path(f"s3://{BUCKET}/{prefix}/projects"),
-        codex_sessions=Path(f"s3://{BUCKET}/{prefix}/codex/sessions"),
+        transcripts=f"s3://{BUCKET}/{prefix}/projects",
+        codex_sessions=f"s3://{BUCKET}/{prefix}/codex/sessions",
         state_dir=tmp_path / "state",
         addr="127.0.0.1:0",
         rescan_interval_seconds=0.2,

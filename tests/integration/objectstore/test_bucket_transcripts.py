@@ -132,7 +132,7 @@ def _pairs(tmp_path: Path, prefix: str, codex: str = "") -> Iterator[tuple[Serve
         tmp_path / "unused",
         tmp_path / "state-bucket",
         transcripts=f"s3://{BUCKET}/{prefix}",
-        codex=Path(f"s3://{BUCKET}/{codex}/sessions") if codex else None,
+        codex=f"s3://{BUCKET}/{codex}/sessions" if codex else None,
     )
     try:
         for pair in (local, remote):

@@ -22,14 +22,14 @@ import pytest
 
 from history_service.insight import IndexDelta, IndexState, InsightStore, MessageUsage, Usage
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
-from history_service.tokens import FileIdentity
+from scrollback.linefile import FileIdentity, FileVersion
 from scrollback.state import postgres as pg_state
 from scrollback.state import sqlite as sqlite_state
 from scrollback.state.postgres import Pool, open_pool
 
 KEY = ("proj", "sess")
 # A head hash over 2**63: stored signed, read back unsigned.
-IDENTITY = FileIdentity(66306, 1234567, 4096, (1 << 64) - 12345, 0)
+IDENTITY = FileIdentity(FileVersion(66306, 1234567, 4096, (1 << 64) - 12345), 0)
 
 
 @dataclass
@@ -66,7 +66,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
 
 def _state(offset: int) -> IndexState:
     return IndexState(
-        FileIdentity(IDENTITY.dev, IDENTITY.ino, IDENTITY.head_len, IDENTITY.head_hash, offset),
+        IDENTITY.at(offset),
         offset,
     )
 

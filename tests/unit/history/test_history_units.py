@@ -26,14 +26,14 @@ from history_service.lines import (
 )
 from history_service.store.sqlite import SqliteAcceptedMessageStore
 from history_service.tokens import (
+    DIRECTION_LATEST_FIRST,
     DIRECTION_OLDEST_FIRST,
-    FileIdentity,
     PageToken,
     TokenCodec,
     WatchPosition,
 )
 from history_service.window_wire import json_parts
-from scrollback.linefile import LineFile, LocalSource
+from scrollback.linefile import FileIdentity, FileVersion, LineFile, LocalSource
 from scrollback.principals import ANONYMOUS as ANON
 
 
@@ -130,7 +130,7 @@ def test_tokens_never_look_like_a_command_line_option() -> None:
     # `scrollback window S --older TOKEN`: a token starting with "-" would be taken for an
     # option (base64url has "-" among its characters).
     codec = TokenCodec(b"k" * 32)
-    identity = FileIdentity(1, 2, 4096, 3, 10_000)
+    identity = FileIdentity(FileVersion(1, 2, 4096, 3), 10_000)
     tokens = [codec.position("s1", WatchPosition(identity, offset, 7)) for offset in range(300)]
     assert len(set(tokens)) == 300
     assert not [token for token in tokens if not token[:1].isalnum()]
@@ -142,13 +142,16 @@ def test_tokens_show_nothing_of_what_they_hold() -> None:
     # would tell one tenant how many messages the others sent; page tokens hold file
     # identities and offsets. A client sees none of it; the same position is the same token.
     codec = TokenCodec(b"k" * 32)
-    identity = FileIdentity(0x1122334455667788, 0x0102030405060708, 4096, 0x0A0B0C0D0E0F1011, 999)
+    identity = FileIdentity(
+        FileVersion(0x1122334455667788, 0x0102030405060708, 4096, 0x0A0B0C0D0E0F1011), 999
+    )
     last_seq = 0x5EC0FFEE5EC0
     tokens = [codec.position("s1", WatchPosition(identity, 512, seq)) for seq in (last_seq, 1)]
     assert codec.position("s1", WatchPosition(identity, 512, last_seq)) == tokens[0]
     for token in tokens:
         raw = base64.urlsafe_b64decode(token[1:] + "=" * (-len(token[1:]) % 4))
-        for value in (last_seq, identity.dev, identity.ino, identity.head_hash):
+        version = identity.version
+        for value in (last_seq, version.dev, version.ino, version.head_hash):
             for width in (6, 8):
                 assert value.to_bytes(8, "big")[-width:] not in raw
                 assert value.to_bytes(8, "little")[:width] not in raw
@@ -161,6 +164,25 @@ def test_tokens_show_nothing_of_what_they_hold() -> None:
         forged = tokens[0][0] + base64.urlsafe_b64encode(bytes(changed)).rstrip(b"=").decode()
         with pytest.raises(InvalidArgumentError):
             codec.parse_position("s1", forged)
+
+
+# Tokens a client may hold, minted under the key b"k" * 32 before file versions were one type.
+_HELD_PAGE_TOKEN = "t8Ayw-j7ODT4nziMFZFvugj6CAC7OS-gn-HeD708aTZZfGVtaK0zu4R79dP-TlfevK2VN_EkRx_MBvQbobMQ9T5q6dpltbg"
+_HELD_POSITION = (
+    "t4kE3wu_pgqNhXXn0ouuEPkM0y6xLvUID9XdnCovCk7eNy2mCjxVVB1X8mS1AfdI5k57Ns3hkNAiyIDReQxLwsPHwFQ"
+)
+
+
+def test_tokens_clients_hold_keep_decoding_to_the_same_file_version() -> None:
+    codec = TokenCodec(b"k" * 32)
+    version = FileVersion(0x1122334455667788, 0x0102030405060708, 4096, 0xF0E0D0C0B0A09080)
+    identity = FileIdentity(version, 123456)
+    page = PageToken(DIRECTION_LATEST_FIRST, identity, 4096, 2048, 0x0123456789ABCDEF)
+    assert codec.parse_page_token("s1", _HELD_PAGE_TOKEN) == page
+    assert codec.page_token("s1", page) == _HELD_PAGE_TOKEN
+    assert codec.parse_position("s1", _HELD_POSITION) == WatchPosition(identity, 8192, 77)
+    # The line index keeps the same version as hex text: rows already stored still match.
+    assert version.hex_hash == "f0e0d0c0b0a09080"
 
 
 def test_tokens_round_trip_and_refuse_tampering(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from history_service.search.terms import WORD, index_words
 from history_service.search.text import entry_text
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line
-from scrollback.transcripts import TranscriptRoot
+from scrollback.directory import DirectoryRoot
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 
@@ -233,7 +233,7 @@ def test_corpus_is_indexed_without_payloads(tmp_path: Path) -> None:
         nonempty += path.stat().st_size > 0
     index = SqliteSearchIndex(tmp_path / "state")
     try:
-        indexer = SearchIndexer(TranscriptRoot(root), index, max_line_size=16 * 1024 * 1024)
+        indexer = SearchIndexer(DirectoryRoot(root), index, max_line_size=16 * 1024 * 1024)
         indexer.catch_up()
         assert indexer.stats.files_indexed == nonempty and indexer.stats.entries > 2000
         # Every base64 image payload of the corpus: no 32-character piece of it is held.

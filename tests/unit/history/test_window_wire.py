@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from history_service.tokens import FileIdentity
 from history_service.window_wire import EncodedEntry, window_responses
 from history_service.windows import HeldBack, Window
 from scrollback.history.v1 import history_pb2 as pb
+from scrollback.linefile import FileIdentity, FileVersion
 from scrollback.server.serialized import Serialized, length_delimited
 
 _ENTRIES = pb.EntryBatch.DESCRIPTOR.fields_by_name["entries"].number
@@ -33,7 +33,7 @@ def _window(entries: tuple[EncodedEntry | HeldBack, ...]) -> Window:
         skipped_lines=1,
         file_size=123_456,
         next_page_token="next",
-        identity=FileIdentity(1, 2, 3, 4, 123_456),
+        identity=FileIdentity(FileVersion(1, 2, 3, 4), 123_456),
         newest_end=123_000,
     )
 

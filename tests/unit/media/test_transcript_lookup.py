@@ -22,9 +22,9 @@ from media_service.uuid_scan import iter_candidate_lines, uuid_key_pattern
 from scrollback import imaging
 from scrollback.contract.refs import TranscriptImageRef
 from scrollback.contract.stripping import strip_line
+from scrollback.directory import DirectoryRoot
 from scrollback.linefile import LocalSource
 from scrollback.principals import Principal
-from scrollback.transcripts import TranscriptRoot
 
 
 def _fd(tmp_path: Path, data: bytes) -> LocalSource:
@@ -122,7 +122,7 @@ def test_metadata_is_cached_but_bytes_are_decoded_each_read(
     stripped = strip_line(line)
     assert stripped is not None
     pin = stripped.images[0].pin
-    media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
+    media = TranscriptMedia(DirectoryRoot(tmp_path), max_line_size=1 << 20)
     ref = TranscriptImageRef("s", "u-1", 0)
 
     real = payload_facts.hashlib
@@ -154,7 +154,7 @@ def test_the_caller_is_an_argument(tmp_path: Path) -> None:
     stripped = strip_line(line)
     assert stripped is not None
     pin = stripped.images[0].pin
-    media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
+    media = TranscriptMedia(DirectoryRoot(tmp_path), max_line_size=1 << 20)
     ref = TranscriptImageRef("s", "u-1", 0)
     reader = Principal("alice", frozenset({"proj"}))
     stranger = Principal("bob", frozenset({"other"}))
@@ -177,7 +177,7 @@ def test_a_plain_read_never_runs_the_image_decoders(tmp_path: Path) -> None:
     (project / "s.jsonl").write_bytes(line + b"\n")
     stripped = strip_line(line)
     assert stripped is not None
-    media = TranscriptMedia(TranscriptRoot(tmp_path), max_line_size=1 << 20)
+    media = TranscriptMedia(DirectoryRoot(tmp_path), max_line_size=1 << 20)
     ref = TranscriptImageRef("s", "u-1", 0)
     ran: set[str] = set()
 

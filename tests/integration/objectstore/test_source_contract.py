@@ -1,0 +1,237 @@
+"""One suite over every TranscriptSource: a local directory and a SeaweedFS bucket.
+
+The same tests run over each harness of tests/support/sources.py, as a storage
+contract is tested once for every backend: what a source lists, resolves,
+opens and names must not depend on where the transcripts are kept. A source
+that lists on its own schedule (a bucket lists at most once a second) is
+polled with a deadline where the contract says "found at once".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from client import HistoryClient
+from client._core import NO_RETRY
+from scrollback.contract.refs import RefError
+from scrollback.layouts import CLAUDE_CODE, CODEX
+from scrollback.linefile import FileIdentity, FileRewrittenError
+from scrollback.principals import Principal
+from scrollback.transcripts import (
+    AmbiguousSessionError,
+    SessionNotFoundError,
+    TranscriptFile,
+    TranscriptSource,
+)
+from tests.support.codex import CWD, Rollout, rollout_name
+from tests.support.seaweed import SeaweedServer
+from tests.support.servers import ServerPair, assistant_line, user_line
+from tests.support.sources import BucketHarness, DirectoryHarness, SourceHarness
+
+T = TypeVar("T")
+ALICE = Principal("alice", frozenset({"proj-a"}))
+BOB = Principal("bob", frozenset({"proj-b"}))
+DAY = "2025/09/01"
+
+
+@pytest.fixture(params=["directory", "bucket"])
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
+    if request.param == "directory":
+        return DirectoryHarness(tmp_path)
+    seaweed = request.getfixturevalue("seaweed")
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    return BucketHarness(seaweed)
+
+
+def _eventually(read: Callable[[], T], timeout: float = 15.0) -> T:
+    """`read()` once it stops raising LookupError or AssertionError, within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return read()
+        except (LookupError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+
+
+def _raises(error: type[Exception], call: Callable[[], object]) -> None:
+    """AssertionError unless `call()` raises `error`."""
+    try:
+        call()
+    except error:
+        return
+    raise AssertionError(f"no {error.__name__}")
+
+
+def _transcript(text: str, count: int = 3) -> bytes:
+    return user_line(f"{text}-u", f"first prompt of {text}") + b"".join(
+        assistant_line(f"{text}-a{n}", f"answer {n}") for n in range(count)
+    )
+
+
+def _codex(session_id: str) -> bytes:
+    rollout = Rollout(session_id)
+    rollout.meta()
+    rollout.assistant("hello from codex")
+    return rollout.text()
+
+
+def _shape(transcripts: list[TranscriptFile]) -> set[tuple[str, str, bool, str, str]]:
+    return {
+        (t.session_id, t.project_dir, t.is_subagent, t.parent_session_id, t.source)
+        for t in transcripts
+    }
+
+
+def test_a_source_lists_both_layouts_and_names_them_alike(
+    harness: SourceHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    rollout = str(uuid.uuid4())
+    archived = str(uuid.uuid4())
+    harness.write("projects/proj-a/s1.jsonl", _transcript("s1"))
+    harness.write("projects/proj-a/s1/subagents/agent-x.jsonl", _transcript("x"))
+    harness.write("projects/proj-a/agent-legacy.jsonl", _transcript("legacy"))
+    harness.write("projects/proj-b/s2.jsonl", _transcript("s2"))
+    harness.write("projects/proj-b/not an id!.jsonl", _transcript("skipped"))
+    harness.write("projects/proj-b/s2.meta.json", b"{}")
+    harness.write(f"codex/sessions/{DAY}/{rollout_name(rollout)}", _codex(rollout))
+    harness.write(f"codex/archived_sessions/{rollout_name(archived)}", _codex(archived))
+    source = harness.source()
+    with caplog.at_level(logging.WARNING):
+        listed = source.list(None)
+    assert _shape(listed) == {
+        ("s1", "proj-a", False, "", CLAUDE_CODE),
+        ("agent-x", "proj-a", True, "s1", CLAUDE_CODE),
+        ("agent-legacy", "proj-a", True, "", CLAUDE_CODE),
+        ("s2", "proj-b", False, "", CLAUDE_CODE),
+        (rollout, CWD, False, "", CODEX),
+        (archived, CWD, False, "", CODEX),
+    }
+    assert {source.key_of(t) for t in listed} == {
+        "proj-a/s1.jsonl",
+        "proj-a/s1/subagents/agent-x.jsonl",
+        "proj-a/agent-legacy.jsonl",
+        "proj-b/s2.jsonl",
+        f"//codex/sessions/{DAY}/{rollout_name(rollout)}",
+        f"//codex/archived_sessions/{rollout_name(archived)}",
+    }
+    assert [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()] == [
+        "skipping 1 .jsonl file(s) under the transcripts root: a session id (the file name "
+        "without .jsonl) must match [A-Za-z0-9_-]{1,64}; rename them to list them "
+        "(proj-b/not an id!.jsonl)"
+    ]
+    assert _shape(source.list(ALICE)) == {
+        ("s1", "proj-a", False, "", CLAUDE_CODE),
+        ("agent-x", "proj-a", True, "s1", CLAUDE_CODE),
+        ("agent-legacy", "proj-a", True, "", CLAUDE_CODE),
+    }
+
+
+def test_resolve_sees_only_visible_projects_and_refuses_to_guess(harness: SourceHarness) -> None:
+    harness.write("projects/proj-a/s1.jsonl", _transcript("s1"))
+    source = harness.source()
+    assert source.resolve("s1", None).project_dir == "proj-a"
+    assert source.resolve("s1", ALICE).project_dir == "proj-a"
+    for missing in (lambda: source.resolve("s1", BOB), lambda: source.resolve("nope", None)):
+        with pytest.raises(SessionNotFoundError):
+            missing()
+    with pytest.raises(RefError):
+        source.resolve("not an id!", None)
+    harness.write("projects/proj-b/s1.jsonl", _transcript("s1-again"))
+
+    _eventually(lambda: _raises(AmbiguousSessionError, lambda: source.resolve("s1", None)))
+    # Each principal sees one of the two: no ambiguity, no leak of the other.
+    assert source.resolve("s1", ALICE).project_dir == "proj-a"
+    assert source.resolve("s1", BOB).project_dir == "proj-b"
+
+
+def test_sources_never_shadow_one_another(harness: SourceHarness) -> None:
+    shared = str(uuid.uuid4())
+    harness.write(f"codex/sessions/{DAY}/{rollout_name(shared)}", _codex(shared))
+    harness.write(f"projects/{CWD.strip('/').replace('/', '-')}/{shared}.jsonl", _transcript("c"))
+    source = harness.source()
+    assert source.resolve(shared, None).source == CLAUDE_CODE
+    rollout = source.resolve(f"codex:{shared}", None)
+    assert (rollout.source, rollout.project_dir) == (CODEX, CWD)
+    assert source.name_of(rollout, None) == f"codex:{shared}"
+    assert source.name_of(source.resolve(shared, None), None) == shared
+    # A caller who cannot see the Claude Code session names the rollout by its bare id.
+    codex_only = Principal("carol", frozenset({CWD}))
+    assert source.resolve(shared, codex_only).source == CODEX
+    assert source.name_of(rollout, codex_only) == shared
+
+
+def test_open_stat_and_version_follow_the_bytes(harness: SourceHarness) -> None:
+    data = _transcript("s1", 40)
+    harness.write("projects/proj-a/s1.jsonl", data)
+    source = harness.source()
+    transcript = source.resolve("s1", None)
+    assert source.exists(transcript)
+    assert source.stat(transcript).st_size == len(data)
+    with source.open(transcript) as opened:
+        assert opened.read(len(data) + 10, 0) == data
+        version = source.version(opened)
+        identity = FileIdentity.of(opened)
+    assert version == identity.version and identity.size == len(data)
+    assert source.read_listed(transcript, lambda s: s.read(len(data), 0)) == data
+    with source.open_listed(transcript) as listed:
+        assert listed.read(16, 0) == data[:16]
+    # Grown: the same version, and a token's identity continues in it.
+    more = assistant_line("s1-more", "one more answer")
+    harness.grow("projects/proj-a/s1.jsonl", data, more)
+    with source.open(transcript) as opened:
+        assert opened.read(len(more), len(data)) == more
+        assert source.version(opened) == version
+        assert identity.check(opened, len(data)).size == len(data) + len(more)
+    # Rewritten from its start: another version, and the token is refused.
+    harness.write("projects/proj-a/s1.jsonl", _transcript("rewritten", 41))
+    with source.open(transcript) as opened:
+        assert source.version(opened) != version
+        with pytest.raises(FileRewrittenError):
+            identity.check(opened, len(data))
+
+
+def test_a_new_session_is_found_and_a_removed_one_is_gone(harness: SourceHarness) -> None:
+    harness.write("projects/proj-a/s1.jsonl", _transcript("s1"))
+    source: TranscriptSource = harness.source(rescan_interval=3600)
+    assert [t.session_id for t in source.list(None)] == ["s1"]
+    harness.write("projects/proj-a/s2.jsonl", _transcript("s2"))
+    # A miss lists again (the index is an hour from its rescan): the new session is found.
+    found = _eventually(lambda: source.resolve("s2", None))
+    assert source.key_of(found) == "proj-a/s2.jsonl"
+    harness.remove("projects/proj-a/s2.jsonl")
+    # Gone: opening it fails at once; resolving it may name it until the next listing (a
+    # bucket's `exists` is its last listing's answer), then fails too.
+    with pytest.raises(SessionNotFoundError):
+        source.open(found)
+    rescanning = harness.source(rescan_interval=0)
+    _eventually(lambda: _raises(SessionNotFoundError, lambda: rescanning.resolve("s2", None)))
+    assert [t.session_id for t in rescanning.list(None)] == ["s1"]
+    assert not rescanning.exists(found)
+
+
+def test_a_directory_whose_path_starts_with_s3_colon_is_a_directory(
+    seaweed: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only `s3://` names a bucket: a setting is parsed once, and no URL is kept in a Path
+    # (where `s3:/projects`, a relative dir, would read as the bucket `projects`).
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    pair = ServerPair(tmp_path / "s3:" / "projects", tmp_path / "state", transcripts="s3:/projects")
+    pair.transcript("s1").write_bytes(_transcript("s1"))
+    try:
+        pair.start_history(0)
+        with HistoryClient(pair.history_addr, retry=NO_RETRY) as history:
+            assert [s.session_id for s in history.iter_sessions()] == ["s1"]
+    finally:
+        pair.close()
