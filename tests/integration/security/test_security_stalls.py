@@ -28,7 +28,7 @@ from scrollback.history.v1 import history_pb2
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.grpc_support import build_server
-from scrollback.server.interceptors import ServerPolicy
+from scrollback.server.interceptors import CallLimits, server_interceptors
 from scrollback.server.memory import TRIM_DELAY_SECONDS
 from scrollback_app.bench.procs import ServerProcess
 from scrollback_app.bench.stalled import StalledClient
@@ -191,8 +191,9 @@ async def test_a_cancelled_stream_frees_what_it_held_without_the_cyclic_gc() -> 
             [grpc.method_handlers_generic_handler("t.Stall", {"Read": handler})]
         )
 
-    policy = ServerPolicy("test", None, max_streams=8)
-    running = await build_server("127.0.0.1:0", register, ["t.Stall"], interceptors=[policy])
+    limits = CallLimits(8)
+    chain = server_interceptors("test", None, limits)
+    running = await build_server("127.0.0.1:0", register, ["t.Stall"], interceptors=chain)
     gc.disable()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
@@ -201,7 +202,7 @@ async def test_a_cancelled_stream_frees_what_it_held_without_the_cyclic_gc() -> 
             await started.wait()
             call.cancel()
             for _ in range(50):
-                if held and held[0]() is None and policy.active_calls() == 0:
+                if held and held[0]() is None and limits.active_calls() == 0:
                     break
                 await asyncio.sleep(0.05)
         assert held and held[0]() is None, "the cancelled stream still holds its data"
@@ -214,8 +215,8 @@ async def test_a_cancelled_stream_frees_what_it_held_without_the_cyclic_gc() -> 
 async def test_health_watch_streams_share_a_global_limit(limit: int) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    policy = ServerPolicy("test", None, max_streams=limit)
-    running = await build_server("127.0.0.1:0", lambda s: None, [], interceptors=[policy])
+    chain = server_interceptors("test", None, CallLimits(limit))
+    running = await build_server("127.0.0.1:0", lambda s: None, [], interceptors=chain)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             stub = health_pb2_grpc.HealthStub(channel)
