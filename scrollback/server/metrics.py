@@ -1,7 +1,7 @@
 """Prometheus metrics of both services; domain code may import this (no grpc here).
 
 RPC metrics (requests by method and code, latency, ReadMedia bytes) are fed by
-the interceptor in `scrollback.server.interceptors`; the domain hooks are
+the interceptors in `scrollback.server.interceptors` (`rpc_log`); the domain hooks are
 `PAYLOADS_STRIPPED` (history: payloads cut from served lines),
 `PIN_MISMATCHES` (media: refs refused because the transcript changed) and
 `BLOB_VERIFY_FAILURES` (media: stored blobs whose bytes no longer match).
