@@ -32,6 +32,7 @@ from scrollback.server.interceptors import CallLimits, server_interceptors
 from scrollback.server.memory import TRIM_DELAY_SECONDS
 from scrollback_app.bench.procs import ServerProcess
 from scrollback_app.bench.stalled import StalledClient
+from tests.support.security import eventually_admitted
 
 # Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
 pytestmark = pytest.mark.slow
@@ -117,7 +118,7 @@ async def test_stalled_read_media_streams_hold_a_chunk_and_end(tmp_path: Path) -
             # Past the stall timeout the server has given up each stream: once
             # the client reads again it gets at most the pending message, then
             # DEADLINE_EXCEEDED.
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # the client stalls past the timeout on purpose: under test
             client.grant(ids)
             assert await asyncio.to_thread(client.wait_ended, ids, 10.0), client.ends
             assert {client.ends[i].status for i in ids} == {DEADLINE_EXCEEDED}
@@ -228,9 +229,13 @@ async def test_health_watch_streams_share_a_global_limit(limit: int) -> None:
                 await refused.read()
             assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             watches[0].cancel()
-            await asyncio.sleep(0.2)
-            again = stub.Watch(health_pb2.HealthCheckRequest())
-            await again.read()  # a freed slot serves the next watcher
+
+            async def admitted() -> Any:
+                watch = stub.Watch(health_pb2.HealthCheckRequest())
+                await watch.read()
+                return watch
+
+            again = await eventually_admitted(admitted)  # a freed slot serves the next watcher
             for watch in [*watches, again]:
                 watch.cancel()
     finally:
