@@ -45,7 +45,7 @@ from scrollback.server.service_config import (
     open_line_index,
     open_transcript_source,
 )
-from scrollback.server.workers import current_role
+from scrollback.server.worker_role import current_role
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
             config.addr,
             register,
             [SERVICE_NAME, SEARCH_SERVICE_NAME],
-            interceptors=[security.policy],
+            interceptors=security.interceptors,
             credentials=security.credentials,
         )
     except BaseException:

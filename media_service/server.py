@@ -172,7 +172,7 @@ async def start_media_server(
             register,
             [SERVICE_NAME],
             max_message_bytes=MAX_MESSAGE_BYTES,
-            interceptors=[security.policy],
+            interceptors=security.interceptors,
             credentials=security.credentials,
         )
     except BaseException:

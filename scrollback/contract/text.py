@@ -7,7 +7,7 @@ names or selects something (ids, chat keys, file names, media types, project
 dirs, filters, queries, tokens), and none of those ever holds U+0000: a
 request with one there is INVALID_ARGUMENT before any work, the same answer on
 every backend. `nul_field` applies the rule to a whole request message; the
-servers' interceptor (scrollback.server.interceptors) calls it once per
+servers' request check (scrollback.server.interceptors.request_check) calls it once per
 request message, for every RPC.
 
 Transcripts are not requests: a window serves each line exactly, U+0000

@@ -1,6 +1,6 @@
 """Who is calling, and what they may see: bearer tokens, principals, and the security settings.
 
-No grpc here: the interceptor (`scrollback.server.interceptors`) reads the
+No grpc here: the auth interceptor (`scrollback.server.interceptors.authenticate`) reads the
 `authorization: Bearer <token>` metadata, looks the token up in a `TokenTable`
 and sets the caller's `Principal` for the rest of the call
 (`scrollback.server.caller`); the servicers pass it to the domain code as an

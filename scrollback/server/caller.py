@@ -1,6 +1,6 @@
 """The caller of the RPC in progress, as the auth interceptor established it.
 
-`scrollback.server.interceptors` sets the caller's `Principal` (None without
+`scrollback.server.interceptors.authenticate` sets the caller's `Principal` (None without
 auth) for the call with `set_principal` and resets it at the end. Only the
 servicers read it, once per call, through `current_principal()`, and pass it
 to the domain code as an argument: no domain module imports this one

@@ -31,7 +31,7 @@ from scrollback.server.listening import ListenError, probe_listen
 from scrollback.server.memory import pin_mmap_threshold
 from scrollback.server.serialized import Serialized
 from scrollback.server.status import abort_with_reason, status_code
-from scrollback.server.workers import current_role
+from scrollback.server.worker_role import current_role
 
 log = logging.getLogger(__name__)
 

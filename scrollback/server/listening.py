@@ -16,6 +16,8 @@ import os
 import signal
 import socket
 
+from scrollback.server.worker_role import current_role
+
 log = logging.getLogger(__name__)
 
 
@@ -56,8 +58,6 @@ def url_of(address: str, port: int) -> str:
 def listening_line(service: str, address: str, port: int) -> str:
     """The start-up line of a server: `history service listening on 127.0.0.1:50051`, and
     which worker says it when the service runs as several worker processes."""
-    from scrollback.server.workers import current_role
-
     role = current_role()
     worker = (
         f" (worker {role.index + 1} of {role.count}, pid {os.getpid()})" if role is not None else ""

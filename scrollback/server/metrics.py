@@ -1,7 +1,7 @@
 """Prometheus metrics of both services; domain code may import this (no grpc here).
 
 RPC metrics (requests by method and code, latency, ReadMedia bytes) are fed by
-the interceptor in `scrollback.server.interceptors`; the domain hooks are
+the interceptors in `scrollback.server.interceptors` (`rpc_log`); the domain hooks are
 `PAYLOADS_STRIPPED` (history: payloads cut from served lines),
 `PIN_MISMATCHES` (media: refs refused because the transcript changed) and
 `BLOB_VERIFY_FAILURES` (media: stored blobs whose bytes no longer match).
@@ -13,6 +13,7 @@ The endpoint is off by default; `SCROLLBACK_HISTORY_METRICS_ADDR` /
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
@@ -68,3 +69,18 @@ def serve_metrics(address: str) -> int:
         if port != 0:
             _servers[(host, port)] = server
         return bound
+
+
+def serve_summed_metrics(address: str, directory: Path) -> int:
+    """The endpoint of a service's parent (scrollback.server.workers) on HOST:PORT: every
+    worker's metrics in prometheus_client's multiprocess `directory`, summed; the bound port."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    host, _, port_text = address.rpartition(":")
+    server, _thread = start_http_server(
+        int(port_text), addr=host.strip("[]") or "127.0.0.1", registry=registry
+    )
+    return int(server.server_port)

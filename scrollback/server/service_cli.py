@@ -45,7 +45,8 @@ from scrollback.server.service_config import (
     env_name,
     location_setting,
 )
-from scrollback.server.workers import FATAL_STATUS, can_share_port, current_role, supervise
+from scrollback.server.worker_role import current_role
+from scrollback.server.workers import FATAL_STATUS, can_share_port, supervise
 
 
 @runtime_checkable

@@ -55,7 +55,7 @@ STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
 # How long a stream may wait for its client to grant flow-control window before it is ended
-# (scrollback.server.interceptors `_StallWatch`).
+# (scrollback.server.interceptors.stream_guard `_StallWatch`).
 DEFAULT_STALL_TIMEOUT_SECONDS = 60.0
 # Recently read blocks of transcripts in a bucket kept per process (scrollback.objects.BlockCache).
 DEFAULT_BUCKET_CACHE_BYTES = 64 * 1024 * 1024

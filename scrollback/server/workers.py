@@ -37,7 +37,7 @@ or in the parent's run directory (`WorkerRole.run_dir`, removed on exit):
   the metrics endpoint, summing every worker's counters.
 
 `--workers N` / `SCROLLBACK_<SERVICE>_WORKERS` (default: the cores this
-process may run on) chooses N; 1 serves in the one process, as before.
+process may run on) chooses N; 1 serves in the one process.
 """
 
 from __future__ import annotations
@@ -58,29 +58,29 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from scrollback.server.forkserver import ForkServerError, describe_exit
 from scrollback.server.listening import listening_at
 from scrollback.server.stream_limits import SharedStreamCounter
+from scrollback.server.worker_role import (
+    COUNT_ENV,
+    INDEX_ENV,
+    PARENT_ENV,
+    READY_FD_ENV,
+    RUN_DIR_ENV,
+    STREAMS_DB,
+)
 
 if TYPE_CHECKING:
     from scrollback.server.forkserver import ForkServer
 
 log = logging.getLogger(__name__)
 
-RUN_DIR_ENV = "SCROLLBACK_WORKER_RUN_DIR"
-READY_FD_ENV = "SCROLLBACK_WORKER_READY_FD"
-COUNT_ENV = "SCROLLBACK_WORKER_COUNT"
-INDEX_ENV = "SCROLLBACK_WORKER_INDEX"
-PARENT_ENV = "SCROLLBACK_WORKER_PARENT"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-STREAMS_DB = "streams.table"
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 20.0
-PARENT_CHECK_SECONDS = 0.5
 MAX_WORKERS = 64
 # The status a server gives a configuration or listen error (service_cli): not worth a retry.
 FATAL_STATUS = 2
@@ -96,63 +96,6 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRole:
-    """This process is worker `index` of `count` started by a parent (`run_dir` is shared)."""
-
-    run_dir: Path
-    count: int
-    ready_fd: int
-    parent: int = 0
-    index: int = 0
-
-    @property
-    def streams_db(self) -> Path:
-        """The shared count of calls in flight per principal."""
-        return self.run_dir / STREAMS_DB
-
-    def stream_counter(self) -> SharedStreamCounter:
-        """This worker's view of the shared count (its own column)."""
-        return SharedStreamCounter(self.streams_db, workers=self.count, worker=self.index)
-
-    def announce_ready(self) -> None:
-        """Tell the parent this worker serves (its pid on the ready pipe); follow it out.
-
-        A parent killed outright (SIGKILL) cannot forward anything, so each
-        worker also watches for being orphaned and then stops as on SIGTERM.
-        """
-        # The pid the parent gave, not getppid() now: a parent killed while
-        # this worker was starting has already left it to init.
-        parent = self.parent or os.getppid()
-
-        def follow_parent() -> None:
-            while os.getppid() == parent:
-                time.sleep(PARENT_CHECK_SECONDS)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        threading.Thread(target=follow_parent, name="scrollback-parent", daemon=True).start()
-        if self.ready_fd < 0:
-            return
-        with contextlib.suppress(OSError):
-            os.write(self.ready_fd, f"{os.getpid()}\n".encode())
-            os.close(self.ready_fd)
-
-
-@cache
-def current_role() -> WorkerRole | None:
-    """The role the parent gave this process, or None when it serves alone."""
-    run_dir = os.environ.get(RUN_DIR_ENV)
-    if not run_dir:
-        return None
-    return WorkerRole(
-        Path(run_dir),
-        int(os.environ.get(COUNT_ENV, "1")),
-        int(os.environ.get(READY_FD_ENV, "-1")),
-        int(os.environ.get(PARENT_ENV, "0")),
-        int(os.environ.get(INDEX_ENV, "0")),
-    )
 
 
 def can_share_port(address: str) -> bool:
@@ -223,20 +166,6 @@ def with_port(address: str, port: int) -> str:
     """`address` with its port replaced."""
     host, _, _ = address.rpartition(":")
     return f"{host}:{port}"
-
-
-def _serve_metrics(metrics_addr: str, directory: Path) -> int:
-    """The parent's metrics endpoint: every worker's metrics, summed; the bound port."""
-    from prometheus_client import CollectorRegistry, start_http_server
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
-    host, _, port_text = metrics_addr.rpartition(":")
-    server, _thread = start_http_server(
-        int(port_text), addr=host.strip("[]") or "127.0.0.1", registry=registry
-    )
-    return int(server.server_port)
 
 
 class WorkerProcess(Protocol):
@@ -409,7 +338,9 @@ class Supervisor:
             self.stop()
             return False
         if self._metrics_addr:
-            self.metrics_port = _serve_metrics(self._metrics_addr, metrics_dir)
+            from scrollback.server.metrics import serve_summed_metrics
+
+            self.metrics_port = serve_summed_metrics(self._metrics_addr, metrics_dir)
             log.info("%s: metrics on port %d", self.name, self.metrics_port)
         self._thread = threading.Thread(
             target=self._supervise, name=f"{self.name}-workers", daemon=True
@@ -511,17 +442,7 @@ class Supervisor:
                     )  # fmt: skip
                     self._replaced.add(process.pid)
                     restart_at[index] = time.monotonic() + delay
-                now = time.monotonic()
-                for index, when in list(restart_at.items()):
-                    if when > now:
-                        continue
-                    del restart_at[index]
-                    with self._lock:
-                        if self._stopping:
-                            continue
-                        replacement = self._spawn(index)
-                        self.workers.processes[index] = replacement
-                    pidfds[replacement.pid] = _pidfd(replacement.pid)
+                self._restart_due(restart_at, pidfds)
         except Exception:
             # The service cannot be kept whole any more: end it rather than serve short.
             log.exception("%s: supervising the workers failed; stopping the service", self.name)
@@ -532,6 +453,20 @@ class Supervisor:
                 if fd >= 0:
                     os.close(fd)
             self._ended.set()
+
+    def _restart_due(self, restart_at: dict[int, float], pidfds: dict[int, int]) -> None:
+        """Start the replacements whose delay has passed (the supervising thread)."""
+        now = time.monotonic()
+        for index, when in list(restart_at.items()):
+            if when > now:
+                continue
+            del restart_at[index]
+            with self._lock:
+                if self._stopping:
+                    continue
+                replacement = self._spawn(index)
+                self.workers.processes[index] = replacement
+            pidfds[replacement.pid] = _pidfd(replacement.pid)
 
     def _forget(self, index: int, pid: int) -> None:
         """What a dead worker left in the shared state: its stream counts, its live gauges."""

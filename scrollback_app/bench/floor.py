@@ -35,7 +35,8 @@ from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.server.grpc_support import build_server
 from scrollback.server.listening import wait_for_shutdown_signal
-from scrollback.server.workers import current_role, supervise
+from scrollback.server.worker_role import current_role
+from scrollback.server.workers import supervise
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _LENGTH = struct.Struct("<I")

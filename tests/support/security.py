@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,6 +279,22 @@ def rss_kib(pid: int) -> int:
         if text.startswith("VmRSS:"):
             return int(text.split()[1])
     return 0
+
+
+async def eventually_admitted(call: Callable[[], Awaitable[Any]], within: float = 5.0) -> Any:
+    """Repeat `call()` until the per-principal limit admits it; its result.
+
+    A cancelled call's slot is given back when the server has seen the cancel,
+    a moment after the client sent it; until then the limit still counts it.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.02)
 
 
 def wait_until(predicate: Any, timeout: float = 5.0) -> bool:

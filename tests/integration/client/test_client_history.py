@@ -122,21 +122,24 @@ def test_watch_resumes_across_a_restart_without_duplicates(client_servers: Serve
     port = client_servers.history_port
     failures: list[BaseException] = []
 
+    # The watch has delivered all that was written before the server stops.
+    delivered = threading.Event()
+
     def append(start: int, stop: int) -> None:
         for n in range(start, stop):
             with path.open("ab") as handle:
                 handle.write(user_line(f"u{n}", f"m{n}"))
-            time.sleep(0.02)
+            time.sleep(0.02)  # lines arrive one by one, as an agent writes them
 
     def produce() -> None:
         try:
             with HistoryClient(client_servers.history_addr, retry=FAST_RETRY) as sender:
                 append(3, 10)
                 sender.accept_message("before", session_id="w1", txn_id="t-before")
-                time.sleep(0.3)
+                assert delivered.wait(15), "the watch never delivered the first lines"
                 client_servers.stop_history()
                 append(10, 16)  # written while the server is down
-                time.sleep(0.3)
+                time.sleep(0.3)  # the server stays down a moment on purpose: the watch retries
                 client_servers.start_history(port)
                 append(16, 20)
                 sender.accept_message("after", session_id="w1", txn_id="t-after")
@@ -159,6 +162,8 @@ def test_watch_resumes_across_a_restart_without_duplicates(client_servers: Serve
                     entries.append(event.entry.uuid)
                 elif event.accepted is not None:
                     accepted.append(event.accepted.text)
+                if len(entries) >= 7 and accepted:
+                    delivered.set()
                 if len(entries) >= 17 and len(accepted) >= 2:
                     break
         finally:
@@ -177,17 +182,20 @@ async def test_async_watch_resumes_across_a_restart(client_servers: ServerPair) 
     path.write_bytes(user_line("u0", "m0"))
     port = client_servers.history_port
 
+    # The watch has delivered the lines written before the server stops.
+    delivered = threading.Event()
+
     def produce() -> None:
         for n in range(1, 5):
             with path.open("ab") as handle:
                 handle.write(user_line(f"u{n}", f"m{n}"))
-            time.sleep(0.03)
-        time.sleep(0.3)
+            time.sleep(0.03)  # lines arrive one by one, as an agent writes them
+        assert delivered.wait(15), "the watch never delivered the first lines"
         client_servers.stop_history()
         for n in range(5, 9):
             with path.open("ab") as handle:
                 handle.write(user_line(f"u{n}", f"m{n}"))
-        time.sleep(0.3)
+        time.sleep(0.3)  # the server stays down a moment on purpose: the watch retries
         client_servers.start_history(port)
 
     seen: list[str] = []
@@ -200,6 +208,8 @@ async def test_async_watch_resumes_across_a_restart(client_servers: ServerPair) 
             async for event in history.watch("w2", boot.header.watch_position):
                 assert event.entry is not None
                 seen.append(event.entry.uuid)
+                if len(seen) == 4:
+                    delivered.set()
                 if len(seen) == 8:
                     return
 

@@ -143,7 +143,7 @@ async def test_pending_messages_age_out_and_release_blobs(history_server: Harnes
             "SELECT message_seq FROM blob_ref ORDER BY message_seq"
         ).fetchall()
         assert len(refs) == 2
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # the pending messages outlive their 0.5 s TTL: under test
         await history.stub.AcceptMessage(
             pb.AcceptMessageRequest(client_txn_id="t9", session_id="s2")
         )

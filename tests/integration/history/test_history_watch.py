@@ -22,10 +22,10 @@ async def _append_lines(path_text: str, start: int, count: int) -> None:
         data = line(type="user", uuid=f"u{n}", n=n)
         if n % 9 == 4:  # half a line, a pause, then the rest
             _append(path_text, data[:7])
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # the watch must meet a half-written line: under test
             data = data[7:]
         _append(path_text, data)
-        await asyncio.sleep(0.006)
+        await asyncio.sleep(0.006)  # lines arrive over many polls of the watch, as they do live
 
 
 async def test_watch_resumes_with_no_gap_and_no_duplicate(history: HistoryHarness) -> None:
@@ -40,7 +40,7 @@ async def test_watch_resumes_with_no_gap_and_no_duplicate(history: HistoryHarnes
             await history.stub.AcceptMessage(
                 pb.AcceptMessageRequest(client_txn_id=f"t{n}", session_id="w1", text=f"m{n}")
             )
-            await asyncio.sleep(0.015)
+            await asyncio.sleep(0.015)  # accepts interleave with the appends on purpose
 
     producers = asyncio.gather(_append_lines(str(path), 5, 120), accept_many())
     numbers: list[int] = []

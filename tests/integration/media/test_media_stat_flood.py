@@ -119,8 +119,8 @@ async def test_a_search_stops_when_its_deadline_passes(media: MediaEnv) -> None:
         assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     else:
         raise AssertionError("400 passes over 16 MB finished within 0.5 s")
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # time for a search that would go on past the deadline to show
     settled = transcripts.search_slices
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # a quiet second is the behaviour under test
     assert transcripts.search_slices == settled, "the search went on after the deadline"
     assert transcripts.search_passes < 400

@@ -231,19 +231,25 @@ async def test_a_thumbnail_is_encoded_once_then_served_from_the_cache(
     assert tail == data[10:]
 
 
-async def test_concurrent_reads_of_one_new_thumbnail_share_one_encode(media: MediaEnv) -> None:
+async def test_concurrent_reads_of_one_new_thumbnail_share_one_encode(
+    media: MediaEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
     original = photo(3000, 2000, seed=11)  # an encode long enough for the calls to meet
     await upload(media.stub, original)
     cache = library_of(media).thumbnails
     before = cache.encodes
     selector = blob_selector(original)
+    log = EncodeLog(monkeypatch)
     # One caller gives up while the encode runs; the others still get the thumbnail.
     leaving = asyncio.ensure_future(read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320))
     staying = [
         asyncio.ensure_future(read_thumbnail(media, selector, media_pb2.THUMBNAIL_SIZE_320))
         for _ in range(7)
     ]
-    await asyncio.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while log.count("started") < 1:
+        assert time.monotonic() < deadline, "the encode never started"
+        await asyncio.sleep(0.005)
     leaving.cancel()
     results = await asyncio.gather(*staying)
     assert cache.encodes == before + 1, "each caller encoded its own copy"

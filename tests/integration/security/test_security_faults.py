@@ -38,6 +38,13 @@ async def _until(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
+async def _watching(watch: Any) -> None:
+    """Return once the watch has sent its first message (a heartbeat within the pair's
+    `heartbeat_seconds`): the server has taken its start position."""
+    first = await watch.read()
+    assert first.WhichOneof("event") in ("heartbeat", "entry", "accepted")
+
+
 def _dirs(tmp_path: Path) -> tuple[Path, Path]:
     root, state = tmp_path / "root", tmp_path / "state"
     root.mkdir(exist_ok=True)
@@ -65,7 +72,7 @@ async def test_sigkill_during_an_upload_leaves_nothing_half_visible(tmp_path: Pa
                 yield mpb.WriteBlobRequest(data=half[: 2 * 1024 * 1024])
                 yield mpb.WriteBlobRequest(data=half[2 * 1024 * 1024 : 4 * 1024 * 1024])
                 sent_half.set()
-                await asyncio.sleep(30)
+                await asyncio.sleep(30)  # a client that never finishes: killed mid-upload
 
             call = stub.WriteBlob(half_sent())
             await asyncio.wait_for(sent_half.wait(), 10)
@@ -244,21 +251,21 @@ async def test_transcripts_truncated_rewritten_or_deleted_under_open_streams(
         # a watch: truncated (rewritten) under it
         path.write_bytes(b"".join(line + b"\n" for line in lines[:10]))
         watch = stub.WatchSession(hpb.WatchSessionRequest(session_id="sess-t"), timeout=10)
-        await asyncio.sleep(0.3)
+        await _watching(watch)
         path.write_bytes(lines[0] + b"\n")
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            async for message in watch:
-                assert message.WhichOneof("item") in ("heartbeat", "entry", "accepted")
+            while (message := await watch.read()) is not grpc.aio.EOF:
+                assert message.WhichOneof("event") in ("heartbeat", "entry", "accepted")
         assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
         # a watch: the transcript deleted under it
         path.write_bytes(b"".join(line + b"\n" for line in lines[:10]))
         watch = stub.WatchSession(hpb.WatchSessionRequest(session_id="sess-t"), timeout=10)
-        await asyncio.sleep(0.3)
+        await _watching(watch)
         path.unlink()
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            async for message in watch:
-                assert message.WhichOneof("item") in ("heartbeat", "entry", "accepted")
+            while (message := await watch.read()) is not grpc.aio.EOF:
+                assert message.WhichOneof("event") in ("heartbeat", "entry", "accepted")
         assert raised.value.code() in (
             grpc.StatusCode.NOT_FOUND,
             grpc.StatusCode.FAILED_PRECONDITION,

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import re
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ async def test_a_slow_reader_does_not_make_the_server_read_ahead(secured_pair_fa
         )
         await call.read()
         await call.read()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the client stops reading on purpose: what is sent meanwhile
         sent = (
             _value(_scrape(pair.media.metrics_port), "scrollback_read_media_bytes_sent_total")
             - before
@@ -192,7 +193,7 @@ async def test_a_silent_upload_is_cut_off_and_leaves_nothing(secured_pair_factor
                 )
             )
             yield mpb.WriteBlobRequest(data=data[:1000])
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # a client gone silent on purpose: under test
 
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await media.WriteBlob(stalled(), metadata=auth("alice"), timeout=10)
@@ -216,7 +217,7 @@ async def test_a_dripping_upload_is_ended_at_the_deadline_and_leaves_nothing(
                 header=mpb.WriteBlobHeader(sha256=digest, size_bytes=len(data))
             )
             for at in range(len(data)):
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # dripping on purpose: under test
                 yield mpb.WriteBlobRequest(data=data[at : at + 1])
 
         with pytest.raises(grpc.aio.AioRpcError) as raised:
@@ -247,13 +248,17 @@ async def test_sigterm_lets_an_in_flight_stream_finish(tmp_path: Path) -> None:
             first = await call.read()
             assert first.WhichOneof("item") == "metadata"
             server.process.terminate()  # SIGTERM while the stream is in flight
-            await asyncio.sleep(0.3)
             health = health_pb2_grpc.HealthStub(channel)
-            try:
-                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=2)
-                assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
-            except grpc.aio.AioRpcError:
-                pass  # already refusing new calls: also fine
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                except grpc.aio.AioRpcError:
+                    break  # already refusing new calls: also fine
+                if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                    break
+                assert time.monotonic() < deadline, "still SERVING after SIGTERM"
+                await asyncio.sleep(0.02)
             chunks = []
             while (message := await call.read()) is not grpc.aio.EOF:
                 chunks.append(message.data)

@@ -28,10 +28,11 @@ from scrollback.history.v1 import history_pb2
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.grpc_support import build_server
-from scrollback.server.interceptors import ServerPolicy
+from scrollback.server.interceptors import CallLimits, server_interceptors
 from scrollback.server.memory import TRIM_DELAY_SECONDS
 from scrollback_app.bench.procs import ServerProcess
 from scrollback_app.bench.stalled import StalledClient
+from tests.support.security import eventually_admitted
 
 # Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
 pytestmark = pytest.mark.slow
@@ -117,7 +118,7 @@ async def test_stalled_read_media_streams_hold_a_chunk_and_end(tmp_path: Path) -
             # Past the stall timeout the server has given up each stream: once
             # the client reads again it gets at most the pending message, then
             # DEADLINE_EXCEEDED.
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # the client stalls past the timeout on purpose: under test
             client.grant(ids)
             assert await asyncio.to_thread(client.wait_ended, ids, 10.0), client.ends
             assert {client.ends[i].status for i in ids} == {DEADLINE_EXCEEDED}
@@ -191,8 +192,9 @@ async def test_a_cancelled_stream_frees_what_it_held_without_the_cyclic_gc() -> 
             [grpc.method_handlers_generic_handler("t.Stall", {"Read": handler})]
         )
 
-    policy = ServerPolicy("test", None, max_streams=8)
-    running = await build_server("127.0.0.1:0", register, ["t.Stall"], interceptors=[policy])
+    limits = CallLimits(8)
+    chain = server_interceptors("test", None, limits)
+    running = await build_server("127.0.0.1:0", register, ["t.Stall"], interceptors=chain)
     gc.disable()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
@@ -201,7 +203,7 @@ async def test_a_cancelled_stream_frees_what_it_held_without_the_cyclic_gc() -> 
             await started.wait()
             call.cancel()
             for _ in range(50):
-                if held and held[0]() is None and policy.active_calls() == 0:
+                if held and held[0]() is None and limits.active_calls() == 0:
                     break
                 await asyncio.sleep(0.05)
         assert held and held[0]() is None, "the cancelled stream still holds its data"
@@ -214,8 +216,8 @@ async def test_a_cancelled_stream_frees_what_it_held_without_the_cyclic_gc() -> 
 async def test_health_watch_streams_share_a_global_limit(limit: int) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    policy = ServerPolicy("test", None, max_streams=limit)
-    running = await build_server("127.0.0.1:0", lambda s: None, [], interceptors=[policy])
+    chain = server_interceptors("test", None, CallLimits(limit))
+    running = await build_server("127.0.0.1:0", lambda s: None, [], interceptors=chain)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             stub = health_pb2_grpc.HealthStub(channel)
@@ -227,9 +229,13 @@ async def test_health_watch_streams_share_a_global_limit(limit: int) -> None:
                 await refused.read()
             assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             watches[0].cancel()
-            await asyncio.sleep(0.2)
-            again = stub.Watch(health_pb2.HealthCheckRequest())
-            await again.read()  # a freed slot serves the next watcher
+
+            async def admitted() -> Any:
+                watch = stub.Watch(health_pb2.HealthCheckRequest())
+                await watch.read()
+                return watch
+
+            again = await eventually_admitted(admitted)  # a freed slot serves the next watcher
             for watch in [*watches, again]:
                 watch.cancel()
     finally:
