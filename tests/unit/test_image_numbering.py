@@ -195,7 +195,12 @@ def _user(uuid: str, parent: str | None, *content: dict[str, Any]) -> dict[str, 
 
 def _assistant(uuid: str, parent: str | None) -> dict[str, Any]:
     content = [{"type": "text", "text": "ok"}]
-    return {"type": "assistant", "uuid": uuid, "parentUuid": parent, "message": {"content": content}}
+    return {
+        "type": "assistant",
+        "uuid": uuid,
+        "parentUuid": parent,
+        "message": {"content": content},
+    }
 
 
 def test_a_linear_chain_is_numbered_without_the_rules_pass(tmp_path: Path) -> None:
@@ -212,7 +217,10 @@ def test_a_linear_chain_is_numbered_without_the_rules_pass(tmp_path: Path) -> No
     )
     with mock.patch.object(slim, "positions_by_offset", side_effect=AssertionError):
         listed = _listed(path, list_images, 1 << 20)
-    assert [record.api_path for record in listed] == ["messages.0.content.1", "messages.2.content.2"]
+    assert [record.api_path for record in listed] == [
+        "messages.0.content.1",
+        "messages.2.content.2",
+    ]
     assert listed == _listed(path, reference_list_images, 1 << 20)
 
 
