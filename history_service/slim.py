@@ -796,9 +796,10 @@ def _walk_chain(fd: ByteSource, size: int, max_line: int, budget: int) -> ChainW
     walk = ChainWalk(budget)
     complete = _last_newline(fd, size)
     lines: Iterator[BackLine] = _lines_backward(fd, complete, max_line)
-    if complete < size:
-        tail = size - complete
-        data = LineFile(fd).read(tail, complete) if tail <= max_line else None
+    if 0 < size - complete <= max_line:
+        # A newline-less tail over the max line size is not read again here: one being
+        # written is no entry, and a finished one that heads the chain fails the check.
+        data = LineFile(fd).read(size - complete, complete)
         lines = itertools.chain(((complete, size, data),), lines)
     walk.walk(lines, lambda line: _back_entry(line, fd))
     return walk

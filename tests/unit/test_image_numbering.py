@@ -274,3 +274,14 @@ def test_a_chain_over_the_budget_is_refused(tmp_path: Path) -> None:
         assert list_images(fd, size, "s", 1 << 20, budget=200 * numbering.CHAIN_ENTRY_BYTES)
         with pytest.raises(ChainTooLargeError):
             list_images(fd, size, "s", 1 << 20, budget=199 * numbering.CHAIN_ENTRY_BYTES)
+
+
+def test_a_long_unterminated_last_entry_heading_the_chain_gets_the_rules_answer(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    last = _user("c", "b") | {"pad": "z" * 5000}
+    _write(path, [_user("a", None, _image(0)), _assistant("b", "a")], json.dumps(last).encode())
+    listed = _listed(path, list_images, 2000)
+    assert [record.api_path for record in listed] == ["messages.0.content.1"]
+    assert listed == _listed(path, reference_list_images, 2000)
