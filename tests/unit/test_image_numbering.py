@@ -285,3 +285,16 @@ def test_a_long_unterminated_last_entry_heading_the_chain_gets_the_rules_answer(
     listed = _listed(path, list_images, 2000)
     assert [record.api_path for record in listed] == ["messages.0.content.1"]
     assert listed == _listed(path, reference_list_images, 2000)
+
+
+def test_the_rules_pass_over_the_budget_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    entries = [_user("u0", None, _image(0))]
+    entries += [_assistant(f"u{k}", f"u{k - 1}") for k in range(1, 100)]
+    entries.append({"type": "system", "uuid": "u5"})  # a chain uuid again: the check fails
+    _write(path, entries)
+    with LocalSource(os.open(path, os.O_RDONLY)) as fd:
+        size = path.stat().st_size
+        assert list_images(fd, size, "s", 1 << 20, budget=101 * numbering.ENTRY_BYTES * 2)
+        with pytest.raises(ChainTooLargeError):
+            list_images(fd, size, "s", 1 << 20, budget=100 * numbering.CHAIN_ENTRY_BYTES * 2)
