@@ -21,7 +21,9 @@ whose client grants no flow-control window that long is ended with
 DEADLINE_EXCEEDED), and the limits `DEFAULT_INLINE_LIMIT`, `MAX_WINDOW_BYTES`,
 `PENDING_KEEP`, `PENDING_TTL_SECONDS`, `HEARTBEAT_SECONDS`, `WATCH_POLL_SECONDS`,
 `RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`, `ENTRY_CACHE_BYTES` (default 16 MiB per
-worker process, 0 = off: window entries kept stripped and encoded, history_service.entry_cache), `SEARCH_INTERVAL_SECONDS` (default 2: how
+worker process, 0 = off: window entries kept stripped and encoded, history_service.entry_cache),
+`IMAGES_MEMORY_BYTES` (default 128 MiB: what one ListImages call may hold to number a
+transcript's entries, history_service.numbering), `SEARCH_INTERVAL_SECONDS` (default 2: how
 often the search indexer catches up with the transcripts), `SEARCH_INDEXING`
 (`off`, flag `--no-search-indexing`: serve searches without writing the index). `from_env` checks the values;
 `validate()` also the locations and files, at start-up (ConfigError).
@@ -60,6 +62,8 @@ SERVICE = "history"
 # loads this module only, and those modules load the protobuf runtime.
 DEFAULT_ENTRY_CACHE_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CACHE_BYTES = 1024 * 1024 * 1024
+# Bytes one ListImages call may hold to number a transcript's entries (history_service.numbering).
+DEFAULT_IMAGES_MEMORY_BYTES = 128 * 1024 * 1024
 DEFAULT_ADDR = "127.0.0.1:50051"
 # The largest block cache of a bucket a setting may ask for.
 MAX_BUCKET_CACHE_BYTES = 16 * 1024**3
@@ -90,6 +94,8 @@ class HistoryConfig:
     max_window_bytes: int = 64 * 1024 * 1024
     # Window entries kept stripped and encoded, per worker process (0: off).
     entry_cache_bytes: int = DEFAULT_ENTRY_CACHE_BYTES
+    # Bytes one ListImages call may hold for the API numbering; past it CHAIN_TOO_LARGE.
+    images_memory_bytes: int = DEFAULT_IMAGES_MEMORY_BYTES
     pending_keep: int = 50
     pending_ttl_seconds: float = 600.0
     heartbeat_seconds: float = 15.0
@@ -158,6 +164,8 @@ class HistoryConfig:
             raise ConfigError("the window byte budget must be at least 1 MiB")
         if not 0 <= self.entry_cache_bytes <= MAX_ENTRY_CACHE_BYTES:
             raise ConfigError("the entry cache size must lie between 0 (off) and 1 GiB")
+        if not 1024 * 1024 <= self.images_memory_bytes <= 16 * 1024**3:
+            raise ConfigError("the image list's memory budget must lie between 1 MiB and 16 GiB")
         if self.pending_keep < 1 or self.pending_ttl_seconds <= 0:
             raise ConfigError(
                 "pending retention must keep at least one message for a positive time"

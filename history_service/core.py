@@ -472,7 +472,11 @@ class HistoryCore:
             files = self._with_subagents(principal, session_id, include_subagents)
             for transcript, fd in self._opened(files):
                 records += list_images(
-                    fd, file_size(fd), transcript.session_id, self.config.max_line_size
+                    fd,
+                    file_size(fd),
+                    transcript.session_id,
+                    self.config.max_line_size,
+                    self.config.images_memory_bytes,
                 )
             return records
 

@@ -20,8 +20,9 @@ finds it in two passes that hold only the chain's offsets:
    child, a hash that collides), `api_positions` over every entry answers, with
    the bytes it holds counted.
 
-Either way the memory is bounded by `NUMBERING_BUDGET`; past it the call fails
-with ChainTooLargeError (RESOURCE_EXHAUSTED, `CHAIN_TOO_LARGE`).
+Either way the memory is bounded by a budget (`images_memory_bytes` of the
+history config, `NUMBERING_BUDGET` by default); past it the call fails with
+ChainTooLargeError (RESOURCE_EXHAUSTED, `CHAIN_TOO_LARGE`).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from typing import Any
 
 import orjson
 
+from history_service.config import DEFAULT_IMAGES_MEMORY_BYTES
 from history_service.errors import ChainTooLargeError
 
-# Bytes one call may hold to number a transcript's entries.
-NUMBERING_BUDGET = 128 * 1024 * 1024
+# Bytes one call may hold to number a transcript's entries (SCROLLBACK_HISTORY_IMAGES_MEMORY_BYTES).
+NUMBERING_BUDGET = DEFAULT_IMAGES_MEMORY_BYTES
 # Per chain entry: its offset (8 bytes) and two hash slots (16).
 CHAIN_ENTRY_BYTES = 24
 # Per entry of the full rule, beyond its two strings' characters: its facts, the strings'

@@ -127,7 +127,7 @@ class HistoryServiceStub:
     in the API's message list, its size, its pixel size and the problems the
     API would refuse it for, then the totals. Errors as SlimSession, and
     RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
-    is over the numbering's memory budget (128 MiB).
+    is over the numbering's memory budget (images_memory_bytes, 128 MiB).
     """
 
 @_typing.type_check_only
@@ -226,7 +226,7 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     in the API's message list, its size, its pixel size and the problems the
     API would refuse it for, then the totals. Errors as SlimSession, and
     RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
-    is over the numbering's memory budget (128 MiB).
+    is over the numbering's memory budget (images_memory_bytes, 128 MiB).
     """
 
 class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -376,7 +376,7 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         in the API's message list, its size, its pixel size and the problems the
         API would refuse it for, then the totals. Errors as SlimSession, and
         RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
-        is over the numbering's memory budget (128 MiB).
+        is over the numbering's memory budget (images_memory_bytes, 128 MiB).
         """
 
 def add_HistoryServiceServicer_to_server(servicer: HistoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

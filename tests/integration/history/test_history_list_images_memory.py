@@ -14,12 +14,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
 
+from scrollback.contract.reasons import Reason
+from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback_app.bench import procs, services
 from scrollback_app.bench.idle import tree_pss_kib
 from scrollback_app.bench.list_images import list_images, peak_pss_during, write_chain_session
+from tests.support.history import HarnessFactory
+from tests.support.reasons import assert_reason
 
 LINES = 2_000_000
 IMAGE_EVERY = 100_000
@@ -50,3 +55,24 @@ async def test_list_images_of_a_long_session_stays_within_its_memory_bound(
     assert [(image.line_number, image.api_path) for image in images] == expected
     growth = (peak_kib - idle_kib) * 1024 / MB
     assert growth < GROWTH_MB, f"ListImages grew the server by {growth:.0f} MB PSS"
+
+
+async def test_a_chain_over_the_memory_budget_is_refused_with_its_reason(
+    history_server: HarnessFactory,
+) -> None:
+    budget = 1024 * 1024  # the smallest setting: 43,690 chain entries
+    async with history_server(images_memory_bytes=budget) as harness:
+        write_chain_session(harness.transcript("long"), 50_000, 10_000)
+        write_chain_session(harness.transcript("short"), 40_000, 10_000)
+        listed = [
+            m.image.api_path
+            async for m in harness.stub.ListImages(hpb.ListImagesRequest(session_id="short"))
+            if m.HasField("image")
+        ]
+        assert len(listed) == 4
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async for _ in harness.stub.ListImages(hpb.ListImagesRequest(session_id="long")):
+                pass
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert_reason(refused.value, Reason.CHAIN_TOO_LARGE)
+    assert str(harness.root) not in (refused.value.details() or "")
