@@ -169,9 +169,15 @@ class ChainWalk:
         self.root_parent = ""  # the parent of the chain's root ("" for none)
 
     def walk(
-        self, lines: Iterable[BackLine], parse: Callable[[BackLine], dict[str, Any] | None]
+        self,
+        lines: Iterable[BackLine],
+        parse: Callable[[BackLine, bool], dict[str, Any] | None],
     ) -> None:
-        """Follow the chain over `lines`, parsing only those that hold the wanted uuid's text."""
+        """Follow the chain over `lines`, parsing only those that hold the wanted uuid's text.
+
+        `parse(line, whole)` gives a line's entry; without `whole` only its
+        top-level `uuid` and `parentUuid` are asked for.
+        """
         offsets = self.offsets
         most = self.budget // CHAIN_ENTRY_BYTES
         wanted: str | None = None  # None: the head (the newest entry with a role) is not found yet
@@ -180,7 +186,7 @@ class ChainWalk:
             data = line[2]
             if wanted is not None and data is not None and needle not in data:
                 continue
-            entry = parse(line)
+            entry = parse(line, wanted is None)
             if entry is None:
                 continue
             if wanted is None:

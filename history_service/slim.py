@@ -59,6 +59,7 @@ from scrollback.contract.stripping import (
     probe_line,
     probe_line_streamed,
 )
+from scrollback.contract.top_level import top_level_strings
 from scrollback.linefile import ByteSource, LineFile
 
 if TYPE_CHECKING:
@@ -782,11 +783,25 @@ def _lines_backward(fd: ByteSource, end: int, max_line: int) -> Iterator[BackLin
     yield 0, line_end, b"".join(reversed(pieces)) if line_end <= max_line else None
 
 
-def _back_entry(line: BackLine, fd: ByteSource) -> dict[str, Any] | None:
-    """The entry of one line of the backward pass (a line too long to hold is probed)."""
+# The members the chain walk reads of a line too long to hold.
+_CHAIN_KEYS = frozenset({"uuid", "parentUuid"})
+
+
+def _back_entry(line: BackLine, fd: ByteSource, whole: bool) -> dict[str, Any] | None:
+    """The entry of one line of the backward pass.
+
+    A line too long to hold is probed when `whole` is asked for, else only its
+    top-level `uuid` and `parentUuid` are read from its two ends (bounded windows).
+    """
     start, end, data = line
     if data is not None:
         return None if not data or data.isspace() else parse_json_object(data)
+    if not whole:
+        return top_level_strings(
+            lambda offset, length: LineFile(fd).read(length, start + offset),
+            end - start,
+            _CHAIN_KEYS,
+        )
     probed = LineSource(RawLine(start, end, None, False, fd)).probe()
     return probed.entry if probed is not None else None
 
@@ -801,7 +816,7 @@ def _walk_chain(fd: ByteSource, size: int, max_line: int, budget: int) -> ChainW
         # written is no entry, and a finished one that heads the chain fails the check.
         data = LineFile(fd).read(size - complete, complete)
         lines = itertools.chain(((complete, size, data),), lines)
-    walk.walk(lines, lambda line: _back_entry(line, fd))
+    walk.walk(lines, lambda line, whole: _back_entry(line, fd, whole))
     return walk
 
 
