@@ -6,19 +6,20 @@ it, the user and assistant entries in order are the API's messages. Holding
 every entry's facts to follow it costs memory per line, so the image list
 finds it in two passes that hold only the chain's offsets:
 
-1. `ChainWalk`, fed the file's entries newest first: the last entry with a
-   role, then for each chain entry the nearest earlier entry holding its
-   parent's uuid. A line is parsed only when it may hold what is looked for
-   (the uuid's text), and the walk ends at the chain's root.
-2. `ChainCheck`, fed every entry in file order by the image pass: numbers the
-   chain's entries as it passes them, and checks that the walk found the rule's
-   chain: its head is the last entry with a role, each link names its parent,
-   no chain entry's uuid comes again later in the file (kept as keyed hashes in
-   `HashSlots`), and the root's parent, if anything holds it, is last held by a
-   chain entry. Then the rule, followed from the head, takes exactly these links.
-3. When a check fails (a uuid written again after its entry, a parent after its
-   child, a hash that collides), `api_positions` over every entry answers, with
-   the bytes it holds counted.
+1. `ChainWalk`, fed the file's lines newest first: the last entry with a
+   role, then for each chain entry the entry holding its parent's uuid (near
+   before it, else just after it, else further back). A line is parsed only
+   when it holds the wanted uuid's text, and the walk ends at the chain's root.
+2. `ChainCheck`, fed every entry in file order by the image pass: checks that
+   the walk found the rule's chain (its head is the last entry with a role,
+   each link names its parent, no chain entry's uuid comes again later in the
+   file, kept as keyed hashes in `HashSlots`, and the root's parent, if
+   anything holds it, is last held by a chain entry: then the rule, followed
+   from the head, takes exactly these links) and numbers the chain's messages,
+   on the way when the chain is in file order, else in chain order afterwards.
+3. When a check fails (a uuid written again after its entry or a parent long
+   after its child, a hash that collides), `api_positions` over every entry
+   answers, with the bytes it holds counted.
 
 Either way the memory is bounded by a budget (`images_memory_bytes` of the
 history config, `NUMBERING_BUDGET` by default); past it the call fails with
@@ -28,6 +29,8 @@ ChainTooLargeError (RESOURCE_EXHAUSTED, `CHAIN_TOO_LARGE`).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +42,12 @@ from history_service.errors import ChainTooLargeError
 
 # Bytes one call may hold to number a transcript's entries (SCROLLBACK_HISTORY_IMAGES_MEMORY_BYTES).
 NUMBERING_BUDGET = DEFAULT_IMAGES_MEMORY_BYTES
-# Per chain entry: its offset (8 bytes) and two hash slots (16).
+# Per chain entry: its offset (8 bytes) and two hash slots (16); written out of file
+# order, also a sorted copy of its offset, its role and block count (13 more).
 CHAIN_ENTRY_BYTES = 24
+UNSORTED_CHAIN_ENTRY_BYTES = 40
+# Lines after a chain entry where its parent is looked for first.
+LOOKAHEAD_LINES = 8
 # Per entry of the full rule, beyond its two strings' characters: its facts, the strings'
 # headers, its slots in the lists, map and set, and its position (measured with tracemalloc).
 ENTRY_BYTES = 480
@@ -161,12 +168,21 @@ BackLine = tuple[int, int, bytes | None]
 
 
 class ChainWalk:
-    """The candidate chain: the file's entries walked newest first (pass 1)."""
+    """The candidate chain: the file's entries walked newest first (pass 1).
+
+    From each chain entry the walk takes the nearest entry before it holding
+    its parent's uuid, when one lies within `LOOKAHEAD_LINES` lines; failing
+    that, the newest such entry among the `LOOKAHEAD_LINES` lines after it
+    (Claude Code writes a parent a line after its child now and then); failing
+    that, the nearest one further back. The check (pass 2) decides whether
+    each was the rule's: the last entry holding the uuid.
+    """
 
     def __init__(self, budget: int = NUMBERING_BUDGET) -> None:
         self.budget = budget
-        self.offsets = array("Q")  # newest first
+        self.offsets = array("Q")  # head first
         self.root_parent = ""  # the parent of the chain's root ("" for none)
+        self.in_order = True  # each parent written before its child
 
     def walk(
         self,
@@ -180,58 +196,134 @@ class ChainWalk:
         """
         offsets = self.offsets
         most = self.budget // CHAIN_ENTRY_BYTES
+        lookahead = LOOKAHEAD_LINES
+        stream = iter(lines)
+        recent: deque[BackLine] = deque()  # the last lines read, highest offset first
+        known: dict[int, tuple[Any, str]] = {}  # (uuid, parent) of lines of `recent` parsed
+        members: set[int] = set()  # chain entries among `recent`
         wanted: str | None = None  # None: the head (the newest entry with a role) is not found yet
         needle = b""
-        for line in lines:
-            data = line[2]
+        at = -1  # the last chain entry's offset
+
+        def matches(line: BackLine) -> str | None:
+            """The line's parent if it holds the wanted uuid (or, for the head, a role)."""
+            start, _, data = line
             if wanted is not None and data is not None and needle not in data:
-                continue
-            entry = parse(line, wanted is None)
-            if entry is None:
-                continue
-            if wanted is None:
-                facts = entry_facts(entry)
-                if not facts.role:
-                    continue
-                parent = facts.parent
+                return None
+            if start in known:
+                uuid, parent = known[start]
             else:
-                if entry.get("uuid") != wanted:
-                    continue
+                entry = parse(line, wanted is None)
+                if entry is None:
+                    known[start] = (None, "")
+                    return None
+                if wanted is None:
+                    facts = entry_facts(entry)
+                    known[start] = (facts.uuid, facts.parent)
+                    return facts.parent if facts.role else None
                 value = entry.get("parentUuid")
-                parent = value if isinstance(value, str) else ""
-            offsets.append(line[0])
+                uuid, parent = entry.get("uuid"), value if isinstance(value, str) else ""
+                known[start] = (uuid, parent)
+            return parent if wanted is not None and uuid == wanted else None
+
+        def after() -> BackLine | None:
+            """The newest line after the last chain entry that holds the wanted uuid."""
+            for line in recent:
+                if line[0] <= at:
+                    return None
+                if matches(line) is not None:
+                    return line
+            return None
+
+        def search() -> BackLine | None:
+            """Where the chain goes on (nearest before, else after, else further back)."""
+            looked = 0
+            ahead = wanted is None  # the head has nothing after it to look at
+            for line in recent:
+                if line[0] < at:
+                    looked += 1
+                    if matches(line) is not None:
+                        return line
+            for line in stream:
+                if len(recent) == 2 * lookahead:
+                    gone = recent.popleft()[0]
+                    known.pop(gone, None)
+                    members.discard(gone)
+                recent.append(line)
+                looked += 1
+                if matches(line) is not None:
+                    return line
+                if looked == lookahead and not ahead:
+                    ahead = True
+                    found = after()
+                    if found is not None:
+                        return found
+            return None if ahead else after()
+
+        while True:
+            line = search()
+            if line is None or line[0] in members:
+                break  # no entry holds it, or a chain entry does (a cycle): the root
+            if offsets and line[0] > at:
+                self.in_order = False
+            at = line[0]
+            offsets.append(at)
+            members.add(at)
             if len(offsets) > most:
                 raise ChainTooLargeError()
-            wanted = parent
-            if not parent:
+            wanted = known[at][1]
+            if not wanted:
                 break
-            needle = orjson.dumps(parent)[1:-1]
+            needle = orjson.dumps(wanted)[1:-1]
         self.root_parent = wanted or ""
-
-    def chain(self) -> array[int]:
-        """The chain's offsets in file order (root first)."""
-        offsets = array("Q", reversed(self.offsets))
-        self.offsets = array("Q")
-        return offsets
 
 
 class ChainCheck:
-    """Numbers the candidate chain's entries and checks it is the rule's, fed entries in file order."""
+    """Numbers the candidate chain's entries and checks it is the rule's (pass 2).
 
-    def __init__(self, chain: array[int], root_parent: str) -> None:
+    Fed every entry in file order. When each parent was written before its
+    child, the chain's order is the file's and its messages are numbered on the
+    way; otherwise each chain entry's role and block count are kept by its rank
+    in the file and the numbering follows the chain once the pass is over.
+    """
+
+    def __init__(self, walk: ChainWalk) -> None:
+        chain = array("Q", reversed(walk.offsets))  # root first
+        walk.offsets = array("Q")
         self.chain = chain
-        self.root_parent = root_parent
+        self.root_parent = walk.root_parent
+        self.in_order = walk.in_order
+        self.holds = True
+        self.sorted = chain
+        # child -> parent offsets of the links that are not between file neighbours.
+        self.far: dict[int, int] = {}
+        self.far_parents: set[int] = set()
+        # What this pass read: a far child's parent (by its offset), a far parent's uuid (by -1 - offset).
+        self.far_seen: dict[int, str] = {}
+        if not self.in_order:
+            if len(chain) * UNSORTED_CHAIN_ENTRY_BYTES > walk.budget:
+                raise ChainTooLargeError()
+            self.sorted = _sorted_nearly(chain)
+            for k in range(1, len(self.sorted)):
+                if self.sorted[k - 1] == self.sorted[k]:
+                    self.holds = False  # an entry twice: a cycle the walk did not see
+            for k in range(len(chain)):
+                rank = bisect_left(self.sorted, chain[k])
+                if k == 0 or rank == 0 or self.sorted[rank - 1] != chain[k - 1]:
+                    self.far[chain[k]] = chain[k - 1] if k else -1
+            self.far_parents = {parent for parent in self.far.values() if parent >= 0}
+        self.roles = bytearray(0 if self.in_order else len(chain))
+        self.blocks = array("I", [0]) * (0 if self.in_order else len(chain))
         self.slots = HashSlots(len(chain))
         self.passed = 0  # chain entries passed
         self.last_role = -1  # offset of the last entry with a role
         self.previous = ""  # uuid of the last chain entry passed
         self.root_parent_on_chain: bool | None = None  # whether its last holder is a chain entry
-        self.holds = True
         self.number, self.block, self.role = -1, 0, ""
 
     def entry(self, offset: int, facts: EntryFacts) -> tuple[int, int] | None:
-        """One entry: (N, offset in message N) when it is a message of the chain."""
-        chain, passed = self.chain, self.passed
+        """One entry: (N, offset in message N) when it is a message of an in-order chain."""
+        chain, passed = self.sorted, self.passed
         member = passed < len(chain) and chain[passed] == offset
         if not member and passed < len(chain) and chain[passed] < offset:
             self.holds = False  # a chain offset that is no entry
@@ -245,13 +337,17 @@ class ChainCheck:
                 self.root_parent_on_chain = member
         if not member:
             return None
-        parent_ok = facts.parent == (self.previous if passed else self.root_parent)
-        if not parent_ok or (passed and not self.previous):
-            self.holds = False
+        while passed + 1 < len(chain) and chain[passed + 1] == offset:
+            passed += 1  # the same entry twice (already refused)
+        self._link(offset, facts)
         self.previous = uuid
         if uuid:
             self.slots.add(_slot_key(uuid))
         self.passed = passed + 1
+        if not self.in_order:
+            self.roles[passed] = _ROLE_CODES[facts.role]
+            self.blocks[passed] = min(facts.blocks, 0xFFFFFFFF)
+            return None
         if not facts.role:
             return None
         if facts.role != self.role:
@@ -260,12 +356,62 @@ class ChainCheck:
         self.block += facts.blocks
         return at
 
+    def _link(self, offset: int, facts: EntryFacts) -> None:
+        """Check the link from this chain entry to its parent (far ones once both are read)."""
+        if offset in self.far_parents:
+            self.far_seen[-1 - offset] = facts.uuid
+        if offset == self.chain[0]:
+            if facts.parent != self.root_parent:
+                self.holds = False
+        elif offset in self.far:
+            self.far_seen[offset] = facts.parent
+        elif not self.previous or facts.parent != self.previous:
+            self.holds = False
+
     def verified(self) -> bool:
         """Whether the candidate was the rule's chain (its numbering stands)."""
         head = self.chain[-1] if self.chain else -1
+        for child, parent in self.far.items():
+            if parent < 0:
+                continue
+            uuid = self.far_seen.get(-1 - parent)
+            if not uuid or self.far_seen.get(child) != uuid:
+                self.holds = False
         return (
             self.holds
-            and self.passed == len(self.chain)
+            and self.passed == len(self.sorted)
             and self.last_role == head
             and self.root_parent_on_chain is not False
         )
+
+    def positions(self, offsets: set[int]) -> dict[int, tuple[int, int]]:
+        """(N, offset in message N) of the chain's messages at `offsets`, in chain order."""
+        found: dict[int, tuple[int, int]] = {}
+        number, block, role = -1, 0, 0
+        for offset in self.chain:
+            rank = bisect_left(self.sorted, offset)
+            code = self.roles[rank]
+            if not code:
+                continue
+            if code != role:
+                number, block, role = number + 1, 0, code
+            if offset in offsets:
+                found[offset] = (number, block)
+            block += self.blocks[rank]
+        return found
+
+
+_ROLE_CODES = {"": 0, "user": 1, "assistant": 2}
+
+
+def _sorted_nearly(chain: array[int]) -> array[int]:
+    """A sorted copy of offsets in nearly sorted order (an insertion sort, no list of ints)."""
+    ordered = array("Q", chain)
+    for k in range(1, len(ordered)):
+        value = ordered[k]
+        at = k
+        while at > 0 and ordered[at - 1] > value:
+            ordered[at] = ordered[at - 1]
+            at -= 1
+        ordered[at] = value
+    return ordered

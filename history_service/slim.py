@@ -829,8 +829,7 @@ def list_images(
     checked by the image pass (history_service/numbering.py); when the check
     fails, the rule over every entry's facts answers, within `budget`.
     """
-    walk = _walk_chain(fd, size, max_line, budget)
-    check = ChainCheck(walk.chain(), walk.root_parent)
+    check = ChainCheck(_walk_chain(fd, size, max_line, budget))
     records: list[tuple[int, tuple[int, int] | None, ImageRecord]] = []
     for line_number, offset, facts, source, probed in _entries(fd, size, max_line):
         at = check.entry(offset, facts)
@@ -856,7 +855,12 @@ def list_images(
                 pin,
             )
             records.append((offset, at, record))
-    if not check.verified():
+    verified, in_order = check.verified(), check.in_order
+    if verified and not in_order:
+        positions = check.positions({offset for offset, _, _ in records})
+        records = [(offset, positions.get(offset), record) for offset, _, record in records]
+    del check  # its memory is not held through the rule's pass below
+    if not verified:
         positions = positions_by_offset(
             ((offset, facts) for _, offset, facts, _, _ in _entries(fd, size, max_line)), budget
         )

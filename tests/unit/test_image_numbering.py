@@ -6,7 +6,8 @@ over them. Generated transcripts (uuids drawn from a small pool so they repeat,
 parents written before or after their children, cycles, entries that are no
 message, blank and non-JSON lines, image lines, long lines, a tail without a
 newline) must get the same records from `list_images`, at several block sizes
-so lines cross the blocks of both passes.
+so lines cross the blocks of both passes, and several look-aheads of the walk so
+its guesses are both right and wrong.
 """
 
 from __future__ import annotations
@@ -156,22 +157,29 @@ def lines(draw: st.DrawFn) -> bytes:
 @st.composite
 def transcripts(draw: st.DrawFn) -> bytes:
     """A transcript: lines, a newline after each but perhaps the last."""
-    body = b"\n".join(draw(st.lists(lines(), max_size=24)))
+    body = b"\n".join(draw(st.lists(lines(), max_size=40)))
     return body + (b"\n" if draw(st.booleans()) else b"")
 
 
-@given(data=transcripts(), block=st.sampled_from([64, 700, slim.SCAN_BLOCK]))
+@given(
+    data=transcripts(),
+    block=st.sampled_from([64, 700, slim.SCAN_BLOCK]),
+    lookahead=st.sampled_from([1, 2, numbering.LOOKAHEAD_LINES]),
+)
 @settings(
     max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 def test_the_bounded_numbering_answers_as_the_rule(
-    tmp_path_factory: pytest.TempPathFactory, data: bytes, block: int
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, block: int, lookahead: int
 ) -> None:
     path = tmp_path_factory.mktemp("numbering") / "t.jsonl"
     path.write_bytes(data)
-    with mock.patch.object(slim, "SCAN_BLOCK", block):
+    with (
+        mock.patch.object(slim, "SCAN_BLOCK", block),
+        mock.patch.object(numbering, "LOOKAHEAD_LINES", lookahead),
+    ):
         for max_line in (2000, 1 << 20):
             assert _listed(path, list_images, max_line) == _listed(
                 path, reference_list_images, max_line
@@ -224,41 +232,84 @@ def test_a_linear_chain_is_numbered_without_the_rules_pass(tmp_path: Path) -> No
     assert listed == _listed(path, reference_list_images, 1 << 20)
 
 
-@pytest.mark.parametrize(
-    "entries",
-    [
-        # a parent written after its child
-        [_user("b", "a", _image(0)), _assistant("a", None), _user("c", "b")],
-        # a chain entry's uuid written again later, off the chain
-        [
-            _user("a", None, _image(0)),
-            _assistant("b", "a"),
-            _user("c", "b", _image(0)),
-            {"type": "system", "uuid": "a"},
-        ],
-        # the root's parent written later, pointing back into the chain (a cycle)
-        [
-            _user("a", "x", _image(0)),
-            _assistant("b", "a"),
-            _user("c", "b"),
-            {"type": "system", "uuid": "x", "parentUuid": "b"},
-        ],
-    ],
-    ids=["parent-after-child", "uuid-repeated", "root-parent-after"],
-)
-def test_a_chain_the_walk_cannot_follow_gets_the_rules_answer(
-    tmp_path: Path, entries: list[dict[str, Any]]
-) -> None:
-    path = tmp_path / "t.jsonl"
-    _write(path, entries)
-    calls = []
+def _filler(count: int) -> list[dict[str, Any]]:
+    """Entries off the chain: they push a parent out of the walk's look-ahead."""
+    return [{"type": "progress", "uuid": f"f{k}", "parentUuid": None} for k in range(count)]
+
+
+def _counting_fallback() -> tuple[list[Any], Any]:
+    calls: list[Any] = []
     real = numbering.positions_by_offset
 
     def counted(*args: Any) -> Any:
         calls.append(args)
         return real(*args)
 
-    with mock.patch.object(slim, "positions_by_offset", counted):
+    return calls, mock.patch.object(slim, "positions_by_offset", counted)
+
+
+def test_parents_written_just_after_their_children_are_numbered_in_chain_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    _write(
+        path,
+        [
+            _user("a", None, _image(0)),
+            {"type": "attachment", "uuid": "c", "parentUuid": "b"},  # written before its parent
+            {"type": "attachment", "uuid": "b", "parentUuid": "a"},
+            _assistant("d", "c"),
+            _user("e", "g", _image(0)),  # its parent two lines on
+            _assistant("f", "d"),
+            _assistant("g", "f"),
+            _assistant("h", "e"),
+        ],
+    )
+    calls, patch = _counting_fallback()
+    with patch:
+        listed = _listed(path, list_images, 1 << 20)
+    assert not calls, "a parent a line or two after its child needs no pass over every entry"
+    assert [record.api_path for record in listed] == [
+        "messages.0.content.1",
+        "messages.2.content.1",
+    ]
+    assert listed == _listed(path, reference_list_images, 1 << 20)
+
+
+FAR = 2 * numbering.LOOKAHEAD_LINES + 2
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        # a parent written long after its child
+        [_user("b", "a", _image(0)), *_filler(FAR), _assistant("a", None), _user("c", "b")],
+        # a chain entry's uuid written again long after, off the chain
+        [
+            _user("a", None, _image(0)),
+            _assistant("b", "a"),
+            _user("c", "b", _image(0)),
+            *_filler(FAR),
+            {"type": "system", "uuid": "a"},
+        ],
+        # the root's parent written long after, pointing back into the chain (a cycle)
+        [
+            _user("a", "x", _image(0)),
+            _assistant("b", "a"),
+            *_filler(FAR),
+            _user("c", "b"),
+            {"type": "system", "uuid": "x", "parentUuid": "b"},
+        ],
+    ],
+    ids=["parent-far-after-child", "uuid-repeated", "root-parent-after"],
+)
+def test_a_chain_the_walk_cannot_follow_gets_the_rules_answer(
+    tmp_path: Path, entries: list[dict[str, Any]]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    _write(path, entries)
+    calls, patch = _counting_fallback()
+    with patch:
         listed = _listed(path, list_images, 1 << 20)
     assert calls, "the check let a chain through that the rule does not take"
     assert listed == _listed(path, reference_list_images, 1 << 20)
