@@ -349,3 +349,25 @@ def test_the_rules_pass_over_the_budget_is_refused(tmp_path: Path) -> None:
         assert list_images(fd, size, "s", 1 << 20, budget=101 * numbering.ENTRY_BYTES * 2)
         with pytest.raises(ChainTooLargeError):
             list_images(fd, size, "s", 1 << 20, budget=100 * numbering.CHAIN_ENTRY_BYTES * 2)
+
+
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+CORPUS_FILES = sorted(CORPUS.rglob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=[p.name[-40:] for p in CORPUS_FILES])
+def test_real_transcripts_get_the_rules_answer(path: Path) -> None:
+    """The corpus (tests/corpus) as written by Claude Code and others, parents after children included."""
+    assert _listed(path, list_images, 1 << 20) == _listed(path, reference_list_images, 1 << 20)
+
+
+def test_a_real_parent_written_after_its_child_needs_no_pass_over_every_entry() -> None:
+    swapped = [
+        p for p in CORPUS_FILES if p.name.endswith("ef958aa1-0e93-49f0-bb71-150f63befcd1.jsonl")
+    ]
+    assert len(swapped) == 1
+    calls, patch = _counting_fallback()
+    with patch:
+        listed = _listed(swapped[0], list_images, 1 << 20)
+    assert not calls
+    assert listed == _listed(swapped[0], reference_list_images, 1 << 20)
