@@ -31,11 +31,7 @@ import orjson
 import pybase64
 
 from history_service.errors import InvalidArgumentError
-from history_service.lines import (
-    FileShrankError,
-    RawLine,
-    iter_lines_forward,
-)
+from history_service.lines import FileShrankError, RawLine, iter_lines_forward
 from history_service.numbering import (
     NUMBERING_BUDGET,
     BackLine,
@@ -779,6 +775,8 @@ def _lines_backward(fd: ByteSource, end: int, max_line: int) -> Iterator[BackLin
         held += len(first)
         if held <= max_line:
             pieces.append(first)
+        else:
+            pieces.clear()  # a line over the max line size: none of it is kept
         position = start
     yield 0, line_end, b"".join(reversed(pieces)) if line_end <= max_line else None
 
