@@ -129,11 +129,6 @@ def positions_by_offset(
     return {offsets[k]: at for k, at in api_positions(facts).items()}
 
 
-def _slot_key(uuid: str) -> int:
-    """A uuid's keyed hash (the process's string hash), never 0 (an empty slot)."""
-    return hash(uuid) or 1
-
-
 class HashSlots:
     """A set of 64-bit hashes in one flat array (open addressing): 16 bytes per member."""
 
@@ -237,13 +232,17 @@ class ChainWalk:
 
         def search() -> BackLine | None:
             """Where the chain goes on (nearest before, else after, else further back)."""
-            looked = 0
             ahead = wanted is None  # the head has nothing after it to look at
-            for line in recent:
-                if line[0] < at:
-                    looked += 1
-                    if matches(line) is not None:
-                        return line
+            below = 0  # lines of `recent` before the last chain entry (after a jump): the last ones
+            if recent and recent[-1][0] < at:
+                for line in reversed(recent):
+                    if line[0] >= at:
+                        break
+                    below += 1
+                for k in range(len(recent) - below, len(recent)):
+                    if matches(recent[k]) is not None:
+                        return recent[k]
+            looked = below
             for line in stream:
                 if len(recent) == 2 * lookahead:
                     gone = recent.popleft()[0]
@@ -251,7 +250,8 @@ class ChainWalk:
                     members.discard(gone)
                 recent.append(line)
                 looked += 1
-                if matches(line) is not None:
+                data = line[2]
+                if (data is None or needle in data) and matches(line) is not None:
                     return line
                 if looked == lookahead and not ahead:
                     ahead = True
@@ -330,8 +330,10 @@ class ChainCheck:
         if facts.role:
             self.last_role = offset
         uuid = facts.uuid
+        key = 0
         if uuid:
-            if _slot_key(uuid) in self.slots:
+            key = hash(uuid) or 1  # the process's keyed string hash; 0 marks an empty slot
+            if key in self.slots:
                 self.holds = False  # a chain entry's uuid again after it (or a collision)
             if uuid == self.root_parent:
                 self.root_parent_on_chain = member
@@ -341,8 +343,8 @@ class ChainCheck:
             passed += 1  # the same entry twice (already refused)
         self._link(offset, facts)
         self.previous = uuid
-        if uuid:
-            self.slots.add(_slot_key(uuid))
+        if key:
+            self.slots.add(key)
         self.passed = passed + 1
         if not self.in_order:
             self.roles[passed] = _ROLE_CODES[facts.role]
