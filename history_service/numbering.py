@@ -194,43 +194,39 @@ class ChainWalk:
         lookahead = LOOKAHEAD_LINES
         stream = iter(lines)
         recent: deque[BackLine] = deque()  # the last lines read, highest offset first
-        known: dict[int, tuple[Any, str]] = {}  # (uuid, parent) of lines of `recent` parsed
         members: set[int] = set()  # chain entries among `recent`
         wanted: str | None = None  # None: the head (the newest entry with a role) is not found yet
         needle = b""
         at = -1  # the last chain entry's offset
 
-        def matches(line: BackLine) -> str | None:
-            """The line's parent if it holds the wanted uuid (or, for the head, a role)."""
-            start, _, data = line
-            if wanted is not None and data is not None and needle not in data:
+        def parent_of(line: BackLine) -> str | None:
+            """The line's parent if the chain goes on with it (for the head: it has a role)."""
+            entry = parse(line, wanted is None)
+            if entry is None:
                 return None
-            if start in known:
-                uuid, parent = known[start]
-            else:
-                entry = parse(line, wanted is None)
-                if entry is None:
-                    known[start] = (None, "")
-                    return None
-                if wanted is None:
-                    facts = entry_facts(entry)
-                    known[start] = (facts.uuid, facts.parent)
-                    return facts.parent if facts.role else None
-                value = entry.get("parentUuid")
-                uuid, parent = entry.get("uuid"), value if isinstance(value, str) else ""
-                known[start] = (uuid, parent)
-            return parent if wanted is not None and uuid == wanted else None
+            if wanted is None:
+                facts = entry_facts(entry)
+                return facts.parent if facts.role else None
+            if entry.get("uuid") != wanted:
+                return None
+            value = entry.get("parentUuid")
+            return value if isinstance(value, str) else ""
 
-        def after() -> BackLine | None:
+        def holds(line: BackLine) -> str | None:
+            data = line[2]
+            return None if data is not None and needle not in data else parent_of(line)
+
+        def after() -> tuple[BackLine, str] | None:
             """The newest line after the last chain entry that holds the wanted uuid."""
             for line in recent:
                 if line[0] <= at:
                     return None
-                if matches(line) is not None:
-                    return line
+                parent = holds(line)
+                if parent is not None:
+                    return line, parent
             return None
 
-        def search() -> BackLine | None:
+        def search() -> tuple[BackLine, str] | None:
             """Where the chain goes on (nearest before, else after, else further back)."""
             ahead = wanted is None  # the head has nothing after it to look at
             below = 0  # lines of `recent` before the last chain entry (after a jump): the last ones
@@ -240,19 +236,20 @@ class ChainWalk:
                         break
                     below += 1
                 for k in range(len(recent) - below, len(recent)):
-                    if matches(recent[k]) is not None:
-                        return recent[k]
+                    parent = holds(recent[k])
+                    if parent is not None:
+                        return recent[k], parent
             looked = below
             for line in stream:
                 if len(recent) == 2 * lookahead:
-                    gone = recent.popleft()[0]
-                    known.pop(gone, None)
-                    members.discard(gone)
+                    members.discard(recent.popleft()[0])
                 recent.append(line)
                 looked += 1
                 data = line[2]
-                if (data is None or needle in data) and matches(line) is not None:
-                    return line
+                if data is None or needle in data:
+                    parent = parent_of(line)
+                    if parent is not None:
+                        return line, parent
                 if looked == lookahead and not ahead:
                     ahead = True
                     found = after()
@@ -261,17 +258,17 @@ class ChainWalk:
             return None if ahead else after()
 
         while True:
-            line = search()
-            if line is None or line[0] in members:
+            step = search()
+            if step is None or step[0][0] in members:
                 break  # no entry holds it, or a chain entry does (a cycle): the root
-            if offsets and line[0] > at:
+            if offsets and step[0][0] > at:
                 self.in_order = False
-            at = line[0]
+            at = step[0][0]
             offsets.append(at)
             members.add(at)
             if len(offsets) > most:
                 raise ChainTooLargeError()
-            wanted = known[at][1]
+            wanted = step[1]
             if not wanted:
                 break
             needle = orjson.dumps(wanted)[1:-1]
