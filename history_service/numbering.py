@@ -28,6 +28,7 @@ ChainTooLargeError (RESOURCE_EXHAUSTED, `CHAIN_TOO_LARGE`).
 
 from __future__ import annotations
 
+import re
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -46,6 +47,8 @@ NUMBERING_BUDGET = DEFAULT_IMAGES_MEMORY_BYTES
 # order, also a sorted copy of its offset, its role and block count (13 more).
 CHAIN_ENTRY_BYTES = 24
 UNSORTED_CHAIN_ENTRY_BYTES = 40
+# A compact `parentUuid` member: null, or a string without escapes.
+_PARENT = re.compile(rb'"parentUuid":(?:null|"([^"\\]*)")')
 # Lines after a chain entry where its parent is looked for first.
 LOOKAHEAD_LINES = 8
 # Per entry of the full rule, beyond its two strings' characters: its facts, the strings'
@@ -196,11 +199,26 @@ class ChainWalk:
         recent: deque[BackLine] = deque()  # the last lines read, highest offset first
         members: set[int] = set()  # chain entries among `recent`
         wanted: str | None = None  # None: the head (the newest entry with a role) is not found yet
-        needle = b""
+        needle = key = b""  # the wanted uuid's text, and as a compact `"uuid"` member
         at = -1  # the last chain entry's offset
 
         def parent_of(line: BackLine) -> str | None:
             """The line's parent if the chain goes on with it (for the head: it has a role)."""
+            data = line[2]
+            if (
+                wanted is not None
+                and data is not None
+                and data.count(b'"uuid"') == 1
+                and data.count(b'"parentUuid"') == 1
+                and key in data
+            ):
+                # One uuid and one parentUuid key, compact, unescaped: read them as text.
+                found = _PARENT.search(data)
+                if found is not None:
+                    try:
+                        return found.group(1).decode() if found.group(1) is not None else ""
+                    except UnicodeDecodeError:
+                        pass
             entry = parse(line, wanted is None)
             if entry is None:
                 return None
@@ -272,6 +290,7 @@ class ChainWalk:
             if not wanted:
                 break
             needle = orjson.dumps(wanted)[1:-1]
+            key = b'"uuid":"' + needle + b'"'
         self.root_parent = wanted or ""
 
 
