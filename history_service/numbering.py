@@ -141,15 +141,16 @@ class HashSlots:
         self.size = 2 * members + 1
         self.table = array("q", [0]) * self.size
 
-    def add(self, key: int) -> None:
-        """Hold `key` (non-zero)."""
+    def add(self, key: int) -> bool:
+        """Hold `key` (non-zero); False if it was held already."""
         table, size = self.table, self.size
         at = key % size
         while (held := table[at]) != 0:
             if held == key:
-                return
+                return False
             at = (at + 1) % size
         table[at] = key
+        return True
 
     def __contains__(self, key: int) -> bool:
         table, size = self.table, self.size
@@ -346,11 +347,11 @@ class ChainCheck:
         if facts.role:
             self.last_role = offset
         uuid = facts.uuid
-        key = 0
         if uuid:
             key = hash(uuid) or 1  # the process's keyed string hash; 0 marks an empty slot
-            if key in self.slots:
-                self.holds = False  # a chain entry's uuid again after it (or a collision)
+            # A chain entry's uuid again after it (or a collision); a chain entry's is held.
+            if not self.slots.add(key) if member else key in self.slots:
+                self.holds = False
             if uuid == self.root_parent:
                 self.root_parent_on_chain = member
         if not member:
@@ -359,8 +360,6 @@ class ChainCheck:
             passed += 1  # the same entry twice (already refused)
         self._link(offset, facts)
         self.previous = uuid
-        if key:
-            self.slots.add(key)
         self.passed = passed + 1
         if not self.in_order:
             self.roles[passed] = _ROLE_CODES[facts.role]
