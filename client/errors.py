@@ -34,6 +34,7 @@ __all__ = [
     "BlobMissing",
     "BlobTooLarge",
     "Cancelled",
+    "ChainTooLarge",
     "ChatKeyBound",
     "DataLoss",
     "DeadlineExceeded",
@@ -292,6 +293,12 @@ class BlobTooLarge(ResourceExhausted):
     default_reason = Reason.BLOB_TOO_LARGE
 
 
+class ChainTooLarge(ResourceExhausted):
+    """A session whose image numbering is over its memory budget (CHAIN_TOO_LARGE)."""
+
+    default_reason = Reason.CHAIN_TOO_LARGE
+
+
 class StorageFull(ResourceExhausted):
     """The blob store's quota is used up (STORAGE_FULL)."""
 
@@ -407,6 +414,7 @@ _BY_REASON: dict[str, type[ScrollbackError]] = {
         LineTooLarge,
         ImageTooLarge,
         BlobTooLarge,
+        ChainTooLarge,
         StorageFull,
         TooManyStreams,
         DelegationNotAllowed,

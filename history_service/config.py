@@ -23,7 +23,9 @@ DEADLINE_EXCEEDED), and the limits `DEFAULT_INLINE_LIMIT`, `MAX_WINDOW_BYTES`,
 `RESCAN_INTERVAL_SECONDS`, `BUS_RESYNC_SECONDS`, `ENTRY_CACHE_BYTES` (default 16 MiB per
 worker process, 0 = off: window entries kept stripped and encoded, history_service.entry_cache),
 `DECODE_THREADS` and `DECODE_MEMORY_BYTES` (default 2 and 512 MiB per worker: the threads
-and memory budget of image decodes, the downscales of slim copies), `SEARCH_INTERVAL_SECONDS` (default 2: how
+and memory budget of image decodes, the downscales of slim copies), `IMAGES_MEMORY_BYTES`
+(default 128 MiB: what one ListImages call may hold to number a transcript's entries,
+history_service.numbering), `SEARCH_INTERVAL_SECONDS` (default 2: how
 often the search indexer catches up with the transcripts), `SEARCH_INDEXING`
 (`off`, flag `--no-search-indexing`: serve searches without writing the index). `from_env` checks the values;
 `validate()` also the locations and files, at start-up (ConfigError).
@@ -72,6 +74,8 @@ DEFAULT_DECODE_MEMORY_BYTES = 512 * 1024 * 1024
 # A budget under one 1 MP frame would refuse every photo.
 MIN_DECODE_MEMORY_BYTES = 4 * 1024 * 1024
 MAX_DECODE_MEMORY_BYTES = 64 * 1024**3
+# Bytes one ListImages call may hold to number a transcript's entries (history_service.numbering).
+DEFAULT_IMAGES_MEMORY_BYTES = 128 * 1024 * 1024
 DEFAULT_ADDR = "127.0.0.1:50051"
 # The largest block cache of a bucket a setting may ask for.
 MAX_BUCKET_CACHE_BYTES = 16 * 1024**3
@@ -107,6 +111,8 @@ class HistoryConfig:
     # reads, and the memory they reserve (scrollback.server.decode_budget).
     decode_threads: int = DEFAULT_DECODE_THREADS
     decode_memory_bytes: int = DEFAULT_DECODE_MEMORY_BYTES
+    # Bytes one ListImages call may hold for the API numbering; past it CHAIN_TOO_LARGE.
+    images_memory_bytes: int = DEFAULT_IMAGES_MEMORY_BYTES
     pending_keep: int = 50
     pending_ttl_seconds: float = 600.0
     heartbeat_seconds: float = 15.0
@@ -188,6 +194,8 @@ class HistoryConfig:
                 f"the decode memory budget must be from {MIN_DECODE_MEMORY_BYTES} "
                 f"to {MAX_DECODE_MEMORY_BYTES} bytes"
             )
+        if not 1024 * 1024 <= self.images_memory_bytes <= 16 * 1024**3:
+            raise ConfigError("the image list's memory budget must lie between 1 MiB and 16 GiB")
         if self.pending_keep < 1 or self.pending_ttl_seconds <= 0:
             raise ConfigError(
                 "pending retention must keep at least one message for a positive time"

@@ -502,7 +502,13 @@ class HistoryCore:
             files = self._with_subagents(principal, session_id, include_subagents)
             for transcript, fd in self._opened(files):
                 name = self.root.name_of(transcript, principal)
-                records += list_images(fd, file_size(fd), name, self.config.max_line_size)
+                records += list_images(
+                    fd,
+                    file_size(fd),
+                    name,
+                    self.config.max_line_size,
+                    self.config.images_memory_bytes,
+                )
             return records
 
         return await asyncio.to_thread(work)

@@ -58,6 +58,15 @@ class LongTailPendingError(Exception):
         )
 
 
+class ChainTooLargeError(Exception):
+    """A transcript whose API numbering would hold more than its memory budget."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the session's message chain is too long to number its images within the memory budget"
+        )
+
+
 # The one map from domain exceptions to reasons (docs/contract.md §9), applied to every RPC.
 ERROR_TABLE: Mapping[type[BaseException], Reason] = {
     RefError: Reason.REF_INVALID,
@@ -69,6 +78,7 @@ ERROR_TABLE: Mapping[type[BaseException], Reason] = {
     ChatKeyBoundError: Reason.CHAT_KEY_BOUND,
     TxnConflictError: Reason.TXN_CONFLICT,
     TooLargeError: Reason.TOO_LARGE,
+    ChainTooLargeError: Reason.CHAIN_TOO_LARGE,
     LongTailPendingError: Reason.LONG_TAIL_PENDING,
     StoreBusyError: Reason.STORE_BUSY,
     TranscriptsUnavailableError: Reason.TRANSCRIPTS_UNAVAILABLE,

@@ -29,6 +29,7 @@ import binascii
 import functools
 import hashlib
 import io
+import itertools
 import json
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,15 @@ import pybase64
 
 from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, iter_lines_forward
+from history_service.numbering import (
+    NUMBERING_BUDGET,
+    BackLine,
+    ChainCheck,
+    ChainWalk,
+    EntryFacts,
+    entry_facts,
+    positions_by_offset,
+)
 from scrollback.contract.blocks import iter_objects, matching_spans, top_level_string_span
 from scrollback.contract.enumeration import iter_image_blocks
 from scrollback.contract.extraction import (
@@ -58,6 +68,7 @@ from scrollback.contract.stripping import (
     probe_line,
     probe_line_streamed,
 )
+from scrollback.contract.top_level import top_level_strings
 from scrollback.imaging import UndecodableImageError, buffered, decode_cost, shrink_on_load
 from scrollback.linefile import ByteSource, LineFile
 
@@ -777,127 +788,176 @@ class ImageRecord:
     problems: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _EntryFacts:
-    """What the API numbering needs of one entry."""
-
-    uuid: str
-    parent: str
-    role: str  # "user" / "assistant" for a message the API is sent, else ""
-    blocks: int  # the message's content blocks (a string content is one)
-
-
-def _entry_facts(entry: dict[str, Any]) -> _EntryFacts:
-    uuid = entry.get("uuid")
-    parent = entry.get("parentUuid")
-    role = ""
-    blocks = 0
-    kind = entry.get("type")
-    message = entry.get("message")
-    if kind in ("user", "assistant") and isinstance(message, dict):
-        if not entry.get("isApiErrorMessage"):
-            role = str(kind)
-        content = message.get("content")
-        blocks = len(content) if isinstance(content, list) else 1
-    return _EntryFacts(
-        uuid if isinstance(uuid, str) else "",
-        parent if isinstance(parent, str) else "",
-        role,
-        blocks,
-    )
-
-
-def api_positions(entries: list[_EntryFacts]) -> dict[int, tuple[int, int]]:
-    """entry position -> (N, offset of its first block in message N), by docs/contract.md §14.
-
-    The chain is the `parentUuid` path back from the last user or assistant
-    entry; on it, the user and assistant entries in order are the API's
-    messages, consecutive entries of one role merged into one message.
-    """
-    by_uuid = {facts.uuid: k for k, facts in enumerate(entries) if facts.uuid}
-    last = next((k for k in range(len(entries) - 1, -1, -1) if entries[k].role), -1)
-    chain: list[int] = []
-    seen: set[int] = set()
-    k = last
-    while k >= 0 and k not in seen:
-        seen.add(k)
-        chain.append(k)
-        k = by_uuid.get(entries[k].parent, -1)
-    positions: dict[int, tuple[int, int]] = {}
-    number, offset, role = -1, 0, ""
-    for k in reversed(chain):
-        facts = entries[k]
-        if not facts.role:
-            continue
-        if facts.role != role:
-            number, offset, role = number + 1, 0, facts.role
-        positions[k] = (number, offset)
-        offset += facts.blocks
-    return positions
-
-
-def list_images(fd: ByteSource, size: int, session_id: str, max_line: int) -> list[ImageRecord]:
-    """Every image and document block of one transcript's message.content, in file order.
+def _entries(
+    fd: ByteSource, size: int, max_line: int
+) -> Iterator[tuple[int, int, EntryFacts, LineSource | None, ProbedLine | None]]:
+    """(line number, byte offset, facts, line, probe) of each entry in file order.
 
     Lines with no image, document or payload (`_segments`) are parsed only for
-    what the API numbering needs; the others are probed and their payloads decoded.
+    what the API numbering needs (no line or probe given); the others are probed.
     """
-    records: list[tuple[int, ImageRecord]] = []
-    entries: list[_EntryFacts] = []
     line_number = 0
     for segment in _segments(fd, size, max_line):
         if isinstance(segment, tuple):
-            # Lines with no image, document or payload: only what the numbering needs.
+            offset = segment[0]
             for text in segment[2].split(b"\n")[:-1]:
                 line_number += 1
                 entry = parse_json_object(text) if text.strip() else None
                 if entry is not None:
-                    entries.append(_entry_facts(entry))
+                    yield line_number, offset, entry_facts(entry), None, None
+                offset += len(text) + 1
             continue
-        raw = segment
         line_number += 1
-        source = LineSource(raw)
+        source = LineSource(segment)
         probed = source.probe()
-        if probed is None:
+        if probed is not None:
+            yield line_number, segment.start, entry_facts(probed.entry), source, probed
+
+
+def _last_newline(fd: ByteSource, size: int) -> int:
+    """Where the file's complete lines end (just after its last newline before `size`), or 0."""
+    end = size
+    while end > 0:
+        start = max(0, end - SCAN_BLOCK)
+        block = LineFile(fd).read(end - start, start)
+        found = block.rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+def _lines_backward(fd: ByteSource, end: int, max_line: int) -> Iterator[BackLine]:
+    """(start, end, bytes) of the lines before `end` (0 or just after a newline), newest first.
+
+    Each block is split at C speed; a line over `max_line` is never held (None).
+    """
+    if end <= 0:
+        return
+    line_end = position = end - 1  # the newline ending the line being gathered
+    pieces: list[bytes] = []  # its bytes gathered so far, newest first
+    held = 0
+    while position > 0:
+        start = max(0, position - SCAN_BLOCK)
+        block = LineFile(fd).read(position - start, start)
+        if len(block) != position - start:
+            raise FileShrankError()
+        parts = block.split(b"\n")
+        if len(parts) > 1:
+            last = parts[-1]
+            line_start = position - len(last)
+            size = line_end - line_start
+            data = b"".join([last, *reversed(pieces)]) if size <= max_line else None
+            yield line_start, line_end, data
+            line_end = line_start - 1
+            for k in range(len(parts) - 2, 0, -1):
+                text = parts[k]
+                line_start = line_end - len(text)
+                yield line_start, line_end, text if len(text) <= max_line else None
+                line_end = line_start - 1
+            pieces.clear()
+            held = 0
+        first = parts[0]
+        held += len(first)
+        if held <= max_line:
+            pieces.append(first)
+        else:
+            pieces.clear()  # a line over the max line size: none of it is kept
+        position = start
+    yield 0, line_end, b"".join(reversed(pieces)) if line_end <= max_line else None
+
+
+# The members the chain walk reads of a line too long to hold.
+_CHAIN_KEYS = frozenset({"uuid", "parentUuid"})
+
+
+def _back_entry(line: BackLine, fd: ByteSource, whole: bool) -> dict[str, Any] | None:
+    """The entry of one line of the backward pass.
+
+    A line too long to hold is probed when `whole` is asked for, else only its
+    top-level `uuid` and `parentUuid` are read from its two ends (bounded windows).
+    """
+    start, end, data = line
+    if data is not None:
+        return None if not data or data.isspace() else parse_json_object(data)
+    if not whole:
+        return top_level_strings(
+            lambda offset, length: LineFile(fd).read(length, start + offset),
+            end - start,
+            _CHAIN_KEYS,
+        )
+    probed = LineSource(RawLine(start, end, None, False, fd)).probe()
+    return probed.entry if probed is not None else None
+
+
+def _walk_chain(fd: ByteSource, size: int, max_line: int, budget: int) -> ChainWalk:
+    """The candidate chain, from the file's end back to its root (numbering.py, pass 1)."""
+    walk = ChainWalk(budget)
+    complete = _last_newline(fd, size)
+    lines: Iterator[BackLine] = _lines_backward(fd, complete, max_line)
+    if 0 < size - complete <= max_line:
+        # A newline-less tail over the max line size is not read again here: one being
+        # written is no entry, and a finished one that heads the chain fails the check.
+        data = LineFile(fd).read(size - complete, complete)
+        lines = itertools.chain(((complete, size, data),), lines)
+    walk.walk(lines, lambda line, whole: _back_entry(line, fd, whole))
+    return walk
+
+
+def list_images(
+    fd: ByteSource, size: int, session_id: str, max_line: int, budget: int = NUMBERING_BUDGET
+) -> list[ImageRecord]:
+    """Every image and document block of one transcript's message.content, in file order.
+
+    The numbering holds the chain's offsets, found by a backward pass and
+    checked by the image pass (history_service/numbering.py); when the check
+    fails, the rule over every entry's facts answers, within `budget`.
+    """
+    check = ChainCheck(_walk_chain(fd, size, max_line, budget))
+    records: list[tuple[int, tuple[int, int] | None, ImageRecord]] = []
+    for line_number, offset, facts, source, probed in _entries(fd, size, max_line):
+        at = check.entry(offset, facts)
+        if source is None or probed is None:
             continue
-        position = len(entries)
-        entries.append(_entry_facts(probed.entry))
-        uuid = entries[-1].uuid
         for block in media_blocks(probed):
             if not block.content_path:
                 continue
             block_facts(source, probed, block)
-            ref, pin = _ref(session_id, uuid, block, probed)
+            ref, pin = _ref(session_id, facts.uuid, block, probed)
             assert block.facts is not None
-            records.append(
-                (
-                    position,
-                    ImageRecord(
-                        session_id,
-                        uuid,
-                        line_number,
-                        raw.start,
-                        block.kind,
-                        block.image_index,
-                        block.content_path,
-                        _declared(block.block),
-                        block.facts,
-                        ref,
-                        pin,
-                    ),
-                )
+            record = ImageRecord(
+                session_id,
+                facts.uuid,
+                line_number,
+                offset,
+                block.kind,
+                block.image_index,
+                block.content_path,
+                _declared(block.block),
+                block.facts,
+                ref,
+                pin,
             )
-    positions = api_positions(entries)
-    image_count = sum(1 for _, record in records if record.kind == "image")
-    for position, record in records:
-        at = positions.get(position)
+            records.append((offset, at, record))
+    verified, in_order = check.verified(), check.in_order
+    if verified and not in_order:
+        positions = check.positions({offset for offset, _, _ in records})
+        records = [(offset, positions.get(offset), record) for offset, _, record in records]
+    del check  # its memory is not held through the rule's pass below
+    if not verified:
+        positions = positions_by_offset(
+            ((offset, facts) for _, offset, facts, _, _ in _entries(fd, size, max_line)), budget
+        )
+        records = [(offset, positions.get(offset), record) for offset, _, record in records]
+    image_count = sum(1 for _, _, record in records if record.kind == "image")
+    for _, at, record in records:
         if at is not None:
             number, offset = at
             first, *rest = record.content_path
             path = f"messages.{number}.content.{offset + first}"
             record.api_path = path + "".join(f".content.{k}" for k in rest)
         record.problems = problems_of(record, image_count)
-    return [record for _, record in records]
+    return [record for _, _, record in records]
 
 
 def problems_of(record: ImageRecord, image_count: int) -> list[str]:

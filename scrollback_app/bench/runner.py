@@ -50,6 +50,9 @@ baseline in the same run, interleaved, median of repeats:
 - Codex rollouts (`scrollback_app.bench.codex`): the latest window and a cold
   image of a 300 MB rollout vs a Claude Code transcript of the same size
   (targets <= 1.5x; quick: 20 MB).
+- ListImages (`scrollback_app.bench.list_images`): the history server's peak
+  PSS while it lists a 2,000,000-line session vs the same idle (target +100 MB;
+  quick: 100,000 lines).
 - transcripts in a bucket (`scrollback_app.bench.bucket`): the latest window,
   a cold photo and a hintless ref into a never-seen object of a 300 MB
   transcript in SeaweedFS vs the same file on local disk (the window's
@@ -130,6 +133,7 @@ class BenchConfig:
     insight_samples: int = 200
     slim_bytes: int = 2000 * MB
     codex_bytes: int = 300 * MB
+    list_images_lines: int = 2_000_000
     bucket_bytes: int = 300 * MB
     workdir: Path | None = None
     keep_files: bool = False
@@ -176,6 +180,7 @@ class BenchConfig:
             insight_samples=40,
             slim_bytes=20 * MB,
             codex_bytes=20 * MB,
+            list_images_lines=100_000,
             bucket_bytes=10 * MB,
             label="quick",
         )
@@ -877,6 +882,10 @@ class _Run:
             self.config.repeats,
             self.log,
         ):
+            self.add(figure)
+        from scrollback_app.bench import list_images
+
+        for figure in await list_images.measure(self.work, self.log, self.config.list_images_lines):
             self.add(figure)
         from scrollback_app.bench import bucket
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from history_service.slim import _entry_facts, api_positions, stand_in_text
+from history_service.numbering import api_positions, entry_facts
+from history_service.slim import stand_in_text
 
 
 def _entry(kind: str, uuid: str, parent: str | None, blocks: int = 1, **extra: Any) -> Any:
     content = [{"type": "text", "text": "x"}] * blocks
-    return _entry_facts(
+    return entry_facts(
         {"type": kind, "uuid": uuid, "parentUuid": parent, "message": {"content": content}, **extra}
     )
 

@@ -230,7 +230,9 @@ class HistoryServiceServicer:
         """Streams every image and document block of a session's message.content
         (and of its sub-agent transcripts), in file order, each with its place
         in the API's message list, its size, its pixel size and the problems the
-        API would refuse it for, then the totals. Errors as SlimSession.
+        API would refuse it for, then the totals. Errors as SlimSession, and
+        RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
+        is over the numbering's memory budget (images_memory_bytes, 128 MiB).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

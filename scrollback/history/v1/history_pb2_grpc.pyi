@@ -127,7 +127,9 @@ class HistoryServiceStub:
     """Streams every image and document block of a session's message.content
     (and of its sub-agent transcripts), in file order, each with its place
     in the API's message list, its size, its pixel size and the problems the
-    API would refuse it for, then the totals. Errors as SlimSession.
+    API would refuse it for, then the totals. Errors as SlimSession, and
+    RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
+    is over the numbering's memory budget (images_memory_bytes, 128 MiB).
     """
 
 @_typing.type_check_only
@@ -226,7 +228,9 @@ class HistoryServiceAsyncStub(HistoryServiceStub):
     """Streams every image and document block of a session's message.content
     (and of its sub-agent transcripts), in file order, each with its place
     in the API's message list, its size, its pixel size and the problems the
-    API would refuse it for, then the totals. Errors as SlimSession.
+    API would refuse it for, then the totals. Errors as SlimSession, and
+    RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
+    is over the numbering's memory budget (images_memory_bytes, 128 MiB).
     """
 
 class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -376,7 +380,9 @@ class HistoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams every image and document block of a session's message.content
         (and of its sub-agent transcripts), in file order, each with its place
         in the API's message list, its size, its pixel size and the problems the
-        API would refuse it for, then the totals. Errors as SlimSession.
+        API would refuse it for, then the totals. Errors as SlimSession, and
+        RESOURCE_EXHAUSTED (CHAIN_TOO_LARGE) for a transcript whose message chain
+        is over the numbering's memory budget (images_memory_bytes, 128 MiB).
         """
 
 def add_HistoryServiceServicer_to_server(servicer: HistoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
