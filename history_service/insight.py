@@ -59,7 +59,7 @@ from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forwa
 from history_service.tokens import FileIdentity
 from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import NEWLINE, ByteSource, LineFile
 from scrollback.transcripts import CODEX, TranscriptFile, TranscriptRoot
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
@@ -559,7 +559,7 @@ class InsightIndex:
                 identity = base.identity.check(fd, 0)
                 # The index ends after a newline, or after a complete unterminated
                 # last line (a closing brace): anything else there is a rewrite.
-                if base.offset and LineFile(fd).read(1, base.offset - 1) not in (b"\n", b"}"):
+                if base.offset and LineFile(fd).read(1, base.offset - 1) not in (NEWLINE, b"}"):
                     raise FileRewrittenError()
                 offset = base.offset
             except FileRewrittenError:
