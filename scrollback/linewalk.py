@@ -510,7 +510,8 @@ def find_key(
     end, base)` yields, for each key starting in buffer[lo:hi] (buffer[:end]
     read, buffer[0] at file offset `base`) that it accepts: the buffer index to look back from for
     the line's start, a file offset known to be inside the line (its end is
-    searched from there, `LineFile.line_end`), and a tag. A line over
+    searched from there, `LineFile.line_end`), and a tag; a key with a
+    newline between the two belongs to no line and is passed over. A line over
     `max_line` comes with no data. `on_slice` runs before each read (it
     raises to stop the walk).
     """
@@ -530,6 +531,8 @@ def find_key(
             base = read_at - kept
             limit = size if count == 0 else max(searched, size - reach)
             for back_from, inside, tag in finder(buffer, searched, limit, size, base):
+                if buffer.find(NEWLINE, back_from, inside - base) >= 0:
+                    continue  # a key across lines is no line's key
                 line_start = buffer.rfind(NEWLINE, 0, back_from)
                 found = base + line_start + 1 if line_start >= 0 else carry
                 if (tag, found) in seen:
