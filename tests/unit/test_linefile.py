@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from scrollback import linefile
 from scrollback.linefile import LineFile, LocalSource, MemorySource
+from scrollback.linewalk import find_key
 from tests.support.line_rules import (
     BODIES,
     LONG_BODIES,
@@ -172,3 +173,22 @@ def test_tail_scans_search_a_tail_once_per_version_and_then_only_new_bytes() -> 
             assert scans.tail_start(source, version, size) == size
         finally:
             source.close()
+
+
+def test_find_key_passes_over_a_key_across_lines() -> None:
+    # `"uuid":` ends one line and its value starts the next: neither line holds the key.
+    data = b'{"a":1,"uuid":\n"u1"}\n{"uuid":"u1"}\n'
+
+    def finder(
+        buffer: bytearray, lo: int, hi: int, end: int, base: int
+    ) -> Iterator[tuple[int, int, None]]:
+        hit = buffer.find(b'"u1"', lo, min(end, hi + 3))
+        while hit >= 0:
+            key = buffer.rfind(b'"uuid"', 0, hit)
+            if key >= 0:
+                yield key, base + hit + 4, None
+            hit = buffer.find(b'"u1"', hit + 1, min(end, hi + 3))
+
+    for chunk in (5, 64):
+        found = list(find_key(MemorySource(data), finder, 1000, chunk=chunk, context=16, reach=3))
+        assert [(f.start, f.data) for f in found] == [(21, b'{"uuid":"u1"}')], chunk
