@@ -11,8 +11,9 @@ A hit is used only if the line's bytes still carry its mark: the xxh3 hash of
 the newline before the line, its first and last `MARK_EDGE` bytes, and the
 newline after it (the whole line when it is short), computed from the
 bytes read for the line (`mark_of`) or, for a line found through the line
-index, from the few merged reads of its batch (history_service.lines
-`RowReads.mark`) instead of reading the line. An entry whose mark was checked
+index, from the few merged reads of its batch (scrollback.linewalk
+`RowReads.mark`) instead of reading the line: one mark, scrollback.linefile's
+`line_mark`. An entry whose mark was checked
 while the file had settled keeps the file's stamp (scrollback.transcripts
 `stamp_of`), and while the file's stamp stays the same its hits skip the
 check. A growing file's stamp changes at every append, so its hits are
@@ -40,17 +41,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-import xxhash
-
 from history_service.config import DEFAULT_ENTRY_CACHE_BYTES
-from history_service.lines import ROW_EDGE, RawLine, RowReads, ServedLine
+from history_service.lines import RawLine, RowReads, ServedLine
 from history_service.window_wire import EncodedEntry, encode
 from history_service.windows import LineServer, Serving, WindowEntry
-from scrollback.linefile import FileVersion
+from scrollback.linefile import FileVersion, mark_of
 from scrollback.transcripts import Stamp
 
-# Bytes of each end of a line that its mark covers (what the index's row checks read).
-MARK_EDGE = ROW_EDGE
 # What an entry costs the budget beyond its encoded bytes (key, record, dict slot).
 ENTRY_OVERHEAD = 256
 
@@ -58,17 +55,6 @@ ENTRY_OVERHEAD = 256
 Scope = tuple[FileVersion, str, int, int]
 # The mark of a line read from the file when asked (None: not a whole line there).
 Mark = Callable[[], int | None]
-
-
-def mark_of(offset: int, data: bytes) -> int:
-    """The mark of a terminated line whose bytes (newline excluded) are `data`."""
-    before = b"\n" if offset > 0 else b""
-    if len(data) <= 2 * MARK_EDGE:
-        return xxhash.xxh3_64_intdigest(before + data + b"\n")
-    return xxhash.xxh3_64_intdigest(before + data[:MARK_EDGE] + data[-MARK_EDGE:] + b"\n")
-
-
-# The same mark read from the file: history_service.lines.RowReads.mark.
 
 
 class CachedServer:

@@ -59,7 +59,7 @@ from history_service.lines import MediaMode, RawLine, is_blank, iter_lines_forwa
 from scrollback.contract.stripping import StrippedLine, parse_json_object
 from scrollback.contract.text import indexable
 from scrollback.layouts import CODEX
-from scrollback.linefile import ByteSource, FileIdentity, LineFile
+from scrollback.linefile import NEWLINE, ByteSource, FileIdentity, LineFile
 from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 # Payloads at or over this many bytes are cut before a line is parsed: the
@@ -558,7 +558,7 @@ class InsightIndex:
                 identity = base.identity.check(fd, 0, self._root.version)
                 # The index ends after a newline, or after a complete unterminated
                 # last line (a closing brace): anything else there is a rewrite.
-                if base.offset and LineFile(fd).read(1, base.offset - 1) not in (b"\n", b"}"):
+                if base.offset and LineFile(fd).read(1, base.offset - 1) not in (NEWLINE, b"}"):
                     raise FileRewrittenError()
                 offset = base.offset
             except FileRewrittenError:

@@ -39,7 +39,7 @@ import orjson
 import pybase64
 
 from history_service.errors import InvalidArgumentError
-from history_service.lines import FileShrankError, RawLine, iter_lines_forward
+from history_service.lines import FileShrankError
 from history_service.numbering import (
     NUMBERING_BUDGET,
     BackLine,
@@ -58,6 +58,7 @@ from scrollback.contract.extraction import (
     iter_decoded,
 )
 from scrollback.contract.image_header import ImageHeader, read_header
+from scrollback.contract.reading import ByteReader
 from scrollback.contract.refs import ID_PATTERN, validate_id
 from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
@@ -70,7 +71,15 @@ from scrollback.contract.stripping import (
 )
 from scrollback.contract.top_level import top_level_strings
 from scrollback.imaging import UndecodableImageError, buffered, decode_cost, shrink_on_load
-from scrollback.linefile import ByteSource, LineFile
+from scrollback.linefile import NEWLINE, ByteSource, LineFile
+from scrollback.linewalk import (
+    RawLine,
+    join_lines,
+    line_around,
+    line_count,
+    line_runs,
+    split_lines,
+)
 
 if TYPE_CHECKING:
     import pyvips
@@ -96,8 +105,6 @@ OVER_HARD_SIDE = "over_8000_px"
 OVER_SIDE_MANY = "over_2000_px_with_many_images"
 OVER_BYTES = "over_5_mb"
 UNDECODABLE = "undecodable"
-
-ByteReader = Callable[[int, int], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -649,37 +656,30 @@ class _Candidates:
 
 
 def _forked_run(data: bytes, fork_session_id: str) -> bytes:
-    """A run of plain lines with each line's top-level sessionId replaced (no parse)."""
+    """A run of whole plain lines with each line's top-level sessionId replaced (no parse)."""
     new_id = fork_session_id.encode("ascii")
-    lines = data.split(b"\n")
+    lines = split_lines(data)
     for k, text in enumerate(lines):
         if b'"sessionId"' in text:
             span = top_level_string_span(text, "sessionId")
             if span is not None:
                 lines[k] = text[: span[0]] + new_id + text[span[1] :]
-    return b"\n".join(lines)
+    return join_lines(lines)
 
 
 def _segments(fd: ByteSource, size: int, max_line: int) -> Iterator[_PlainRun | RawLine]:
     """The file as runs of lines to copy as they are and single lines to look at, in order.
 
-    Reads `SCAN_BLOCK` at a time; a line longer than a block, and the last
-    line when it has no newline, come from `iter_lines_forward` (bounded
-    reads).
+    The shared walker's runs of whole lines (`linewalk.line_runs`, SCAN_BLOCK
+    at a time) are cut around each candidate line; a line longer than a block,
+    and the last line when it has no newline, come as the walker's lines
+    (bounded reads).
     """
-    position = 0
-    while position < size:
-        block = LineFile(fd).read(min(SCAN_BLOCK, size - position), position)
-        if not block:
-            return  # the file shrank under us: stop at what we have
-        cut = block.rfind(b"\n") + 1
-        if cut == 0:
-            # A line longer than the block, or the unterminated last line.
-            for raw in iter_lines_forward(fd, position, size, max_line):
-                yield raw
-                position = raw.next_start
-                break
+    for run in line_runs(fd, 0, size, max_line, SCAN_BLOCK, FileShrankError):
+        if isinstance(run, RawLine):
+            yield run
             continue
+        block, cut, position = run.data, run.cut, run.start
         at = 0
         candidates = _Candidates(block)
         while at < cut:
@@ -687,13 +687,11 @@ def _segments(fd: ByteSource, size: int, max_line: int) -> Iterator[_PlainRun | 
             if candidate < 0 or candidate >= cut:
                 yield at + position, cut + position, block[at:cut]
                 break
-            start = block.rfind(b"\n", 0, candidate) + 1
-            end = block.find(b"\n", candidate)
+            start, end = line_around(block, candidate)
             if start > at:
                 yield at + position, start + position, block[at:start]
             yield RawLine(position + start, position + end, block[start:end], True, fd)
             at = end + 1
-        position += cut
 
 
 def slim_file(
@@ -719,7 +717,7 @@ def slim_file(
     for segment in _segments(fd, size, max_line):
         if isinstance(segment, tuple):
             start, end, data = segment
-            stats.lines += data.count(b"\n")
+            stats.lines += line_count(data)
             stats.bytes_read += end - start
             out += _forked_run(data, options.fork_session_id) if options.fork_session_id else data
         else:
@@ -746,7 +744,7 @@ def slim_file(
                 out += edit.text
                 position = edit.end
             if raw.terminated:
-                out += b"\n"
+                out += NEWLINE
         yield from _full_pieces(out, stats)
     yield from _full_pieces(out, stats, everything=True)
 
@@ -799,8 +797,9 @@ def _entries(
     line_number = 0
     for segment in _segments(fd, size, max_line):
         if isinstance(segment, tuple):
+            # Lines with no image, document or payload: only what the numbering needs.
             offset = segment[0]
-            for text in segment[2].split(b"\n")[:-1]:
+            for text in split_lines(segment[2]):
                 line_number += 1
                 entry = parse_json_object(text) if text.strip() else None
                 if entry is not None:

@@ -33,7 +33,6 @@ from history_service.errors import FileRewrittenError, InvalidArgumentError, Lon
 from history_service.lines import (
     FileShrankError,
     MediaMode,
-    Probe,
     RawLine,
     ServedLine,
     is_blank,
@@ -51,6 +50,7 @@ from history_service.tokens import (
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
 from scrollback.linefile import ByteSource, FileIdentity, FileVersion, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex, Snapshot
+from scrollback.linewalk import Probe
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptSource, stamp_of
 

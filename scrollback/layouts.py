@@ -21,7 +21,7 @@ import re
 import orjson
 
 from scrollback.contract.refs import ID_PATTERN, SESSION_SOURCES
-from scrollback.linefile import ByteSource
+from scrollback.linefile import ByteSource, LineFile
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 # The sources' names, as the contract orders them (scrollback.contract.refs).
@@ -100,21 +100,10 @@ def read_session_meta(fd: ByteSource) -> tuple[str, bool]:
     past SESSION_META_MAX (no project, for good: the line is never read whole); a first
     line still being written is not, and is read again only when the file has grown.
     """
-    parts: list[bytes] = []
-    total = 0
-    block = _META_FIRST_READ
-    while total <= SESSION_META_MAX:
-        data = fd.read(min(block, SESSION_META_MAX + 1 - total), total)
-        if not data:
-            break
-        newline = data.find(b"\n")
-        if newline >= 0:
-            parts.append(data[:newline])
-            return _cwd_of(b"".join(parts)), True
-        parts.append(data)
-        total += len(data)
-        block *= 4
-    if total > SESSION_META_MAX:
+    line, ended = LineFile(fd).line_head(0, SESSION_META_MAX, _META_FIRST_READ)
+    if line is None:
         return "", True
-    cwd = _cwd_of(b"".join(parts)) if parts else ""
+    if ended:
+        return _cwd_of(line), True
+    cwd = _cwd_of(line) if line else ""
     return cwd, bool(cwd)

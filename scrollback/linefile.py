@@ -34,14 +34,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import Protocol, Self
 
 import xxhash
 
-if TYPE_CHECKING:
-    # Only a type: a workers' parent that loads the line index's state must not load the stripper.
-    from scrollback.contract.stripping import LineReader
+from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE
+from scrollback.contract.reading import ByteReader
 
+# What ends a line.
+NEWLINE = b"\n"
 # Blocks read when searching for a newline.
 BLOCK_BYTES = 256 * 1024
 # The first read of a line from a hint; later reads grow fourfold, so a short
@@ -57,6 +58,8 @@ REMEMBERED_TAIL_BYTES = BLOCK_BYTES
 TAIL_MARK_BYTES = 64
 # File versions whose tails a TailScans remembers (the least recently used go first).
 TAIL_SCANS = 1024
+# Bytes of each end of a line its mark hashes (`line_mark`).
+MARK_EDGE = 256
 
 
 class SourceStat(Protocol):
@@ -233,6 +236,84 @@ class FileIdentity:
         return current
 
 
+def _edges_hold(before: bytes, after: bytes, before_len: int, terminated: bool) -> bool:
+    """True if a line's neighbours end it: a newline before (`before_len` 1; none at the
+    file's start) and after (or the end of the file, when it may be unterminated)."""
+    if len(before) != before_len or (before_len and before != NEWLINE):
+        return False
+    return after == NEWLINE or (not terminated and not after)
+
+
+def line_mark(read: ByteReader, offset: int, length: int) -> int | None:
+    """The xxh3 mark of the terminated line [offset, offset + length), None if it is not one.
+
+    The hash of the newline before it (none at the file's start), its first
+    and last MARK_EDGE bytes and the newline after it; a short line whole. A
+    cache keeps it beside what it derived from the line and checks it with a
+    few bytes instead of the whole line (history_service.entry_cache).
+    """
+    before = 1 if offset > 0 else 0
+    start = offset - before
+    if length <= 2 * MARK_EDGE:
+        data = read(start, before + length + 1)
+        if len(data) != before + length + 1:
+            return None
+    else:
+        data = read(start, before + MARK_EDGE) + read(offset + length - MARK_EDGE, MARK_EDGE + 1)
+        if len(data) != before + 2 * MARK_EDGE + 1:
+            return None
+    if data[-1] != NEWLINE[0] or (before and data[0] != NEWLINE[0]):
+        return None
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def mark_of(offset: int, data: bytes) -> int:
+    """The `line_mark` of a terminated line whose bytes (newline excluded) are `data`."""
+    before = NEWLINE if offset > 0 else b""
+    if len(data) <= 2 * MARK_EDGE:
+        return xxhash.xxh3_64_intdigest(before + data + NEWLINE)
+    return xxhash.xxh3_64_intdigest(before + data[:MARK_EDGE] + data[-MARK_EDGE:] + NEWLINE)
+
+
+class LineMemoryBudget:
+    """Bounds the bytes of long lines held at once by all reads of the process.
+
+    Every window and watch reads in worker threads; without a bound, N
+    concurrent reads of 10 MB image lines hold N of them. A reader takes the
+    line's size from the budget before reading it and gives it back once the
+    line is served, waiting while others hold it; a line larger than the whole
+    budget waits until it can hold the budget alone. Short lines (at most a
+    block) do not take from it.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._held = 0
+        self._changed = threading.Condition()
+
+    def share(self, size: int) -> int:
+        """What `acquire(size)` takes (`size`, cut to the budget)."""
+        return min(size, self.budget_bytes)
+
+    def acquire(self, size: int) -> int:
+        """Take `size` bytes (cut to the budget); return what was taken."""
+        size = self.share(size)
+        with self._changed:
+            self._changed.wait_for(lambda: self._held + size <= self.budget_bytes)
+            self._held += size
+        return size
+
+    def release(self, size: int) -> None:
+        """Give back what `acquire` took."""
+        with self._changed:
+            self._held -= size
+            self._changed.notify_all()
+
+
+# Internal, not a setting: room for one line of the largest size a window serves at a time.
+LINE_BUDGET = LineMemoryBudget(DEFAULT_MAX_LINE_SIZE)
+
+
 class LineFile:
     """The lines of one open source, by byte offset."""
 
@@ -251,25 +332,67 @@ class LineFile:
 
     def starts_line(self, offset: int) -> bool:
         """True if a line starts at `offset`: the file's start, or just after a newline."""
-        return offset == 0 or (offset > 0 and self.source.read(1, offset - 1) == b"\n")
+        return offset == 0 or (offset > 0 and self.source.read(1, offset - 1) == NEWLINE)
 
-    def line_at(self, offset: int, length: int, *, terminated: bool = True) -> bytes | None:
+    def line_at(
+        self,
+        offset: int,
+        length: int,
+        *,
+        terminated: bool = True,
+        read: ByteReader | None = None,
+        budget: LineMemoryBudget | None = None,
+    ) -> bytes | None:
         """The whole line at a remembered place, or None if the file no longer has it there.
 
         It must start a line, hold `length` bytes without a newline, and be
         followed by a newline; with `terminated=False` the end of the file
-        also ends it (the unterminated last line).
+        also ends it (the unterminated last line). `read` (offset, length)
+        serves the small reads (a batch of rows read at once, `RowReads`);
+        a line longer than a block is read exactly, with `budget` held for
+        it when given (the caller gives back `budget.share(length)`).
         """
-        if length < 0 or not self.starts_line(offset):
+        if length < 0 or offset < 0:
             return None
-        # The line's bytes exactly (no slicing copy of a megabyte line), then what follows it.
-        data = self.source.read(length, offset)
-        if len(data) != length or data.find(b"\n") >= 0:
+        read = self.read_at if read is None else read
+        before = 1 if offset > 0 else 0
+        if length <= BLOCK_BYTES:
+            data = read(offset - before, before + length + 1)
+            if len(data) < before + length or data.find(NEWLINE, before, before + length) >= 0:
+                return None
+            if not _edges_hold(data[:before], data[before + length :], before, terminated):
+                return None
+            return data[before : before + length]
+        # A long line is read exactly (no slicing copy of a megabyte line), its edges apart.
+        edges = read(offset - before, before), read(offset + length, 1)
+        if not _edges_hold(*edges, before, terminated):
             return None
-        after = self.source.read(1, offset + length)
-        if after != b"\n" and (terminated or after):
+        held = 0 if budget is None else budget.acquire(length)
+        try:
+            data = self.source.read(length, offset)
+        except BaseException:
+            if budget is not None:
+                budget.release(held)
+            raise
+        if len(data) != length or NEWLINE in data:
+            if budget is not None:
+                budget.release(held)
             return None
         return data
+
+    def holds_line(self, offset: int, length: int, read: ByteReader | None = None) -> bool:
+        """True if [offset, offset + length) is a whole terminated line, without holding it
+        (a line over the max line size: only searched for a newline, block by block)."""
+        if length < 0 or offset < 0:
+            return False
+        read = self.read_at if read is None else read
+        before = 1 if offset > 0 else 0
+        edges = read(offset - before, before), read(offset + length, 1)
+        return _edges_hold(*edges, before, True) and not self.has_newline(offset, length)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """The bytes [offset, offset + length) as a `ByteReader` reads them (fewer at the end)."""
+        return self.source.read(length, offset)
 
     def line_end(self, start: int, max_line: int, search_from: int | None = None) -> int | None:
         """Where the line at `start` ends (its newline, or the end of the file); None past `max_line`.
@@ -310,28 +433,38 @@ class LineFile:
         """
         if start < 0 or not self.starts_line(start):
             return None
+        data, ended = self.line_head(start, max_line)
+        return None if data is None or (not ended and not data) else data
+
+    def line_head(
+        self, start: int, max_line: int, first_read: int = FIRST_READ_BYTES
+    ) -> tuple[bytes | None, bool]:
+        """The line at `start` (a line start) read up to its newline, reads growing fourfold
+        from `first_read`: (its bytes, True) once it ended; (None, True) past `max_line` (at
+        most `max_line + 1` bytes are read); (the bytes up to the end of the file, False)
+        while it is unterminated."""
         parts: list[bytes] = []
         total = 0
         position = start
-        block = FIRST_READ_BYTES
+        block = first_read
         budget = max_line + 1  # the line and its newline
         while total < budget:
             data = self.source.read(min(block, budget - total), position)
             if not data:
                 break
-            newline = data.find(b"\n")
+            newline = data.find(NEWLINE)
             if newline >= 0:
                 if not parts:
-                    return data[:newline]
+                    return data[:newline], True
                 parts.append(data[:newline])
-                return b"".join(parts)
+                return b"".join(parts), True
             parts.append(data)
             total += len(data)
             position += len(data)
             block *= 4
-        if total == 0 or total > max_line:
-            return None
-        return b"".join(parts)
+        if total > max_line:
+            return None, True
+        return b"".join(parts), False
 
     def has_newline(self, start: int, length: int) -> bool:
         """True if [start, start + length) holds a newline (or is cut short), read block by block."""
@@ -372,7 +505,7 @@ class LineFile:
             position = read_from
         return 0
 
-    def line_reader(self, start: int, size: int, changed: Callable[[], Exception]) -> LineReader:
+    def line_reader(self, start: int, size: int, changed: Callable[[], Exception]) -> ByteReader:
         """Exact reads of the line [start, start + size) by offset within it.
 
         A read outside the line is a ValueError; one that comes back short
@@ -471,3 +604,61 @@ class TailScans:
                     del self._scans[version]
             return None
         return known
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStat:
+    """The stat of a MemorySource: its size, and the identity and times it was given."""
+
+    st_size: int
+    st_dev: int = 0
+    st_ino: int = 0
+    st_mtime_ns: int = 0
+    st_ctime_ns: int = 0
+
+
+class MemorySource(ByteSource):
+    """A transcript held in memory (tests, and sources whose records are not a file's bytes).
+
+    Reads see the bytes as they are at the time of the read: `append` and
+    `replace` change them under open readers, as a writer changes a file.
+    """
+
+    __slots__ = ("_data", "_ino")
+
+    def __init__(self, data: bytes = b"", ino: int = 0) -> None:
+        self._data = bytes(data)
+        self._ino = ino
+
+    def read(self, length: int, offset: int) -> bytes:
+        """The bytes [offset, offset + length), fewer at the end."""
+        if length < 0 or offset < 0:
+            raise ValueError("negative read")
+        return self._data[offset : offset + length]
+
+    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
+        """Copy into `buffer` from `offset`; the count copied, fewer at the end."""
+        data = self.read(len(buffer), offset)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def stat(self) -> MemoryStat:
+        """The size now (device 0, the inode it was given)."""
+        return MemoryStat(len(self._data), 0, self._ino)
+
+    def dup(self) -> MemorySource:
+        """The same bytes; the copy does not follow later changes."""
+        return MemorySource(self._data, self._ino)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def append(self, data: bytes) -> None:
+        """Add bytes at the end, as a writer appends to a file."""
+        self._data += data
+
+    def replace(self, data: bytes, ino: int | None = None) -> None:
+        """Rewrite the whole content (another inode when given, as a rename over the file)."""
+        self._data = bytes(data)
+        if ino is not None:
+            self._ino = ino

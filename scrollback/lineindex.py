@@ -40,37 +40,25 @@ finds them.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
-import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import xxhash
 
-from scrollback.contract.text import indexable
-from scrollback.contract.top_level import top_level_strings
-from scrollback.linefile import ByteSource, FileVersion, LineFile
+from scrollback.linefile import NEWLINE, ByteSource, FileVersion, LineFile
+from scrollback.linerows import chunk_lines, long_line_entry
+from scrollback.linewalk import NewlineSearch, last_newline
 from scrollback.state.errors import StoreBusyError
 from scrollback.state.line_index import IndexedFile, IndexedLine, LineIndexStore
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 8 * 1024 * 1024
-# After a quote, this many bytes are searched for markers before the next quote is looked for.
-SPAN_BYTES = 4096
 MARK_BYTES = 64
-_SPACE = rb"[ \t\r\n]{0,16}"
-# A `"uuid"` key with an id value (ids per docs/contract.md §4).
-_KEY_AND_ID = re.compile(rb'"uuid"' + _SPACE + b":" + _SPACE + rb'"([A-Za-z0-9_-]{1,64})"')
-# A `"type"` key ending where an `"image"` value starts (searched with endpos = the value).
-_TYPE_BEFORE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb"\Z")
-_TYPE_REACH = 6 + 16 + 1 + 16
-_UUID_KEYS = frozenset({"uuid"})
 
 
 # Builders racing on a file that keeps being rewritten give up after this many resets.
@@ -115,48 +103,6 @@ def background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
-def _libc_memchr() -> Callable[[int, int, int], int | None] | None:
-    """libc's memchr through ctypes (which drops the GIL during the call); None without one."""
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        memchr = ctypes.CDLL(ctypes.util.find_library("c")).memchr
-        memchr.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
-        memchr.restype = ctypes.c_void_p
-        return memchr
-    return None
-
-
-_MEMCHR = _libc_memchr()
-
-
-class _NewlineSearch:
-    """Finds the first newline in a prefix of one buffer without holding the GIL.
-
-    A background build scans gigabytes of a newline-less line; `bytes.find`
-    would hold the GIL for each piece, and the requests' threads of the same
-    process would wait for it. Falls back to `find` where libc is not at hand.
-    """
-
-    def __init__(self, buffer: bytearray) -> None:
-        self._buffer = buffer
-        self._address = 0
-        if _MEMCHR is not None:
-            self._array = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-            self._address = ctypes.addressof(self._array)
-
-    def find(self, count: int) -> int:
-        """The offset of the first newline in buffer[:count], or -1."""
-        if not self._address or _MEMCHR is None:
-            return self._buffer.find(b"\n", 0, count)
-        hit = _MEMCHR(self._address, 10, count)
-        return -1 if hit is None else hit - self._address
-
-    def close(self) -> None:
-        """Release the buffer (it can be resized or freed again)."""
-        if self._address:
-            del self._array
-            self._address = 0
-
-
 def _hash(data: bytes | memoryview) -> str:
     return xxhash.xxh3_64_hexdigest(data)
 
@@ -171,7 +117,7 @@ def _continues(fd: ByteSource, state: IndexedFile) -> bool:
         return False
     if state.mark_len:
         mark = LineFile(fd).read(state.mark_len, state.covered - state.mark_len)
-        if _hash(mark) != state.mark_hash or mark[-1:] != b"\n":
+        if _hash(mark) != state.mark_hash or mark[-1:] != NEWLINE:
             return False
     return True
 
@@ -486,10 +432,10 @@ class LineIndex:
                         view[: min(self._chunk, size - state.covered)], state.covered
                     )
                     self.bytes_read += count
-                last = buffer.rfind(b"\n", 0, count) if count else -1
+                last = last_newline(buffer, count) if count else -1
                 lines: list[IndexedLine] = []
                 if last >= 0:
-                    lines = _chunk_lines(buffer, last + 1, state.covered)
+                    lines = chunk_lines(buffer, last + 1, state.covered)
                     reached = self._reached(fd, state, state.covered + last + 1, None)
                 elif 0 < count < self._chunk:
                     # An unterminated tail shorter than a chunk: remember it was scanned.
@@ -499,7 +445,7 @@ class LineIndex:
                     from_ = max(state.covered + count, state.scanned)
                     end, scanned = self._long_line(fd, buffer, view, from_, size)
                     if end is not None:
-                        lines = [_long_line_entry(fd, len(buffer), state.covered, end)]
+                        lines = [long_line_entry(fd, len(buffer), state.covered, end)]
                     covered = state.covered if end is None else end + 1
                     reached = self._reached(fd, state, covered, scanned)
                 if not self.store.append(key, state, lines, reached):
@@ -527,7 +473,7 @@ class LineIndex:
     ) -> tuple[int | None, int]:
         """Find the newline ending a long line from `position`: (its offset or None, scanned)."""
         limit = min(size, position + 64 * self._chunk)  # commit progress now and then
-        search = _NewlineSearch(buffer)
+        search = NewlineSearch(buffer)
         try:
             while position < limit:
                 piece = min(self._chunk, LONG_LINE_PIECE_BYTES, limit - position)
@@ -581,11 +527,11 @@ class LineFeed:
             return
         if data is None:
             self._gather()
-            self._rows.append(_long_line_entry(self._fd, self._index._chunk, start, end))
+            self._rows.append(long_line_entry(self._fd, self._index._chunk, start, end))
             self._covered = self._base = end + 1
         else:
             self._buffer += data
-            self._buffer += b"\n"
+            self._buffer += NEWLINE
             self._covered = end + 1
             if len(self._buffer) >= FEED_BYTES:
                 self._gather()
@@ -601,7 +547,7 @@ class LineFeed:
 
     def _gather(self) -> None:
         if self._buffer:
-            self._rows.extend(_chunk_lines(self._buffer, len(self._buffer), self._base))
+            self._rows.extend(chunk_lines(self._buffer, len(self._buffer), self._base))
             self._buffer = bytearray()
         self._base = self._covered
 
@@ -613,123 +559,3 @@ class LineFeed:
         else:
             self.active = False
         self._rows = []
-
-
-def _quoted_spans(data: bytes | bytearray, start: int, end: int) -> list[tuple[int, int]]:
-    """Spans of data[start:end] that cover every `"` (each span starts at one).
-
-    Every marker the index looks for starts with a quote, and payloads hold
-    none: a quote-free run (base64) is jumped with one memchr-speed `find`
-    instead of being searched for each marker.
-    """
-    spans: list[tuple[int, int]] = []
-    find = data.find
-    position = start
-    while position < end:
-        quote = find(b'"', position, end)
-        if quote < 0:
-            break
-        stop = min(quote + SPAN_BYTES, end)
-        if spans and spans[-1][1] == quote:
-            spans[-1] = (spans[-1][0], stop)
-        else:
-            spans.append((quote, stop))
-        position = stop
-    return spans
-
-
-def _uuid_keys(
-    buffer: bytearray, spans: list[tuple[int, int]], end: int
-) -> list[tuple[int, bytes]]:
-    """(offset, id) of each `"uuid"` key with an id value starting in the spans."""
-    found: list[tuple[int, bytes]] = []
-    find, match = buffer.find, _KEY_AND_ID.match
-    for span_start, span_end in spans:
-        hit = find(b'"uuid"', span_start, min(span_end + 5, end))
-        while hit >= 0:
-            matched = match(buffer, hit, end)
-            if matched is not None:
-                found.append((hit, matched.group(1)))
-            hit = find(b'"uuid"', hit + 6, min(span_end + 5, end))
-    return found
-
-
-def _image_markers(
-    data: bytes | bytearray, spans: list[tuple[int, int]], start: int, end: int
-) -> list[int]:
-    """Offsets of each `"type":"image"` member (any spacing) whose `"image"` starts in the spans."""
-    found: list[int] = []
-    find, before = data.find, _TYPE_BEFORE.search
-    for span_start, span_end in spans:
-        hit = find(b'"image"', span_start, min(span_end + 6, end))
-        while hit >= 0:
-            if before(data, max(start, hit - _TYPE_REACH), hit) is not None:
-                found.append(hit)
-            hit = find(b'"image"', hit + 7, min(span_end + 6, end))
-    return found
-
-
-def _chunk_lines(buffer: bytearray, end: int, base: int) -> list[IndexedLine]:
-    """The lines of buffer[:end] (which ends with a newline), at file offset `base`."""
-    spans = _quoted_spans(buffer, 0, end)
-    keys = _uuid_keys(buffer, spans, end)
-    images = _image_markers(buffer, spans, 0, end)
-    lines: list[IndexedLine] = []
-    find = buffer.find
-    k = i = 0
-    nk, ni = len(keys), len(images)
-    start = 0
-    while start < end:
-        newline = find(b"\n", start, end)
-        uuid: str | None = None
-        first = k
-        while k < nk and keys[k][0] < newline:
-            k += 1
-        if k - first == 1:
-            uuid = keys[first][1].decode("ascii")
-        elif k - first > 1:
-            uuid = _top_level_uuid(buffer, start, newline)
-        count = 0
-        while i < ni and images[i] < newline:
-            i += 1
-            count += 1
-        if newline > start:
-            lines.append(IndexedLine(base + start, newline - start, uuid, count))
-        start = newline + 1
-    return lines
-
-
-def _top_level_uuid(buffer: bytearray, start: int, end: int) -> str | None:
-    """The line's top-level uuid, read textually from both ends (bounded windows)."""
-    view = memoryview(buffer)
-
-    def read(offset: int, length: int) -> bytes:
-        return bytes(view[start + offset : start + offset + length])
-
-    return _kept_uuid(top_level_strings(read, end - start, _UUID_KEYS).get("uuid"))
-
-
-def _kept_uuid(uuid: str | None) -> str | None:
-    """A uuid as the index keeps it (scrollback.contract.text: the same on every backend)."""
-    return None if uuid is None else indexable(uuid)
-
-
-def _long_line_entry(fd: ByteSource, chunk: int, start: int, end: int) -> IndexedLine:
-    """A line longer than a chunk: uuid from its ends, image markers counted chunk by chunk."""
-
-    def read(offset: int, length: int) -> bytes:
-        return LineFile(fd).read(length, start + offset)
-
-    uuid = _kept_uuid(top_level_strings(read, end - start, _UUID_KEYS).get("uuid"))
-    count = 0
-    position = start
-    while position < end:
-        # Each piece starts a little early, so a `"type":` cut by the previous
-        # piece is seen; a marker is counted in the piece where `"image"` starts.
-        back = min(_TYPE_REACH, position - start)
-        data = LineFile(fd).read(back + min(chunk, end - position) + 6, position - back)
-        limit = back + min(chunk, end - position)
-        spans = _quoted_spans(data, 0, len(data))
-        count += sum(1 for hit in _image_markers(data, spans, 0, len(data)) if back <= hit < limit)
-        position += limit - back
-    return IndexedLine(start, end - start, uuid, count)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import binascii
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pybase64
 
+from scrollback.contract.reading import ByteReader
 from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     StrippedImage,
@@ -112,8 +113,8 @@ def extract_image(line: bytes, index: int) -> tuple[bytes, LocatedImage]:
     return decode_image(line, located), located
 
 
-# Reads `length` bytes at an absolute file offset (fewer only at EOF).
-RawReader = Callable[[int, int], bytes]
+# The name the media service reads payloads by (an absolute file offset; fewer bytes only at EOF).
+RawReader = ByteReader
 # Raw text decoded per step: a multiple of 4, so each slice decodes on its own.
 DECODE_SLICE = 256 * 1024
 
@@ -130,7 +131,7 @@ def _decode_piece(text: bytes, index: int) -> bytes:
 
 
 def iter_decoded(
-    read: RawReader, start: int, end: int, index: int = -1, slice_bytes: int = DECODE_SLICE
+    read: ByteReader, start: int, end: int, index: int = -1, slice_bytes: int = DECODE_SLICE
 ) -> Iterator[bytes]:
     """The decoded bytes of the payload whose raw text is at [start, end), slice by slice.
 
@@ -181,7 +182,9 @@ class PayloadReader:
     Memory is one slice, whatever the image's size.
     """
 
-    def __init__(self, read: RawReader, start: int, end: int, *, escaped: bool, index: int) -> None:
+    def __init__(
+        self, read: ByteReader, start: int, end: int, *, escaped: bool, index: int
+    ) -> None:
         self._read = read
         self._start = start
         self._end = end

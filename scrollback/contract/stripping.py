@@ -35,6 +35,7 @@ from scrollback.contract.limits import DEFAULT_INLINE_LIMIT as DEFAULT_INLINE_LI
 from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE as DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.limits import MIN_INLINE_LIMIT as MIN_INLINE_LIMIT
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER_BYTES
+from scrollback.contract.reading import ByteReader
 from scrollback.contract.top_level import TOP_LEVEL_WINDOW, looks_like_object, top_level_strings
 
 # What the scanner reads: the line's bytes, or a memory map of it.
@@ -231,7 +232,7 @@ def _long_string_values(line: Buffer, inline_limit: int) -> list[tuple[int, int]
     return spans
 
 
-def _payload_start(read: LineReader, start: int, end: int) -> int:
+def _payload_start(read: ByteReader, start: int, end: int) -> int:
     """Where the payload of the string value at [start, end) begins: after the
     prefix of a base64 data URL, else at `start`."""
     if read(start, 1)[0] not in _DATA_URL_FIRST:
@@ -371,7 +372,7 @@ _STUB_KEYS = frozenset({"uuid", "type", "timestamp"})
 
 
 def oversize_line(
-    line_size: int, read: LineReader | None = None, cut_count: int = 0
+    line_size: int, read: ByteReader | None = None, cut_count: int = 0
 ) -> StrippedLine | None:
     """The stub entry served for a line over the max line size after stripping.
 
@@ -438,14 +439,11 @@ def strip_line(
     return _assemble(len(line), spans, lambda start, end: line[start:end], pin, max_line_size)
 
 
-# Reads `length` bytes of the line from `offset` (relative to the line's start),
-# all of them or raising: a line that shrinks while it is read is not JSON.
-LineReader = Callable[[int, int], bytes]
 STREAM_CHUNK = 1024 * 1024
 
 
 def strip_line_streamed(
-    read: LineReader,
+    read: ByteReader,
     size: int,
     inline_limit: int = DEFAULT_INLINE_LIMIT,
     max_line_size: int = DEFAULT_MAX_LINE_SIZE,
@@ -482,7 +480,7 @@ def strip_line_streamed(
 
 
 def _stream_long_strings(
-    read: LineReader, size: int, inline_limit: int, chunk_size: int
+    read: ByteReader, size: int, inline_limit: int, chunk_size: int
 ) -> list[tuple[int, int]]:
     """(start, end) of the raw text of every string at least `inline_limit` long."""
     found: list[tuple[int, int]] = []
@@ -530,7 +528,7 @@ def _backslashes_before(data: bytes, end: int, floor: int) -> int:
     return end - position
 
 
-def _stream_is_key(read: LineReader, size: int, closing: int) -> bool:
+def _stream_is_key(read: ByteReader, size: int, closing: int) -> bool:
     """True if a colon follows the string closing at `closing` (after whitespace)."""
     position = closing + 1
     while position < size:
@@ -542,7 +540,7 @@ def _stream_is_key(read: LineReader, size: int, closing: int) -> bool:
     return False
 
 
-def _stream_payload_pin(read: LineReader, start: int, end: int, chunk_size: int) -> str | None:
+def _stream_payload_pin(read: ByteReader, start: int, end: int, chunk_size: int) -> str | None:
     """The pin of line[start:end] if it is a payload (base64 once unescaped), else None."""
     digest = xxhash.xxh3_128()
     carry = b""
@@ -728,7 +726,7 @@ def probe_line(line: Buffer, inline_limit: int = MIN_INLINE_LIMIT) -> ProbedLine
 
 
 def probe_line_streamed(
-    read: LineReader,
+    read: ByteReader,
     size: int,
     inline_limit: int = MIN_INLINE_LIMIT,
     max_kept: int = DEFAULT_MAX_LINE_SIZE,

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import orjson
+
+from scrollback.contract.reading import ByteReader
 
 # How much of each end of an oversize line is scanned.
 TOP_LEVEL_WINDOW = 64 * 1024
@@ -30,8 +32,6 @@ _BLANK = b" \t\r\n"
 _STRUCTURAL = re.compile(rb'["{}\[\]:,]')
 _STRUCTURAL_BYTES = frozenset(b'"{}[]:,')
 
-# Reads `length` bytes of the line from `offset` (relative to the line's start).
-Reader = Callable[[int, int], bytes]
 
 _NOT_STRING = object()
 
@@ -196,7 +196,7 @@ def looks_like_object(head: bytes, tail: bytes) -> bool:
 
 
 def top_level_strings(
-    read: Reader, size: int, keys: frozenset[str], window: int = TOP_LEVEL_WINDOW
+    read: ByteReader, size: int, keys: frozenset[str], window: int = TOP_LEVEL_WINDOW
 ) -> dict[str, str]:
     """The top-level string members named in `keys`, read from both ends of a line.
 

@@ -1,4 +1,5 @@
-"""The line rules of scrollback.linefile, against a model of the file's lines, for every file."""
+"""The line rules of scrollback.linefile and the walks of scrollback.linewalk, against a model of
+the file's lines, over a local file and a MemorySource (an ObjectSource: tests/integration/objectstore)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrollback import linefile
-from scrollback.linefile import LineFile, LocalSource
-
-# Line bodies: short, with the bytes that matter around newlines (\r, spaces, braces).
-BODIES = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x"))
+from scrollback.linefile import LineFile, LocalSource, MemorySource
+from scrollback.linewalk import find_key
+from tests.support.line_rules import (
+    BODIES,
+    LONG_BODIES,
+    check_line_rules,
+    check_walks,
+    joined,
+)
 
 
 @contextmanager
@@ -30,52 +36,46 @@ def opened(data: bytes) -> Iterator[LineFile]:
             fd.close()
 
 
-def model(data: bytes) -> list[tuple[int, int, bool]]:
-    """Every line as (start, length, terminated), newline excluded."""
-    lines = []
-    start = 0
-    while start < len(data):
-        newline = data.find(b"\n", start)
-        if newline < 0:
-            lines.append((start, len(data) - start, False))
-            break
-        lines.append((start, newline - start, True))
-        start = newline + 1
-    return lines
+@contextmanager
+def in_memory(data: bytes) -> Iterator[LineFile]:
+    with MemorySource(data) as source:
+        yield LineFile(source)
 
 
+SOURCES = {"local": opened, "memory": in_memory}
+
+
+@pytest.mark.parametrize("kind", SOURCES)
 @given(st.lists(BODIES, max_size=8), st.booleans())
-def test_every_rule_agrees_with_the_model(bodies: list[bytes], unterminated: bool) -> None:
-    data = b"\n".join(bodies) + (b"" if unterminated or not bodies else b"\n")
-    lines = model(data)
-    starts = {start for start, _, _ in lines}
-    with opened(data) as file:
-        for offset in range(-1, len(data) + 2):
-            expected = offset == 0 or (0 < offset <= len(data) and data[offset - 1] == 10)
-            assert file.starts_line(offset) == expected, offset
-        for start, length, terminated in lines:
-            body = data[start : start + length]
-            assert file.line_at(start, length, terminated=False) == body
-            assert file.line_at(start, length) == (body if terminated else None)
-            for wrong in (length - 1, length + 1):
-                assert file.line_at(start, wrong, terminated=False) is None
-            assert file.line_from(start, 1 << 20) == (body if length or terminated else None)
-            assert file.line_from(start, length) == (body if length or terminated else None)
-            if length:
-                assert file.line_from(start, length - 1) is None
-                assert file.line_end(start, length - 1) is None
-                assert not file.has_newline(start, length)
-            assert file.line_end(start, length) == start + length
-            assert file.line_length(start) == length
-            if terminated:
-                assert file.has_newline(start, length + 1)
-        for offset in range(len(data)):
-            if offset not in starts:
-                assert file.line_at(offset, 1, terminated=False) is None
-                assert file.line_from(offset, 1 << 20) is None
-        last = lines[-1] if lines else None
-        tail = last[0] if last and not last[2] else len(data)
-        assert file.tail_start(len(data), 1 << 20) == tail
+def test_every_rule_agrees_with_the_model(
+    kind: str, bodies: list[bytes], unterminated: bool
+) -> None:
+    data = joined(bodies, unterminated)
+    with SOURCES[kind](data) as file:
+        check_line_rules(file, data)
+        check_walks(file.source, data, max_line=30)
+
+
+@pytest.mark.parametrize("kind", SOURCES)
+@settings(max_examples=15, deadline=None)
+@given(st.lists(LONG_BODIES, max_size=5), st.booleans())
+def test_walks_of_lines_longer_than_a_block_agree_with_the_model(
+    kind: str, bodies: list[bytes], unterminated: bool
+) -> None:
+    data = joined(bodies, unterminated)
+    with SOURCES[kind](data) as file:
+        check_walks(file.source, data, max_line=500_000)
+
+
+def test_a_memory_source_changes_under_its_readers() -> None:
+    source = MemorySource(b'{"a":1}\n', ino=7)
+    file = LineFile(source)
+    assert source.stat().st_size == 8 and source.stat().st_ino == 7
+    source.append(b'{"b":2}\n')
+    assert file.line_at(8, 7) == b'{"b":2}'
+    source.replace(b"x" * 20, ino=8)
+    assert file.line_at(8, 7) is None and source.stat().st_ino == 8
+    assert source.dup().read(3, 0) == b"xxx"
 
 
 def test_a_tail_longer_than_the_max_line_asks_the_index() -> None:
@@ -173,3 +173,22 @@ def test_tail_scans_search_a_tail_once_per_version_and_then_only_new_bytes() -> 
             assert scans.tail_start(source, version, size) == size
         finally:
             source.close()
+
+
+def test_find_key_passes_over_a_key_across_lines() -> None:
+    # `"uuid":` ends one line and its value starts the next: neither line holds the key.
+    data = b'{"a":1,"uuid":\n"u1"}\n{"uuid":"u1"}\n'
+
+    def finder(
+        buffer: bytearray, lo: int, hi: int, end: int, base: int
+    ) -> Iterator[tuple[int, int, None]]:
+        hit = buffer.find(b'"u1"', lo, min(end, hi + 3))
+        while hit >= 0:
+            key = buffer.rfind(b'"uuid"', 0, hit)
+            if key >= 0:
+                yield key, base + hit + 4, None
+            hit = buffer.find(b'"u1"', hit + 1, min(end, hi + 3))
+
+    for chunk in (5, 64):
+        found = list(find_key(MemorySource(data), finder, 1000, chunk=chunk, context=16, reach=3))
+        assert [(f.start, f.data) for f in found] == [(21, b'{"uuid":"u1"}')], chunk
