@@ -24,13 +24,8 @@ from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
 from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
-from history_service.insight import (
-    Insight,
-    InsightIndex,
-    InsightStore,
-    SessionDetail,
-    subagents_of,
-)
+from history_service.insight import InsightIndex, SessionDetail, subagents_of
+from history_service.insight_model import Insight, InsightStore
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.slim import (
     OVER_DECODE_BUDGET,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from history_service.accept import AcceptedRecord
-from history_service.insight import Insight, SessionDetail, Usage
+from history_service.insight import SessionDetail
+from history_service.insight_model import Insight, Usage
 from history_service.sessions import SessionInfo
 from history_service.slim import ImageRecord, SlimStats
 from scrollback.history.v1 import history_pb2 as pb

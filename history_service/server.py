@@ -22,7 +22,7 @@ import grpc
 from history_service.bus import AcceptedBus, InProcessBus, PollingBus
 from history_service.config import HistoryConfig
 from history_service.core import HistoryCore
-from history_service.insight import InsightStore
+from history_service.insight_model import InsightStore
 from history_service.search.indexer import SearchIndexer
 from history_service.search.searcher import Searcher
 from history_service.search.sqlite import SqliteSearchIndex
@@ -46,6 +46,7 @@ from scrollback.server.service_config import (
     open_transcript_source,
 )
 from scrollback.server.worker_role import current_role
+from scrollback.transcripts import TranscriptSource
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,58 @@ def _warn_if_empty(root: Path) -> None:
         )
 
 
+async def _open_core(config: HistoryConfig, root: TranscriptSource) -> HistoryCore:
+    """The state the RPCs share: store and bus, line index, insight store; closed on failure."""
+    store, bus = await open_store_and_bus(config)
+    try:
+        line_index = await asyncio.to_thread(open_line_index, config.state_dir, config.database_url)
+    except BaseException:
+        bus.close()
+        store.close()
+        raise
+    try:
+        insight_store = await open_insight_store(config, store)
+        return HistoryCore(
+            config,
+            root,
+            TokenCodec(load_or_create_key(config.state_dir)),
+            store,
+            bus,
+            insight_store,
+            line_index,
+        )
+    except BaseException:
+        bus.close()
+        store.close()
+        line_index.close()
+        raise
+
+
+def _search_parts(
+    config: HistoryConfig, buckets: Buckets, core: HistoryCore, index: SearchIndex
+) -> SearchParts:
+    """The search index and the indexer that fills it (not started yet)."""
+    # The indexer walks its own view of the root (refreshed at each pass), so its
+    # passes never age the snapshot that ListSessions and ReadWindow answer from;
+    # its passes, at start and every few seconds, report the files skipped.
+    indexer_root = open_transcript_source(
+        config.transcripts,
+        buckets,
+        rescan_interval=0,
+        report_skipped=True,
+        codex=config.codex_sessions,
+    )
+    # Each pass reads a file once for search, its line index and its insight.
+    indexer = SearchIndexer(
+        indexer_root,
+        index,
+        max_line_size=config.max_line_size,
+        line_index=core.line_index,
+        insight=core.insight,
+    )
+    return SearchParts(index, indexer)
+
+
 async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
     """Validate the config and start the server; raises ConfigError or BindRefusedError."""
     config.validate()
@@ -197,54 +250,13 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
             auth_configured=config.auth_configured,
             stall_timeout=config.stall_timeout_seconds,
         )
-    store, bus = await open_store_and_bus(config)
-    try:
-        line_index = await asyncio.to_thread(open_line_index, config.state_dir, config.database_url)
-    except BaseException:
-        bus.close()
-        store.close()
-        raise
-    try:
-        insight_store = await open_insight_store(config, store)
-        core = HistoryCore(
-            config,
-            root,
-            TokenCodec(load_or_create_key(config.state_dir)),
-            store,
-            bus,
-            insight_store,
-            line_index,
-        )
-    except BaseException:
-        bus.close()
-        store.close()
-        line_index.close()
-        raise
-
+    core = await _open_core(config, root)
     try:
         index = await open_search_index(config)
     except BaseException:
         core.close()
         raise
-    # The indexer walks its own view of the root (refreshed at each pass), so its
-    # passes never age the snapshot that ListSessions and ReadWindow answer from;
-    # its passes, at start and every few seconds, report the files skipped.
-    indexer_root = open_transcript_source(
-        config.transcripts,
-        buckets,
-        rescan_interval=0,
-        report_skipped=True,
-        codex=config.codex_sessions,
-    )
-    # Each pass reads a file once for search, its line index and its insight.
-    indexer = SearchIndexer(
-        indexer_root,
-        index,
-        max_line_size=config.max_line_size,
-        line_index=core.line_index,
-        insight=core.insight,
-    )
-    search = SearchParts(index, indexer)
+    search = _search_parts(config, buckets, core, index)
     searcher = Searcher(core.root, index, core.codec)
 
     def register(server: grpc.aio.Server) -> None:

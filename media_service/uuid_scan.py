@@ -13,9 +13,10 @@ StatMedia's one pass for many entries of one transcript:
 
 A candidate is only a candidate: the caller parses the line with the shared
 stripper, whose top-level uuid must be the one asked for (so a parentUuid, a
-leafUuid, a nested object or text never matches). The two scanners frame
-lines themselves; they are kept together here so that moving them onto the
-shared line walker changes this module only.
+leafUuid, a nested object or text never matches). Both scanners are finders
+for the shared walker (scrollback.linewalk.find_key), which frames the lines:
+a key with a newline between it and its value belongs to no line and is
+passed over.
 
 Blocking I/O: callers on an event loop run it in a thread.
 """
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from scrollback.linefile import ByteSource, LineFile
+from scrollback.linewalk import find_key
 
 SCAN_CHUNK = 1024 * 1024
 _MAX_SPACE = 16
@@ -80,57 +82,34 @@ def iter_candidate_lines(
     """Every line from `start` (a line start) with a `"uuid"` key equal to `entry_uuid`
     preceded by `{` or `,`.
 
-    Reads the file in SCAN_CHUNK blocks into one reused buffer, keeping an
-    overlap for matches across block boundaries, and looks for the quoted
-    value with `bytes.find`; only a hit is checked for the key before it.
-    Each candidate line is yielded once.
+    The walker (`find_key`) reads the file in SCAN_CHUNK blocks; each block is
+    searched for the quoted value with `bytes.find` and only a hit is checked
+    for the key before it. Each candidate line is yielded once.
     """
     needle = b'"' + entry_uuid.encode("ascii") + b'"'
-    chunk_size = SCAN_CHUNK
-    overlap = _KEY_REACH + len(needle)
-    buffer = bytearray(overlap + chunk_size)
-    view = memoryview(buffer)
-    kept = 0  # overlap bytes from the previous block, at the buffer's front
-    read_at = start
-    line_start_carry = start  # start of the line in effect at `read_at`
-    done_until = -1  # candidate lines already yielded end before this offset
-    oversize_start = -1
-    try:
-        while True:
-            count = LineFile(fd).read_into(view[kept : kept + chunk_size], read_at)
-            if count == 0:
-                return
-            size = kept + count
-            buf_base = read_at - kept
-            # Hits ending inside the overlap were seen with the previous block.
-            hit = buffer.find(needle, max(0, kept - len(needle) + 1), size)
-            while hit >= 0:
-                key = _KEY_BEFORE.search(buffer, max(0, hit - _KEY_WINDOW), hit)
-                at = buf_base + hit
-                if key is not None and at >= done_until:
-                    key_start = key.start()
-                    newline = buffer.rfind(b"\n", 0, key_start)
-                    start = buf_base + newline + 1 if newline >= 0 else line_start_carry
-                    if start != oversize_start and _preceded_by_object_start(
-                        fd, buffer, key_start, buf_base
-                    ):
-                        end = LineFile(fd).line_end(start, max_line_size, at + len(needle))
-                        if end is None:
-                            oversize_start = start
-                            yield Candidate(start, None)
-                        else:
-                            done_until = end
-                            yield Candidate(start, LineFile(fd).read(end - start, start))
-                hit = buffer.find(needle, hit + 1, size)
-            newline = buffer.rfind(b"\n", kept, size)
-            if newline >= 0:
-                line_start_carry = buf_base + newline + 1
-            read_at += count
-            keep = min(overlap, size)
-            buffer[:keep] = buffer[size - keep : size]
-            kept = keep
-    finally:
-        view.release()
+
+    def finder(
+        buffer: bytearray, lo: int, hi: int, end: int, base: int
+    ) -> Iterator[tuple[int, int, None]]:
+        stop = min(end, hi + len(needle) - 1)
+        hit = buffer.find(needle, lo, stop)
+        while hit >= 0:
+            key = _KEY_BEFORE.search(buffer, max(0, hit - _KEY_WINDOW), hit)
+            if key is not None and _preceded_by_object_start(fd, buffer, key.start(), base):
+                yield key.start(), base + hit + len(needle), None
+            hit = buffer.find(needle, hit + 1, stop)
+
+    found = find_key(
+        fd,
+        finder,
+        max_line_size,
+        start=start,
+        chunk=SCAN_CHUNK,
+        context=_KEY_WINDOW,
+        reach=len(needle) - 1,
+    )
+    for line in found:
+        yield Candidate(line.start, line.data)
 
 
 def iter_candidate_lines_many(
@@ -138,58 +117,27 @@ def iter_candidate_lines_many(
 ) -> Iterator[tuple[str, Candidate]]:
     """(id, line) for every line with a `"uuid"` key whose value is in `wanted`.
 
-    One pass over the file whatever the number of ids: each `"uuid"` key is
-    found with `bytes.find`, its value read by an anchored regex and looked up
-    in `wanted`; a hit is kept only when the key is preceded by `{` or `,`.
-    `on_slice` runs before each slice is read (it raises to stop the pass).
-    Each (id, line) is yielded once.
+    One pass over the file whatever the number of ids (`find_key`): each
+    `"uuid"` key is found with `bytes.find`, its value read by an anchored
+    regex and looked up in `wanted`; a hit is kept only when the key is
+    preceded by `{` or `,`. `on_slice` runs before each slice is read (it
+    raises to stop the pass). Each (id, line) is yielded once.
     """
-    reach = _KEY_AND_ID_REACH
-    buffer = bytearray(reach + SCAN_CHUNK)
-    view = memoryview(buffer)
-    kept = 0
-    read_at = 0
-    line_start_carry = 0  # start of the line in effect at the buffer's first byte
-    seen: set[tuple[str, int]] = set()
-    try:
-        while True:
-            on_slice()
-            count = LineFile(fd).read_into(view[kept : kept + SCAN_CHUNK], read_at)
-            size = kept + count
-            buf_base = read_at - kept
-            # Keys starting in the last `reach` bytes are looked at with the next slice.
-            limit = size if count == 0 else size - reach
-            hit = buffer.find(b'"uuid"', 0, max(limit, 0))
-            while hit >= 0:
-                match = _KEY_AND_ID.match(buffer, hit, size)
-                if match is not None:
-                    entry_id = match.group(1).decode("ascii")
-                    if entry_id in wanted:
-                        newline = buffer.rfind(b"\n", 0, hit)
-                        start = buf_base + newline + 1 if newline >= 0 else line_start_carry
-                        if (entry_id, start) not in seen and _preceded_by_object_start(
-                            fd, buffer, hit, buf_base
-                        ):
-                            seen.add((entry_id, start))
-                            end = LineFile(fd).line_end(
-                                start, max_line_size, buf_base + match.end()
-                            )
-                            if end is None:
-                                yield entry_id, Candidate(start, None)
-                            else:
-                                yield (
-                                    entry_id,
-                                    Candidate(start, LineFile(fd).read(end - start, start)),
-                                )
-                hit = buffer.find(b'"uuid"', hit + 1, max(limit, 0))
-            if count == 0:
-                return
-            newline = buffer.rfind(b"\n", 0, max(limit, 0))
-            if newline >= 0:
-                line_start_carry = buf_base + newline + 1
-            keep = size - max(limit, 0)
-            buffer[:keep] = buffer[size - keep : size]
-            kept = keep
-            read_at += count
-    finally:
-        view.release()
+
+    def finder(
+        buffer: bytearray, lo: int, hi: int, end: int, base: int
+    ) -> Iterator[tuple[int, int, str]]:
+        hit = buffer.find(b'"uuid"', lo, hi)
+        while hit >= 0:
+            match = _KEY_AND_ID.match(buffer, hit, end)
+            if match is not None:
+                entry_id = match.group(1).decode("ascii")
+                if entry_id in wanted and _preceded_by_object_start(fd, buffer, hit, base):
+                    yield hit, base + match.end(), entry_id
+            hit = buffer.find(b'"uuid"', hit + 1, hi)
+
+    found = find_key(
+        fd, finder, max_line_size, chunk=SCAN_CHUNK, reach=_KEY_AND_ID_REACH, on_slice=on_slice
+    )
+    for line in found:
+        yield line.tag, Candidate(line.start, line.data)

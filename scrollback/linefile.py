@@ -19,7 +19,8 @@ file still has a whole line there. The rules, written once here and tested once
 
 `LineFile` reads through a `ByteSource`, positional reads of one open
 transcript: `LocalSource` over a file descriptor, or scrollback.objects'
-`ObjectSource` over an object in a bucket (ranged GETs). Opening and closing the
+`ObjectSource` over an object in a bucket (ranged GETs), or
+scrollback.memory_source's `MemorySource` over bytes in memory. Opening and closing the
 source are the caller's (scrollback.transcripts). `FileVersion` names which
 bytes a result came from: the caches, the line index and page tokens key what
 they keep by it; `FileIdentity` is a version at the size it was seen (what a
@@ -38,8 +39,8 @@ from typing import Protocol, Self
 
 import xxhash
 
-from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.reading import ByteReader
+from scrollback.line_budget import LineMemoryBudget
 
 # What ends a line.
 NEWLINE = b"\n"
@@ -273,45 +274,6 @@ def mark_of(offset: int, data: bytes) -> int:
     if len(data) <= 2 * MARK_EDGE:
         return xxhash.xxh3_64_intdigest(before + data + NEWLINE)
     return xxhash.xxh3_64_intdigest(before + data[:MARK_EDGE] + data[-MARK_EDGE:] + NEWLINE)
-
-
-class LineMemoryBudget:
-    """Bounds the bytes of long lines held at once by all reads of the process.
-
-    Every window and watch reads in worker threads; without a bound, N
-    concurrent reads of 10 MB image lines hold N of them. A reader takes the
-    line's size from the budget before reading it and gives it back once the
-    line is served, waiting while others hold it; a line larger than the whole
-    budget waits until it can hold the budget alone. Short lines (at most a
-    block) do not take from it.
-    """
-
-    def __init__(self, budget_bytes: int) -> None:
-        self.budget_bytes = budget_bytes
-        self._held = 0
-        self._changed = threading.Condition()
-
-    def share(self, size: int) -> int:
-        """What `acquire(size)` takes (`size`, cut to the budget)."""
-        return min(size, self.budget_bytes)
-
-    def acquire(self, size: int) -> int:
-        """Take `size` bytes (cut to the budget); return what was taken."""
-        size = self.share(size)
-        with self._changed:
-            self._changed.wait_for(lambda: self._held + size <= self.budget_bytes)
-            self._held += size
-        return size
-
-    def release(self, size: int) -> None:
-        """Give back what `acquire` took."""
-        with self._changed:
-            self._held -= size
-            self._changed.notify_all()
-
-
-# Internal, not a setting: room for one line of the largest size a window serves at a time.
-LINE_BUDGET = LineMemoryBudget(DEFAULT_MAX_LINE_SIZE)
 
 
 class LineFile:
@@ -604,61 +566,3 @@ class TailScans:
                     del self._scans[version]
             return None
         return known
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryStat:
-    """The stat of a MemorySource: its size, and the identity and times it was given."""
-
-    st_size: int
-    st_dev: int = 0
-    st_ino: int = 0
-    st_mtime_ns: int = 0
-    st_ctime_ns: int = 0
-
-
-class MemorySource(ByteSource):
-    """A transcript held in memory (tests, and sources whose records are not a file's bytes).
-
-    Reads see the bytes as they are at the time of the read: `append` and
-    `replace` change them under open readers, as a writer changes a file.
-    """
-
-    __slots__ = ("_data", "_ino")
-
-    def __init__(self, data: bytes = b"", ino: int = 0) -> None:
-        self._data = bytes(data)
-        self._ino = ino
-
-    def read(self, length: int, offset: int) -> bytes:
-        """The bytes [offset, offset + length), fewer at the end."""
-        if length < 0 or offset < 0:
-            raise ValueError("negative read")
-        return self._data[offset : offset + length]
-
-    def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
-        """Copy into `buffer` from `offset`; the count copied, fewer at the end."""
-        data = self.read(len(buffer), offset)
-        buffer[: len(data)] = data
-        return len(data)
-
-    def stat(self) -> MemoryStat:
-        """The size now (device 0, the inode it was given)."""
-        return MemoryStat(len(self._data), 0, self._ino)
-
-    def dup(self) -> MemorySource:
-        """The same bytes; the copy does not follow later changes."""
-        return MemorySource(self._data, self._ino)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def append(self, data: bytes) -> None:
-        """Add bytes at the end, as a writer appends to a file."""
-        self._data += data
-
-    def replace(self, data: bytes, ino: int | None = None) -> None:
-        """Rewrite the whole content (another inode when given, as a rename over the file)."""
-        self._data = bytes(data)
-        if ino is not None:
-            self._ino = ino

@@ -35,9 +35,9 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from scrollback.line_budget import LINE_BUDGET
 from scrollback.linefile import (
     BLOCK_BYTES,
-    LINE_BUDGET,
     MARK_EDGE,
     NEWLINE,
     ByteSource,

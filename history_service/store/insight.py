@@ -1,4 +1,4 @@
-"""The insight index's two backends (history_service.insight.InsightStore): SQLite and PostgreSQL.
+"""The insight index's two backends (history_service.insight_model.InsightStore): SQLite and PostgreSQL.
 
 Both run the same SQL (only the parameter mark differs) on the shared state
 database's migration-4 tables. A write is one transaction that first checks
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from history_service.insight import IndexDelta, IndexState, Insight, ModelTotals, Usage
+from history_service.insight_model import IndexDelta, IndexState, Insight, ModelTotals, Usage
 from scrollback.linefile import FileIdentity, FileVersion
 from scrollback.state.sqlite import busy_as_unavailable, connect, write_transaction
 
@@ -97,20 +97,7 @@ class _SqlInsightStore:
             if stored != base:
                 return False
             if reset or base is None:
-                for table in (
-                    "insight_entry_type",
-                    "insight_message",
-                    "insight_model",
-                    "insight_subagent_link",
-                ):
-                    connection.execute(
-                        self._sql(f"DELETE FROM {table} WHERE project_dir = ? AND session_id = ?"),
-                        key,
-                    )
-                connection.execute(
-                    self._sql("DELETE FROM insight_file WHERE project_dir = ? AND session_id = ?"),
-                    key,
-                )
+                self._clear(connection, key)
                 photos, first, last = 0, None, None
                 known: dict[str, tuple[str, Usage]] = {}
             else:
@@ -126,90 +113,129 @@ class _SqlInsightStore:
             photos += delta.photos
             first = _pick(min, first, delta.first_time_us)
             last = _pick(max, last, delta.last_time_us)
-            identity = new_state.identity
-            connection.execute(
-                self._sql(
-                    "INSERT INTO insight_file (project_dir, session_id, device, inode, head_len,"
-                    " head_hash, indexed_offset, photo_count, first_time_us, last_time_us, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)"
-                    " ON CONFLICT (project_dir, session_id) DO UPDATE SET device = excluded.device,"
-                    " inode = excluded.inode, head_len = excluded.head_len,"
-                    " head_hash = excluded.head_hash, indexed_offset = excluded.indexed_offset,"
-                    " photo_count = excluded.photo_count, first_time_us = excluded.first_time_us,"
-                    " last_time_us = excluded.last_time_us"
-                ),
-                (
-                    *key,
-                    identity.version.dev,
-                    identity.version.ino,
-                    identity.version.head_len,
-                    _signed(identity.version.head_hash),
-                    new_state.offset,
-                    photos,
-                    first,
-                    last,
-                ),
-            )
-            self._many(
-                connection,
-                "INSERT INTO insight_entry_type (project_dir, session_id, entry_type, entry_count)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT (project_dir, session_id, entry_type)"
-                " DO UPDATE SET entry_count = insight_entry_type.entry_count + excluded.entry_count",
-                [(*key, kind, count) for kind, count in delta.entry_counts.items()],
-            )
-            self._many(
-                connection,
-                "INSERT INTO insight_message (project_dir, session_id, message_id, model,"
-                " input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_dir, session_id, message_id)"
-                " DO UPDATE SET "
-                + ", ".join(
-                    f"{c} = {self._greatest}(insight_message.{c}, excluded.{c})"
-                    for c in (
-                        "input_tokens",
-                        "output_tokens",
-                        "cache_creation_tokens",
-                        "cache_read_tokens",
-                    )
-                ),
-                [
-                    (
-                        *key,
-                        mid,
-                        m.model,
-                        m.usage.input,
-                        m.usage.output,
-                        m.usage.cache_creation,
-                        m.usage.cache_read,
-                    )
-                    for mid, m in delta.messages.items()
-                ],
-            )
-            self._many(
-                connection,
-                "INSERT INTO insight_model (project_dir, session_id, model, input_tokens,"
-                " output_tokens, cache_creation_tokens, cache_read_tokens, message_count)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_dir, session_id, model)"
-                " DO UPDATE SET "
-                + ", ".join(
-                    f"{c} = insight_model.{c} + excluded.{c}"
-                    for c in (*_USAGE_COLUMNS, "message_count")
-                ),
-                [
-                    (*key, model, u.input, u.output, u.cache_creation, u.cache_read, count)
-                    for model, (u, count) in _model_gains(delta, known).items()
-                ],
-            )
-            self._many(
-                connection,
-                "INSERT INTO insight_subagent_link (project_dir, session_id, tool_use_id,"
-                " agent_session_id) VALUES (?, ?, ?, ?) ON CONFLICT (project_dir, session_id,"
-                " tool_use_id) DO UPDATE SET agent_session_id = excluded.agent_session_id",
-                [(*key, tool, agent) for tool, agent in delta.links.items()],
-            )
+            self._put_file(connection, key, new_state, photos, first, last)
+            self._add_rows(connection, key, delta, known)
             return True
 
         return self._write(work)
+
+    def _clear(self, connection: Any, key: tuple[str, str]) -> None:
+        """Delete every row of a transcript's index (it is read again from its start)."""
+        for table in (
+            "insight_entry_type",
+            "insight_message",
+            "insight_model",
+            "insight_subagent_link",
+        ):
+            connection.execute(
+                self._sql(f"DELETE FROM {table} WHERE project_dir = ? AND session_id = ?"),
+                key,
+            )
+        connection.execute(
+            self._sql("DELETE FROM insight_file WHERE project_dir = ? AND session_id = ?"),
+            key,
+        )
+
+    def _put_file(
+        self,
+        connection: Any,
+        key: tuple[str, str],
+        new_state: IndexState,
+        photos: int,
+        first: int | None,
+        last: int | None,
+    ) -> None:
+        """Write a transcript's file row: where its index stands and its file-wide totals."""
+        identity = new_state.identity
+        connection.execute(
+            self._sql(
+                "INSERT INTO insight_file (project_dir, session_id, device, inode, head_len,"
+                " head_hash, indexed_offset, photo_count, first_time_us, last_time_us, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)"
+                " ON CONFLICT (project_dir, session_id) DO UPDATE SET device = excluded.device,"
+                " inode = excluded.inode, head_len = excluded.head_len,"
+                " head_hash = excluded.head_hash, indexed_offset = excluded.indexed_offset,"
+                " photo_count = excluded.photo_count, first_time_us = excluded.first_time_us,"
+                " last_time_us = excluded.last_time_us"
+            ),
+            (
+                *key,
+                identity.version.dev,
+                identity.version.ino,
+                identity.version.head_len,
+                _signed(identity.version.head_hash),
+                new_state.offset,
+                photos,
+                first,
+                last,
+            ),
+        )
+
+    def _add_rows(
+        self,
+        connection: Any,
+        key: tuple[str, str],
+        delta: IndexDelta,
+        known: dict[str, tuple[str, Usage]],
+    ) -> None:
+        """Add a delta's entry counts, messages, model totals and sub-agent links."""
+        self._many(
+            connection,
+            "INSERT INTO insight_entry_type (project_dir, session_id, entry_type, entry_count)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (project_dir, session_id, entry_type)"
+            " DO UPDATE SET entry_count = insight_entry_type.entry_count + excluded.entry_count",
+            [(*key, kind, count) for kind, count in delta.entry_counts.items()],
+        )
+        self._many(
+            connection,
+            "INSERT INTO insight_message (project_dir, session_id, message_id, model,"
+            " input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_dir, session_id, message_id)"
+            " DO UPDATE SET "
+            + ", ".join(
+                f"{c} = {self._greatest}(insight_message.{c}, excluded.{c})"
+                for c in (
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_creation_tokens",
+                    "cache_read_tokens",
+                )
+            ),
+            [
+                (
+                    *key,
+                    mid,
+                    m.model,
+                    m.usage.input,
+                    m.usage.output,
+                    m.usage.cache_creation,
+                    m.usage.cache_read,
+                )
+                for mid, m in delta.messages.items()
+            ],
+        )
+        self._many(
+            connection,
+            "INSERT INTO insight_model (project_dir, session_id, model, input_tokens,"
+            " output_tokens, cache_creation_tokens, cache_read_tokens, message_count)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_dir, session_id, model)"
+            " DO UPDATE SET "
+            + ", ".join(
+                f"{c} = insight_model.{c} + excluded.{c}"
+                for c in (*_USAGE_COLUMNS, "message_count")
+            ),
+            [
+                (*key, model, u.input, u.output, u.cache_creation, u.cache_read, count)
+                for model, (u, count) in _model_gains(delta, known).items()
+            ],
+        )
+        self._many(
+            connection,
+            "INSERT INTO insight_subagent_link (project_dir, session_id, tool_use_id,"
+            " agent_session_id) VALUES (?, ?, ?, ?) ON CONFLICT (project_dir, session_id,"
+            " tool_use_id) DO UPDATE SET agent_session_id = excluded.agent_session_id",
+            [(*key, tool, agent) for tool, agent in delta.links.items()],
+        )
 
     def _known_messages(
         self, connection: Any, key: tuple[str, str], message_ids: list[str]

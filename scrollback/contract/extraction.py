@@ -15,13 +15,12 @@ from dataclasses import dataclass
 
 import pybase64
 
+from scrollback.contract.payload_scan import first_not_base64, is_payload
 from scrollback.contract.reading import ByteReader
 from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     StrippedImage,
     StrippedLine,
-    first_not_base64,
-    is_payload,
     strip_line,
 )
 

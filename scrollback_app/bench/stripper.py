@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scrollback.contract.payload_scan import first_not_base64
 from scrollback.contract.stripping import (
     DEFAULT_INLINE_LIMIT,
     find_payload_spans,
-    first_not_base64,
     pin_of,
     strip_line,
 )

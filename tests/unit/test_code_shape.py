@@ -4,7 +4,8 @@ An import cycle (a lazy import inside a function counts) ties two modules so
 that neither can be read, tested or moved alone; the layers contract of
 import-linter does not see one inside a layer. A module stays within 600
 lines and a function within 80 (generated code aside) in the packages listed
-in `SHORT`.
+in `SHORT`; `NOT_YET_SHORT` names the modules still being split, and empties
+as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("scrollback", "scrollback_app", "history_service", "media_service", "gateway", "client")
-SHORT = ("scrollback/server",)
+SHORT = ("history_service", "media_service", "scrollback")
+# Modules still over the limits while they are split (each removed when it is).
+NOT_YET_SHORT = frozenset({"history_service/slim.py", "history_service/numbering.py"})
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
@@ -77,6 +80,7 @@ def _sources() -> list[Path]:
         for package in SHORT
         for path in (ROOT / package).rglob("*.py")
         if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
+        and str(path.relative_to(ROOT)) not in NOT_YET_SHORT
     )
 
 

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrollback import linefile
-from scrollback.linefile import LineFile, LocalSource, MemorySource
+from scrollback.linefile import LineFile, LocalSource
 from scrollback.linewalk import find_key
+from scrollback.memory_source import MemorySource
 from tests.support.line_rules import (
     BODIES,
     LONG_BODIES,

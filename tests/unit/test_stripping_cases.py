@@ -572,7 +572,7 @@ def test_errors_carry_no_payload() -> None:
 def test_payload_ending_at_and_around_validation_slice_boundaries(slices: int, delta: int) -> None:
     # The fast path validates long strings in slices and finds the closing
     # quote in the first slice that fails: the quote may sit anywhere in it.
-    from scrollback.contract.stripping import _VALIDATE_SLICE
+    from scrollback.contract.payload_scan import _VALIDATE_SLICE
 
     payload = (b"QUJD" * (_VALIDATE_SLICE * slices // 4 + 8))[: _VALIDATE_SLICE * slices + delta]
     line = entry(image_block(payload))
@@ -585,7 +585,7 @@ def test_payload_ending_at_and_around_validation_slice_boundaries(slices: int, d
 
 @pytest.mark.parametrize("bad", [b" ", b"\\n", b"-", b'\\"'])
 def test_long_string_with_one_bad_character_after_a_slice_is_not_cut(bad: bytes) -> None:
-    from scrollback.contract.stripping import _VALIDATE_SLICE
+    from scrollback.contract.payload_scan import _VALIDATE_SLICE
 
     text = b"QUJD" * (_VALIDATE_SLICE // 4) + bad + b"QUJD" * 64
     result = strip_line(entry(image_block(text)))
@@ -596,7 +596,7 @@ def test_long_string_with_one_bad_character_after_a_slice_is_not_cut(bad: bytes)
 
 def test_first_not_base64_knows_the_alphabet_exactly() -> None:
     # Every byte value, alone and inside a run longer than one SIMD register.
-    from scrollback.contract.stripping import first_not_base64
+    from scrollback.contract.payload_scan import first_not_base64
 
     alphabet = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
     for value in range(256):

@@ -1,4 +1,4 @@
-"""ONE contract for the insight index's store (history_service.insight.InsightStore) on both backends.
+"""ONE contract for the insight index's store (history_service.insight_model.InsightStore) on both backends.
 
 Every method with the same expectations on SQLite and PostgreSQL: a first
 apply creates the row, later applies add counts and keep each message.id
@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from history_service.insight import IndexDelta, IndexState, InsightStore, MessageUsage, Usage
+from history_service.insight_model import IndexDelta, IndexState, InsightStore, MessageUsage, Usage
 from history_service.store.insight import PostgresInsightStore, SqliteInsightStore
 from scrollback.linefile import FileIdentity, FileVersion
 from scrollback.state import postgres as pg_state
