@@ -24,14 +24,11 @@ from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
 from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
+from history_service.image_list import ImageRecord, list_images
 from history_service.insight import InsightIndex, SessionDetail, subagents_of
 from history_service.insight_model import Insight, InsightStore
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.slim import (
-    OVER_DECODE_BUDGET,
-    Downscale,
-    DownscaleAnswer,
-    ImageRecord,
     SlimEvent,
     SlimFileStart,
     SlimOptions,
@@ -39,9 +36,9 @@ from history_service.slim import (
     SlimStats,
     SlimStep,
     file_size,
-    list_images,
     slim_file,
 )
+from history_service.slim_downscale import OVER_DECODE_BUDGET, Downscale, DownscaleAnswer
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope

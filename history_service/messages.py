@@ -9,10 +9,11 @@ from __future__ import annotations
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from history_service.accept import AcceptedRecord
+from history_service.image_list import ImageRecord
 from history_service.insight import SessionDetail
 from history_service.insight_model import Insight, Usage
 from history_service.sessions import SessionInfo
-from history_service.slim import ImageRecord, SlimStats
+from history_service.slim import SlimStats
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.ref.v1 import ref_pb2
 
@@ -143,7 +144,7 @@ def image_info_message(record: ImageRecord) -> pb.ImageInfo:
         info.ref.CopyFrom(
             ref_pb2.MediaRef(
                 session_id=record.session_id,
-                entry_uuid=record.entry_uuid,
+                entry_uuid=record.entry_name,
                 index=record.image_index,
                 pin=record.pin,
                 declared_media_type=record.declared_media_type,

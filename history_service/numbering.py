@@ -32,7 +32,7 @@ import re
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,104 +195,128 @@ class ChainWalk:
         """
         offsets = self.offsets
         most = self.budget // CHAIN_ENTRY_BYTES
-        lookahead = LOOKAHEAD_LINES
-        stream = iter(lines)
-        recent: deque[BackLine] = deque()  # the last lines read, highest offset first
-        members: set[int] = set()  # chain entries among `recent`
-        wanted: str | None = None  # None: the head (the newest entry with a role) is not found yet
-        needle = key = b""  # the wanted uuid's text, and as a compact `"uuid"` member
-        at = -1  # the last chain entry's offset
-
-        def parent_of(line: BackLine) -> str | None:
-            """The line's parent if the chain goes on with it (for the head: it has a role)."""
-            data = line[2]
-            if (
-                wanted is not None
-                and data is not None
-                and data.count(b'"uuid"') == 1
-                and data.count(b'"parentUuid"') == 1
-                and key in data
-            ):
-                # One uuid and one parentUuid key, compact, unescaped: read them as text.
-                found = _PARENT.search(data)
-                if found is not None:
-                    try:
-                        return found.group(1).decode() if found.group(1) is not None else ""
-                    except UnicodeDecodeError:
-                        pass
-            entry = parse(line, wanted is None)
-            if entry is None:
-                return None
-            if wanted is None:
-                facts = entry_facts(entry)
-                return facts.parent if facts.role else None
-            if entry.get("uuid") != wanted:
-                return None
-            value = entry.get("parentUuid")
-            return value if isinstance(value, str) else ""
-
-        def holds(line: BackLine) -> str | None:
-            data = line[2]
-            return None if data is not None and needle not in data else parent_of(line)
-
-        def after() -> tuple[BackLine, str] | None:
-            """The newest line after the last chain entry that holds the wanted uuid."""
-            for line in recent:
-                if line[0] <= at:
-                    return None
-                parent = holds(line)
-                if parent is not None:
-                    return line, parent
-            return None
-
-        def search() -> tuple[BackLine, str] | None:
-            """Where the chain goes on (nearest before, else after, else further back)."""
-            ahead = wanted is None  # the head has nothing after it to look at
-            below = 0  # lines of `recent` before the last chain entry (after a jump): the last ones
-            if recent and recent[-1][0] < at:
-                for line in reversed(recent):
-                    if line[0] >= at:
-                        break
-                    below += 1
-                for k in range(len(recent) - below, len(recent)):
-                    parent = holds(recent[k])
-                    if parent is not None:
-                        return recent[k], parent
-            looked = below
-            for line in stream:
-                if len(recent) == 2 * lookahead:
-                    members.discard(recent.popleft()[0])
-                recent.append(line)
-                looked += 1
-                data = line[2]
-                if data is None or needle in data:
-                    parent = parent_of(line)
-                    if parent is not None:
-                        return line, parent
-                if looked == lookahead and not ahead:
-                    ahead = True
-                    found = after()
-                    if found is not None:
-                        return found
-            return None if ahead else after()
-
+        steps = _Steps(iter(lines), parse)
         while True:
-            step = search()
-            if step is None or step[0][0] in members:
+            step = steps.search()
+            if step is None or step[0][0] in steps.members:
                 break  # no entry holds it, or a chain entry does (a cycle): the root
-            if offsets and step[0][0] > at:
-                self.in_order = False
             at = step[0][0]
+            if offsets and at > steps.at:
+                self.in_order = False
+            steps.at = at
             offsets.append(at)
-            members.add(at)
+            steps.members.add(at)
             if len(offsets) > most:
                 raise ChainTooLargeError()
-            wanted = step[1]
-            if not wanted:
+            steps.want(step[1])
+            if not step[1]:
                 break
-            needle = orjson.dumps(wanted)[1:-1]
-            key = b'"uuid":"' + needle + b'"'
-        self.root_parent = wanted or ""
+        self.root_parent = steps.wanted or ""
+
+
+class _Steps:
+    """One chain walk's position: the lines read last, the chain entries among them, the uuid
+    wanted next (None: the head, the newest entry with a role, is not found yet)."""
+
+    def __init__(
+        self, stream: Iterator[BackLine], parse: Callable[[BackLine, bool], dict[str, Any] | None]
+    ) -> None:
+        self.stream = stream
+        self.parse = parse
+        self.recent: deque[BackLine] = deque()  # the last lines read, highest offset first
+        self.members: set[int] = set()  # chain entries among `recent`
+        self.wanted: str | None = None
+        self.needle = self.key = b""  # the wanted uuid's text, and as a compact `"uuid"` member
+        self.at = -1  # the last chain entry's offset
+
+    def want(self, uuid: str) -> None:
+        """Look for the entry holding `uuid` next."""
+        self.wanted = uuid
+        if uuid:
+            self.needle = orjson.dumps(uuid)[1:-1]
+            self.key = b'"uuid":"' + self.needle + b'"'
+
+    def parent_of(self, line: BackLine) -> str | None:
+        """The line's parent if the chain goes on with it (for the head: it has a role)."""
+        data, wanted = line[2], self.wanted
+        if (
+            wanted is not None
+            and data is not None
+            and data.count(b'"uuid"') == 1
+            and data.count(b'"parentUuid"') == 1
+            and self.key in data
+        ):
+            # One uuid and one parentUuid key, compact, unescaped: read them as text.
+            found = _PARENT.search(data)
+            if found is not None:
+                try:
+                    return found.group(1).decode() if found.group(1) is not None else ""
+                except UnicodeDecodeError:
+                    pass
+        entry = self.parse(line, wanted is None)
+        if entry is None:
+            return None
+        if wanted is None:
+            facts = entry_facts(entry)
+            return facts.parent if facts.role else None
+        if entry.get("uuid") != wanted:
+            return None
+        value = entry.get("parentUuid")
+        return value if isinstance(value, str) else ""
+
+    def holds(self, line: BackLine) -> str | None:
+        data = line[2]
+        return None if data is not None and self.needle not in data else self.parent_of(line)
+
+    def after(self) -> tuple[BackLine, str] | None:
+        """The newest line after the last chain entry that holds the wanted uuid."""
+        for line in self.recent:
+            if line[0] <= self.at:
+                return None
+            parent = self.holds(line)
+            if parent is not None:
+                return line, parent
+        return None
+
+    def _below(self) -> tuple[tuple[BackLine, str] | None, int]:
+        """After a jump: the lines of `recent` before the last chain entry (its last ones), and
+        the first of them that holds the wanted uuid."""
+        recent, below = self.recent, 0
+        if recent and recent[-1][0] < self.at:
+            for line in reversed(recent):
+                if line[0] >= self.at:
+                    break
+                below += 1
+            for k in range(len(recent) - below, len(recent)):
+                parent = self.holds(recent[k])
+                if parent is not None:
+                    return (recent[k], parent), below
+        return None, below
+
+    def search(self) -> tuple[BackLine, str] | None:
+        """Where the chain goes on (nearest before, else after, else further back)."""
+        found, looked = self._below()
+        if found is not None:
+            return found
+        ahead = self.wanted is None  # the head has nothing after it to look at
+        recent, members, needle = self.recent, self.members, self.needle
+        lookahead = LOOKAHEAD_LINES
+        for line in self.stream:
+            if len(recent) == 2 * lookahead:
+                members.discard(recent.popleft()[0])
+            recent.append(line)
+            looked += 1
+            data = line[2]
+            if data is None or needle in data:
+                parent = self.parent_of(line)
+                if parent is not None:
+                    return line, parent
+            if looked == lookahead and not ahead:
+                ahead = True
+                found = self.after()
+                if found is not None:
+                    return found
+        return None if ahead else self.after()
 
 
 class ChainCheck:

@@ -390,9 +390,11 @@ def _print_images(images: list[hpb.ImageInfo], totals: hpb.ImageTotals) -> None:
         pixels = f"{info.width}x{info.height} px" if info.width else "pixels unknown"
         index = f" #{info.index}" if info.HasField("index") else ""
         problems = f"  PROBLEMS: {', '.join(info.problems)}" if info.problems else ""
+        # The entry as its ref names it (`at-<offset>` for a line without a usable uuid).
+        entry = info.ref.entry_uuid if info.HasField("ref") else info.entry_uuid
         print(
             f"{info.api_path or '(not sent)'}  {info.kind} {info.media_type or info.declared_media_type}"
-            f"  {info.size_bytes:,} bytes  {pixels}  {info.session_id}/{info.entry_uuid}{index}"
+            f"  {info.size_bytes:,} bytes  {pixels}  {info.session_id}/{entry}{index}"
             f"  line {info.line_number}{problems}"
         )
     print(

@@ -384,6 +384,27 @@ def probe_line_streamed(
     None if the line is not a JSON object, or if what is left once its
     payloads are cut is still over `max_kept` (it is never held whole).
     """
+    probed = probe_line_sized(read, size, inline_limit, max_kept, chunk_size=chunk_size)
+    return probed if isinstance(probed, ProbedLine) else None
+
+
+@dataclass(frozen=True, slots=True)
+class StillTooLarge:
+    """A line whose remainder, once its payloads are cut, is over the bound asked for."""
+
+    kept: int
+
+
+def probe_line_sized(
+    read: ByteReader,
+    size: int,
+    inline_limit: int = MIN_INLINE_LIMIT,
+    max_kept: int = DEFAULT_MAX_LINE_SIZE,
+    *,
+    chunk_size: int = STREAM_CHUNK,
+) -> ProbedLine | StillTooLarge | None:
+    """`probe_line_streamed`, telling a line still over `max_kept` once stripped (never
+    parsed) from one that is not a JSON object (None)."""
     spans: list[tuple[int, int]] = []
     pins: list[str] = []
     for start, end, pin in streamed_payloads(read, size, inline_limit, chunk_size):
@@ -391,7 +412,7 @@ def probe_line_streamed(
         pins.append(pin)
     kept = size - sum(end - start for start, end in spans)
     if kept > max_kept:
-        return None
+        return StillTooLarge(kept)
     probe, placeholders = _probe_of(size, spans, lambda start, end: read(start, end - start))
     entry = parse_json_object(probe)
     if entry is None:

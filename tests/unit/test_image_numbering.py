@@ -23,20 +23,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from history_service import numbering, slim
+from history_service import image_list, numbering, slim_scan
 from history_service.errors import ChainTooLargeError
+from history_service.image_list import ImageRecord, list_images, problems_of
 from history_service.numbering import api_positions, entry_facts
-from history_service.slim import (
-    ImageRecord,
+from history_service.slim_blocks import (
     LineSource,
-    _declared,
-    _ref,
-    _segments,
     block_facts,
-    list_images,
+    block_ref,
+    declared_type,
     media_blocks,
-    problems_of,
 )
+from history_service.slim_scan import segments
+from scrollback.contract.refs import entry_name
 from scrollback.contract.stripping import parse_json_object
 from scrollback.linefile import ByteSource, LocalSource
 
@@ -53,7 +52,7 @@ def reference_list_images(
     records: list[tuple[int, ImageRecord]] = []
     entries = []
     line_number = 0
-    for segment in _segments(fd, size, max_line):
+    for segment in segments(fd, size, max_line):
         if isinstance(segment, tuple):
             for text in segment[2].split(b"\n")[:-1]:
                 line_number += 1
@@ -74,7 +73,7 @@ def reference_list_images(
             if not block.content_path:
                 continue
             block_facts(source, probed, block)
-            ref, pin = _ref(session_id, uuid, block, probed)
+            ref, pin = block_ref(raw.start, session_id, probed.entry, block, probed)
             assert block.facts is not None
             records.append(
                 (
@@ -82,12 +81,13 @@ def reference_list_images(
                     ImageRecord(
                         session_id,
                         uuid,
+                        entry_name(uuid, raw.start),
                         line_number,
                         raw.start,
                         block.kind,
                         block.image_index,
                         block.content_path,
-                        _declared(block.block),
+                        declared_type(block.block),
                         block.facts,
                         ref,
                         pin,
@@ -163,7 +163,7 @@ def transcripts(draw: st.DrawFn) -> bytes:
 
 @given(
     data=transcripts(),
-    block=st.sampled_from([64, 700, slim.SCAN_BLOCK]),
+    block=st.sampled_from([64, 700, slim_scan.SCAN_BLOCK]),
     lookahead=st.sampled_from([1, 2, numbering.LOOKAHEAD_LINES]),
 )
 @settings(
@@ -177,7 +177,7 @@ def test_the_bounded_numbering_answers_as_the_rule(
     path = tmp_path_factory.mktemp("numbering") / "t.jsonl"
     path.write_bytes(data)
     with (
-        mock.patch.object(slim, "SCAN_BLOCK", block),
+        mock.patch.object(slim_scan, "SCAN_BLOCK", block),
         mock.patch.object(numbering, "LOOKAHEAD_LINES", lookahead),
     ):
         for max_line in (2000, 1 << 20):
@@ -223,7 +223,7 @@ def test_a_linear_chain_is_numbered_without_the_rules_pass(tmp_path: Path) -> No
             _assistant("e", "d"),
         ],
     )
-    with mock.patch.object(slim, "positions_by_offset", side_effect=AssertionError):
+    with mock.patch.object(image_list, "positions_by_offset", side_effect=AssertionError):
         listed = _listed(path, list_images, 1 << 20)
     assert [record.api_path for record in listed] == [
         "messages.0.content.1",
@@ -245,7 +245,7 @@ def _counting_fallback() -> tuple[list[Any], Any]:
         calls.append(args)
         return real(*args)
 
-    return calls, mock.patch.object(slim, "positions_by_offset", counted)
+    return calls, mock.patch.object(image_list, "positions_by_offset", counted)
 
 
 def test_parents_written_just_after_their_children_are_numbered_in_chain_order(

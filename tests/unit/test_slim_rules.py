@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from history_service.numbering import api_positions, entry_facts
-from history_service.slim import stand_in_text
+from history_service.slim_blocks import stand_in_text
 
 
 def _entry(kind: str, uuid: str, parent: str | None, blocks: int = 1, **extra: Any) -> Any:

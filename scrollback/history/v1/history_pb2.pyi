@@ -1552,13 +1552,18 @@ class ImageInfo(_message.Message):
     session_id: _builtins.str
     """The transcript that holds it (the session, or one of its sub-agents)."""
     entry_uuid: _builtins.str
-    """The "uuid" of its entry; empty for an entry without one."""
+    """The "uuid" of its entry as written; empty for an entry without one. Its
+    ref names the entry as ReadWindow does ("at-<offset>" for a line without
+    a usable uuid, scrollback/ref/v1/ref.proto).
+    """
     index: _builtins.int
     """Its index by the image-enumeration rule; unset for a document."""
     api_path: _builtins.str
     """Its place in the API's message list, "messages.N.content.M" (with
     ".content.K" for a block inside a tool_result), as the API numbers it in
-    its errors; empty for an entry not on the conversation's chain.
+    its errors; empty for an entry not on the conversation's chain. A line
+    too large to parse once its payloads are cut counts as a message of its
+    top-level "type" with one block.
     """
     kind: _builtins.str
     """"image" or "document"."""

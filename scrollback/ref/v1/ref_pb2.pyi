@@ -23,9 +23,12 @@ is a "data:image/<subtype>;base64," URL met in a depth-first walk of
 
 Entries without a uuid (every rollout line, and any line whose "uuid" is
 missing or not an id) are named in refs by their line's byte offset in the
-transcript: "at-<offset>", a decimal without leading zeros (a line's own
-"uuid" of that form never names its entry). A transcript only grows, so
-the name stays valid as it does; the pin guards against a rewrite.
+transcript: "at-<offset>", a decimal without leading zeros. A line's own
+"uuid" of that form (for example "at-5") never names its entry: that line
+is named by its own offset too. Every API names entries alike (ReadWindow's
+media_refs, ListImages' refs, the refs in slim stand-in texts). A
+transcript only grows, so the name stays valid as it does; the pin guards
+against a rewrite.
 
 The stripped-payload marker is the file option below: a line served in
 DEFERRED mode carries exactly this text, [scrollback:stripped-media],
