@@ -66,6 +66,8 @@ EXPECTED = {
     "cache_lookup",
     "slim_server_rss",
     "slim_downscale_pss_64mp",
+    "list_images_pss",
+    "long_tail_window",
     "codex_window_vs_claude",
     "codex_ttfb_cold_vs_claude",
     "bucket_window_vs_local",
