@@ -263,12 +263,16 @@ def port_from_log(log: Path, process: subprocess.Popen[bytes], deadline: float) 
 
     A port picked beforehand and handed to the server can be taken by another
     process in between; a server binding port 0 itself cannot lose that race.
+    A server of several workers is waited for until it says they all serve: the
+    first worker listens while the others still start, and one of those may yet
+    fail (its start is not over) if the test breaks something right away.
     """
     while True:
-        match = LISTENING_PORT.search(log.read_text(errors="replace"))
-        if match:
+        text = log.read_text(errors="replace")
+        match = LISTENING_PORT.search(text)
+        if match and ("(worker " not in text or " workers listening on " in text):
             return int(match.group(1))
-        assert process.poll() is None, log.read_text(errors="replace")
+        assert process.poll() is None, text
         assert time.monotonic() < deadline, "the server never said where it listens"
         time.sleep(0.05)
 
