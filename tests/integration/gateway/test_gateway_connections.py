@@ -12,6 +12,7 @@ import time
 
 import httpx
 
+from gateway.protocol import PRESSURE_IDLE_SECONDS
 from tests.support.gateway import (
     SESSION,
     GatewayStack,
@@ -161,7 +162,10 @@ def test_idle_connections_make_room_when_the_cap_is_near(stack: GatewayStack) ->
         idle = [RawConnection(port, source=f"127.0.1.{n % 5 + 1}") for n in range(19)]
         idle[0].send(HALF_REQUEST)
         assert wait_until(lambda: _open_connections(stack) == 20, 10)
-        # Each new connection closes those idle past a short grace; the newcomer is served.
+        # Each new connection closes those idle past a short grace: the newcomer comes once
+        # all of them are past it (else it may close only some, enough for itself).
+        opened = time.monotonic()
+        assert wait_until(lambda: time.monotonic() - opened > PRESSURE_IDLE_SECONDS, 10)
         with _from("127.0.0.2") as newcomer:
             assert wait_until(
                 lambda: newcomer.get(f"{stack.url}/api/v1/sessions").status_code == 200, 10
