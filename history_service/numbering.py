@@ -52,7 +52,7 @@ _PARENT = re.compile(rb'"parentUuid":(?:null|"([^"\\]*)")')
 # Lines after a chain entry where its parent is looked for first.
 LOOKAHEAD_LINES = 8
 # Per entry of the full rule, beyond its two strings' characters: its facts, the strings'
-# headers, its slots in the lists, map and set, and its position (measured with tracemalloc).
+# headers, its slots in the lists, map and set, and its position.
 ENTRY_BYTES = 480
 
 

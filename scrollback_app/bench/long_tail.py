@@ -100,7 +100,7 @@ async def measure(
     server_proc = procs.history_server(project.parent, work / "state-long-tail")
     async with server_proc as server, services.channel(server.addr) as channel:
         stub = history_pb2_grpc.HistoryServiceStub(channel)
-        await tail_served(stub)  # the first build, not measured
+        await tail_served(stub)  # the tail's first build runs before the timed rounds
         still_building = tail_answered = 0
 
         async def beside_tail(round_number: int) -> tuple[float, bool]:
