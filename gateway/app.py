@@ -113,7 +113,7 @@ class Gateway:
         # No BDP probing: the receive window stays at its initial size, so a photo
         # stream buffers a bounded amount in the gateway whatever the photo's size
         # (the HTTP side drains it at the browser's pace); a larger fixed window
-        # would be held by every slow download at once (README "Gateway figures").
+        # would be held by every slow download at once (docs/benchmarks.md "The gateway").
         self._media_channel = open_channel(
             self.config.media_addr, tls, [("grpc.http2.bdp_probe", 0)]
         )

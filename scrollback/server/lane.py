@@ -6,7 +6,7 @@ Python with dozens of syscalls, each of which releases the GIL. On asyncio's
 default executor, concurrent calls occupy several threads at once, which then
 take the GIL from each other and from the event loop at every syscall; on one
 thread they run one after another (the GIL would serialize their Python anyway)
-and only that thread and the loop share the GIL. The README's benchmark section
+and only that thread and the loop share the GIL. docs/benchmarks.md
 has what that saves.
 
 One thread must not let one slow call (a page token's first use building a

