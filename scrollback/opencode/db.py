@@ -1,0 +1,146 @@
+"""opencode's SQLite database, opened read-only, read in short transactions.
+
+opencode (1.2 and later) keeps its sessions in one SQLite database in WAL
+mode, written while we read. Every connection here is opened with a
+`mode=ro` URI and `PRAGMA query_only`, so nothing we run can write, and a
+busy timeout, so a reader waits briefly for a checkpoint or a migration
+instead of failing at once. Reads are short: one statement, or one deferred
+read transaction over a few statements (`read`), never held between calls, so
+opencode's writes and checkpoints are never held up by a reader that went
+quiet. Each thread has its own connection (SQLite connections are not shared
+across threads).
+
+A database that is locked past the timeout, mid-migration (a table or column
+we read is missing) or unreadable raises `OpencodeUnavailableError`, which
+the services answer UNAVAILABLE (reason TRANSCRIPTS_UNAVAILABLE): never a
+partial read. The error text names no path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from scrollback.objects import TranscriptsUnavailableError
+
+T = TypeVar("T")
+
+# How long a read waits for a lock held by opencode (a checkpoint, a migration).
+BUSY_TIMEOUT_SECONDS = 2.0
+# The columns read from each table: one missing means a schema we do not know
+# (a migration under way, or a release that changed it).
+REQUIRED_COLUMNS = {
+    "session": frozenset({"id", "parent_id", "directory", "title", "time_created", "time_updated"}),
+    "message": frozenset({"id", "session_id", "time_created", "time_updated", "data"}),
+    "part": frozenset({"id", "message_id", "session_id", "time_updated", "data"}),
+}
+
+
+class OpencodeUnavailableError(TranscriptsUnavailableError):
+    """The database is locked, mid-migration or unreadable: retry later."""
+
+    def __init__(self, text: str = "the opencode database is unavailable; retry later") -> None:
+        super().__init__(text)
+
+
+class SessionChangedError(OpencodeUnavailableError):
+    """A row changed size while a view of its session was read: read the session again."""
+
+    def __init__(self) -> None:
+        super().__init__("the opencode session changed while it was read; retry")
+
+
+class OpencodeDatabase:
+    """The database at `path`, read-only; a connection per thread, opened on first use."""
+
+    def __init__(self, path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+
+    def exists(self) -> bool:
+        """True if the database file is there (opencode has run at least once)."""
+        return self.path.is_file()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self._uri,
+                uri=True,
+                timeout=self._busy_timeout,
+                isolation_level=None,  # autocommit: transactions are ours, and short
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA query_only = ON")
+            _check_schema(conn)
+            self._local.conn = conn
+        return conn
+
+    def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`work` in one read transaction of this thread's connection, ended at once.
+
+        Errors of the database (locked, missing table, corrupt) are
+        OpencodeUnavailableError; the connection is dropped after one, so the
+        next read checks the schema again.
+        """
+        try:
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                return work(conn)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error:
+            self._drop()
+            raise OpencodeUnavailableError() from None
+
+    def blob_read(self, rowid: int, length: int, offset: int, expected: int) -> bytes:
+        """Bytes [offset, offset + length) of a part's `data`, by incremental blob I/O.
+
+        Only those bytes are read (a 100 MB part is never loaded whole).
+        SessionChangedError if the value is no longer `expected` bytes long or
+        the row is gone.
+        """
+        try:
+            conn = self._connection()
+            with conn.blobopen("part", "data", rowid, readonly=True) as blob:
+                if len(blob) != expected:
+                    raise SessionChangedError()
+                blob.seek(offset)
+                return blob.read(length)
+        except sqlite3.OperationalError as error:
+            if "no such rowid" in str(error):
+                raise SessionChangedError() from None
+            self._drop()
+            raise OpencodeUnavailableError() from None
+        except sqlite3.Error:
+            self._drop()
+            raise OpencodeUnavailableError() from None
+
+    def _drop(self) -> None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+
+def _check_schema(conn: sqlite3.Connection) -> None:
+    """OpencodeUnavailableError unless every table and column read is there."""
+    for table, needed in REQUIRED_COLUMNS.items():
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info(`{table}`)")}
+        if not needed <= columns:
+            conn.close()
+            raise OpencodeUnavailableError()
+
+
+def rows(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """All rows of one statement."""
+    return conn.execute(sql, params).fetchall()

@@ -1,0 +1,170 @@
+"""The sessions of opencode's database, as a TranscriptSource (source "opencode").
+
+A session is a row of `session`: its id is the session id, its `directory`
+the project (a caller sees it if it may read that project, as a Codex
+rollout's cwd), its `parent_id` the parent of a sub-session (the task tool's),
+its `title` the title listed. The index (scrollback.transcripts.Catalog)
+lists the table again when it is older than the rescan interval, or at once
+on a miss; a session id that is not an id of the contract is not listed.
+`open` gives the session's view (scrollback.opencode.view), its map kept per
+session while the session's rows are unchanged (one indexed query checks).
+
+A database that does not exist yet lists nothing; one locked, mid-migration
+or unreadable raises OpencodeUnavailableError (UNAVAILABLE). There is no
+file to jail: a session is what the database says.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from scrollback.contract.refs import ID_PATTERN, OPENCODE
+from scrollback.linefile import ByteSource, FileVersion, SourceStat
+from scrollback.opencode.db import OpencodeDatabase, rows
+from scrollback.opencode.view import SessionMap, SessionView, build_map, change_key, view_ino
+from scrollback.principals import Principal
+from scrollback.transcripts import (
+    Catalog,
+    RootSnapshot,
+    SessionNotFoundError,
+    TranscriptFile,
+    read_closed,
+)
+
+T = TypeVar("T")
+# Maps kept (one per session opened lately); the least recently made go first.
+MAPS_KEPT = 256
+# The prefix of a view's key in the state store's indexes (no path starts with it).
+KEY_PREFIX = "//opencode/"
+
+_SESSIONS = (
+    "SELECT id, parent_id, directory, title, time_created, time_updated FROM session ORDER BY id"
+)
+
+
+class OpencodeSource:
+    """The sessions of one opencode database: a TranscriptSource."""
+
+    def __init__(self, path: Path, *, rescan_interval: float = 2.0) -> None:
+        self.db = OpencodeDatabase(path)
+        self.refreshes = 0
+        self.maps_built = 0
+        self._rows: list[tuple[object, ...]] | None = None
+        self._maps: dict[str, SessionMap] = {}
+        self._maps_lock = threading.Lock()
+        self._catalog = Catalog(
+            self._rebuild, rescan_interval=rescan_interval, exists=self.exists, jailed=_always
+        )
+
+    @property
+    def location(self) -> str:
+        """The database file, for log lines."""
+        return str(self.db.path)
+
+    def _rebuild(self) -> RootSnapshot | None:
+        """The sessions table listed again; None if it is as last listed."""
+        self.refreshes += 1
+        listed = self.db.read(lambda conn: rows(conn, _SESSIONS)) if self.db.exists() else []
+        if listed == self._rows:
+            return None
+        self._rows = listed
+        files = []
+        for sid, parent, directory, title, _, _ in listed:
+            if not isinstance(sid, str) or ID_PATTERN.fullmatch(sid) is None:
+                continue
+            parent_id = parent if isinstance(parent, str) and ID_PATTERN.fullmatch(parent) else ""
+            files.append(
+                TranscriptFile(
+                    session_id=sid,
+                    project_dir=str(directory or ""),
+                    location=sid,
+                    is_subagent=bool(parent),
+                    parent_session_id=parent_id,
+                    source=OPENCODE,
+                    title=str(title or ""),
+                )
+            )
+        return RootSnapshot.of(files)
+
+    def list(self, principal: Principal | None) -> list[TranscriptFile]:
+        """The sessions the principal may see (scrollback.transcripts.Catalog.list)."""
+        return self._catalog.list(principal)
+
+    def resolve(self, session_id: str, principal: Principal | None) -> TranscriptFile:
+        """The session of an id (scrollback.transcripts.Catalog.resolve)."""
+        return self._catalog.resolve(session_id, principal)
+
+    def name_of(self, transcript: TranscriptFile, principal: Principal | None) -> str:
+        """The id a principal names a listed session by (Catalog.name_of)."""
+        return self._catalog.name_of(transcript, principal)
+
+    def exists(self, transcript: TranscriptFile) -> bool:
+        """True if the session is still in the database."""
+        if not self.db.exists():
+            return False
+        found = self.db.read(
+            lambda conn: rows(conn, "SELECT 1 FROM session WHERE id = ?", (transcript.location,))
+        )
+        return bool(found)
+
+    def _map(self, transcript: TranscriptFile) -> SessionMap:
+        """The session's map now: the kept one while its rows are unchanged, else made anew."""
+        session = transcript.location
+        ino = view_ino(self.location, session)
+
+        def read(conn: object) -> SessionMap:
+            assert hasattr(conn, "execute")
+            found = rows(conn, "SELECT 1 FROM session WHERE id = ?", (session,))  # type: ignore[arg-type]
+            if not found:
+                raise SessionNotFoundError()
+            key = change_key(conn, session)  # type: ignore[arg-type]
+            with self._maps_lock:
+                kept = self._maps.get(session)
+            if kept is not None and kept.key == key:
+                return kept
+            self.maps_built += 1
+            return build_map(conn, session, key, ino)  # type: ignore[arg-type]
+
+        if not self.db.exists():
+            raise SessionNotFoundError()
+        made = self.db.read(read)
+        with self._maps_lock:
+            if len(self._maps) >= MAPS_KEPT and session not in self._maps:
+                self._maps.pop(next(iter(self._maps)))
+            self._maps[session] = made
+        return made
+
+    def stat(self, transcript: TranscriptFile) -> SourceStat:
+        """The session's view size and last change (OSError if the session is gone)."""
+        try:
+            return SessionView(self.db, self._map(transcript)).stat()
+        except SessionNotFoundError:
+            raise FileNotFoundError("session gone") from None
+
+    def key_of(self, transcript: TranscriptFile) -> str:
+        """The session's name in the state store's indexes: `//opencode/<session id>`."""
+        return KEY_PREFIX + transcript.location
+
+    def open(self, transcript: TranscriptFile) -> ByteSource:
+        """The session's view as its rows are now (SessionNotFoundError if it is gone)."""
+        return SessionView(self.db, self._map(transcript))
+
+    def open_listed(self, transcript: TranscriptFile) -> ByteSource:
+        """The session's view: a database has no older version to read."""
+        return self.open(transcript)
+
+    def read_listed(self, transcript: TranscriptFile, work: Callable[[ByteSource], T]) -> T:
+        """`work` on the session's view, closed after."""
+        return read_closed(self.open(transcript), work)
+
+    def version(self, opened: ByteSource, stat: SourceStat | None = None) -> FileVersion:
+        """A view's version: its identity and its head (FileVersion.of)."""
+        return FileVersion.of(opened, stat)
+
+
+def _always(transcript: TranscriptFile) -> bool:
+    """A session is what the database says: there is no file to jail."""
+    return True
