@@ -101,28 +101,20 @@ class OpencodeDatabase:
             self._drop()
             raise OpencodeUnavailableError() from None
 
-    def blob_read(self, rowid: int, length: int, offset: int, expected: int) -> bytes:
-        """Bytes [offset, offset + length) of a part's `data`, by incremental blob I/O.
-
-        Only those bytes are read (a 100 MB part is never loaded whole).
-        SessionChangedError if the value is no longer `expected` bytes long or
-        the row is gone.
-        """
+    def connect(self) -> sqlite3.Connection:
+        """A new read-only connection of the caller's own (OpencodeUnavailableError if none)."""
         try:
-            conn = self._connection()
-            with conn.blobopen("part", "data", rowid, readonly=True) as blob:
-                if len(blob) != expected:
-                    raise SessionChangedError()
-                blob.seek(offset)
-                return blob.read(length)
-        except sqlite3.OperationalError as error:
-            if "no such rowid" in str(error):
-                raise SessionChangedError() from None
-            self._drop()
-            raise OpencodeUnavailableError() from None
+            conn = sqlite3.connect(
+                self._uri,
+                uri=True,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA query_only = ON")
         except sqlite3.Error:
-            self._drop()
             raise OpencodeUnavailableError() from None
+        return conn
 
     def _drop(self) -> None:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -144,3 +136,64 @@ def _check_schema(conn: sqlite3.Connection) -> None:
 def rows(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """All rows of one statement."""
     return conn.execute(sql, params).fetchall()
+
+
+class PartReader:
+    """Reads of parts' `data` by incremental blob I/O, on a connection of its own.
+
+    Only the bytes asked for are read, so a 100 MB part is never loaded
+    whole. The handle of the part last read stays open while reads continue
+    in it (reopening one at a large offset walks the part's overflow pages
+    from its start again, so sequential reads of a reopened handle cost the
+    square of the part's size); it is closed once a read reaches the part's
+    end, when another part is read, and on `close`. An open handle holds a
+    read transaction on this reader's own connection only.
+    """
+
+    def __init__(self, db: OpencodeDatabase) -> None:
+        self._db = db
+        self._conn: sqlite3.Connection | None = None
+        self._blob: sqlite3.Blob | None = None
+        self._rowid = -1
+
+    def read(self, rowid: int, length: int, offset: int, expected: int) -> bytes:
+        """Bytes [offset, offset + length) of a part's `data`; SessionChangedError if the
+        value is no longer `expected` bytes long or the row is gone."""
+        try:
+            if self._blob is None or self._rowid != rowid:
+                self._close_blob()
+                if self._conn is None:
+                    self._conn = self._db.connect()
+                blob = self._conn.blobopen("part", "data", rowid, readonly=True)
+                self._blob, self._rowid = blob, rowid
+                if len(blob) != expected:
+                    self._close_blob()
+                    raise SessionChangedError()
+            blob = self._blob
+            blob.seek(offset)
+            data = blob.read(length)
+            if offset + length >= expected:
+                self._close_blob()
+            return data
+        except sqlite3.OperationalError as error:
+            self.close()
+            if "no such rowid" in str(error):
+                raise SessionChangedError() from None
+            raise OpencodeUnavailableError() from None
+        except sqlite3.Error:
+            self.close()
+            raise OpencodeUnavailableError() from None
+
+    def _close_blob(self) -> None:
+        blob, self._blob, self._rowid = self._blob, None, -1
+        if blob is not None:
+            with contextlib.suppress(sqlite3.Error):
+                blob.close()
+
+    def close(self) -> None:
+        """Close the open handle and the connection."""
+        self._close_blob()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()

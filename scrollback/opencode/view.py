@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import bisect
 import sqlite3
+import threading
 from dataclasses import dataclass
 
 import orjson
 import xxhash
 
 from scrollback.linefile import ByteSource
-from scrollback.opencode.db import OpencodeDatabase, rows
+from scrollback.opencode.db import OpencodeDatabase, PartReader, rows
 
 # The device number every view reports (no file is behind it).
 VIEW_DEV = 0x0C0DE
@@ -201,11 +202,13 @@ def _text_bytes(value: object) -> bytes:
 class SessionView(ByteSource):
     """A session's view (module docstring): positional reads of its map's bytes."""
 
-    __slots__ = ("_db", "map")
+    __slots__ = ("_db", "_parts", "_parts_lock", "map")
 
     def __init__(self, db: OpencodeDatabase, session_map: SessionMap) -> None:
         self._db = db
         self.map = session_map
+        self._parts: PartReader | None = None  # opened at the first read of a part
+        self._parts_lock = threading.Lock()
 
     def read(self, length: int, offset: int) -> bytes:
         """The bytes [offset, offset + length), fewer at the end (SessionChangedError if a
@@ -224,10 +227,16 @@ class SessionView(ByteSource):
             if isinstance(piece, bytes):
                 out.append(piece[inner : inner + take])
             else:
-                out.append(self._db.blob_read(piece, take, inner, size))
+                out.append(self._read_part(piece, take, inner, size))
             position += take
             k += 1
         return b"".join(out)
+
+    def _read_part(self, rowid: int, length: int, offset: int, expected: int) -> bytes:
+        with self._parts_lock:
+            if self._parts is None:
+                self._parts = PartReader(self._db)
+            return self._parts.read(rowid, length, offset, expected)
 
     def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
         """Copy into `buffer` from `offset`; the count copied, fewer at the end."""
@@ -245,4 +254,14 @@ class SessionView(ByteSource):
         return SessionView(self._db, self.map)
 
     def close(self) -> None:
-        """Nothing held between reads."""
+        """Close the part reader, if one was opened."""
+        with self._parts_lock:
+            if self._parts is not None:
+                self._parts.close()
+                self._parts = None
+
+    def __del__(self) -> None:
+        # A view dropped without `close` (a window kept for rereads) still lets go of its
+        # read transaction.
+        if self._parts is not None:
+            self._parts.close()
