@@ -5,7 +5,7 @@ session becomes one by this mapping (docs/contract.md §1, "opencode"): one
 line per message, its messages in opencode's order (`time_created`, then
 id), each line
 
-    {"type":"opencode","uuid":<message id>,"time":<time_created>,"payload":{
+    {"type":"opencode","uuid":<message id>,"timestamp":<time_created, ISO 8601>,"payload":{
      "message":<message.data>,"parts":[{"id":<part id>,"data":<part.data>},...]}}
 
 (one line, no spaces), the parts of a message in id order, and `<...data>`
@@ -34,6 +34,7 @@ import bisect
 import sqlite3
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 import xxhash
@@ -41,11 +42,13 @@ import xxhash
 from scrollback.linefile import ByteSource
 from scrollback.opencode.db import OpencodeDatabase, PartReader, rows
 
+# The `type` of every line of a view.
+ENTRY_TYPE = "opencode"
 # The device number every view reports (no file is behind it).
 VIEW_DEV = 0x0C0DE
 # A line's wrapper, around the row bytes (module docstring).
 _LINE_OPEN = b'{"type":"opencode","uuid":'
-_TIME = b',"time":'
+_TIME = b',"timestamp":'
 _MESSAGE = b',"payload":{"message":'
 _PARTS = b',"parts":['
 _PART_OPEN = b'{"id":'
@@ -167,9 +170,7 @@ def build_map(conn: sqlite3.Connection, session: str, key: ChangeKey, ino: int) 
     for message_id, created, updated, data in messages:
         lines.append((builder.size, message_id))
         mtime_ms = max(mtime_ms, int(updated))
-        head = b"".join(
-            (_LINE_OPEN, orjson.dumps(message_id), _TIME, str(int(created)).encode(), _MESSAGE)
-        )
+        head = b"".join((_LINE_OPEN, orjson.dumps(message_id), _TIME, _iso(int(created)), _MESSAGE))
         body = _text_bytes(data)
         builder.add(head + body + _PARTS, len(head) + len(body) + len(_PARTS))
         for n, (rowid, part_id, part_updated) in enumerate(parts.get(message_id, ())):
@@ -190,6 +191,15 @@ def build_map(conn: sqlite3.Connection, session: str, key: ChangeKey, ino: int) 
         mtime_ms * 1_000_000,
         tuple(lines),
     )
+
+
+def _iso(ms: int) -> bytes:
+    """A time in ms since the epoch as a quoted ISO 8601 UTC string (as Claude Code writes)."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        moment = datetime.fromtimestamp(0, UTC)
+    return b'"' + moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3].encode() + b'Z"'
 
 
 def _text_bytes(value: object) -> bytes:

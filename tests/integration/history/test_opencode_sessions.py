@@ -6,17 +6,21 @@ project (tenancy filter), parent links; windows of one entry per message in
 both directions, every data URL cut and the rest byte-exact; every image ref
 (file parts and tool attachments) byte-exact through ReadMedia and
 StatMedia; a part rewritten since the window is PIN_MISMATCH; a message still
-streaming is held back until it completes; tokens survive new rows; a
+streaming is held back until it completes, and a watch streams it then;
+tokens survive new rows; insight counts assistant tokens by model; search
+finds parts' text and never a payload; thumbnails; a
 database mid-migration is UNAVAILABLE; a 100 MB part is served without being
 loaded whole.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,11 +33,12 @@ from scrollback.contract.reasons import Reason
 from scrollback.history.v1 import history_pb2 as pb
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
+from scrollback.search.v1 import search_pb2, search_pb2_grpc
 from tests.integration.history.test_codex_rollouts import Stubs as CodexStubs
 from tests.support.media import png_bytes
 from tests.support.opencode import DIRECTORY, Sample, file_part, write_sample
 from tests.support.reasons import assert_reason
-from tests.support.servers import ServerPair, user_line
+from tests.support.servers import ServerPair, png, user_line
 
 # The payloads cut: every image of the sample (the default, 32 KiB, keeps smaller ones inline).
 LIMIT = 1024
@@ -274,3 +279,87 @@ def test_a_100_mb_part_is_read_without_loading_it_whole(tmp_path: Path) -> None:
     assert size == int(length) and digest.hexdigest() == sha256
     # The servers run in this process: serving the part never held its 100 MB of text.
     assert grown < 64 * 1024 * 1024, grown
+
+
+def test_insight_counts_each_assistant_messages_tokens_once_by_model(
+    stubs: Stubs, sample: Sample
+) -> None:
+    got = stubs.history.GetSession(
+        pb.GetSessionRequest(session_id=sample.session), timeout=10
+    ).session.insight
+    assert {c.type: c.count for c in got.entry_counts} == {"opencode": 5}
+    assert got.photo_count == 3
+    # Two completed assistant messages of 1200 input and 340 output tokens each.
+    assert (got.usage.input_tokens, got.usage.output_tokens) == (2400, 680)
+    assert [m.model for m in got.models] == ["claude-sonnet-4"]
+    assert got.first_time.seconds == 1_760_000_004
+
+
+def _search(pair: ServerPair, query: str, session_id: str) -> list[Any]:
+    with grpc.insecure_channel(pair.history_addr) as channel:
+        stub = search_pb2_grpc.SearchServiceStub(channel)
+        request = search_pb2.SearchRequest(query=query, session_id=session_id)
+        return [m.hit for m in stub.Search(request, timeout=10) if m.WhichOneof("item") == "hit"]
+
+
+def test_search_finds_text_reasoning_and_tools_never_payloads(
+    pair: ServerPair, sample: Sample
+) -> None:
+    words = ("screenshot", "handler", "login", "auth", "Summary")
+    found: dict[str, list[Any]] = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the indexer catches up in the background
+        found = {word: _search(pair, word, sample.session) for word in words}
+        if all(found.values()):
+            break
+        time.sleep(0.1)
+    assert [(h.entry_uuid, h.role) for h in found["screenshot"]] == [(sample.photo_message, "user")]
+    assert found["screenshot"][0].has_photos
+    assert {h.entry_uuid for h in found["handler"]} == {sample.tool_message}  # reasoning, text
+    assert sample.tool_message in {h.entry_uuid for h in found["login"]}  # the tool's output
+    encoded = base64.b64encode(sample.db.images[sample.photo_message][0]).decode()
+    assert _search(pair, encoded[200:240], sample.session) == []
+
+
+def test_a_thumbnail_of_a_pasted_photo(stubs: Stubs, sample: Sample) -> None:
+    db = sample.db
+    picture = png(3)
+    mid = db.user(sample.session, "a real photo", picture)
+    db.assistant(sample.session, mid, "nice")
+    entries, _ = stubs.window(sample.session, page_size=2, inline_limit_bytes=LIMIT)
+    (ref,) = [r for e in entries for r in e.media_refs]
+    assert stubs.read(ref)[1] == picture
+    metadata = None
+    for message in stubs.media.ReadMedia(
+        media_pb2.ReadMediaRequest(
+            media=media_pb2.MediaSelector(media_ref=ref), size=media_pb2.THUMBNAIL_SIZE_96
+        ),
+        timeout=30,
+    ):
+        if message.WhichOneof("item") == "metadata":
+            metadata = message.metadata
+    assert metadata is not None and max(metadata.width, metadata.height) <= 96
+
+
+def test_watch_streams_messages_as_they_complete(stubs: Stubs, sample: Sample) -> None:
+    db = sample.db
+    call = stubs.history.WatchSession(pb.WatchSessionRequest(session_id=sample.session), timeout=30)
+    entries: list[pb.Entry] = []
+    heartbeats = 0
+    try:
+        for message in call:
+            kind = message.WhichOneof("event")
+            if kind == "heartbeat":
+                heartbeats += 1
+                if heartbeats == 1:
+                    db.update_message(sample.streaming, db.assistant_data(sample.messages[-1]))
+                elif heartbeats == 2:
+                    db.user(sample.session, "a later prompt")
+            elif kind == "entry":
+                entries.append(message.entry)
+                if len(entries) == 2:
+                    break
+    finally:
+        call.cancel()
+    assert entries[0].uuid == sample.streaming
+    assert orjson.loads(entries[1].json)["payload"]["parts"][0]["data"]["text"] == "a later prompt"
