@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -363,3 +364,31 @@ def test_watch_streams_messages_as_they_complete(stubs: Stubs, sample: Sample) -
         call.cancel()
     assert entries[0].uuid == sample.streaming
     assert orjson.loads(entries[1].json)["payload"]["parts"][0]["data"]["text"] == "a later prompt"
+
+
+def test_a_locked_database_is_unavailable_then_read_again(tmp_path: Path) -> None:
+    # A database in rollback-journal mode (as during a migration that leaves WAL) whose
+    # writer keeps its exclusive lock past the readers' busy timeout.
+    sample = write_sample(tmp_path / "locked.db")
+    sample.db.conn.execute("PRAGMA journal_mode = DELETE")
+    sample.db.close()
+    pair = ServerPair(tmp_path / "root", tmp_path / "state", opencode=sample.db.path)
+    writer = sqlite3.connect(sample.db.path, isolation_level=None)
+    try:
+        pair.start_history(0)
+        pair.start_media(0)
+        stubs = Stubs(pair)
+        assert len(stubs.window(sample.other)[0]) == 1
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("UPDATE session SET title = title")
+        with pytest.raises(grpc.RpcError) as failed:
+            stubs.window(sample.child)
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert_reason(failed.value, Reason.TRANSCRIPTS_UNAVAILABLE)
+        assert "locked.db" not in (failed.value.details() or "")
+        writer.execute("COMMIT")
+        assert len(stubs.window(sample.child)[0]) == 2
+        stubs.close()
+    finally:
+        writer.close()
+        pair.close()
