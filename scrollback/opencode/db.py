@@ -32,6 +32,12 @@ T = TypeVar("T")
 
 # How long a read waits for a lock held by opencode (a checkpoint, a migration).
 BUSY_TIMEOUT_SECONDS = 2.0
+# Pages a connection keeps (KiB): the parts a window reads again are read from it. No
+# memory map: mapped pages of every part read would count in the server's resident memory,
+# and a map of a file another process truncates faults the reader.
+CACHE_KIB = 8 * 1024
+# Idle connections kept for part readers (each with its page cache).
+IDLE_READERS = 8
 # The columns read from each table: one missing means a schema we do not know
 # (a migration under way, or a release that changed it).
 REQUIRED_COLUMNS = {
@@ -63,6 +69,8 @@ class OpencodeDatabase:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_lock = threading.Lock()
 
     def exists(self) -> bool:
         """True if the database file is there (opencode has run at least once)."""
@@ -78,7 +86,7 @@ class OpencodeDatabase:
                 isolation_level=None,  # autocommit: transactions are ours, and short
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA query_only = ON")
+            _settings(conn)
             _check_schema(conn)
             self._local.conn = conn
         return conn
@@ -101,6 +109,22 @@ class OpencodeDatabase:
             self._drop()
             raise OpencodeUnavailableError() from None
 
+    def take(self) -> sqlite3.Connection:
+        """A read-only connection for the caller alone: an idle one, else a new one."""
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        return self.connect()
+
+    def give_back(self, conn: sqlite3.Connection) -> None:
+        """A connection taken and no longer used (no statement or blob open on it)."""
+        with self._idle_lock:
+            if len(self._idle) < IDLE_READERS:
+                self._idle.append(conn)
+                return
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
     def connect(self) -> sqlite3.Connection:
         """A new read-only connection of the caller's own (OpencodeUnavailableError if none)."""
         try:
@@ -111,7 +135,7 @@ class OpencodeDatabase:
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA query_only = ON")
+            _settings(conn)
         except sqlite3.Error:
             raise OpencodeUnavailableError() from None
         return conn
@@ -122,6 +146,12 @@ class OpencodeDatabase:
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
+
+
+def _settings(conn: sqlite3.Connection) -> None:
+    """A reader's settings: nothing it runs can write; pages read through a memory map."""
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:
@@ -139,7 +169,8 @@ def rows(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> li
 
 
 class PartReader:
-    """Reads of parts' `data` by incremental blob I/O, on a connection of its own.
+    """Reads of parts' `data` by incremental blob I/O, on a connection of its own while open
+    (taken from the database's idle ones, given back on `close`).
 
     Only the bytes asked for are read, so a 100 MB part is never loaded
     whole. The handle of the part last read stays open while reads continue
@@ -163,7 +194,7 @@ class PartReader:
             if self._blob is None or self._rowid != rowid:
                 self._close_blob()
                 if self._conn is None:
-                    self._conn = self._db.connect()
+                    self._conn = self._db.take()
                 blob = self._conn.blobopen("part", "data", rowid, readonly=True)
                 self._blob, self._rowid = blob, rowid
                 if len(blob) != expected:
@@ -176,12 +207,12 @@ class PartReader:
                 self._close_blob()
             return data
         except sqlite3.OperationalError as error:
-            self.close()
+            self.discard()
             if "no such rowid" in str(error):
                 raise SessionChangedError() from None
             raise OpencodeUnavailableError() from None
         except sqlite3.Error:
-            self.close()
+            self.discard()
             raise OpencodeUnavailableError() from None
 
     def _close_blob(self) -> None:
@@ -191,7 +222,14 @@ class PartReader:
                 blob.close()
 
     def close(self) -> None:
-        """Close the open handle and the connection."""
+        """Close the open handle; the connection goes back to the database's idle ones."""
+        self._close_blob()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._db.give_back(conn)
+
+    def discard(self) -> None:
+        """Close the open handle and the connection (after an error of the database)."""
         self._close_blob()
         conn, self._conn = self._conn, None
         if conn is not None:
