@@ -392,3 +392,25 @@ def test_a_locked_database_is_unavailable_then_read_again(tmp_path: Path) -> Non
     finally:
         writer.close()
         pair.close()
+
+
+def test_get_session_links_the_sub_session_and_slim_cuts_every_payload(
+    stubs: Stubs, sample: Sample
+) -> None:
+    got = stubs.history.GetSession(pb.GetSessionRequest(session_id=sample.session), timeout=10)
+    assert got.session.subagent_count == 1
+    child = stubs.history.GetSession(pb.GetSessionRequest(session_id=sample.child), timeout=10)
+    assert child.session.parent_session_id == sample.session
+    data = b""
+    for message in stubs.history.SlimSession(
+        pb.SlimSessionRequest(session_id=sample.session), timeout=30
+    ):
+        if message.WhichOneof("item") == "data":
+            data += message.data
+    lines = [orjson.loads(line) for line in data.splitlines()]
+    # The view's lines, every image's payload replaced by a note naming its sha256.
+    assert [line["uuid"] for line in lines] == sample.messages
+    assert b";base64,iVBOR" not in data
+    for mid in (sample.photo_message, sample.tool_message):
+        for image in sample.db.images[mid]:
+            assert hashlib.sha256(image).hexdigest().encode() in data
