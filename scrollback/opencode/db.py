@@ -19,6 +19,7 @@ partial read. The error text names no path.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sqlite3
 import threading
 import urllib.parse
@@ -71,6 +72,7 @@ class OpencodeDatabase:
         self._uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
         self._idle: list[sqlite3.Connection] = []
         self._idle_lock = threading.Lock()
+        self._serial = itertools.count(1)  # numbers this database's thread connections
 
     def exists(self) -> bool:
         """True if the database file is there (opencode has run at least once)."""
@@ -89,7 +91,19 @@ class OpencodeDatabase:
             _settings(conn)
             _check_schema(conn)
             self._local.conn = conn
+            self._local.serial = next(self._serial)
         return conn
+
+    def data_version(self) -> tuple[int, int]:
+        """This thread's connection and its `PRAGMA data_version`: the same pair again means
+        no other connection committed anything in between (OpencodeUnavailableError)."""
+        try:
+            conn = self._connection()
+            version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            self._drop()
+            raise OpencodeUnavailableError() from None
+        return int(self._local.serial), version
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one read transaction of this thread's connection, ended at once.

@@ -7,7 +7,9 @@ its `title` the title listed. The index (scrollback.transcripts.Catalog)
 lists the table again when it is older than the rescan interval, or at once
 on a miss; a session id that is not an id of the contract is not listed.
 `open` gives the session's view (scrollback.opencode.view), its map kept per
-session while the session's rows are unchanged (one indexed query checks).
+session while the session's rows are unchanged (indexed counts of its rows
+check; while `PRAGMA data_version` says no one committed since this thread
+checked, not even those).
 
 A database that does not exist yet lists nothing; one locked, mid-migration
 or unreadable raises OpencodeUnavailableError (UNAVAILABLE). There is no
@@ -35,8 +37,10 @@ from scrollback.transcripts import (
 )
 
 T = TypeVar("T")
-# Maps kept (one per session opened lately); the least recently made go first.
+# Maps kept (one per session opened lately), and the bytes they may hold together; the
+# least recently made go first.
 MAPS_KEPT = 256
+MAPS_BYTES = 64 * 1024 * 1024
 # The prefix of a view's key in the state store's indexes (no path starts with it).
 KEY_PREFIX = "//opencode/"
 
@@ -55,6 +59,8 @@ class OpencodeSource:
         self._rows: list[tuple[object, ...]] | None = None
         self._maps: dict[str, SessionMap] = {}
         self._maps_lock = threading.Lock()
+        # Per thread: session -> the data version its kept map and existence were checked at.
+        self._checked = threading.local()
         self._catalog = Catalog(
             self._rebuild, rescan_interval=rescan_interval, exists=self.exists, jailed=_always
         )
@@ -101,10 +107,29 @@ class OpencodeSource:
         """The id a principal names a listed session by (Catalog.name_of)."""
         return self._catalog.name_of(transcript, principal)
 
+    def _checked_at(self) -> dict[str, tuple[tuple[int, int], SessionMap]]:
+        checked: dict[str, tuple[tuple[int, int], SessionMap]] | None = getattr(
+            self._checked, "sessions", None
+        )
+        if checked is None:
+            checked = self._checked.sessions = {}
+        return checked
+
+    def _unchanged(self, session: str) -> SessionMap | None:
+        """The session's kept map if nothing was committed since this thread checked it."""
+        seen = self._checked_at().get(session)
+        if seen is None or seen[0] != self.db.data_version():
+            return None
+        with self._maps_lock:
+            kept = self._maps.get(session)
+        return kept if kept is seen[1] else None
+
     def exists(self, transcript: TranscriptFile) -> bool:
         """True if the session is still in the database."""
         if not self.db.exists():
             return False
+        if self._unchanged(transcript.location) is not None:
+            return True
         found = self.db.read(
             lambda conn: rows(conn, "SELECT 1 FROM session WHERE id = ?", (transcript.location,))
         )
@@ -130,11 +155,18 @@ class OpencodeSource:
 
         if not self.db.exists():
             raise SessionNotFoundError()
+        unchanged = self._unchanged(session)
+        if unchanged is not None:
+            return unchanged
+        version = self.db.data_version()  # before the read: a commit after it is seen next time
         made = self.db.read(read)
+        self._checked_at()[session] = (version, made)
         with self._maps_lock:
-            if len(self._maps) >= MAPS_KEPT and session not in self._maps:
-                self._maps.pop(next(iter(self._maps)))
+            self._maps.pop(session, None)
             self._maps[session] = made
+            held = sum(kept.held for kept in self._maps.values())
+            while len(self._maps) > 1 and (len(self._maps) > MAPS_KEPT or held > MAPS_BYTES):
+                held -= self._maps.pop(next(iter(self._maps))).held
         return made
 
     def stat(self, transcript: TranscriptFile) -> SourceStat:

@@ -18,8 +18,9 @@ the xxh3 of the bytes stored in the row. A ref names the message
 URLs of the line's payload depth-first, so in part order).
 
 The map of a view (`SessionMap`: where each row's bytes sit) is made in one
-short read transaction; a message's data is copied into it (small), a part's
-data is read when asked for, by incremental blob I/O of just the bytes
+short read transaction; a message's data is copied into it (small), and a
+part's data when it is at most SMALL_PART_BYTES; a larger part's data is
+read when asked for, by incremental blob I/O of just the bytes
 wanted, so a 100 MB part is never loaded whole. A part whose size changed
 since the map was made raises SessionChangedError rather than serve other
 bytes. The last message, when it is an assistant's without `time.completed`
@@ -42,6 +43,9 @@ import xxhash
 from scrollback.linefile import ByteSource
 from scrollback.opencode.db import OpencodeDatabase, PartReader, rows
 
+# A part this small is copied into the map when it is made (a step, a short text), so reading
+# a line's edges (its mark) or a window of short messages opens no blob.
+SMALL_PART_BYTES = 1024
 # The `type` of every line of a view.
 ENTRY_TYPE = "opencode"
 # The device number every view reports (no file is behind it).
@@ -79,7 +83,7 @@ class SessionMap:
 
     `starts[k]` is the offset of piece k; `pieces[k]` its bytes, or the rowid
     of the part whose data it is (`lengths[k]` bytes); `lines` the offset and
-    message id of each line.
+    message id of each line; `held` the bytes the pieces hold.
     """
 
     starts: tuple[int, ...]
@@ -90,6 +94,7 @@ class SessionMap:
     ino: int
     mtime_ns: int
     lines: tuple[tuple[int, str], ...]
+    held: int
 
 
 def change_key(conn: sqlite3.Connection, session: str) -> ChangeKey:
@@ -178,7 +183,11 @@ def build_map(conn: sqlite3.Connection, session: str, key: ChangeKey, ino: int) 
             opener = (_COMMA if n else b"") + _PART_OPEN + orjson.dumps(part_id) + _PART_DATA
             builder.add(opener, len(opener))
             with conn.blobopen("part", "data", rowid, readonly=True) as blob:
-                builder.add(rowid, len(blob))
+                size = len(blob)
+                if size <= SMALL_PART_BYTES:
+                    builder.add(blob.read(), size)  # held: no blob I/O to read it again
+                else:
+                    builder.add(rowid, size)
             builder.add(_PART_CLOSE, len(_PART_CLOSE))
         builder.add(_LINE_CLOSE, len(_LINE_CLOSE))
     return SessionMap(
@@ -190,6 +199,7 @@ def build_map(conn: sqlite3.Connection, session: str, key: ChangeKey, ino: int) 
         ino,
         mtime_ms * 1_000_000,
         tuple(lines),
+        sum(len(piece) for piece in builder.pieces if isinstance(piece, bytes)),
     )
 
 
