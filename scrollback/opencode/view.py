@@ -40,14 +40,15 @@ from datetime import UTC, datetime
 import orjson
 import xxhash
 
+from scrollback.contract.refs import OPENCODE
 from scrollback.linefile import ByteSource
 from scrollback.opencode.db import OpencodeDatabase, PartReader, rows
 
 # A part this small is copied into the map when it is made (a step, a short text), so reading
 # a line's edges (its mark) or a window of short messages opens no blob.
 SMALL_PART_BYTES = 1024
-# The `type` of every line of a view.
-ENTRY_TYPE = "opencode"
+# The `type` of every line of a view: the source's name.
+ENTRY_TYPE = OPENCODE
 # The device number every view reports (no file is behind it).
 VIEW_DEV = 0x0C0DE
 # A line's wrapper, around the row bytes (module docstring).
