@@ -414,3 +414,25 @@ def test_get_session_links_the_sub_session_and_slim_cuts_every_payload(
     for mid in (sample.photo_message, sample.tool_message):
         for image in sample.db.images[mid]:
             assert hashlib.sha256(image).hexdigest().encode() in data
+
+
+def test_a_part_rewritten_before_a_tokens_boundary_refuses_the_token(
+    stubs: Stubs, sample: Sample
+) -> None:
+    first, end = stubs.window(sample.session, page_size=2)
+    # An earlier part grows in place (as opencode marks a tool output compacted): every later
+    # byte moves, so the token's boundary no longer starts a line.
+    part = sample.db.conn.execute(
+        "SELECT id FROM part WHERE message_id = ? AND data LIKE '%reasoning%'",
+        (sample.tool_message,),
+    ).fetchone()[0]
+    longer = {"type": "reasoning", "text": "The button handler, at length " * 20, "time": {}}
+    sample.db.update_part(part, longer)
+    with pytest.raises(grpc.RpcError) as failed:
+        stubs.window(sample.session, page_size=100, page_token=end.next_page_token)
+    assert failed.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert_reason(failed.value, Reason.TRANSCRIPT_REWRITTEN)
+    # A new first page serves the rewritten bytes.
+    again, _ = stubs.window(sample.session, page_size=100)
+    assert [e.uuid for e in again][-2:] == [e.uuid for e in first]
+    assert "at length" in again[1].json
