@@ -18,6 +18,7 @@ file to jail: a session is what the database says.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,15 @@ from typing import TypeVar
 from scrollback.contract.refs import ID_PATTERN, OPENCODE
 from scrollback.linefile import ByteSource, FileVersion, SourceStat
 from scrollback.opencode.db import OpencodeDatabase, rows
-from scrollback.opencode.view import SessionMap, SessionView, build_map, change_key, view_ino
+from scrollback.opencode.view import (
+    ChangeKey,
+    SessionMap,
+    SessionView,
+    ViewStat,
+    build_map,
+    change_key,
+    view_ino,
+)
 from scrollback.principals import Principal
 from scrollback.transcripts import (
     Catalog,
@@ -59,6 +68,8 @@ class OpencodeSource:
         self._rows: list[tuple[object, ...]] | None = None
         self._maps: dict[str, SessionMap] = {}
         self._maps_lock = threading.Lock()
+        # session -> the change key and the stat of its view (a listing's stats).
+        self._stats: dict[str, tuple[ChangeKey, ViewStat]] = {}
         # Per thread: session -> the data version its kept map and existence were checked at.
         self._checked = threading.local()
         self._catalog = Catalog(
@@ -170,11 +181,28 @@ class OpencodeSource:
         return made
 
     def stat(self, transcript: TranscriptFile) -> SourceStat:
-        """The session's view size and last change (OSError if the session is gone)."""
+        """The session's view size and last change (OSError if the session is gone).
+
+        Kept per session with the change key it was taken at, so a listing of many
+        unchanged sessions costs two indexed counts each, not a map each.
+        """
+        session = transcript.location
+        if not self.db.exists():
+            raise FileNotFoundError("session gone")
+        with self._maps_lock:
+            kept = self._stats.get(session)
+        if kept is not None:
+            key = self.db.read(lambda conn: _key_if_present(conn, session))
+            if key == kept[0]:
+                return kept[1]
         try:
-            return SessionView(self.db, self._map(transcript)).stat()
+            made = self._map(transcript)
         except SessionNotFoundError:
             raise FileNotFoundError("session gone") from None
+        stat = SessionView(self.db, made).stat()
+        with self._maps_lock:
+            self._stats[session] = (made.key, stat)
+        return stat
 
     def key_of(self, transcript: TranscriptFile) -> str:
         """The session's name in the state store's indexes: `//opencode/<session id>`."""
@@ -195,6 +223,13 @@ class OpencodeSource:
     def version(self, opened: ByteSource, stat: SourceStat | None = None) -> FileVersion:
         """A view's version: its identity and its head (FileVersion.of)."""
         return FileVersion.of(opened, stat)
+
+
+def _key_if_present(conn: sqlite3.Connection, session: str) -> ChangeKey | None:
+    """The session's change key, None if the session is gone."""
+    if not rows(conn, "SELECT 1 FROM session WHERE id = ?", (session,)):
+        return None
+    return change_key(conn, session)
 
 
 def _always(transcript: TranscriptFile) -> bool:
