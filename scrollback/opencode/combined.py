@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from scrollback.contract.refs import SOURCE_SEPARATOR, split_session_id
 from scrollback.linefile import ByteSource, FileVersion, SourceStat
+from scrollback.opencode.naming import PartImages
 from scrollback.opencode.view import SessionView
 from scrollback.principals import Principal
 from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptSource
@@ -113,6 +114,16 @@ class CombinedSource:
     def read_listed(self, transcript: TranscriptFile, work: Callable[[ByteSource], T]) -> T:
         """`work` on the transcript as listed, closed after."""
         return self._member(transcript.source).read_listed(transcript, work)
+
+    def entry_of_part(
+        self, transcript: TranscriptFile, part_id: str, index: int
+    ) -> tuple[str, int] | None:
+        """What a ref naming a part names in its message's line (scrollback.opencode.naming),
+        for a member whose refs name parts; else None."""
+        member = self._member(transcript.source)
+        if isinstance(member, PartImages):
+            return member.entry_of_part(transcript, part_id, index)
+        return None
 
     def version(self, opened: ByteSource, stat: SourceStat | None = None) -> FileVersion:
         """Which bytes an open transcript holds, as its member names it."""

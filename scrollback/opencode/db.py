@@ -23,7 +23,7 @@ import itertools
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -129,6 +129,15 @@ class OpencodeDatabase:
             if self._idle:
                 return self._idle.pop()
         return self.connect()
+
+    @contextlib.contextmanager
+    def take_conn(self) -> Iterator[sqlite3.Connection]:
+        """A connection taken for a `with` block, given back after it."""
+        conn = self.take()
+        try:
+            yield conn
+        finally:
+            self.give_back(conn)
 
     def give_back(self, conn: sqlite3.Connection) -> None:
         """A connection taken and no longer used (no statement or blob open on it)."""

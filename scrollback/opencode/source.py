@@ -24,9 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import orjson
+
 from scrollback.contract.refs import ID_PATTERN, OPENCODE
 from scrollback.linefile import ByteSource, FileVersion, SourceStat
 from scrollback.opencode.db import OpencodeDatabase, rows
+from scrollback.opencode.naming import images_in
 from scrollback.opencode.view import (
     ChangeKey,
     SessionMap,
@@ -34,6 +37,8 @@ from scrollback.opencode.view import (
     ViewStat,
     build_map,
     change_key,
+    part_images,
+    part_size,
     view_ino,
 )
 from scrollback.principals import Principal
@@ -50,6 +55,8 @@ T = TypeVar("T")
 # least recently made go first.
 MAPS_KEPT = 256
 MAPS_BYTES = 64 * 1024 * 1024
+# Parts whose image counts are kept.
+COUNTS_KEPT = 4096
 # The prefix of a view's key in the state store's indexes (no path starts with it).
 KEY_PREFIX = "//opencode/"
 
@@ -68,6 +75,8 @@ class OpencodeSource:
         self._rows: list[tuple[object, ...]] | None = None
         self._maps: dict[str, SessionMap] = {}
         self._maps_lock = threading.Lock()
+        # (part rowid, data size) -> the images it holds (refs that name a later part).
+        self._counts: dict[tuple[int, int], int] = {}
         # session -> the change key and the stat of its view (a listing's stats).
         self._stats: dict[str, tuple[ChangeKey, ViewStat]] = {}
         # Per thread: session -> the data version its kept map and existence were checked at.
@@ -203,6 +212,67 @@ class OpencodeSource:
         with self._maps_lock:
             self._stats[session] = (made.key, stat)
         return stat
+
+    def entry_of_part(
+        self, transcript: TranscriptFile, part_id: str, index: int
+    ) -> tuple[str, int] | None:
+        """(message id, index in the message's line) of the image `index` of a part of this
+        session; None when no part of the session has that id (scrollback.opencode.naming).
+
+        The images before it are counted in the message's data and in the message's
+        earlier parts, each part streamed through the stripper (never held whole) and its
+        count kept. An index past the part's own images names a later part's image,
+        whose pin then differs (PIN_MISMATCH), or none (not found).
+        """
+        if transcript.source != OPENCODE or not self.db.exists():
+            return None
+        session = transcript.location
+
+        def read(conn: sqlite3.Connection) -> tuple[str, bytes, list[int]] | None:
+            found = rows(
+                conn,
+                "SELECT message_id FROM part WHERE id = ? AND session_id = ?",
+                (part_id, session),
+            )
+            if not found:
+                return None
+            message = str(found[0][0])
+            data = rows(conn, "SELECT data FROM message WHERE id = ?", (message,))
+            earlier = rows(
+                conn,
+                "SELECT rowid FROM part WHERE message_id = ? AND id < ? ORDER BY id",
+                (message, part_id),
+            )
+            text = data[0][0] if data else "{}"
+            raw = text if isinstance(text, bytes) else str(text).encode()
+            return message, raw, [int(row[0]) for row in earlier]
+
+        found = self.db.read(read)
+        if found is None:
+            return None
+        message, data, earlier = found
+        try:
+            before = images_in(orjson.loads(data))
+        except orjson.JSONDecodeError:
+            before = 0
+        for rowid in earlier:
+            before += self._images_of(rowid)
+        return message, before + index
+
+    def _images_of(self, rowid: int) -> int:
+        """How many images a part holds: kept per (row, size), else counted streaming."""
+        size = part_size(self.db, rowid)
+        if size < 0:
+            return 0
+        with self._maps_lock:
+            count = self._counts.get((rowid, size))
+        if count is None:
+            count = part_images(self.db, rowid, size)
+            with self._maps_lock:
+                if len(self._counts) >= COUNTS_KEPT:
+                    self._counts.pop(next(iter(self._counts)))
+                self._counts[(rowid, size)] = count
+        return count
 
     def key_of(self, transcript: TranscriptFile) -> str:
         """The session's name in the state store's indexes: `//opencode/<session id>`."""

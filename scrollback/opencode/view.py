@@ -13,9 +13,9 @@ the column's JSON text byte for byte. The line has a rollout's shape (a
 `payload` object, no top-level `message`): stripping, refs, windows and pins
 stay textual and byte-exact, a data URL in a part (a file part's `url`, a
 tool's attachments) is an image exactly as in a Codex rollout, and its pin is
-the xxh3 of the bytes stored in the row. A ref names the message
-(`<session>/<message id>/<index>`, the index counting the `image/...` data
-URLs of the line's payload depth-first, so in part order).
+the xxh3 of the bytes stored in the row. The line's images are numbered by
+the `image/...` data URLs of its payload depth-first, so in part order; a ref
+names an image by its part (scrollback.opencode.naming).
 
 The map of a view (`SessionMap`: where each row's bytes sit) is made in one
 short read transaction; a message's data is copied into it (small), and a
@@ -41,8 +41,9 @@ import orjson
 import xxhash
 
 from scrollback.contract.refs import OPENCODE
-from scrollback.linefile import ByteSource
-from scrollback.opencode.db import OpencodeDatabase, PartReader, rows
+from scrollback.contract.stripping import MIN_INLINE_LIMIT, strip_line_streamed
+from scrollback.linefile import ByteSource, LineFile
+from scrollback.opencode.db import OpencodeDatabase, PartReader, SessionChangedError, rows
 
 # A part this small is copied into the map when it is made (a step, a short text), so reading
 # a line's edges (its mark) or a window of short messages opens no blob.
@@ -286,3 +287,40 @@ class SessionView(ByteSource):
         # read transaction.
         if self._parts is not None:
             self._parts.close()
+
+
+# A part's data as the line of a rollout-shaped object, to count its images (module docstring).
+_ALONE_OPEN = b'{"payload":'
+_ALONE_CLOSE = b"}\n"
+
+
+def part_size(db: OpencodeDatabase, rowid: int) -> int:
+    """The bytes of a part's data (-1 if the part is gone)."""
+    with db.take_conn() as conn:
+        try:
+            with conn.blobopen("part", "data", rowid, readonly=True) as blob:
+                return len(blob)
+        except sqlite3.Error:
+            return -1
+
+
+def part_images(db: OpencodeDatabase, rowid: int, size: int) -> int:
+    """How many images a part's data of `size` bytes holds, counted by the stripper streaming
+    through it (the rollout rule, as its line counts them); 0 if it is not an object."""
+    builder = _Builder()
+    builder.add(_ALONE_OPEN, len(_ALONE_OPEN))
+    builder.add(rowid, size)
+    builder.add(_ALONE_CLOSE, len(_ALONE_CLOSE))
+    alone = SessionMap(
+        tuple(builder.starts), tuple(builder.pieces), tuple(builder.lengths), builder.size,
+        (0, 0, 0, 0), 0, 0, (), 0,
+    )  # fmt: skip
+    length = builder.size - 1  # the line, without its newline
+    with SessionView(db, alone) as view:
+        stripped = strip_line_streamed(
+            LineFile(view).line_reader(0, length, SessionChangedError),
+            length,
+            MIN_INLINE_LIMIT,
+            length + 1,
+        )
+    return 0 if stripped is None else stripped.image_count

@@ -8,7 +8,8 @@ without its ids, as drizzle's `text({mode: "json"})` writes it with
 JSON.stringify: compact, `/` unescaped). `OpencodeDb` writes rows as opencode
 does, in WAL mode, and remembers per message the images of its line in
 enumeration order (file parts' `url` data URLs, then tool attachments, in
-part id order), so tests compare what a reader serves with what was written.
+part id order) and per part its own, so tests compare what a reader serves
+with what was written.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ class OpencodeDb:
     path: Path
     clock: int = 1_760_000_000_000
     counter: int = 0
-    # message id -> the images of its line, in enumeration order.
+    # message id -> the images of its line, in enumeration order; part id -> its own.
     images: dict[str, list[bytes]] = field(default_factory=dict)
+    part_images: dict[str, list[bytes]] = field(default_factory=dict)
     conn: sqlite3.Connection = field(init=False)
 
     def __post_init__(self) -> None:
@@ -164,6 +166,7 @@ class OpencodeDb:
             (pid, message, session, now, now, dumps(data)),
         )
         self.images.setdefault(message, []).extend(images)
+        self.part_images[pid] = list(images)
         return pid
 
     def update_part(self, part: str, data: dict[str, Any]) -> None:

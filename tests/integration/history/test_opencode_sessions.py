@@ -160,15 +160,32 @@ def test_every_image_resolves_byte_exact_and_a_rewrite_is_pin_mismatch(
         sample.session, direction=pb.READ_DIRECTION_OLDEST_FIRST, inline_limit_bytes=LIMIT
     )
     refs = _refs(entries)
-    assert len(refs) == 3  # the pasted image, two tool attachments
+    db = sample.db
+    # The pasted image, and the tool part's two attachments: each named by its part.
+    assert [(mid, len(db.part_images[r.entry_uuid]), r.index) for mid, r in refs] == [
+        (sample.photo_message, 1, 0),
+        (sample.tool_message, 2, 0),
+        (sample.tool_message, 2, 1),
+    ]
     for mid, ref in refs:
-        assert ref.uri == f"{sample.session}/{mid}/{ref.index}"
-        want = sample.db.images[mid][ref.index]
+        assert ref.uri == f"{sample.session}/{ref.entry_uuid}/{ref.index}"
+        assert ref.entry_uuid != mid and ref.line_offset_hint == next(
+            e.byte_offset for e in entries if e.uuid == mid
+        )
+        want = db.part_images[ref.entry_uuid][ref.index]
         for hint in (True, False):
             metadata, data = stubs.read(ref, hint=hint)
             assert data == want
             assert metadata.sha256 == hashlib.sha256(want).hexdigest()
             assert metadata.content_type == "image/png"
+        # The message's name and the image's place in its line name it too.
+        by_message = ref_pb2.MediaRef(
+            session_id=sample.session,
+            entry_uuid=mid,
+            index=db.images[mid].index(want),
+            pin=ref.pin,
+        )
+        assert stubs.read(by_message, hint=False)[1] == want
     stat = stubs.media.StatMedia(
         media_pb2.StatMediaRequest(
             media=[media_pb2.MediaSelector(media_ref=ref) for _, ref in refs]
@@ -176,18 +193,23 @@ def test_every_image_resolves_byte_exact_and_a_rewrite_is_pin_mismatch(
         timeout=10,
     )
     assert [s.metadata.size_bytes for s in stat.results] == [
-        len(sample.db.images[mid][ref.index]) for mid, ref in refs
+        len(db.part_images[ref.entry_uuid][ref.index]) for _, ref in refs
     ]
     # The pasted image's part rewritten with another image: its old ref is PIN_MISMATCH.
-    mid, ref = refs[0]
-    part = sample.db.conn.execute(
-        "SELECT id FROM part WHERE message_id = ? AND data LIKE '%\"file\"%'", (mid,)
-    ).fetchone()[0]
-    sample.db.update_part(part, file_part(png_bytes(30_000, seed=77)))
+    _, ref = refs[0]
+    db.update_part(ref.entry_uuid, file_part(png_bytes(30_000, seed=77)))
     with pytest.raises(grpc.RpcError) as failed:
         stubs.read(ref)
     assert failed.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert_reason(failed.value, Reason.PIN_MISMATCH)
+    # A part id of no part, or an index past a part's images: not found.
+    for entry_uuid, index in (("prt_none", 0), (refs[1][1].entry_uuid, 2)):
+        wrong = ref_pb2.MediaRef(
+            session_id=sample.session, entry_uuid=entry_uuid, index=index, pin=ref.pin
+        )
+        with pytest.raises(grpc.RpcError) as failed:
+            stubs.read(wrong, hint=False)
+        assert failed.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_streaming_message_appears_once_completed_and_tokens_survive_new_rows(
