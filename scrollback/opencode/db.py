@@ -40,9 +40,10 @@ CACHE_KIB = 8 * 1024
 # Idle connections kept for part readers (each with its page cache).
 IDLE_READERS = 8
 # The columns read from each table: one missing means a schema we do not know
-# (a migration under way, or a release that changed it).
+# (a migration under way, or a release that changed it). `session.directory`, the
+# project, is read where it is there (a release dropped it for a while).
 REQUIRED_COLUMNS = {
-    "session": frozenset({"id", "parent_id", "directory", "title", "time_created", "time_updated"}),
+    "session": frozenset({"id", "parent_id", "title", "time_created", "time_updated"}),
     "message": frozenset({"id", "session_id", "time_created", "time_updated", "data"}),
     "part": frozenset({"id", "message_id", "session_id", "time_updated", "data"}),
 }
@@ -175,6 +176,11 @@ def _settings(conn: sqlite3.Connection) -> None:
     """A reader's settings: nothing it runs can write; pages read through a memory map."""
     conn.execute("PRAGMA query_only = ON")
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+
+
+def has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    """True if the table has that column now."""
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info(`{table}`)"))
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:

@@ -28,7 +28,7 @@ import orjson
 
 from scrollback.contract.refs import ID_PATTERN, OPENCODE
 from scrollback.linefile import ByteSource, FileVersion, SourceStat
-from scrollback.opencode.db import OpencodeDatabase, rows
+from scrollback.opencode.db import OpencodeDatabase, has_column, rows
 from scrollback.opencode.naming import images_in
 from scrollback.opencode.view import (
     ChangeKey,
@@ -61,8 +61,14 @@ COUNTS_KEPT = 4096
 KEY_PREFIX = "//opencode/"
 
 _SESSIONS = (
-    "SELECT id, parent_id, directory, title, time_created, time_updated FROM session ORDER BY id"
+    "SELECT id, parent_id, {directory}, title, time_created, time_updated FROM session ORDER BY id"
 )
+
+
+def _sessions(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
+    """The session rows; without a `directory` column, every project is ""."""
+    directory = "directory" if has_column(conn, "session", "directory") else "''"
+    return rows(conn, _SESSIONS.format(directory=directory))
 
 
 class OpencodeSource:
@@ -93,7 +99,7 @@ class OpencodeSource:
     def _rebuild(self) -> RootSnapshot | None:
         """The sessions table listed again; None if it is as last listed."""
         self.refreshes += 1
-        listed = self.db.read(lambda conn: rows(conn, _SESSIONS)) if self.db.exists() else []
+        listed = self.db.read(_sessions) if self.db.exists() else []
         if listed == self._rows:
             return None
         self._rows = listed

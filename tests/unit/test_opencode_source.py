@@ -44,3 +44,17 @@ def test_an_open_of_an_unchanged_session_reads_no_map_again(tmp_path: Path) -> N
     with source.open(transcript) as view:
         assert view.stat().st_size > size
     assert source.maps_built == 2
+
+
+def test_a_database_without_session_directories_lists_them_without_a_project(
+    tmp_path: Path,
+) -> None:
+    db = OpencodeDb(tmp_path / "opencode.db")
+    session = db.session("no directory")
+    db.assistant(session, db.user(session, "a prompt"), "an answer")
+    db.conn.execute("ALTER TABLE session DROP COLUMN directory")
+    source = OpencodeSource(db.path)
+    (listed,) = source.list(None)
+    assert (listed.session_id, listed.project_dir, listed.title) == (session, "", "no directory")
+    with source.open(listed) as view:
+        assert view.stat().st_size > 0
