@@ -1,9 +1,14 @@
-"""The opencode source's own costs: what a listing and an open read again, on a real database."""
+"""The opencode source on a real database: what a listing and an open read again, a schema
+without session directories, and how refs name a message's images by part."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
+from scrollback.contract.stripping import strip_line
+from scrollback.opencode.naming import image_names
 from scrollback.opencode.source import MAPS_KEPT, OpencodeSource
 from tests.support.opencode import OpencodeDb
 
@@ -58,3 +63,27 @@ def test_a_database_without_session_directories_lists_them_without_a_project(
     assert (listed.session_id, listed.project_dir, listed.title) == (session, "", "no directory")
     with source.open(listed) as view:
         assert view.stat().st_size > 0
+
+
+def test_image_names_name_each_image_by_its_part_and_its_index_there() -> None:
+    picture = "data:image/png;base64," + "iVBORw0KGgo" * 400
+    note = "data:text/plain;base64,aGVsbG8="
+    line = orjson.dumps(
+        {
+            "type": "opencode",
+            "uuid": "msg_1",
+            "payload": {
+                "message": {"role": "user"},
+                "parts": [
+                    {"id": "prt_a", "data": {"type": "text", "text": picture}},
+                    {"id": "prt_b", "data": {"type": "file", "url": note}},
+                    {"id": "prt_c", "data": {"type": "tool", "state": {"attachments": [
+                        {"url": picture}, {"url": picture}]}}},
+                    {"id": "not an id!", "data": {"type": "file", "url": picture}},
+                ],
+            },
+        }
+    )  # fmt: skip
+    stripped = strip_line(line, 1024)
+    assert stripped is not None and stripped.image_count == 4
+    assert image_names(stripped) == {0: ("prt_a", 0), 1: ("prt_c", 0), 2: ("prt_c", 1)}
