@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from history_service.config import HistoryConfig
 from media_service.config import MediaConfig
 from scrollback.server.service_config import opencode_db_from_env
@@ -24,7 +26,12 @@ def test_the_setting_wins_and_the_default_is_read_only_when_it_exists(tmp_path: 
         assert config.opencode_db == default
 
 
-def test_up_takes_the_flag_and_names_every_source_it_serves(tmp_path: Path) -> None:
+def test_up_takes_the_flag_and_names_every_source_it_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No opencode database where this machine's would be, nor a setting naming one.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("SCROLLBACK_OPENCODE_DB", raising=False)
     db = tmp_path / "oc.db"
     args = build_parser().parse_args(
         ["up", "--transcripts", str(tmp_path), "--opencode-db", str(db)]
