@@ -94,6 +94,8 @@ class HistoryConfig:
     transcripts: Location = Path(DEFAULT_TRANSCRIPTS)
     # Codex CLI's sessions dir or prefix (service_config.codex_sessions_from_env); None: none.
     codex_sessions: Location | None = None
+    # opencode's SQLite database (service_config.opencode_db_from_env); None: none.
+    opencode_db: Path | None = None
     # Bytes of recently read object blocks kept per process when the transcripts are in a
     # bucket (scrollback.objects.BlockCache; SCROLLBACK_BUCKET_CACHE_BYTES); 0: none.
     bucket_cache_bytes: int = DEFAULT_BUCKET_CACHE_BYTES

@@ -16,6 +16,11 @@ Sub-agent links come from the parent's tool result: a `user` entry whose
 of the Task call (`tool_use_id`). The sub-agent transcript is
 `agent-<agentId>.jsonl` (docs/contract.md §1 layout).
 
+opencode messages (source "opencode", lines of type "opencode") count the
+`tokens` of each assistant message once, keyed by its id: input, output with
+reasoning, cache write and read; its model is the message's `modelID` (its
+`cost` is not kept).
+
 Codex rollouts (source "codex") count usage from their `event_msg`
 `token_count` lines, whose `info.total_token_usage` is cumulative over the
 session (`input_tokens` includes `cached_input_tokens`). Each distinct
@@ -42,6 +47,7 @@ from typing import Any
 
 from history_service.insight_model import IndexDelta, MessageUsage, Usage, earlier, later
 from scrollback.contract.text import indexable
+from scrollback.opencode.view import ENTRY_TYPE as OPENCODE_ENTRY
 
 AGENT_PREFIX = "agent-"
 
@@ -64,8 +70,32 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _opencode_usage(entry: dict[str, Any]) -> tuple[str, MessageUsage] | None:
+    """(message id, model and usage) of an opencode assistant message (its `tokens`)."""
+    payload = entry.get("payload")
+    message = payload.get("message") if isinstance(payload, dict) else None
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return None
+    message_id, tokens, model = entry.get("uuid"), message.get("tokens"), message.get("modelID")
+    if not isinstance(message_id, str) or not message_id or not isinstance(tokens, dict):
+        return None
+    cache = tokens.get("cache")
+    cache = cache if isinstance(cache, dict) else {}
+    return message_id, MessageUsage(
+        model if isinstance(model, str) else "",
+        Usage(
+            _int(tokens.get("input")),
+            _int(tokens.get("output")) + _int(tokens.get("reasoning")),
+            _int(cache.get("write")),
+            _int(cache.get("read")),
+        ),
+    )
+
+
 def message_usage(entry: dict[str, Any]) -> tuple[str, MessageUsage] | None:
     """(message.id, model and usage) of an assistant entry that carries usage."""
+    if entry.get("type") == OPENCODE_ENTRY:
+        return _opencode_usage(entry)
     if entry.get("type") != "assistant":
         return None
     message = entry.get("message")

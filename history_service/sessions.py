@@ -1,6 +1,7 @@
 """Listing the sessions under the root: newest first, with titles, paged by keyset tokens.
 
-The tree walk is TranscriptSource's (cached). A title is the conversation's
+The tree walk is TranscriptSource's (cached). A title is the one its source
+keeps (opencode's session title), else the conversation's
 summary, or else its first real user prompt, found in the head of the file
 with bounded reads that skip long lines (image lines are never loaded); titles
 are cached per file version.
@@ -257,7 +258,7 @@ class SessionLister:
         """
         name = info.project_dir + "/" + transcript.unique_id
         with self._lock:
-            title = self._titles.get(_title_key(name, listed))
+            title = transcript.title or self._titles.get(_title_key(name, listed))
         if title is None:
             try:
                 title = self._root.read_listed(transcript, lambda source: self._title(name, source))

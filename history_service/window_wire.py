@@ -21,8 +21,9 @@ from typing import TypeVar
 
 from history_service.lines import ServedLine
 from history_service.windows import HeldBack, Window, WindowEntry
-from scrollback.contract.refs import entry_name, is_session_id
+from scrollback.contract.refs import OPENCODE, entry_name, is_session_id
 from scrollback.history.v1 import history_pb2 as pb
+from scrollback.opencode.naming import image_names
 from scrollback.ref.v1 import ref_pb2
 from scrollback.server.serialized import Serialized, length_delimited
 
@@ -87,20 +88,23 @@ def entry_messages(
     line = served.stripped
     refs = []
     if line.images and is_session_id(session_id):
-        # A line without a usable uuid (every rollout line) is named by its offset.
+        # A line without a usable uuid (every rollout line) is named by its offset; an
+        # opencode message's image by the part that holds it.
         name = entry_name(line.uuid, served.offset)
+        by_part = image_names(line) if line.type == OPENCODE else {}
+        named = [(image, by_part.get(image.index, (name, image.index))) for image in line.images]
         refs = [
             ref_pb2.MediaRef(
                 session_id=session_id,
-                entry_uuid=name,
-                index=image.index,
+                entry_uuid=entry,
+                index=index,
                 pin=image.pin,
                 declared_media_type=image.declared_media_type,
                 approx_size_bytes=image.approx_size_bytes,
-                uri=f"{session_id}/{name}/{image.index}",
+                uri=f"{session_id}/{entry}/{index}",
                 line_offset_hint=served.offset,
             )
-            for image in line.images
+            for image, (entry, index) in named
         ]
     parts = json_parts(line.json)
     yield pb.Entry(

@@ -45,8 +45,9 @@ from scrollback.contract.extraction import (
 from scrollback.contract.refs import TranscriptImageRef, validate_pin
 from scrollback.linefile import ByteSource, FileVersion
 from scrollback.lineindex import LineIndex
+from scrollback.opencode.naming import PartImages
 from scrollback.principals import Principal
-from scrollback.transcripts import SessionNotFoundError, TranscriptSource
+from scrollback.transcripts import SessionNotFoundError, TranscriptFile, TranscriptSource
 
 # A StatMedia selector: (ref, pin, line offset hint).
 StatSelector = tuple[TranscriptImageRef, str, int | None]
@@ -98,14 +99,26 @@ class TranscriptMedia:
 
     def _open(
         self, principal: Principal | None, ref: TranscriptImageRef, pin: str
-    ) -> tuple[ByteSource, str]:
-        """The ref's transcript, open, and its name in the line index (its path under the root)."""
+    ) -> tuple[ByteSource, str, TranscriptImageRef]:
+        """The ref's transcript, open, its name in the line index (its path under the root),
+        and the ref as its line names it (`_in_line`)."""
         validate_pin(pin)
         try:
             transcript = self._root.resolve(ref.session_id, principal)
-            return self._root.open(transcript), self._root.key_of(transcript)
+            in_line = self._in_line(transcript, ref)
+            return self._root.open(transcript), self._root.key_of(transcript), in_line
         except SessionNotFoundError:
             raise MediaNotFoundError() from None
+
+    def _in_line(self, transcript: TranscriptFile, ref: TranscriptImageRef) -> TranscriptImageRef:
+        """The ref as the transcript's line names it: a ref to an image of an opencode part
+        (`<session>/<part id>/<index>`) as its message's (scrollback.opencode.naming)."""
+        if not isinstance(self._root, PartImages):
+            return ref
+        found = self._root.entry_of_part(transcript, ref.entry_uuid, ref.index)
+        if found is None:
+            return ref
+        return TranscriptImageRef(ref.session_id, found[0], found[1])
 
     def _info(
         self, fd: ByteSource, found: Found, version: FileVersion, ref: TranscriptImageRef
@@ -156,7 +169,7 @@ class TranscriptMedia:
         The key is (file version, payload offset, pin) of the line as just
         verified, so it names bytes only a verified line can lead to.
         """
-        handle, index_key = self._open(principal, ref, pin)
+        handle, index_key, ref = self._open(principal, ref, pin)
         try:
             found, version = self.locator.locate(handle, ref, pin, line_offset_hint, index_key)
             info = self._info(handle, found, version, ref)
@@ -196,7 +209,7 @@ class TranscriptMedia:
         The line is still found, parsed and pin-checked; the payload is only
         decoded (streaming) if its metadata is not cached.
         """
-        handle, index_key = self._open(principal, ref, pin)
+        handle, index_key, ref = self._open(principal, ref, pin)
         with handle:
             found, version = self.locator.locate(handle, ref, pin, line_offset_hint, index_key)
             return self._info(handle, found, version, ref)
@@ -214,6 +227,7 @@ class TranscriptMedia:
         SearchCancelledError (for the whole call) once `should_stop()` is true.
         """
         results: list[MediaInfo | Exception | None] = [None] * len(selectors)
+        in_line = list(selectors)  # each ref as its transcript's line names it (`_in_line`)
         sessions: dict[str, list[int]] = {}
         for number, (ref, pin, _) in enumerate(selectors):
             try:
@@ -238,8 +252,29 @@ class TranscriptMedia:
                 continue
             with handle:
                 index_key = self._root.key_of(transcript)
-                self._stat_in(handle, index_key, selectors, numbers, results, should_stop)
+                numbers = self._in_lines(transcript, in_line, numbers, results)
+                self._stat_in(handle, index_key, in_line, numbers, results, should_stop)
         return [r if r is not None else MediaNotFoundError() for r in results]
+
+    def _in_lines(
+        self,
+        transcript: TranscriptFile,
+        selectors: list[StatSelector],
+        numbers: list[int],
+        results: list[MediaInfo | Exception | None],
+    ) -> list[int]:
+        """Each of the selectors `numbers` as its line names it (in place); those that
+        failed get their error and are left out."""
+        kept: list[int] = []
+        for number in numbers:
+            ref, pin, hint = selectors[number]
+            try:
+                selectors[number] = (self._in_line(transcript, ref), pin, hint)
+            except Exception as error:
+                results[number] = error
+                continue
+            kept.append(number)
+        return kept
 
     def _stat_in(
         self,

@@ -24,8 +24,8 @@ from scrollback.contract.refs import ID_PATTERN, SESSION_SOURCES
 from scrollback.linefile import ByteSource, LineFile
 
 TRANSCRIPT_SUFFIX = ".jsonl"
-# The sources' names, as the contract orders them (scrollback.contract.refs).
-CLAUDE_CODE, CODEX = SESSION_SOURCES
+# The files' sources, as the contract orders them (scrollback.contract.refs; more follow).
+CLAUDE_CODE, CODEX = SESSION_SOURCES[:2]
 # Codex's archive: a sibling of its sessions dir.
 CODEX_ARCHIVE_DIR = "archived_sessions"
 # How deep the dated tree of Codex's sessions dir is walked (YYYY/MM/DD).

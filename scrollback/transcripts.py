@@ -109,6 +109,8 @@ class TranscriptFile:
     is_subagent: bool
     parent_session_id: str
     source: str = CLAUDE_CODE
+    # The title its source keeps (a database's sessions have one); "": read from its lines.
+    title: str = ""
 
     @property
     def unique_id(self) -> str:

@@ -109,6 +109,8 @@ def _worker_argv(config: Any) -> list[str]:
     ]
     if config.codex_sessions is not None:
         argv += ["--codex-sessions", location_text(config.codex_sessions)]
+    if config.opencode_db is not None:
+        argv += ["--opencode-db", str(config.opencode_db)]
     if config.insecure:
         argv.append("--insecure")
     if config.security.auth_tokens is not None:
@@ -145,6 +147,18 @@ async def _start_workers(name: str, config: Any, forkserver: Any) -> _WorkerTree
     if not started:
         raise ConfigError(f"the {name.replace('_', ' ')} did not start (see above)")
     return _WorkerTree(supervisor)
+
+
+def served_sources(config: HistoryConfig) -> list[str]:
+    """The start-up lines naming each source served and where it is read from."""
+    from scrollback.objects import location_text
+
+    lines = [f"source claude-code: {location_text(config.transcripts)}"]
+    if config.codex_sessions is not None:
+        lines.append(f"source codex: {location_text(config.codex_sessions)}")
+    if config.opencode_db is not None:
+        lines.append(f"source opencode: {config.opencode_db} (read-only)")
+    return lines
 
 
 def _transcripts_override(args: argparse.Namespace) -> Location | None:
@@ -313,6 +327,8 @@ async def _serve_up(
     from scrollback.objects import location_text
 
     log.info("serving transcripts from %s", location_text(history_config.transcripts))
+    for line in served_sources(history_config):
+        log.info("%s", line)
     log.info("state dir %s", history_config.state_dir)
     log.info("%s", listening_line("history service", history_config.addr, history.port))
     log.info("%s", listening_line("media service", media_config.addr, media.port))

@@ -38,6 +38,7 @@ from client.errors import Cancelled, InvalidArgument, Unavailable
 from client.tls import TlsConfigError, TlsOptions
 from scrollback.contract.enumeration import is_rollout_entry, iter_image_blocks
 from scrollback.contract.proto_json import message_json
+from scrollback.contract.refs import OPENCODE as OPENCODE_ENTRY
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
@@ -195,13 +196,42 @@ def _rollout_parts(payload: dict[str, Any], kind: str, parts: list[str]) -> None
         parts.append(f"[{kind} {item or ''}]".replace(" ]", "]"))
 
 
+def _opencode_parts(payload: dict[str, Any], parts: list[str]) -> None:
+    """An opencode message's labels and texts: [role] text, [reasoning] text, [tool NAME]
+    output, [file NAME], [patch], [subtask] description; steps and snapshots left out."""
+    message = payload.get("message")
+    parts.append(f"[{message.get('role', '')}]" if isinstance(message, dict) else "[opencode]")
+    for part in payload.get("parts") or []:
+        data = part.get("data") if isinstance(part, dict) else None
+        if not isinstance(data, dict):
+            continue
+        kind, text = data.get("type"), data.get("text")
+        if kind == "text" and isinstance(text, str):
+            parts.append(text)
+        elif kind == "reasoning" and isinstance(text, str):
+            parts += ["[reasoning]", text]
+        elif kind == "tool":
+            state = data.get("state")
+            output = state.get("output", state.get("error")) if isinstance(state, dict) else None
+            parts += [f"[tool {data.get('tool', '')}]", output if isinstance(output, str) else ""]
+        elif kind == "file":
+            parts.append(f"[file {data.get('filename') or data.get('mime') or ''}]")
+        elif kind in ("patch", "compaction", "agent"):
+            parts.append(f"[{kind}]")
+        elif kind == "subtask":
+            description = data.get("description")
+            parts += ["[subtask]", description if isinstance(description, str) else ""]
+
+
 def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
     """A one-line summary of an entry's message: its text, with [image]/[tool_use]/... labels."""
     parsed = _parsed(entry)
     message = parsed.get("message")
     payload = parsed.get("payload")
     parts: list[str] = []
-    if message is None and isinstance(payload, dict):
+    if message is None and isinstance(payload, dict) and entry.type == OPENCODE_ENTRY:
+        _opencode_parts(payload, parts)
+    elif message is None and isinstance(payload, dict):
         _rollout_parts(payload, entry.type, parts)
     elif entry.type == "summary":
         parts.append(str(parsed.get("summary", "")))
@@ -282,9 +312,9 @@ def _fits(console: Console, table: Table) -> bool:
 
 
 def _project(session: hpb.Session) -> str:
-    """The project column: a Codex session's cwd says that it is one."""
-    if session.source == "codex":
-        return f"codex {session.project_dir}".rstrip()
+    """The project column: a Codex or opencode session's directory says which it is."""
+    if session.source in ("codex", "opencode"):
+        return f"{session.source} {session.project_dir}".rstrip()
     return session.project_dir
 
 

@@ -909,6 +909,100 @@ const Render = (function () {
     return node;
   }
 
+  // --- opencode sessions ------------------------------------------------------------------
+
+  // An opencode message (docs/contract.md §1): `{type: "opencode", uuid, timestamp, payload:
+  // {message, parts: [{id, data}]}}`; its images are numbered as a rollout's (a file part's
+  // url, a tool's attachments, in part order).
+  function isOpencode(line) {
+    return line.type === "opencode" && isRollout(line) && Array.isArray(line.payload.parts);
+  }
+
+  function isImageUrl(url) {
+    const found = typeof url === "string" ? DATA_URL.exec(url) : null;
+    return !!found && found[1].toLowerCase() === "image";
+  }
+
+  // opencode's tools drawn as Claude Code's of the same kind (an edit as a diff, a command
+  // as a script), their input's names mapped; any other tool as it is.
+  function opencodeCall(tool, input) {
+    const i = input && typeof input === "object" ? input : {};
+    switch (tool) {
+      case "edit": return ["Edit", { file_path: i.filePath, old_string: i.oldString, new_string: i.newString }];
+      case "write": return ["Write", { file_path: i.filePath, content: i.content }];
+      case "read": return ["Read", { file_path: i.filePath }];
+      case "bash": return ["Bash", { command: i.command, description: i.description }];
+      case "grep": return ["Grep", { pattern: i.pattern, path: i.path }];
+      case "glob": return ["Glob", { pattern: i.pattern }];
+      case "webfetch": return ["WebFetch", { url: i.url }];
+      case "task": return ["Task", { description: i.description, prompt: i.prompt, subagent_type: i.subagent_type }];
+      case "todowrite": return ["TodoWrite", { todos: i.todos }];
+      default: return [String(tool || "tool"), i];
+    }
+  }
+
+  // A tool part: one line with its name and main argument, its output and attachments folded in.
+  function opencodeTool(part, data, images, ctx) {
+    const state = part.state && typeof part.state === "object" ? part.state : {};
+    const [name, input] = opencodeCall(part.tool, state.input);
+    const call = toolUse({ name, id: typeof part.callID === "string" ? part.callID : "", input }, []);
+    const status = call.querySelector(".tool-status");
+    const failed = state.status === "error";
+    status.textContent = state.status === "completed" ? " ✓" : failed ? " ✗" : " " + String(state.status || "");
+    const box = el("div", "tool-result" + (failed ? " tool-error" : ""));
+    box.append(el("div", "tool-result-label", failed ? "error" : "result"));
+    const output = failed ? state.error : state.output;
+    if (typeof output === "string" && output) box.append(ansiPre(output.replace(/\n+$/, "")));
+    for (const file of Array.isArray(state.attachments) ? state.attachments : []) {
+      if (file && typeof file === "object") box.append(opencodeFile(file, data, images, ctx));
+    }
+    call.append(box);
+    return call;
+  }
+
+  function opencodeFile(file, data, images, ctx) {
+    if (isImageUrl(file.url)) return rolloutPhoto(file, "url", data, images, ctx);
+    return el("div", "note", "file: " + String(file.filename || file.mime || "attachment"));
+  }
+
+  // One part as a reader sees it; null for bookkeeping (steps, snapshots).
+  function opencodePart(part, who, data, images, ctx) {
+    switch (part.type) {
+      case "text":
+        return part.ignored ? null : textBlock(String(part.text || ""), { type: who });
+      case "reasoning": {
+        if (!part.text) return null;
+        const details = el("details", "thinking");
+        details.append(el("summary", "", "reasoning"), markdown(String(part.text)));
+        return details;
+      }
+      case "file": return opencodeFile(part, data, images, ctx);
+      case "tool": return opencodeTool(part, data, images, ctx);
+      case "patch": return el("div", "note", "changed " + (Array.isArray(part.files) ? part.files.map(String).join(", ") : "files"));
+      case "subtask": return note("subtask", "subtask for " + String(part.agent || "an agent") + ": " + String(part.description || ""), String(part.prompt || ""));
+      case "agent": return el("div", "note", "@" + String(part.name || "agent"));
+      case "compaction": return el("div", "note note-compaction", "Conversation compacted");
+      case "retry": return el("div", "failed", "retry " + String(part.attempt || ""));
+      default: return null;
+    }
+  }
+
+  function opencodeEntry(data, line, node, body, role, ctx) {
+    const payload = line.payload;
+    const info = payload.message && typeof payload.message === "object" ? payload.message : {};
+    const who = info.role === "user" ? "user" : "assistant";
+    const images = rolloutImages(payload);
+    node.className = "entry opencode " + who;
+    role(who === "assistant" && typeof info.modelID === "string" ? "assistant (" + info.modelID + ")" : who);
+    for (const part of payload.parts) {
+      const shown = part && part.data && typeof part.data === "object" ? opencodePart(part.data, who, data, images, ctx) : null;
+      if (shown) body.append(shown);
+    }
+    const error = info.error && typeof info.error === "object" ? info.error : null;
+    if (error) body.append(el("div", "failed", "error: " + String((error.data && error.data.message) || error.name || "")));
+    return node;
+  }
+
   const BOOKKEEPING = new Set(["queue-operation", "progress", "file-history-snapshot", "last-prompt"]);
 
   // One entry as a node: `.entry` with data-offset, a role line (who, when) and its body.
@@ -929,6 +1023,7 @@ const Render = (function () {
       head.append(el("span", "who", label));
       if (stamp) head.append(" · ", timeNode(stamp));
     };
+    if (isOpencode(line)) return opencodeEntry(data, line, node, body, role, ctx);
     if (isRollout(line)) return codexEntry(data, line, node, head, body, role, ctx);
     if (type === "system") {
       node.className = "entry meta system" + (line.level === "error" || /error/.test(line.subtype || "") ? " error" : "");

@@ -15,7 +15,10 @@ object, no `message`): message text, reasoning summaries (never
 `encrypted_content`), tool calls (name and argument values) and their
 outputs, and a compaction's summary. The `event_msg` copies of messages and
 a compaction's replacement history repeat what their `response_item` lines
-already hold, and are not indexed again.
+already hold, and are not indexed again. `_opencode_texts` for opencode
+messages (type "opencode"): text and reasoning parts, tool parts (name,
+input values, title, output, error; never attachments), subtasks' prompts and
+file parts' names.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import orjson
 from scrollback.contract.enumeration import is_rollout_entry
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import StrippedLine
+from scrollback.opencode.view import ENTRY_TYPE as OPENCODE_ENTRY
 
 # Text kept per entry: a huge tool result is searchable by its first part.
 MAX_TEXT_CHARS = 64 * 1024
@@ -84,6 +88,8 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
     if not text.strip():
         return None
     holder = entry.get("payload") if is_rollout_entry(entry) else entry.get("message")
+    if entry.get("type") == OPENCODE_ENTRY and isinstance(holder, dict):
+        holder = holder.get("message")
     role = holder.get("role") if isinstance(holder, dict) else None
     return EntryText(
         uuid=stripped.uuid,
@@ -108,9 +114,45 @@ def _clean(text: str) -> str:
 
 
 def _texts(entry: dict[str, Any]) -> Iterator[str]:
+    if entry.get("type") == OPENCODE_ENTRY and is_rollout_entry(entry):
+        return _opencode_texts(entry)
     if is_rollout_entry(entry):
         return _rollout_texts(entry)
     return _claude_code_texts(entry)
+
+
+def _opencode_texts(entry: dict[str, Any]) -> Iterator[str]:
+    """An opencode message's text (see the module docstring), part by part."""
+    parts = entry["payload"].get("parts")
+    if not isinstance(parts, list):
+        return
+    for part in parts:
+        data = part.get("data") if isinstance(part, dict) else None
+        if not isinstance(data, dict):
+            continue
+        kind = data.get("type")
+        if kind in ("text", "reasoning"):
+            text = data.get("text")
+            if isinstance(text, str):
+                yield text
+        elif kind == "tool":
+            yield from _opencode_tool(data)
+        elif kind == "subtask":
+            yield from _strings([data.get("description"), data.get("prompt")])
+        elif kind == "file":
+            yield from _strings(data.get("filename"))
+
+
+def _opencode_tool(data: dict[str, Any]) -> Iterator[str]:
+    """A tool part's name, input values, output and error (never its attachments)."""
+    tool = data.get("tool")
+    if isinstance(tool, str):
+        yield tool
+    state = data.get("state")
+    if not isinstance(state, dict):
+        return
+    yield from _strings(state.get("input"))
+    yield from _strings([state.get("title"), state.get("output"), state.get("error")])
 
 
 # Rollout items whose text people read, by the payload's own "type".

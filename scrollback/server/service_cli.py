@@ -38,9 +38,11 @@ from scrollback.server.listening import (
 )
 from scrollback.server.service_config import (
     DEFAULT_CODEX_SESSIONS,
+    DEFAULT_OPENCODE_DB,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_STATE_TEXT,
     DEFAULT_TRANSCRIPTS,
+    OPENCODE_DB_ENV,
     ConfigError,
     env_name,
     location_setting,
@@ -125,6 +127,12 @@ def add_shared_flags(
         f"(SCROLLBACK_CODEX_SESSIONS, default {DEFAULT_CODEX_SESSIONS} when it exists)",
     )
     parser.add_argument(
+        "--opencode-db",
+        type=Path,
+        help=f"opencode's SQLite database, read-only ({OPENCODE_DB_ENV}, default "
+        f"{DEFAULT_OPENCODE_DB} when it exists)",
+    )
+    parser.add_argument(
         "--state", type=Path, help=f"{state_help} (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
     )
     parser.add_argument(
@@ -156,6 +164,7 @@ def shared_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "transcripts": location_setting(args.transcripts) if args.transcripts else None,
         "codex_sessions": location_setting(args.codex_sessions) if args.codex_sessions else None,
+        "opencode_db": args.opencode_db.expanduser() if args.opencode_db else None,
         "state_dir": args.state.expanduser() if args.state else None,
         "insecure": args.insecure or None,
         "auth_tokens": args.auth_tokens,

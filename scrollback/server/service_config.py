@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 TRANSCRIPTS_ENV = "SCROLLBACK_TRANSCRIPTS"
 CODEX_SESSIONS_ENV = "SCROLLBACK_CODEX_SESSIONS"
 DEFAULT_CODEX_SESSIONS = "~/.codex/sessions"
+OPENCODE_DB_ENV = "SCROLLBACK_OPENCODE_DB"
+# opencode's database under $XDG_DATA_HOME (its default when that is not set).
+OPENCODE_DB_NAME = "opencode/opencode.db"
+DEFAULT_OPENCODE_DB = "~/.local/share/" + OPENCODE_DB_NAME
 STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
@@ -183,6 +187,20 @@ def codex_sessions_from_env(env: Mapping[str, str] | None = None) -> Location | 
     return default if default.is_dir() else None
 
 
+def opencode_db_from_env(env: Mapping[str, str] | None = None) -> Path | None:
+    """SCROLLBACK_OPENCODE_DB (~ expanded), else opencode's database under $XDG_DATA_HOME
+    (default `~/.local/share/opencode/opencode.db`) when that file exists, else None."""
+    source = os.environ if env is None else env
+    text = source.get(OPENCODE_DB_ENV, "")
+    if text:
+        return Path(text).expanduser()
+    data_home = source.get("XDG_DATA_HOME", "")
+    default = (
+        Path(data_home) / OPENCODE_DB_NAME if data_home else Path(DEFAULT_OPENCODE_DB).expanduser()
+    )
+    return default if default.is_file() else None
+
+
 @contextmanager
 def auth_errors_as_config_errors() -> Iterator[None]:
     """Re-raise an AuthConfigError of the block as ConfigError (same text)."""
@@ -278,8 +296,10 @@ def open_transcript_source(
     rescan_interval: float = 2.0,
     report_skipped: bool = False,
     codex: Location | None = None,
+    opencode: Path | None = None,
 ) -> TranscriptSource:
-    """The transcript source a location names, a directory or a bucket (blocking for a bucket).
+    """The transcript source a location names, a directory or a bucket (blocking for a bucket),
+    served beside opencode's database when one is given (scrollback.opencode.combined).
 
     A local Codex sessions dir beside a bucket root is not read (it is logged):
     the default `~/.codex/sessions` of the host is not the bucket's.
@@ -293,12 +313,22 @@ def open_transcript_source(
             CODEX_SESSIONS_ENV,
         )
         codex = None
-    return transcript_source(
+    files = transcript_source(
         transcripts,
         buckets=buckets,
         rescan_interval=rescan_interval,
         report_skipped=report_skipped,
         codex=codex,
+    )
+    if opencode is None:
+        return files
+    from scrollback.contract.refs import CLAUDE_CODE, CODEX, OPENCODE
+    from scrollback.opencode.combined import CombinedSource
+    from scrollback.opencode.source import OpencodeSource
+
+    database = OpencodeSource(opencode, rescan_interval=rescan_interval)
+    return CombinedSource(
+        [(frozenset({CLAUDE_CODE, CODEX}), files), (frozenset({OPENCODE}), database)]
     )
 
 
@@ -334,10 +364,11 @@ def read_server_values(
         service=service,
         shared=shared,
         aliases=aliases,
-        skip=frozenset({"transcripts", "state_dir", "codex_sessions"}),
+        skip=frozenset({"transcripts", "state_dir", "codex_sessions", "opencode_db"}),
     )
     values["transcripts"] = transcripts_from_env(env)
     values["codex_sessions"] = codex_sessions_from_env(env)
+    values["opencode_db"] = opencode_db_from_env(env)
     values["state_dir"] = state_dir_from_env(env)
     values["security"] = security_from_env(env, service=service, auth_tokens=auth_tokens)
     return values

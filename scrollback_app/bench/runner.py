@@ -47,6 +47,9 @@ baseline in the same run, interleaved, median of repeats:
   it streams the copy vs its RSS before (target <= 1.5x; quick: 20 MB); and
   the history service's peak PSS during a slim downscale of a 64 MP PNG vs the
   same idle (`scrollback_app.bench.slim_downscale`; target +150 MB).
+- opencode sessions (`scrollback_app.bench.opencode`): the latest window and a cold
+  image of a session in opencode's SQLite database vs a Claude Code transcript of its
+  size, and the media server's peak memory serving a 100 MB part.
 - Codex rollouts (`scrollback_app.bench.codex`): the latest window and a cold
   image of a 300 MB rollout vs a Claude Code transcript of the same size
   (targets <= 1.5x; quick: 20 MB).
@@ -133,6 +136,7 @@ class BenchConfig:
     insight_samples: int = 200
     slim_bytes: int = 2000 * MB
     codex_bytes: int = 300 * MB
+    opencode_bytes: int = 300 * MB
     list_images_lines: int = 2_000_000
     bucket_bytes: int = 300 * MB
     workdir: Path | None = None
@@ -180,6 +184,7 @@ class BenchConfig:
             insight_samples=40,
             slim_bytes=20 * MB,
             codex_bytes=20 * MB,
+            opencode_bytes=20 * MB,
             list_images_lines=100_000,
             bucket_bytes=10 * MB,
             label="quick",
@@ -878,6 +883,16 @@ class _Run:
         for figure in await codex.measure(
             self.work,
             self.config.codex_bytes,
+            self.config.image_bytes,
+            self.config.repeats,
+            self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import opencode
+
+        for figure in await opencode.measure(
+            self.work,
+            self.config.opencode_bytes,
             self.config.image_bytes,
             self.config.repeats,
             self.log,

@@ -5,7 +5,10 @@ for every source: `projects/<project>/<sessionId>.jsonl` (Claude Code) and
 `codex/sessions/YYYY/MM/DD/rollout-...jsonl` or `codex/archived_sessions/...`
 (Codex). `write` puts bytes there (a whole new version), `remove` deletes
 them, `source` makes the source over that home. `DirectoryHarness` keeps them
-as files, `BucketHarness` as objects of a real SeaweedFS (tests/support/seaweed.py).
+as files, `BucketHarness` as objects of a real SeaweedFS (tests/support/seaweed.py),
+`OpencodeHarness` as files beside an opencode database (`opencode`, written
+with opencode's schema by tests/support/opencode.py), its source the
+combined one `up` serves.
 A source of another kind joins the suite (tests/integration/objectstore/
 test_source_contract.py) with a harness of its own.
 """
@@ -20,9 +23,13 @@ from typing import Protocol
 import obstore
 
 from scrollback.bucket import BucketRoot
+from scrollback.contract.refs import CLAUDE_CODE, CODEX, OPENCODE
 from scrollback.directory import DirectoryRoot
 from scrollback.objects import Bucket, BucketLocation
+from scrollback.opencode.combined import CombinedSource
+from scrollback.opencode.source import OpencodeSource
 from scrollback.transcripts import TranscriptSource
+from tests.support.opencode import OpencodeDb
 from tests.support.seaweed import BUCKET, SeaweedServer
 
 
@@ -103,4 +110,23 @@ class BucketHarness:
             rescan_interval=rescan_interval,
             report_skipped=True,
             codex=Bucket(BucketLocation(BUCKET, f"{self.prefix}/codex/sessions"), cache_bytes=0),
+        )
+
+
+class OpencodeHarness(DirectoryHarness):
+    """Files as DirectoryHarness keeps them, and an opencode database beside them: the
+    combined source of both (Claude Code and Codex files first, then opencode)."""
+
+    name = "opencode"
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home)
+        self.opencode = OpencodeDb(home / "opencode.db")
+
+    def source(self, *, rescan_interval: float = 0.0) -> TranscriptSource:
+        """The directory root and the database's sessions as one source."""
+        files = super().source(rescan_interval=rescan_interval)
+        database = OpencodeSource(self.opencode.path, rescan_interval=rescan_interval)
+        return CombinedSource(
+            [(frozenset({CLAUDE_CODE, CODEX}), files), (frozenset({OPENCODE}), database)]
         )

@@ -1,4 +1,5 @@
-"""One suite over every TranscriptSource: a local directory and a SeaweedFS bucket.
+"""One suite over every TranscriptSource: a local directory, a SeaweedFS bucket, and a
+directory beside an opencode database (the combined source).
 
 The same tests run over each harness of tests/support/sources.py, as a storage
 contract is tested once for every backend: what a source lists, resolves,
@@ -20,7 +21,7 @@ import pytest
 
 from client import HistoryClient
 from client._core import NO_RETRY
-from scrollback.contract.refs import RefError
+from scrollback.contract.refs import OPENCODE, RefError
 from scrollback.layouts import CLAUDE_CODE, CODEX
 from scrollback.linefile import FileIdentity, FileRewrittenError
 from scrollback.principals import Principal
@@ -33,7 +34,7 @@ from scrollback.transcripts import (
 from tests.support.codex import CWD, Rollout, rollout_name
 from tests.support.seaweed import SeaweedServer
 from tests.support.servers import ServerPair, assistant_line, user_line
-from tests.support.sources import BucketHarness, DirectoryHarness, SourceHarness
+from tests.support.sources import BucketHarness, DirectoryHarness, OpencodeHarness, SourceHarness
 
 T = TypeVar("T")
 ALICE = Principal("alice", frozenset({"proj-a"}))
@@ -41,10 +42,12 @@ BOB = Principal("bob", frozenset({"proj-b"}))
 DAY = "2025/09/01"
 
 
-@pytest.fixture(params=["directory", "bucket"])
+@pytest.fixture(params=["directory", "bucket", "opencode"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
     if request.param == "directory":
         return DirectoryHarness(tmp_path)
+    if request.param == "opencode":
+        return OpencodeHarness(tmp_path)
     seaweed = request.getfixturevalue("seaweed")
     monkeypatch = request.getfixturevalue("monkeypatch")
     for name, value in seaweed.env().items():
@@ -235,3 +238,106 @@ def test_a_directory_whose_path_starts_with_s3_colon_is_a_directory(
             assert [s.session_id for s in history.iter_sessions()] == ["s1"]
     finally:
         pair.close()
+
+
+@pytest.fixture
+def opencode_harness(tmp_path: Path) -> OpencodeHarness:
+    return OpencodeHarness(tmp_path)
+
+
+def test_database_sessions_are_listed_jailed_to_their_directory_and_keyed(
+    opencode_harness: OpencodeHarness,
+) -> None:
+    db = opencode_harness.opencode
+    opencode_harness.write("projects/proj-a/s1.jsonl", _transcript("s1"))
+    top = db.session("top", directory="proj-a")
+    child = db.session("child", parent=top, directory="proj-a")
+    other = db.session("elsewhere", directory="proj-b")
+    source = opencode_harness.source()
+    assert _shape(source.list(None)) == {
+        ("s1", "proj-a", False, "", CLAUDE_CODE),
+        (top, "proj-a", False, "", OPENCODE),
+        (child, "proj-a", True, top, OPENCODE),
+        (other, "proj-b", False, "", OPENCODE),
+    }
+    assert {t.title for t in source.list(None) if t.source == OPENCODE} == {
+        "top",
+        "child",
+        "elsewhere",
+    }
+    assert _shape(source.list(ALICE)) == {
+        ("s1", "proj-a", False, "", CLAUDE_CODE),
+        (top, "proj-a", False, "", OPENCODE),
+        (child, "proj-a", True, top, OPENCODE),
+    }
+    assert source.key_of(source.resolve(top, None)) == f"//opencode/{top}"
+    with pytest.raises(SessionNotFoundError):
+        source.resolve(other, ALICE)
+    assert source.resolve(f"opencode:{other}", BOB).session_id == other
+
+
+def test_a_database_session_never_shadows_a_file_of_the_same_id(
+    opencode_harness: OpencodeHarness,
+) -> None:
+    db = opencode_harness.opencode
+    shared = db.session("shared id", directory="proj-b")
+    opencode_harness.write(f"projects/proj-a/{shared}.jsonl", _transcript("c"))
+    source = opencode_harness.source()
+    assert source.resolve(shared, None).source == CLAUDE_CODE
+    database = source.resolve(f"opencode:{shared}", None)
+    assert database.source == OPENCODE
+    assert source.name_of(database, None) == f"opencode:{shared}"
+    assert source.name_of(source.resolve(shared, None), None) == shared
+    # A caller who cannot see the Claude Code session names it by its bare id.
+    assert source.resolve(shared, BOB).source == OPENCODE
+    assert source.name_of(database, BOB) == shared
+
+
+def test_a_database_session_grows_by_messages_and_a_rewrite_is_another_version(
+    opencode_harness: OpencodeHarness,
+) -> None:
+    db = opencode_harness.opencode
+    session = db.session("grows", directory="proj-a")
+    first = db.user(session, "first prompt")
+    db.assistant(session, first, "a first answer past the version's head " * 200)
+    source = opencode_harness.source()
+    transcript = source.resolve(session, None)
+    with source.open(transcript) as opened:
+        size = opened.stat().st_size
+        data = opened.read(size + 10, 0)
+        version = source.version(opened)
+        identity = FileIdentity.of(opened)
+    assert source.stat(transcript).st_size == size == len(data) and data.count(b"\n") == 2
+    assert source.read_listed(transcript, lambda s: s.read(size, 0)) == data
+    # A new message: the view grows at its end, the same version, tokens continue.
+    db.user(session, "second prompt")
+    with source.open(transcript) as opened:
+        assert opened.read(size, 0) == data
+        assert source.version(opened) == version
+        assert identity.check(opened, size).size > size
+    # The first message's text rewritten: another version, the token refused.
+    part = db.conn.execute(
+        "SELECT id FROM part WHERE message_id = ? ORDER BY id LIMIT 1", (first,)
+    ).fetchone()[0]
+    db.update_part(part, {"type": "text", "text": "a rewritten first prompt"})
+    with source.open(transcript) as opened:
+        assert source.version(opened) != version
+        with pytest.raises(FileRewrittenError):
+            identity.check(opened, size)
+
+
+def test_a_new_database_session_is_found_and_a_deleted_one_is_gone(
+    opencode_harness: OpencodeHarness,
+) -> None:
+    db = opencode_harness.opencode
+    kept = db.session("kept", directory="proj-a")
+    source: TranscriptSource = opencode_harness.source(rescan_interval=3600)
+    assert [t.session_id for t in source.list(None)] == [kept]
+    fresh = db.session("fresh", directory="proj-a")
+    found = source.resolve(fresh, None)  # a miss lists again at once
+    assert found.session_id == fresh
+    db.conn.execute("DELETE FROM session WHERE id = ?", (fresh,))
+    with pytest.raises(SessionNotFoundError):
+        source.open(found)
+    assert not source.exists(found)
+    _raises(SessionNotFoundError, lambda: source.resolve(fresh, None))
