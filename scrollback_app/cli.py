@@ -34,7 +34,12 @@ SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
 127.0.0.1:50052) and `--tls`, `--tls-ca`, `--tls-cert`, `--tls-key`,
 `--tls-server-name` (SCROLLBACK_TLS, SCROLLBACK_TLS_CA, ...: client.tls),
 print tables by default and JSON with `--json`. Flags override the
-environment (docs/contract.md §6).
+environment (docs/contract.md §6). Each command's --help starts with what it
+does and shows these connection flags in a group of their own; a mistyped
+command gets the closest one. A command's SESSION may be the unique prefix
+(8 characters or more) of a listed session's id: when the id as given is
+NOT_FOUND, the command runs again with the whole id (more than one match is a
+usage error naming them).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
@@ -58,8 +63,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from scrollback.server.service_config import DEFAULT_STATE_TEXT
 
 if TYPE_CHECKING:
     from client.tls import TlsOptions
@@ -453,7 +456,12 @@ def build_parser(only_up: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    up = commands.add_parser("up", help="run both services in the foreground")
+    up = commands.add_parser(
+        "up",
+        help="run both services in the foreground",
+        description="Run both services in the foreground, until Ctrl-C.",
+        usage="%(prog)s [options]",
+    )
     add_shared_flags(
         up,
         services="SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS / SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS",
@@ -516,10 +524,30 @@ def build_parser(only_up: bool = False) -> argparse.ArgumentParser:
     )
     loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     loadtest.set_defaults(handler=_cmd_loadtest)
-    _add_client_commands(commands)
+    from scrollback_app.cli_parsers import add_client_commands
+
+    add_client_commands(commands)
+    for action in commands._choices_actions:
+        # Each command's --help starts with what it does: its line in the list of commands.
+        chosen = commands.choices[action.dest]
+        if chosen.description is None and action.help:
+            chosen.description = action.help[0].upper() + action.help[1:] + "."
+        chosen.usage = _short_usage(chosen)
     for command in commands.choices.values():
         command.set_defaults(command_parser=command)
     return parser
+
+
+def _short_usage(command: argparse.ArgumentParser) -> str:
+    """`scrollback COMMAND ARGS [options]`: the arguments a command needs, then its
+    description, rather than every flag (the connection flags among them) before it."""
+    words = []
+    for action in command._actions:
+        if action.option_strings or isinstance(action, argparse._SubParsersAction):
+            continue
+        name = (action.metavar if isinstance(action.metavar, str) else action.dest).upper()
+        words.append(f"[{name}]" if action.nargs == "?" else name)
+    return " ".join(["%(prog)s", *words, "[options]"])
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -527,6 +555,13 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     that command's usage and the closest flag it has (argparse would show the top level's)."""
     import difflib
 
+    given = list(sys.argv[1:] if argv is None else argv)
+    word = next((arg for arg in given if not arg.startswith("-")), None)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if word is not None and word not in commands.choices:
+        close = difflib.get_close_matches(word, list(commands.choices), n=1, cutoff=0.6)
+        hint = f"; did you mean `scrollback {close[0]}`?" if close else ""
+        parser.error(f"unknown command {word!r}{hint} (`scrollback --help` lists them)")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command: argparse.ArgumentParser = args.command_parser
@@ -538,160 +573,6 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             hint = f"; did you mean {close[0]}?" if close else ""
         command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     return args
-
-
-def _add_client_commands(commands: Any) -> None:
-    from scrollback_app import cli_client as cc
-
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--history-addr",
-        default=os.environ.get("SCROLLBACK_HISTORY_ADDR") or "127.0.0.1:50051",
-        help="history service HOST:PORT (SCROLLBACK_HISTORY_ADDR, default 127.0.0.1:50051)",
-    )
-    common.add_argument(
-        "--media-addr",
-        default=os.environ.get("SCROLLBACK_MEDIA_ADDR") or "127.0.0.1:50052",
-        help="media service HOST:PORT (SCROLLBACK_MEDIA_ADDR, default 127.0.0.1:50052)",
-    )
-    common.add_argument(
-        "--timeout",
-        type=float,
-        help="per-call deadline in seconds (default: the client library's per-call deadlines)",
-    )
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument(
-        "--tls",
-        action="store_true",
-        default=None,
-        help="speak TLS, trusting the system's roots (SCROLLBACK_TLS=1; default plaintext)",
-    )
-    common.add_argument(
-        "--tls-ca", metavar="PEM", help="trust this CA for TLS (SCROLLBACK_TLS_CA; implies --tls)"
-    )
-    common.add_argument(
-        "--tls-cert",
-        metavar="PEM",
-        help="client certificate for mutual TLS, with --tls-key (SCROLLBACK_TLS_CLIENT_CERT)",
-    )
-    common.add_argument(
-        "--tls-key", metavar="PEM", help="the client certificate's key (SCROLLBACK_TLS_CLIENT_KEY)"
-    )
-    common.add_argument(
-        "--tls-server-name",
-        metavar="NAME",
-        help="the name the server certificate must carry, if not the host "
-        "(SCROLLBACK_TLS_SERVER_NAME)",
-    )
-
-    sessions = commands.add_parser("sessions", parents=[common], help="list sessions")
-    sessions.add_argument("--project", help="only this project directory")
-    sessions.add_argument("--limit", type=int, default=0, help="at most this many (0: all)")
-    sessions.set_defaults(handler=cc.cmd_sessions)
-
-    for name in ("session", "info"):
-        session = commands.add_parser(
-            name, parents=[common], help="one session's totals: entries, tokens, estimated cost"
-        )
-        session.add_argument("session")
-        session.set_defaults(handler=cc.cmd_session)
-
-    window = commands.add_parser("window", parents=[common], help="print one page of a session")
-    window.add_argument("session")
-    direction = window.add_mutually_exclusive_group()
-    direction.add_argument(
-        "--older", metavar="TOKEN", help="the next (older) page: the token printed before"
-    )
-    direction.add_argument(
-        "--newer",
-        metavar="TOKEN",
-        help="the next (newer) page of an --oldest-first listing: the token printed before",
-    )
-    direction.add_argument(
-        "--oldest-first", action="store_true", help="start from the beginning of the session"
-    )
-    window.add_argument("--page-size", type=int, help="entries per page (default and at most 200)")
-    window.set_defaults(handler=cc.cmd_window)
-
-    search = commands.add_parser(
-        "search",
-        parents=[common],
-        help='search every session: words, "phrases", prefix*',
-    )
-    search.add_argument("query", help='words (all must match), "a phrase", or a prefix*')
-    search.add_argument("--project", help="only this project directory")
-    search.add_argument("--session", help="only this session")
-    search.add_argument(
-        "--type", action="append", help="only entries of this type (repeatable: user, ...)"
-    )
-    search.add_argument("--role", action="append", help="only this message role (repeatable)")
-    search.add_argument("--since", metavar="ISO", help="only entries at or after this time")
-    search.add_argument("--until", metavar="ISO", help="only entries before this time")
-    search.add_argument(
-        "--photos", choices=["with", "without"], help="only entries with (or without) photos"
-    )
-    search.add_argument("--limit", type=int, default=20, help="hits per page (at most 100)")
-    search.add_argument("--page-token", metavar="TOKEN", help="the next page: the token printed")
-    search.set_defaults(handler=cc.cmd_search)
-
-    media = commands.add_parser("media", parents=[common], help="fetch one photo")
-    media.add_argument("ref", help="<session>/<uuid>/<index> (with --pin) or media:<sha256>")
-    media.add_argument("--pin", help="the pin of a transcript image reference")
-    media.add_argument("-o", "--output", required=True, help="output file ('-': stdout)")
-    media.add_argument(
-        "--size",
-        type=int,
-        choices=(96, 320, 960),
-        help="a WebP thumbnail of at most SIZE pixels on its longest side, not the original",
-    )
-    media.set_defaults(handler=cc.cmd_media)
-
-    send = commands.add_parser("send", parents=[common], help="send a message")
-    send.add_argument(
-        "session", nargs="?", help="an existing session's id (for a new chat: --chat-key)"
-    )
-    send.add_argument("text", help="the message text")
-    send.add_argument("--chat-key", help="a client-chosen key for a new chat with no session yet")
-    send.add_argument(
-        "--image",
-        action="append",
-        metavar="PATH",
-        help="attach an image: PNG, JPEG, GIF, WebP, AVIF or HEIC, by its bytes (repeatable)",
-    )
-    send.add_argument(
-        "--file",
-        action="append",
-        metavar="PATH",
-        help="attach any file as a plain attachment, not shown inline (repeatable)",
-    )
-    send.set_defaults(handler=cc.cmd_send)
-
-    tail = commands.add_parser("tail", parents=[common], help="follow a session live")
-    tail.add_argument("session")
-    tail.add_argument("--last", type=int, default=10, help="entries to print first (default 10)")
-    tail.set_defaults(handler=cc.cmd_tail)
-
-    gc = commands.add_parser("gc", help="collect unreferenced blobs in the local state dir")
-    gc.add_argument(
-        "--state", help=f"state directory (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
-    )
-    gc.add_argument(
-        "--grace",
-        type=float,
-        default=3600.0,
-        help="keep blobs younger than this, in seconds (default 3600)",
-    )
-    gc.add_argument("--json", action="store_true", help="print JSON for scripts")
-    gc.set_defaults(handler=cc.cmd_gc)
-
-    export = commands.add_parser("export", parents=[common], help="export a session as HTML")
-    export.add_argument("session")
-    export.add_argument("--html", required=True, metavar="DIR", help="output directory")
-    export.set_defaults(handler=cc.cmd_export)
-
-    from scrollback_app import cli_rescue
-
-    cli_rescue.add_commands(commands, common)
 
 
 def _quiet_grpc_core(argv: Sequence[str]) -> None:
@@ -732,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        code: int = args.handler(args)
+        code: int = _run(args)
         sys.stdout.flush()
     except KeyboardInterrupt:
         return EXIT_OK
@@ -740,6 +621,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _quiet_broken_pipe()
     except Exception as error:
         return _report(error, args)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's handler; once more with the whole session id when the one given was
+    NOT_FOUND and is the unique prefix (8 characters or more) of one listed."""
+    import grpc
+
+    from client.errors import NotFound, from_rpc_error
+
+    try:
+        code: int = args.handler(args)
+    except (NotFound, grpc.RpcError) as error:
+        failure = from_rpc_error(error) if isinstance(error, grpc.RpcError) else error
+        if not isinstance(failure, NotFound):
+            raise
+        from scrollback_app.cli_client import whole_session_id
+
+        whole = whole_session_id(args)
+        if whole is None:
+            raise failure from None
+        args.session = whole
+        code = args.handler(args)
     return code
 
 

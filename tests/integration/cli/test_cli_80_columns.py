@@ -1,0 +1,106 @@
+"""The CLI as a newcomer meets it in an 80-column terminal: the real `scrollback` command
+in a pseudo-terminal, against real servers on 127.0.0.1 (a Codex sessions root beside
+Claude Code's where a test needs one)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import cli, in_terminal
+from tests.support.codex import Rollout, write_rollout
+from tests.support.servers import ServerPair, user_line
+
+# Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
+pytestmark = pytest.mark.slow
+
+COLUMNS = 80
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[ServerPair]:
+    """Both services over a Claude Code root and a Codex sessions root."""
+    pair = ServerPair(tmp_path / "root", tmp_path / "state", codex=tmp_path / "codex" / "sessions")
+    (tmp_path / "codex" / "sessions").mkdir(parents=True)
+    try:
+        pair.start_history(0)
+        pair.start_media(0)
+        yield pair
+    finally:
+        pair.close()
+
+
+def _encoded(path: Path) -> str:
+    """Claude Code's project directory name for a working directory."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(path))
+
+
+def test_sessions_show_human_sizes_years_and_the_project_name(
+    servers: ServerPair, tmp_path: Path
+) -> None:
+    work = tmp_path / "code" / "my-app"
+    work.mkdir(parents=True)
+    big = servers.transcript("b40ce4e5-1111-4a2b-9c3d-000000000001", project=_encoded(work))
+    big.write_bytes(user_line("u1", "the big one", timestamp="2026-01-02T03:04:05Z")
+                    + user_line("u2", "x" * 1_500_000))  # fmt: skip
+    last_year = datetime.now(UTC).year - 1
+    old = servers.transcript("0ld5e55i-2222-4a2b-9c3d-000000000002", project=_encoded(work))
+    stamp = f"{last_year}-06-01T12:00:00Z"
+    old.write_bytes(user_line("v1", "an old session", timestamp=stamp))
+    moment = datetime(last_year, 6, 1, 12, tzinfo=UTC).timestamp()
+    os.utime(old, (moment, moment))
+    rollout = Rollout("0199a7c2-5b1e-7d30-9c4f-3f2a6e8b1d21")
+    rollout.meta(cwd="/home/dev/codex-proj")
+    rollout.user("a codex question", [])
+    write_rollout(tmp_path / "codex" / "sessions", rollout)
+
+    code, out = in_terminal(servers, COLUMNS, "sessions")
+    assert code == 0, out
+    assert all(len(line) <= COLUMNS for line in out.splitlines()), out
+    assert "1.5 MB" in out, out
+    assert not re.search(r"\d,\d{3}", out), f"sizes in raw bytes:\n{out}"
+    assert f"{last_year}-06-01" in out, out
+    assert "my-app" in out and "-..." not in out, out
+    assert "codex codex-proj" in out and "co..." not in out, out
+
+
+def test_a_command_typo_gets_a_suggestion(servers: ServerPair) -> None:
+    result = cli(servers, "windw", "some-session")
+    assert result.returncode == 2, result.stderr
+    assert "did you mean `scrollback window`?" in result.stderr, result.stderr
+
+
+def test_a_unique_prefix_of_8_characters_names_its_session(servers: ServerPair) -> None:
+    for n, session in enumerate(("b40ce4e5-aaaa-4a2b-9c3d-000000000001",
+                                 "77aa11bb-cccc-4a2b-9c3d-000000000002",
+                                 "77aa11bb-dddd-4a2b-9c3d-000000000003")):  # fmt: skip
+        servers.transcript(session).write_bytes(user_line(f"u{n}", f"prompt number {n}"))
+    code, out = in_terminal(servers, COLUMNS, "window", "b40ce4e5")
+    assert code == 0, out
+    assert "prompt number 0" in out, out
+    assert cli(servers, "session", "b40ce4e5", "--json").returncode == 0
+    short = cli(servers, "window", "b40ce4e")  # 7 characters: too short to be a prefix
+    assert short.returncode == 3 and "NOT_FOUND" in short.stderr, short.stderr
+    ambiguous = cli(servers, "window", "77aa11bb")
+    assert ambiguous.returncode == 2, ambiguous.stderr
+    assert "2 sessions start with 77aa11bb" in ambiguous.stderr, ambiguous.stderr
+    assert "77aa11bb-cccc" in ambiguous.stderr and "77aa11bb-dddd" in ambiguous.stderr
+
+
+@pytest.mark.parametrize("command", ["sessions", "window", "images", "slim", "media", "send"])
+def test_help_starts_with_what_the_command_does_with_connection_flags_apart(
+    servers: ServerPair, command: str
+) -> None:
+    code, out = in_terminal(servers, COLUMNS, command, "--help")
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines[0].startswith(f"usage: scrollback {command}") and lines[0].endswith("[options]")
+    assert re.match(r"[A-Z][^-]", lines[1]), f"no description after the usage line:\n{out}"
+    own, connection = out.replace("\r", "").split("\nconnection:\n", 1)
+    assert "--tls-ca" in connection and "--history-addr" in connection
+    assert "--tls-ca" not in own and "--history-addr" not in own, out
