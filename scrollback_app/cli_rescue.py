@@ -119,6 +119,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     images.add_argument(
         "--no-subagents", action="store_true", help="leave the sub-agent threads out"
     )
+    images.add_argument(
+        "--refs",
+        action="store_true",
+        help="also print each image's ref and pin (for `scrollback media`), one line each",
+    )
     images.set_defaults(handler=cmd_images)
 
 
@@ -377,27 +382,61 @@ def cmd_images(args: argparse.Namespace) -> int:
             }
         )
     else:
-        _print_images(images, totals)
+        _print_images(images, totals, args.session, args.refs)
     if at and not images:
         print(f"scrollback: no image or document at {at} in {args.session}", file=sys.stderr)
         return 3
     return 0
 
 
-def _print_images(images: list[hpb.ImageInfo], totals: hpb.ImageTotals) -> None:
-    """One line per image (never cut to the terminal's width: an API path must stay whole)."""
+def _print_images(
+    images: list[hpb.ImageInfo], totals: hpb.ImageTotals, session: str, refs: bool
+) -> None:
+    """A table that fits the terminal: position, type, pixels, size and problems, one row an
+    image; the position is never cut (it is what an API error names). With `refs`, each
+    image's ref and pin after the table, one line each, whole, to copy."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from scrollback_app.cli_client import _console
+    from scrollback_app.cli_sessions import human_size
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("position", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("pixels", justify="right", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("problems", overflow="fold", min_width=12)
+    elsewhere = False
     for info in images:
-        pixels = f"{info.width}x{info.height} px" if info.width else "pixels unknown"
-        index = f" #{info.index}" if info.HasField("index") else ""
-        problems = f"  PROBLEMS: {', '.join(info.problems)}" if info.problems else ""
-        # The entry as its ref names it (`at-<offset>` for a line without a usable uuid).
-        entry = info.ref.entry_uuid if info.HasField("ref") else info.entry_uuid
-        print(
-            f"{info.api_path or '(not sent)'}  {info.kind} {info.media_type or info.declared_media_type}"
-            f"  {info.size_bytes:,} bytes  {pixels}  {info.session_id}/{entry}{index}"
-            f"  line {info.line_number}{problems}"
+        position = info.api_path or "(not sent)"
+        if info.session_id != session:
+            position, elsewhere = f"↳ {position}", True
+        kind = (info.media_type or info.declared_media_type).removeprefix("image/")
+        if info.kind != "image":
+            kind = f"{info.kind} {kind}".strip()
+        pixels = f"{info.width}x{info.height}" if info.width else "?"
+        problems = Text(", ".join(p.replace("_", " ") for p in info.problems), style="bold")
+        table.add_row(position, kind, pixels, human_size(info.size_bytes), problems)
+    console = _console()
+    if images:
+        console.print(table)
+    if elsewhere:
+        console.print(Text("↳ in a sub-agent's thread (positions count in that thread)"))
+    console.print(
+        Text(
+            f"{totals.images} images ({totals.with_problems} with problems), "
+            f"{totals.documents} documents, {human_size(totals.size_bytes)}"
         )
-    print(
-        f"{totals.images} images ({totals.with_problems} with problems), "
-        f"{totals.documents} documents, {totals.size_bytes:,} bytes"
     )
+    if refs:
+        for info in images:
+            if info.HasField("ref"):
+                index = f"/{info.ref.index}"
+                ref = f"{info.ref.session_id}/{info.ref.entry_uuid}{index} --pin {info.ref.pin}"
+            else:
+                ref = "(no ref: its payload is too short to be cut)"
+            print(f"{info.api_path or '(not sent)'}  {ref}")
+    elif images:
+        console.print(Text("refs: --refs (or --json)", style="dim"))

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import os
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.support.cli import cli, in_terminal
 from tests.support.codex import Rollout, write_rollout
-from tests.support.servers import ServerPair, user_line
+from tests.support.servers import ServerPair, png, user_line
 
 # Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
 pytestmark = pytest.mark.slow
@@ -104,3 +107,37 @@ def test_help_starts_with_what_the_command_does_with_connection_flags_apart(
     own, connection = out.replace("\r", "").split("\nconnection:\n", 1)
     assert "--tls-ca" in connection and "--history-addr" in connection
     assert "--tls-ca" not in own and "--history-addr" not in own, out
+
+
+def _header_only_png(width: int, height: int) -> bytes:
+    """A PNG whose header declares `width` x `height` (its pixels never decoded here)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = chunk(b"IDAT", zlib.compress(b"\x00" * 4000))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + idat + chunk(b"IEND", b"")
+
+
+def test_images_is_a_table_that_fits_and_refs_come_on_request(servers: ServerPair) -> None:
+    session = "5e55104a-0000-4a2b-9c3d-00000000000a"
+    huge = _header_only_png(9000, 9000)
+    first = orjson.loads(user_line("a1", "look at these", images=(png(1, 60), huge)))
+    second = orjson.loads(user_line("a2", "and this one", images=(png(2, 60),)))
+    second["parentUuid"] = "a1"
+    servers.transcript(session).write_bytes(
+        orjson.dumps(first) + b"\n" + orjson.dumps(second) + b"\n"
+    )
+    code, out = in_terminal(servers, COLUMNS, "images", session)
+    assert code == 0, out
+    assert all(len(line) <= COLUMNS for line in out.splitlines()), out
+    rows = [line.strip() for line in out.splitlines() if line.strip().startswith("messages.")]
+    assert len(rows) == 3, out
+    assert re.match(r"messages\.0\.content\.2\s+png\s+9000x9000\s+\d+ k?B\s+over 8000 px", rows[1])
+    assert session not in out and "--pin" not in out, "refs only on request:\n" + out
+    assert "3 images (1 with problems)" in out, out
+    code, out = in_terminal(servers, COLUMNS, "images", session, "--refs")
+    assert code == 0, out
+    assert f"messages.0.content.1  {session}/a1/0 --pin " in out.replace("\r", ""), out

@@ -342,7 +342,7 @@ def test_images_names_the_problems(
     assert json.loads(printed)["totals"]["withProblems"] == 23
 
     code, out, err = run(capsys, cli_servers, "images", "many")
-    assert code == 0 and "over_8000_px" in out and "23 with problems" in out
+    assert code == 0 and "over 8000 px" in out and "23 with problems" in out
 
 
 def test_empty_session_and_errors(
