@@ -71,9 +71,14 @@ def tls_options(args: argparse.Namespace) -> TlsOptions | None:
 def _client(args: argparse.Namespace) -> Client:
     timeout = getattr(args, "timeout", None)
     deadlines = Deadlines(unary=timeout, stream=timeout) if timeout else Deadlines()
+    # An in-process history service (cli_local) listens on a private socket, in plaintext.
+    plain = getattr(args, "local_plaintext", False)
     try:
         return Client(
-            args.history_addr, args.media_addr, deadlines=deadlines, tls=tls_options(args) or False
+            args.history_addr,
+            args.media_addr,
+            deadlines=deadlines,
+            tls=False if plain else (tls_options(args) or False),
         )
     except TlsConfigError as error:
         raise UsageError(str(error)) from None

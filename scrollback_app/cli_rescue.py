@@ -42,6 +42,7 @@ from scrollback_app.cli_client import (
     _client,
     _print_json,
 )
+from scrollback_app.cli_local import with_local_fallback
 
 PARTIAL_SUFFIX = ".slim-partial"
 BACKUP_SUFFIX = ".backup-"
@@ -55,6 +56,12 @@ _CREATE_NEW = (
 )
 # The API path of an error message: messages.N.content.M (and deeper content levels).
 _API_PATH = re.compile(r"messages\.\d+(?:\.content\.\d+)+")
+
+
+_LOCAL_HELP = (
+    "read the local transcripts in this process, without the services (what the command "
+    "does anyway when no history service answers at a loopback address)"
+)
 
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -103,7 +110,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     slim.add_argument(
         "--keep-last", type=int, default=0, metavar="N", help="keep the last N images as they are"
     )
-    slim.set_defaults(handler=cmd_slim)
+    slim.add_argument("--local", action="store_true", help=_LOCAL_HELP)
+    slim.set_defaults(handler=with_local_fallback(cmd_slim))
 
     images = commands.add_parser(
         "images",
@@ -124,7 +132,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also print each image's ref and pin (for `scrollback media`), one line each",
     )
-    images.set_defaults(handler=cmd_images)
+    images.add_argument("--local", action="store_true", help=_LOCAL_HELP)
+    images.set_defaults(handler=with_local_fallback(cmd_images))
 
 
 def projects_dir(explicit: str | None) -> Path:

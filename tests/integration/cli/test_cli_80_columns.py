@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import struct
 import zlib
 from collections.abc import Iterator
@@ -141,3 +142,38 @@ def test_images_is_a_table_that_fits_and_refs_come_on_request(servers: ServerPai
     code, out = in_terminal(servers, COLUMNS, "images", session, "--refs")
     assert code == 0, out
     assert f"messages.0.content.1  {session}/a1/0 --pin " in out.replace("\r", ""), out
+
+
+def test_images_and_slim_run_in_process_when_no_service_answers(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    projects = home / ".claude" / "projects" / "-home-me-app"
+    projects.mkdir(parents=True)
+    session = "10ca1000-0000-4a2b-9c3d-00000000000b"
+    (projects / f"{session}.jsonl").write_bytes(
+        user_line("l1", "a screenshot", images=(png(3, 60),))
+    )
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        nobody = f"127.0.0.1:{unused.getsockname()[1]}"
+    env = {"HOME": str(home), "SCROLLBACK_HISTORY_ADDR": nobody, "SCROLLBACK_MEDIA_ADDR": nobody}
+    listed = cli(None, "images", session, **env)
+    assert listed.returncode == 0, listed.stderr
+    assert "1 images (0 with problems)" in listed.stdout, listed.stdout
+    assert f"no history service answers at {nobody}" in listed.stderr
+    assert "--local" in listed.stderr
+    forked = cli(None, "slim", session, "--fork", "--install", **env)
+    assert forked.returncode == 0, forked.stderr
+    copies = [p for p in projects.glob("*.jsonl") if p.name != f"{session}.jsonl"]
+    assert len(copies) == 1 and b"image cut by scrollback slim" in copies[0].read_bytes()
+    forced = cli(None, "images", session, "--local", "--json", **env)
+    assert forced.returncode == 0 and '"images"' in forced.stdout, forced.stderr
+    assert "no history service answers" not in forced.stderr
+
+
+def test_a_history_service_elsewhere_is_never_replaced_by_local_files(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".claude" / "projects" / "p").mkdir(parents=True)
+    (home / ".claude" / "projects" / "p" / "s.jsonl").write_bytes(user_line("x", "hi"))
+    result = cli(None, "images", "s", "--timeout", "2", HOME=str(home),
+                 SCROLLBACK_HISTORY_ADDR="192.0.2.1:50051")  # fmt: skip
+    assert result.returncode == 1 and "UNAVAILABLE" in result.stderr, result.stderr
