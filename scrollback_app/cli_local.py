@@ -29,6 +29,15 @@ from scrollback.server.listening import is_loopback
 Handler = Callable[[argparse.Namespace], int]
 
 
+def projects_dir(explicit: str | None) -> Path:
+    """Where Claude Code keeps its transcripts on this machine."""
+    if explicit:
+        return Path(explicit).expanduser()
+    config = os.environ.get("CLAUDE_CONFIG_DIR")
+    base = Path(config).expanduser() if config else Path.home() / ".claude"
+    return base / "projects"
+
+
 def with_local_fallback(handler: Handler) -> Handler:
     """`handler`, run in-process on the local transcripts with `--local`, or when no
     history service answers at the (loopback) history address."""
@@ -70,7 +79,6 @@ def local_history(projects: str | None = None) -> Iterator[str]:
     from history_service.config import HistoryConfig
     from history_service.server import start_history_server
     from scrollback.server.auth import SecuritySettings
-    from scrollback_app.cli_rescue import projects_dir
 
     with tempfile.TemporaryDirectory(prefix="scrollback-local-") as private:
         address = f"unix:{private}/history.sock"

@@ -42,7 +42,7 @@ from scrollback_app.cli_client import (
     _client,
     _print_json,
 )
-from scrollback_app.cli_local import with_local_fallback
+from scrollback_app.cli_local import projects_dir, with_local_fallback
 
 PARTIAL_SUFFIX = ".slim-partial"
 BACKUP_SUFFIX = ".backup-"
@@ -134,15 +134,6 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     images.add_argument("--local", action="store_true", help=_LOCAL_HELP)
     images.set_defaults(handler=with_local_fallback(cmd_images))
-
-
-def projects_dir(explicit: str | None) -> Path:
-    """Where Claude Code keeps its transcripts on this machine."""
-    if explicit:
-        return Path(explicit).expanduser()
-    config = os.environ.get("CLAUDE_CONFIG_DIR")
-    base = Path(config).expanduser() if config else Path.home() / ".claude"
-    return base / "projects"
 
 
 @dataclass
