@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -23,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console, Group
 from rich.measure import Measurement
 from rich.table import Table
@@ -36,6 +34,7 @@ from scrollback.contract.proto_json import message_json
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
+from scrollback_app.cli_entries import entry_text, photo_marker, shown, shown_type, strip_ansi
 
 # The fewest columns a table's main column (a title, a text) gets before the secondary
 # columns move to a line of their own.
@@ -122,129 +121,6 @@ class _Console(Console):
 
 def _console() -> Console:
     return _Console(soft_wrap=False, highlight=False)
-
-
-def _parsed(entry: hpb.Entry) -> dict[str, Any]:
-    try:
-        value = orjson.loads(entry.json)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-# CSI sequences (colours, cursor moves), OSC sequences (titles, links) and lone ESC pairs:
-# tool output in transcripts carries them, and no viewer here interprets them.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-
-
-def strip_ansi(text: str) -> str:
-    """The text without terminal escape sequences."""
-    return _ANSI.sub("", text)
-
-
-def _block_parts(blocks: list[Any], parts: list[str]) -> None:
-    """Labels and texts of content blocks: [image], [tool_use NAME], [tool_result] TEXT."""
-    for block in blocks:
-        if isinstance(block, str):
-            parts.append(block)
-            continue
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "text":
-            parts.append(str(block.get("text", "")))
-        elif kind == "image":
-            parts.append("[image]")
-        elif kind == "tool_use":
-            parts.append(f"[tool_use {block.get('name', '')}]")
-            tool_input = block.get("input")
-            if isinstance(tool_input, dict):
-                # The first string argument says most (a command, a path, a pattern).
-                first = next((v for v in tool_input.values() if isinstance(v, str)), "")
-                parts.append(first)
-        elif kind == "tool_result":
-            parts.append("[tool_result error]" if block.get("is_error") else "[tool_result]")
-            inner = block.get("content")
-            _block_parts(inner if isinstance(inner, list) else [inner], parts)
-        elif kind == "thinking":
-            parts.append("[thinking]")
-        elif isinstance(kind, str):
-            parts.append(f"[{kind}]")
-
-
-def _rollout_parts(payload: dict[str, Any], kind: str, parts: list[str]) -> None:
-    """A Codex rollout line's labels and texts: [role] text [image], [reasoning] summary,
-    [function_call NAME] arguments, [output] text, [event KIND] message."""
-    item = payload.get("type")
-    if kind == "response_item" and item == "message":
-        parts.append(f"[{payload.get('role', '')}]")
-        for block in payload.get("content") or []:
-            if isinstance(block, dict):
-                text = block.get("text")
-                parts.append(text if isinstance(text, str) else f"[{block.get('type', '')}]")
-    elif kind == "response_item" and item == "reasoning":
-        parts.append("[reasoning]")
-        for block in payload.get("summary") or []:
-            if isinstance(block, dict) and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-    elif kind == "response_item" and isinstance(item, str) and item.endswith("_call"):
-        parts.append(f"[{item} {payload.get('name', '')}]".replace(" ]", "]"))
-        arguments = payload.get("arguments", payload.get("input"))
-        parts.append(arguments if isinstance(arguments, str) else "")
-    elif kind == "response_item" and isinstance(item, str) and item.endswith("_output"):
-        parts.append("[output]")
-        output = payload.get("output")
-        if isinstance(output, str):
-            parts.append(output)
-        elif isinstance(output, list):
-            for block in output:
-                if isinstance(block, dict):
-                    text = block.get("text")
-                    parts.append(text if isinstance(text, str) else f"[{block.get('type', '')}]")
-    elif kind == "event_msg":
-        parts.append(f"[event {item}]")
-        message = payload.get("message")
-        parts.append(message if isinstance(message, str) else "")
-    elif kind == "compacted":
-        parts.append("[compacted]")
-        message = payload.get("message")
-        parts.append(message if isinstance(message, str) else "")
-    elif kind == "session_meta":
-        parts.append(f"[session_meta] {payload.get('cwd', '')}")
-    elif kind == "turn_context":
-        parts.append(f"[turn_context] {payload.get('model', '')}")
-    else:
-        parts.append(f"[{kind} {item or ''}]".replace(" ]", "]"))
-
-
-def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
-    """A one-line summary of an entry's message: its text, with [image]/[tool_use]/... labels."""
-    parsed = _parsed(entry)
-    message = parsed.get("message")
-    payload = parsed.get("payload")
-    parts: list[str] = []
-    if message is None and isinstance(payload, dict):
-        _rollout_parts(payload, entry.type, parts)
-    elif entry.type == "summary":
-        parts.append(str(parsed.get("summary", "")))
-    elif isinstance(message, dict):
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            _block_parts(content, parts)
-    text = " ".join(strip_ansi(" ".join(p for p in parts if p)).split())
-    if limit and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return text
-
-
-def photo_marker(entry: hpb.Entry) -> str:
-    """`[N photo(s)]` for an entry with media refs, else ""."""
-    count = len(entry.media_refs)
-    if not count:
-        return ""
-    return f"[{count} photo{'s' if count > 1 else ''}]"
 
 
 def entry_dict(entry: hpb.Entry) -> dict[str, Any]:
@@ -339,13 +215,14 @@ def _entries_table(console: Console, entries: Sequence[hpb.Entry]) -> Table:
     rows = [
         (
             entry.timestamp[:19].replace("T", " "),
-            entry.type,
+            shown_type(entry),
             entry.uuid[:8],
             # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
             Text(entry_text(entry, 160)),
             str(len(entry.media_refs)) if entry.media_refs else "",
         )
         for entry in entries
+        if shown(entry)
     ]
     for time, kind, uuid, text, photos in rows:
         wide.add_row(time, Text(kind), Text(uuid), text, photos)
@@ -549,9 +426,11 @@ def _print_event_line(kind: str, entry: hpb.Entry | None, message: Any, as_json:
             _print_json({"event": kind} | message_json(message))
         return
     if entry is not None:
+        if not shown(entry):
+            return
         stamp = entry.timestamp[11:19]
         text = " ".join(part for part in (entry_text(entry, 160), photo_marker(entry)) if part)
-        print(f"{stamp} {entry.type:<10} {text}", flush=True)
+        print(f"{stamp} {shown_type(entry):<10} {text}", flush=True)
     else:
         attached = len(message.attachments)
         marker = f" [{attached} attachment{'s' if attached > 1 else ''}]" if attached else ""

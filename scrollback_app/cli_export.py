@@ -27,10 +27,9 @@ from scrollback_app import export_page
 from scrollback_app.cli_client import (
     UsageError,
     _client,
-    _parsed,
     _print_json,
-    strip_ansi,
 )
+from scrollback_app.cli_entries import _parsed, strip_ansi
 
 _EXTENSIONS = {
     "image/png": ".png",

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import struct
+import subprocess
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,8 +19,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.cli import cli, in_terminal
-from tests.support.codex import Rollout, write_rollout
+from tests.support.cli import SCROLLBACK, cli, cli_env, in_terminal
+from tests.support.codex import Rollout, full_rollout, write_rollout
 from tests.support.servers import ServerPair, png, user_line
 
 # Whole processes, real terminals or many servers: CI runs these, the quick loop leaves them out.
@@ -177,3 +180,51 @@ def test_a_history_service_elsewhere_is_never_replaced_by_local_files(tmp_path: 
     result = cli(None, "images", "s", "--timeout", "2", HOME=str(home),
                  SCROLLBACK_HISTORY_ADDR="192.0.2.1:50051")  # fmt: skip
     assert result.returncode == 1 and "UNAVAILABLE" in result.stderr, result.stderr
+
+
+def _codex_session(tmp_path: Path) -> str:
+    rollout = full_rollout("0199a7c2-5b1e-7d30-9c4f-3f2a6e8b1d99")
+    rollout.add(
+        "event_msg", {"type": "agent_message", "message": "The albatross button is misaligned."}
+    )
+    write_rollout(tmp_path / "codex" / "sessions", rollout)
+    return rollout.session_id
+
+
+def test_window_reads_a_codex_rollout_as_claude_code(servers: ServerPair, tmp_path: Path) -> None:
+    session = _codex_session(tmp_path)
+    code, out = in_terminal(servers, COLUMNS, "window", session, "--page-size", "50")
+    assert code == 0, out
+    assert all(len(line) <= COLUMNS for line in out.splitlines()), out
+    flat = " ".join(out.split())
+    assert "view_image shot.png" in flat and '"command"' not in out, out
+    assert "token_count" not in out and "[event" not in out, out
+    assert flat.count("albatross button is misaligned") == 1, out
+    assert flat.count("look at the flamingo screenshot") == 1, out
+    assert re.search(r"\bassistant\b", out) and "response_item" not in out, out
+
+
+def test_tail_prints_each_codex_message_once(servers: ServerPair, tmp_path: Path) -> None:
+    session = _codex_session(tmp_path)
+    env = cli_env(SCROLLBACK_HISTORY_ADDR=servers.history_addr,
+                  SCROLLBACK_MEDIA_ADDR=servers.media_addr)  # fmt: skip
+    process = subprocess.Popen([SCROLLBACK, "tail", session, "--last", "50"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        printed = []
+        deadline = time.monotonic() + 30
+        while not any("[compacted]" in line for line in printed):  # the last line shown
+            line = process.stdout.readline()
+            assert line and time.monotonic() < deadline, "".join(printed)
+            printed.append(line)
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    out = "".join(printed) + rest
+    assert out.count("albatross button is misaligned") == 1, out
+    assert out.count("look at the flamingo screenshot") == 1, out
+    assert "token_count" not in out, out
