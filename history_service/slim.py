@@ -17,7 +17,7 @@ history_service.image_list.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from history_service.errors import InvalidArgumentError
 from history_service.slim_blocks import (
@@ -38,6 +38,7 @@ from history_service.slim_downscale import (
     API_MAX_SIDE,
     MIN_MAX_BYTES,
     MIN_MAX_SIDE,
+    NOT_BASE64,
     Downscale,
     DownscaleAnswer,
     downscale_block,
@@ -92,6 +93,8 @@ class SlimStats:
     bytes_read: int = 0
     bytes_written: int = 0
     omitted_tail_bytes: int = 0
+    # Images cut instead of downscaled, by the reason their stand-in names.
+    not_downscaled: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -187,7 +190,9 @@ def _block_edit(
     replacement: bytes | None = None
     reason = ""
     downscale = options.downscale and block.kind == "image" and span is not None
-    if downscale and facts is not None and facts.decodable:
+    if downscale and (facts is None or not facts.decodable):
+        reason = NOT_BASE64
+    elif downscale:
         outcome = yield from downscale_block(
             source, probed, block, options.max_side, options.max_bytes
         )
@@ -199,6 +204,8 @@ def _block_edit(
             stats.images_downscaled += 1
         else:
             reason = outcome
+    if reason:
+        stats.not_downscaled[reason] = stats.not_downscaled.get(reason, 0) + 1
     declared = declared_type(block.block)
     if replacement is None:
         ref, pin = block_ref(source.raw.start, session_id, probed.entry, block, probed)

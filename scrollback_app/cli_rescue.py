@@ -315,7 +315,12 @@ def _report(
             "session_id": item.session_id,
             "output": str(item.destination),
             "backup": str(backups[item.destination]) if item.destination in backups else "",
-            **{f.name: int(getattr(item.end, f.name)) for f in item.end.DESCRIPTOR.fields},
+            **{
+                f.name: int(getattr(item.end, f.name))
+                for f in item.end.DESCRIPTOR.fields
+                if f.name != "not_downscaled"
+            },
+            "not_downscaled": [message_json(n) for n in item.end.not_downscaled],
         }
         for item in written
     ]
@@ -340,6 +345,8 @@ def _report(
             + ("" if to_stdout else f" to {item.destination}"),
             file=out,
         )
+        for refused in end.not_downscaled:
+            print(f"  {refused.images} cut, not downscaled: {refused.reason}", file=out)
         if end.omitted_tail_bytes:
             print(
                 f"  left out a half-written last line ({end.omitted_tail_bytes:,} bytes)", file=out
