@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 import tempfile
@@ -62,6 +63,9 @@ def with_local_fallback(handler: Handler) -> Handler:
 
 
 def _locally(handler: Handler, args: argparse.Namespace) -> int:
+    if not getattr(args, "verbose", False):
+        # The in-process service's start and per-call log lines are not the command's output.
+        logging.getLogger().setLevel(logging.WARNING)
     with local_history(getattr(args, "projects_dir", None)) as address:
         local = argparse.Namespace(**vars(args))
         local.history_addr = address
