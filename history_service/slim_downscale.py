@@ -11,7 +11,6 @@ image not downscaled is cut, its stand-in text naming why.
 
 from __future__ import annotations
 
-import base64
 import functools
 import io
 from collections.abc import Callable, Generator
@@ -20,7 +19,14 @@ from typing import IO, TYPE_CHECKING
 
 import pybase64
 
-from history_service.slim_blocks import FoundBlock, LineSource, declared_type, dumps_json
+from history_service.slim_blocks import (
+    FoundBlock,
+    LineSource,
+    declared_type,
+    dumps_json,
+    inline_payload,
+    with_image,
+)
 from scrollback.contract.extraction import (
     ImageNotStrippedError,
     PayloadReader,
@@ -130,7 +136,7 @@ def payload_opener(
     assert block.facts is not None
     size = block.facts.size_bytes
     if block.cut < 0:
-        decoded = pybase64.b64decode(block.block["source"]["data"].encode("ascii"))
+        decoded = pybase64.b64decode(inline_payload(block.block).encode("ascii"))
         return lambda: io.BytesIO(decoded)
     start, end = probed.spans[block.cut]
     # Escaped is always right (escapes are undone as the payload is decoded forward).
@@ -168,10 +174,4 @@ def downscale_block(
     answer = yield Downscale(decode_cost(header.media_type, header.pixels, facts.size_bytes), work)
     if not isinstance(answer, Downscaled):
         return answer or NOT_DECODABLE
-    source_field = dict(block.block["source"])
-    source_field.update(
-        type="base64",
-        media_type=answer.media_type,
-        data=base64.b64encode(answer.data).decode(),
-    )
-    return dumps_json({**block.block, "source": source_field})
+    return dumps_json(with_image(block.block, answer.media_type, answer.data))

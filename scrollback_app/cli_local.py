@@ -39,6 +39,16 @@ def projects_dir(explicit: str | None) -> Path:
     return base / "projects"
 
 
+def codex_sessions_dir() -> Path:
+    """Where Codex CLI keeps its rollouts on this machine: SCROLLBACK_CODEX_SESSIONS (a
+    directory), else `$CODEX_HOME/sessions`, else `~/.codex/sessions`."""
+    configured = os.environ.get("SCROLLBACK_CODEX_SESSIONS", "")
+    if configured and "://" not in configured:
+        return Path(configured).expanduser()
+    home = os.environ.get("CODEX_HOME")
+    return (Path(home).expanduser() if home else Path.home() / ".codex") / "sessions"
+
+
 def with_local_fallback(handler: Handler) -> Handler:
     """`handler`, run in-process on the local transcripts with `--local`, or when no
     history service answers at the (loopback) history address."""

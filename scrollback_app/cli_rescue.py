@@ -35,6 +35,7 @@ from typing import IO, Any
 from client.errors import ScrollbackError
 from client.history import ImageList
 from scrollback.contract.proto_json import message_json
+from scrollback.contract.refs import CODEX
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback_app.cli_client import (
     UsageError,
@@ -42,7 +43,7 @@ from scrollback_app.cli_client import (
     _client,
     _print_json,
 )
-from scrollback_app.cli_local import projects_dir, with_local_fallback
+from scrollback_app.cli_local import codex_sessions_dir, projects_dir, with_local_fallback
 
 PARTIAL_SUFFIX = ".slim-partial"
 BACKUP_SUFFIX = ".backup-"
@@ -82,8 +83,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--install",
         action="store_true",
-        help="write the copy where `claude --resume` finds it (with --fork: as a new session; "
-        "without: over the original, after moving it to a printed backup)",
+        help="write the copy where `claude --resume` (for a Codex rollout, `codex resume`) "
+        "finds it (with --fork: as a new session; without: over the original, after moving "
+        "it to a printed backup)",
     )
     slim.add_argument(
         "--fork", action="store_true", help="give the copy a new session id (as Claude Code's fork)"
@@ -158,8 +160,28 @@ def _inside(name: str) -> Path:
     return path
 
 
+def _codex_destination(args: argparse.Namespace, header: hpb.SlimHeader) -> Path:
+    """Where `--install` puts a Codex rollout's copy: a fork as a new rollout of today in
+    Codex's sessions tree, named as Codex names its own; else the original's place."""
+    sessions = codex_sessions_dir()
+    copy_id = _inside(header.copy_session_id).name
+    if args.fork:
+        now = datetime.now().astimezone()
+        day = sessions / f"{now:%Y}" / f"{now:%m}" / f"{now:%d}"
+        return day / f"rollout-{now:%Y-%m-%dT%H-%M-%S}-{copy_id}.jsonl"
+    found = sorted(sessions.rglob(f"rollout-*-{copy_id}.jsonl"))
+    if not found:
+        raise UsageError(
+            f"no rollout of {copy_id} under {sessions} to replace; --fork adds the copy as a "
+            "new session, -o FILE writes it anywhere"
+        )
+    return found[0]
+
+
 def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.SlimFile) -> Path:
     relative = _inside(file.relative_path)
+    if args.install and header.source == CODEX:
+        return _codex_destination(args, header)
     if args.install:
         projects = projects_dir(args.projects_dir)
         destination = projects / _inside(header.project_dir) / relative
@@ -353,7 +375,9 @@ def _report(
             )
     for original, backup in backups.items():
         print(f"the original {original} is now {backup}", file=out)
-    if args.install:
+    if args.install and header.source == CODEX:
+        print(f"resume it with: codex resume {header.copy_session_id}", file=out)
+    elif args.install:
         print(
             f"resume it in the project's directory with: claude --resume {header.copy_session_id}",
             file=out,

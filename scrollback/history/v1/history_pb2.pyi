@@ -1346,22 +1346,29 @@ class SlimHeader(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PROJECT_DIR_FIELD_NUMBER: _builtins.int
     COPY_SESSION_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session copied."""
     project_dir: _builtins.str
     """Its project directory's name under the root (never a full path)."""
     copy_session_id: _builtins.str
     """The copy's session id: fork_session_id, or session_id without a fork."""
+    source: _builtins.str
+    """The session's source, as Session.source: "claude-code", or "codex" for a
+    Codex CLI rollout (whose copy belongs in Codex's sessions tree, its
+    project_dir being the rollout's working directory).
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         project_dir: _builtins.str = ...,
         copy_session_id: _builtins.str = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
