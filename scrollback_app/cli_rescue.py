@@ -442,6 +442,9 @@ def _print_images(
     elsewhere = False
     for info in images:
         position = info.api_path or "(not sent)"
+        if not info.api_path and info.ref.entry_uuid.startswith("at-"):
+            # A Codex rollout's line has no uuid and no computed API position: its line.
+            position = f"line {info.line_number}"
         if info.session_id != session:
             position, elsewhere = f"↳ {position}", True
         kind = (info.media_type or info.declared_media_type).removeprefix("image/")

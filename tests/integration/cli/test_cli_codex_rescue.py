@@ -102,6 +102,9 @@ def test_images_lists_a_rollouts_data_url_images(servers: ServerPair, tmp_path: 
     fetched = cli(servers, "media", f"{SESSION}/{wide['ref']['entryUuid']}/{wide['index']}",
                   "--pin", wide["ref"]["pin"], "-o", str(tmp_path / "wide.png"))  # fmt: skip
     assert fetched.returncode == 0, fetched.stderr
+    table = cli(servers, "images", SESSION)
+    assert table.returncode == 0 and "(not sent)" not in table.stdout, table.stdout
+    assert f"line {wide['lineNumber']}" in table.stdout, table.stdout
 
 
 def test_slim_replaces_rollout_images_with_valid_items(servers: ServerPair, tmp_path: Path) -> None:
