@@ -169,3 +169,14 @@ def test_install_puts_a_rollout_copy_in_codexs_sessions_tree(
     assert "cut by scrollback slim" in original.read_text()
     (backup,) = original.parent.glob(original.name + ".backup-*")
     assert "cut by scrollback slim" not in backup.read_text()
+
+
+def test_keep_last_keeps_a_rollouts_last_images(servers: ServerPair, tmp_path: Path) -> None:
+    _rollout(tmp_path)
+    out = tmp_path / "kept.jsonl"
+    slimmed = cli(servers, "slim", SESSION, "-o", str(out), "--keep-last", "1")
+    assert slimmed.returncode == 0, slimmed.stderr
+    item = _wide_prompt(_objects(out))["payload"]["content"][1]
+    assert item["type"] == "input_image" and item["image_url"].startswith("data:image/png;base64,")
+    text = out.read_text()
+    assert text.count("[image cut by scrollback slim") == 4, "the other four are cut"
