@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -134,8 +134,8 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     for s, size, modified, usage, title in rows:
         details = "  ".join(part for part in (modified, usage, size, _project(s)) if part)
         cell = _line(title) if title else _line("(no title)", style="dim")
-        cell.append("\n" + details, style="dim")
-        narrow.add_row(Text(s.session_id), cell)
+        # The title is cut at the column's edge; the details wrap, never cut (the project last).
+        narrow.add_row(Text(s.session_id), Group(cell, Text(details, style="dim")))
     return narrow
 
 
