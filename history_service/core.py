@@ -450,7 +450,7 @@ class HistoryCore:
         files = self._with_subagents(principal, session_id, include_subagents)
         # A copy is named by its bare id (`codex:<id>` is no file name); its refs as listed.
         copy_id = options.fork_session_id or files[0].session_id
-        yield SlimStart(session_id, files[0].project_dir, copy_id)
+        yield SlimStart(session_id, files[0].project_dir, copy_id, files[0].source)
         for transcript, fd in self._opened(files):
             size = file_size(fd)
             relative = (

@@ -119,6 +119,10 @@ def file_end_message(stats: SlimStats) -> pb.SlimFileEnd:
         bytes_read=stats.bytes_read,
         bytes_written=stats.bytes_written,
         omitted_tail_bytes=stats.omitted_tail_bytes,
+        not_downscaled=[
+            pb.NotDownscaled(reason=reason, images=count)
+            for reason, count in stats.not_downscaled.items()
+        ],
     )
 
 

@@ -17,10 +17,11 @@ history_service.image_list.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from history_service.errors import InvalidArgumentError
 from history_service.slim_blocks import (
+    BLANK_PNG_BASE64,
     OUT_CHUNK,
     FoundBlock,
     LineSource,
@@ -32,18 +33,29 @@ from history_service.slim_blocks import (
     json_string_text,
     media_blocks,
     stand_in_text,
+    strings_with_parents,
+    text_block,
 )
 from history_service.slim_downscale import (
     API_MAX_BYTES,
     API_MAX_SIDE,
     MIN_MAX_BYTES,
     MIN_MAX_SIDE,
+    NOT_BASE64,
     Downscale,
     DownscaleAnswer,
     downscale_block,
 )
-from history_service.slim_scan import count_content_images, forked_run, needs_probe, segments
+from history_service.slim_scan import (
+    count_content_images,
+    forked_run,
+    needs_probe,
+    rollout_id_span,
+    segments,
+)
 from scrollback.contract.blocks import iter_objects, matching_spans, top_level_string_span
+from scrollback.contract.data_url import split_data_url
+from scrollback.contract.enumeration import is_rollout_entry
 from scrollback.contract.extraction import iter_decoded
 from scrollback.contract.refs import validate_id
 from scrollback.contract.stripping import ProbedLine
@@ -92,6 +104,8 @@ class SlimStats:
     bytes_read: int = 0
     bytes_written: int = 0
     omitted_tail_bytes: int = 0
+    # Images cut instead of downscaled, by the reason their stand-in names.
+    not_downscaled: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -156,6 +170,8 @@ def _line_edits(
     edits.extend(_copy_edits(source, probed, covered, stats))
     if options.fork_session_id:
         span = top_level_string_span(probed.probe, "sessionId")
+        if span is None and is_rollout_entry(probed.entry):
+            span = rollout_id_span(probed.probe)
         if span is not None:
             edits.append(
                 _Edit(
@@ -187,7 +203,9 @@ def _block_edit(
     replacement: bytes | None = None
     reason = ""
     downscale = options.downscale and block.kind == "image" and span is not None
-    if downscale and facts is not None and facts.decodable:
+    if downscale and (facts is None or not facts.decodable):
+        reason = NOT_BASE64
+    elif downscale:
         outcome = yield from downscale_block(
             source, probed, block, options.max_side, options.max_bytes
         )
@@ -199,11 +217,13 @@ def _block_edit(
             stats.images_downscaled += 1
         else:
             reason = outcome
+    if reason:
+        stats.not_downscaled[reason] = stats.not_downscaled.get(reason, 0) + 1
     declared = declared_type(block.block)
     if replacement is None:
         ref, pin = block_ref(source.raw.start, session_id, probed.entry, block, probed)
         text = stand_in_text(block.kind, declared, facts, ref, pin, reason)
-        replacement = dumps_json({"type": "text", "text": text})
+        replacement = dumps_json(text_block(block.block, text))
         if block.kind == "image":
             stats.images_replaced += 1
         else:
@@ -220,13 +240,28 @@ def _copy_edits(
     source: LineSource, probed: ProbedLine, covered: set[int], stats: SlimStats
 ) -> Iterator[_Edit]:
     """The stand-ins of the payloads outside every replaced block (copies, long base64)."""
+    in_urls = _data_url_cuts(probed) if is_rollout_entry(probed.entry) else set()
     for k, (start, end) in enumerate(probed.spans):
         if k in covered:
+            continue
+        stats.copies_replaced += 1
+        if k in in_urls:
+            # A data URL stays one (Codex reads its event copies back): a blank pixel.
+            yield _Edit(start, end, BLANK_PNG_BASE64)
             continue
         facts, _ = facts_of(iter_decoded(source.read, start, end), False)
         text = stand_in_text("payload", _copy_media_type(probed, k), facts)
         yield _Edit(start, end, json_string_text(text))
-        stats.copies_replaced += 1
+
+
+def _data_url_cuts(probed: ProbedLine) -> set[int]:
+    """The cuts that are the payload of a data URL (a rollout's event copies of images)."""
+    cuts = set()
+    for text, _ in strings_with_parents(probed.entry):
+        split = split_data_url(text)
+        if split is not None and (k := probed.span_of(split[1])) >= 0:
+            cuts.add(k)
+    return cuts
 
 
 def _copy_media_type(probed: ProbedLine, cut: int) -> str:
@@ -326,6 +361,7 @@ class SlimStart:
     session_id: str
     project_dir: str
     copy_session_id: str
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

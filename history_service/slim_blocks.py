@@ -10,6 +10,7 @@ serves it by (`block_ref`: the entry named as ReadWindow names it).
 
 from __future__ import annotations
 
+import base64
 import binascii
 import hashlib
 import io
@@ -23,7 +24,8 @@ import pybase64
 
 from history_service.lines import FileShrankError
 from scrollback.contract.blocks import iter_objects
-from scrollback.contract.enumeration import iter_image_blocks
+from scrollback.contract.data_url import is_image_media_type, split_data_url
+from scrollback.contract.enumeration import is_rollout_entry, iter_image_blocks
 from scrollback.contract.extraction import UndecodablePayloadError, iter_decoded
 from scrollback.contract.image_header import ImageHeader, read_header
 from scrollback.contract.reading import ByteReader
@@ -41,6 +43,9 @@ from scrollback.linewalk import RawLine
 # Output is sent in pieces of at most this size.
 OUT_CHUNK = 1024 * 1024
 MEDIA_KINDS = ("image", "document")
+
+# A 1x1 transparent PNG: the payload left in a data URL whose image was cut elsewhere.
+BLANK_PNG_BASE64 = b"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 # The decoded bytes of a payload kept for its header: a JPEG's frame header
 # after large EXIF blocks, and the fixed headers of the other formats.
@@ -129,9 +134,57 @@ def _content_paths(entry: dict[str, Any]) -> dict[int, tuple[int, ...]]:
     return paths
 
 
+def rollout_url(block: dict[str, Any]) -> tuple[str, str] | None:
+    """(declared media type, payload text) of a Codex image item, `{"type": "input_image",
+    "image_url": "data:...;base64,..."}`; None for any other block."""
+    url = block.get("image_url")
+    if block.get("type") != "input_image" or not isinstance(url, str):
+        return None
+    split = split_data_url(url)
+    return split if split is not None and is_image_media_type(split[0]) else None
+
+
+def strings_with_parents(value: Any) -> Iterator[tuple[str, Any]]:
+    """Every string under `value` with the dict or list holding it, in the order of the
+    enumeration's walk of a rollout payload (scrollback.contract.enumeration)."""
+    stack: list[tuple[Any, Iterator[Any]]] = [(None, iter((value,)))]
+    while stack:
+        parent, items = stack[-1]
+        for item in items:
+            if isinstance(item, str):
+                yield item, parent
+            elif isinstance(item, dict):
+                stack.append((item, iter(item.values())))
+                break
+            elif isinstance(item, list):
+                stack.append((item, iter(item)))
+                break
+        else:
+            stack.pop()
+
+
+def _rollout_blocks(probed: ProbedLine) -> list[FoundBlock]:
+    """A Codex rollout line's image items (data URLs in `input_image` items: a message's
+    content, a tool output's, a compaction's history), each with its index by §2's rule
+    (every image data URL of the payload counts, the event copies' plain strings too)."""
+    found: list[FoundBlock] = []
+    index = 0
+    for text, parent in strings_with_parents(probed.entry["payload"]):
+        split = split_data_url(text)
+        if split is None or not is_image_media_type(split[0]):
+            continue
+        if isinstance(parent, dict) and parent.get("image_url") is text and rollout_url(parent):
+            # No API position is known for a rollout: the index alone names the item.
+            found.append(FoundBlock(parent, "image", probed.span_of(split[1]), index, (index,)))
+        index += 1
+    return found
+
+
 def media_blocks(probed: ProbedLine) -> list[FoundBlock]:
     """Every image and document block of a probed line, in document order."""
     entry = probed.entry
+    if is_rollout_entry(entry):
+        return _rollout_blocks(probed)
     indexes = {id(block): i for i, block in enumerate(iter_image_blocks(entry))}
     paths = _content_paths(entry)
     found: list[FoundBlock] = []
@@ -194,13 +247,38 @@ def block_facts(
         start, end = probed.spans[block.cut]
         facts, data = facts_of(iter_decoded(source.read, start, end, block.image_index), keep)
     else:
-        facts, data = _inline_facts(block.block["source"]["data"], keep)
+        facts, data = _inline_facts(inline_payload(block.block), keep)
     block.facts, block.data = facts, data
 
 
 def declared_type(block: dict[str, Any]) -> str:
+    rollout = rollout_url(block)
+    if rollout is not None:
+        return rollout[0]
     media_type = block.get("source", {}).get("media_type")
     return media_type if isinstance(media_type, str) else ""
+
+
+def inline_payload(block: dict[str, Any]) -> str:
+    """The base64 text of a block whose payload stayed inline (too short to be cut)."""
+    rollout = rollout_url(block)
+    return rollout[1] if rollout is not None else str(block["source"]["data"])
+
+
+def text_block(block: dict[str, Any], text: str) -> dict[str, Any]:
+    """The text block that stands where `block` was: a Codex item's input_text, else text."""
+    kind = "input_text" if rollout_url(block) is not None else "text"
+    return {"type": kind, "text": text}
+
+
+def with_image(block: dict[str, Any], media_type: str, data: bytes) -> dict[str, Any]:
+    """`block` holding other image bytes (a downscale), in its own shape."""
+    payload = base64.b64encode(data).decode()
+    if rollout_url(block) is not None:
+        return {**block, "image_url": f"data:{media_type};base64,{payload}"}
+    source = dict(block["source"])
+    source.update(type="base64", media_type=media_type, data=payload)
+    return {**block, "source": source}
 
 
 def stand_in_text(

@@ -11,7 +11,6 @@ image not downscaled is cut, its stand-in text naming why.
 
 from __future__ import annotations
 
-import base64
 import functools
 import io
 from collections.abc import Callable, Generator
@@ -20,7 +19,14 @@ from typing import IO, TYPE_CHECKING
 
 import pybase64
 
-from history_service.slim_blocks import FoundBlock, LineSource, declared_type, dumps_json
+from history_service.slim_blocks import (
+    FoundBlock,
+    LineSource,
+    declared_type,
+    dumps_json,
+    inline_payload,
+    with_image,
+)
 from scrollback.contract.extraction import (
     ImageNotStrippedError,
     PayloadReader,
@@ -49,6 +55,7 @@ JPEG_QUALITY = 85
 NOT_DECODABLE = "not a decodable PNG, JPEG, GIF or WebP"
 OVER_DECODE_PIXELS = f"over {MAX_DECODE_PIXELS:,} pixels, never decoded"
 OVER_DECODE_BUDGET = "larger than the server's decode memory budget, never decoded"
+NOT_BASE64 = "not valid base64, never decoded"
 
 
 def does_not_fit(max_bytes: int) -> str:
@@ -81,13 +88,19 @@ class Downscale:
 
 
 def downscale_image(
-    open_image: Callable[[], IO[bytes]], pixels: int, max_side: int, max_bytes: int
+    open_image: Callable[[], IO[bytes]],
+    pixels: int,
+    max_side: int,
+    max_bytes: int,
+    png: bool = False,
 ) -> DownscaleAnswer:
     """The image re-encoded within max_side and max_bytes, or why not (blocking).
 
-    Shrunk while decoded (scrollback.imaging), once, to at most max_side; then
-    PNG where it has transparency, JPEG otherwise, smaller by quarters until the
-    bytes fit. `pixels` is what its header states, already checked by the caller.
+    Shrunk while decoded (scrollback.imaging), once, to at most max_side; then,
+    at each size from there down by quarters until the bytes fit: PNG where it has
+    transparency; a PNG (a screenshot's text stays sharp) as PNG where that fits,
+    else as JPEG at the same size; anything else as JPEG. `pixels` is what its
+    header states, already checked by the caller; `png` whether the original is one.
     """
 
     def encode(frame: pyvips.Image) -> DownscaleAnswer:
@@ -98,13 +111,14 @@ def downscale_image(
         side = longest
         while side >= MIN_MAX_SIDE:
             step = frame if side == longest else frame.thumbnail_image(side, height=side)
-            if frame.hasalpha():
-                media_type, data = "image/png", step.pngsave_buffer(keep="none")
-            else:
-                media_type = "image/jpeg"
+            if frame.hasalpha() or png:
+                data = step.pngsave_buffer(keep="none")
+                if len(data) <= max_bytes:
+                    return Downscaled("image/png", data)
+            if not frame.hasalpha():
                 data = step.jpegsave_buffer(Q=JPEG_QUALITY, keep="none")
-            if len(data) <= max_bytes:
-                return Downscaled(media_type, data)
+                if len(data) <= max_bytes:
+                    return Downscaled("image/jpeg", data)
             side = side * 3 // 4
         return does_not_fit(max_bytes)
 
@@ -122,7 +136,7 @@ def payload_opener(
     assert block.facts is not None
     size = block.facts.size_bytes
     if block.cut < 0:
-        decoded = pybase64.b64decode(block.block["source"]["data"].encode("ascii"))
+        decoded = pybase64.b64decode(inline_payload(block.block).encode("ascii"))
         return lambda: io.BytesIO(decoded)
     start, end = probed.spans[block.cut]
     # Escaped is always right (escapes are undone as the payload is decoded forward).
@@ -155,14 +169,9 @@ def downscale_block(
         header.pixels,
         max_side,
         max_bytes,
+        header.media_type == "image/png",
     )
     answer = yield Downscale(decode_cost(header.media_type, header.pixels, facts.size_bytes), work)
     if not isinstance(answer, Downscaled):
         return answer or NOT_DECODABLE
-    source_field = dict(block.block["source"])
-    source_field.update(
-        type="base64",
-        media_type=answer.media_type,
-        data=base64.b64encode(answer.data).decode(),
-    )
-    return dumps_json({**block.block, "source": source_field})
+    return dumps_json(with_image(block.block, answer.media_type, answer.data))

@@ -17,6 +17,7 @@ from scrollback.contract.stripping import (
     MIN_INLINE_LIMIT,
     find_payload_spans,
     first_payload_candidate,
+    parse_json_object,
 )
 from scrollback.linefile import ByteSource
 from scrollback.linewalk import RawLine, join_lines, line_around, line_runs, split_lines
@@ -60,15 +61,40 @@ class _Candidates:
         return best
 
 
+def rollout_id_span(text: bytes) -> tuple[int, int] | None:
+    """The span of a Codex `session_meta` line's session id (`payload.id`), or None.
+
+    Codex writes compact JSON, so the id is the text of the first `"id":"..."`
+    after `"payload":{`; the line is parsed to check that it is that id.
+    """
+    if b'"session_meta"' not in text:
+        return None
+    entry = parse_json_object(text)
+    payload = entry.get("payload") if entry is not None else None
+    if entry is None or entry.get("type") != "session_meta" or not isinstance(payload, dict):
+        return None
+    old = payload.get("id")
+    opening = text.find(b'"payload":{')
+    if not isinstance(old, str) or opening < 0:
+        return None
+    needle = b'"id":"' + old.encode() + b'"'
+    at = text.find(needle, opening)
+    return None if at < 0 else (at + 6, at + len(needle) - 1)
+
+
 def forked_run(data: bytes, fork_session_id: str) -> bytes:
-    """A run of whole plain lines with each line's top-level sessionId replaced (no parse)."""
+    """A run of whole plain lines with each line's top-level sessionId replaced (no parse),
+    and a Codex rollout's session id in its `session_meta` line."""
     new_id = fork_session_id.encode("ascii")
     lines = split_lines(data)
     for k, text in enumerate(lines):
+        span = None
         if b'"sessionId"' in text:
             span = top_level_string_span(text, "sessionId")
-            if span is not None:
-                lines[k] = text[: span[0]] + new_id + text[span[1] :]
+        elif b'"session_meta"' in text:
+            span = rollout_id_span(text)
+        if span is not None:
+            lines[k] = text[: span[0]] + new_id + text[span[1] :]
     return join_lines(lines)
 
 
@@ -115,7 +141,9 @@ def count_content_images(fd: ByteSource, size: int, max_line: int) -> int:
     total = 0
     for segment in segments(fd, size, max_line):
         if isinstance(segment, tuple) or (
-            segment.data is not None and b'"image"' not in segment.data
+            segment.data is not None
+            and b'"image"' not in segment.data
+            and b'"input_image"' not in segment.data
         ):
             continue  # no image block: nothing to count
         probed = LineSource(segment).probe()

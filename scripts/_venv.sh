@@ -1,5 +1,11 @@
 # Sourced by scripts/up and scripts/test: make .venv with the project installed.
 # Usage: ensure_venv EXTRAS   (EXTRAS is "" or "[dev]")
+#
+# One recipe for both: the venv records what it holds (a hash of pyproject.toml and the
+# extras installed), and the dev extras include everything `up` needs, so `./scripts/up`
+# after `./scripts/test` installs nothing. An install runs only when pyproject.toml changed
+# or extras are missing; it says so in one line, and pip's own output goes to
+# $VENV/install.log, shown only when the install fails.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,13 +31,22 @@ ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     "$python" -m venv "$VENV"
   fi
-  # Reinstall only when pyproject.toml or the extras changed.
   local stamp="$VENV/.scrollback-installed"
-  local want
-  want="$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-16)-$extras"
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$REPO$extras"
-    echo "$want" >"$stamp"
+  local hash have=""
+  hash="$(sha256sum <"$REPO/pyproject.toml" | cut -c1-16)"
+  [ -f "$stamp" ] && have="$(cat "$stamp")"
+  if [ "$have" = "$hash-$extras" ] || { [ -z "$extras" ] && [ "$have" = "$hash-[dev]" ]; }; then
+    return 0
   fi
+  local log="$VENV/install.log"
+  echo "scrollback: installing the project${extras:+ with $extras} into $VENV (its log: $log)" >&2
+  if ! {
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip &&
+      "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$REPO$extras"
+  } >"$log" 2>&1; then
+    echo "scrollback: the install failed; the end of $log:" >&2
+    tail -n 30 "$log" >&2
+    return 1
+  fi
+  echo "$hash-$extras" >"$stamp"
 }

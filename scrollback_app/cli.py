@@ -34,7 +34,12 @@ SCROLLBACK_HISTORY_ADDR / SCROLLBACK_MEDIA_ADDR, defaults 127.0.0.1:50051 and
 127.0.0.1:50052) and `--tls`, `--tls-ca`, `--tls-cert`, `--tls-key`,
 `--tls-server-name` (SCROLLBACK_TLS, SCROLLBACK_TLS_CA, ...: client.tls),
 print tables by default and JSON with `--json`. Flags override the
-environment (docs/contract.md §6).
+environment (docs/contract.md §6). Each command's --help starts with what it
+does and shows these connection flags in a group of their own; a mistyped
+command gets the closest one. A command's SESSION may be the unique prefix
+(8 characters or more) of a listed session's id: when the id as given is
+NOT_FOUND, the command runs again with the whole id (more than one match is a
+usage error naming them).
 
 Exit codes, for scripts:
 - 0: success (also Ctrl-C of `tail` and `up`);
@@ -51,381 +56,18 @@ traceback. gRPC's C-core log lines (GRPC_VERBOSITY) show only with `-v` or the v
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from scrollback.server.service_config import DEFAULT_STATE_TEXT
-
-if TYPE_CHECKING:
-    from client.tls import TlsOptions
-    from history_service.config import HistoryConfig
-    from media_service.config import MediaConfig
-    from scrollback.objects import Location
+from scrollback_app.cli_up import CONTAINER_TOKENS, _cmd_up
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
-
-
-class _WorkerTree:
-    """A service `up` runs as worker processes (scrollback.server.workers)."""
-
-    def __init__(self, supervisor: Any) -> None:
-        self.supervisor = supervisor
-
-    @property
-    def port(self) -> int:
-        """The port its workers share."""
-        return int(self.supervisor.port)
-
-    async def stop(self) -> None:
-        """Stop every worker."""
-        await asyncio.to_thread(self.supervisor.stop)
-
-    async def ended(self) -> str:
-        """Return when the service has ended by itself (a worker's fatal status); why."""
-        await asyncio.to_thread(self.supervisor.wait)
-        return f"the {self.supervisor.name.replace('_', ' ')} stopped (see above)"
-
-
-def _worker_argv(config: Any) -> list[str]:
-    """The flags that give a worker `config` (the rest it reads from the same environment)."""
-    from scrollback.objects import location_text
-
-    argv = [
-        "--transcripts",
-        location_text(config.transcripts),
-        "--state",
-        str(config.state_dir),
-        "--stall-timeout-seconds",
-        str(config.stall_timeout_seconds),
-    ]
-    if config.codex_sessions is not None:
-        argv += ["--codex-sessions", location_text(config.codex_sessions)]
-    if config.opencode_db is not None:
-        argv += ["--opencode-db", str(config.opencode_db)]
-    if config.insecure:
-        argv.append("--insecure")
-    if config.security.auth_tokens is not None:
-        argv += ["--auth-tokens", str(config.security.auth_tokens)]
-    return argv
-
-
-async def _start_workers(name: str, config: Any, forkserver: Any) -> _WorkerTree:
-    """Start `config.workers` workers of `python -m <name>` on the configuration's address.
-
-    Each worker is configured by the flags `_worker_argv` gives and the
-    environment `up` read, and forked from `forkserver` when there is one;
-    raises ConfigError or ListenError.
-    """
-    from scrollback.server.listening import ListenError, listen_reason
-    from scrollback.server.service_config import ConfigError
-    from scrollback.server.workers import Supervisor
-
-    config.validate()
-    prefix = "SCROLLBACK_HISTORY" if name == "history_service" else "SCROLLBACK_MEDIA"
-    supervisor = Supervisor(
-        name,
-        _worker_argv(config),
-        address=config.addr,
-        count=config.workers,
-        metrics_addr=config.security.metrics_addr,
-        metrics_env=f"{prefix}_METRICS_ADDR",
-        forkserver=forkserver,
-    )
-    try:
-        started = await asyncio.to_thread(supervisor.start)
-    except OSError as error:
-        raise ListenError(config.addr, listen_reason(error)) from None
-    if not started:
-        raise ConfigError(f"the {name.replace('_', ' ')} did not start (see above)")
-    return _WorkerTree(supervisor)
-
-
-def served_sources(config: HistoryConfig) -> list[str]:
-    """The start-up lines naming each source served and where it is read from."""
-    from scrollback.objects import location_text
-
-    lines = [f"source claude-code: {location_text(config.transcripts)}"]
-    if config.codex_sessions is not None:
-        lines.append(f"source codex: {location_text(config.codex_sessions)}")
-    if config.opencode_db is not None:
-        lines.append(f"source opencode: {config.opencode_db} (read-only)")
-    return lines
-
-
-def _transcripts_override(args: argparse.Namespace) -> Location | None:
-    """`--transcripts`; with none set and none at the default, the bundled sample sessions."""
-    from scrollback.samples import SAMPLES_ROOT
-    from scrollback.server.service_config import (
-        TRANSCRIPTS_ENV,
-        location_setting,
-        transcripts_from_env,
-    )
-
-    if args.transcripts is not None:
-        return location_setting(args.transcripts)
-    if os.environ.get(TRANSCRIPTS_ENV):
-        return None  # chosen explicitly: checked as given
-    looked_for = transcripts_from_env()
-    if not isinstance(looked_for, Path) or looked_for.is_dir():
-        return None
-    print(
-        f"scrollback up: no transcripts at {looked_for} (set {TRANSCRIPTS_ENV} or --transcripts); "
-        "serving the bundled sample sessions",
-        flush=True,
-    )
-    return Path(SAMPLES_ROOT)
-
-
-def _codex_override(args: argparse.Namespace, *, samples: bool) -> Location | None:
-    """`--codex-sessions`; with the sample sessions served and no Codex dir found, the sample
-    rollout's (so the README's Codex lines run on a fresh machine too)."""
-    from scrollback.samples import CODEX_SAMPLES
-    from scrollback.server.service_config import codex_sessions_from_env, location_setting
-
-    if args.codex_sessions is not None:
-        return location_setting(args.codex_sessions)
-    if not samples or codex_sessions_from_env() is not None:
-        return None
-    return Path(CODEX_SAMPLES)
-
-
-def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
-    """The services' configurations of `scrollback up`: the environment, the flags winning.
-
-    The same path from flags to a configuration as `python -m <service>`
-    (`shared_overrides`, then `from_env`); the environment is only read.
-    """
-    from history_service.config import HistoryConfig
-    from media_service.config import MediaConfig
-    from scrollback.samples import SAMPLES_ROOT
-    from scrollback.server.service_cli import shared_overrides
-
-    transcripts = _transcripts_override(args)
-    shared = {
-        **shared_overrides(args),
-        "transcripts": transcripts,
-        "codex_sessions": _codex_override(args, samples=transcripts == Path(SAMPLES_ROOT)),
-    }
-    return (
-        HistoryConfig.from_env(addr=args.history_addr, workers=args.workers, **shared),
-        MediaConfig.from_env(addr=args.media_addr, workers=args.workers, **shared),
-    )
-
-
-async def _start_forkserver(names: list[str]) -> Any:
-    """One fork server for the workers of the services `names`; None when there are none,
-    or where this process cannot adopt the workers it forks (not Linux).
-
-    The workers of both services are forked from it, so they share the pages of
-    what they import (scrollback.server.forkserver) instead of each holding its own.
-    """
-    from scrollback.server.forkserver import ForkServer, become_subreaper
-
-    if not names or not become_subreaper():
-        return None
-    forkserver = ForkServer(
-        [module for name in names for module in (f"{name}.__main__", f"{name}.server")]
-    )
-    await asyncio.to_thread(forkserver.start)
-    return forkserver
-
-
-async def _run_up(args: argparse.Namespace) -> int:
-    """Both services (and the gateway with --gateway), configured as `python -m <service>` is."""
-    history_config, media_config = up_configs(args)
-    forkserver = await _start_forkserver(
-        [
-            name
-            for name, config in (
-                ("history_service", history_config),
-                ("media_service", media_config),
-            )
-            if config.workers > 1
-        ]
-    )
-    try:
-        return await _serve_up(args, history_config, media_config, forkserver)
-    finally:
-        if forkserver is not None:
-            await asyncio.to_thread(forkserver.close)
-
-
-async def _serve_up(
-    args: argparse.Namespace,
-    history_config: HistoryConfig,
-    media_config: MediaConfig,
-    forkserver: Any,
-) -> int:
-    """`up` once configured: start the services (and the gateway), wait for a stop."""
-    from scrollback.server.listening import (
-        ListenError,
-        listen_failure,
-        listening_at,
-        listening_line,
-        url_of,
-        wait_for_shutdown_signal,
-    )
-    from scrollback.server.service_config import ConfigError
-
-    history: Any
-    media: Any
-    try:
-        if history_config.workers > 1:
-            history = await _start_workers("history_service", history_config, forkserver)
-        else:
-            # Imported only here: a parent of workers serves nothing, and the server's
-            # modules would count once more in the service's memory.
-            from history_service.server import start_history_server
-
-            history = await start_history_server(history_config)
-    except ListenError as error:
-        raise ConfigError(
-            listen_failure(error, "--history-addr", "SCROLLBACK_HISTORY_ADDR")
-        ) from None
-    try:
-        if media_config.workers > 1:
-            media = await _start_workers("media_service", media_config, forkserver)
-        else:
-            from media_service.server import start_media_server
-
-            media = await start_media_server(media_config)
-    except BaseException as error:
-        await history.stop()
-        if isinstance(error, ListenError):
-            raise ConfigError(
-                listen_failure(error, "--media-addr", "SCROLLBACK_MEDIA_ADDR")
-            ) from None
-        raise
-    gateway = None
-    if args.gateway:
-        from gateway.config import GatewayConfig
-        from gateway.server import start_gateway
-
-        try:
-            gateway_config = GatewayConfig.from_env(
-                addr=args.gateway_addr,
-                history_addr=f"127.0.0.1:{history.port}",
-                media_addr=f"127.0.0.1:{media.port}",
-                auth_tokens=history_config.security.auth_tokens,
-                insecure=args.insecure or None,
-                tls=_gateway_tls(history_config),
-            )
-            gateway = await start_gateway(gateway_config)
-        except BaseException:
-            await asyncio.gather(history.stop(), media.stop())
-            raise
-    log = logging.getLogger("scrollback")
-    from scrollback.objects import location_text
-
-    log.info("serving transcripts from %s", location_text(history_config.transcripts))
-    for line in served_sources(history_config):
-        log.info("%s", line)
-    log.info("state dir %s", history_config.state_dir)
-    log.info("%s", listening_line("history service", history_config.addr, history.port))
-    log.info("%s", listening_line("media service", media_config.addr, media.port))
-    served = (
-        f"history on {listening_at(history_config.addr, history.port)}, "
-        f"media on {listening_at(media_config.addr, media.port)}"
-    )
-    if gateway is not None:
-        served += f", the viewer at {url_of(gateway_config.addr, gateway.port)}"
-    print(f"scrollback up: {served}; Ctrl-C stops", flush=True)
-    # A service of workers ends by itself only on a fatal worker status: then `up` ends too.
-    waits: list[asyncio.Future[str | None]] = [asyncio.ensure_future(wait_for_shutdown_signal())]
-    waits += [
-        asyncio.ensure_future(tree.ended())
-        for tree in (history, media)
-        if isinstance(tree, _WorkerTree)
-    ]
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for finished in done:
-            reason = finished.result()
-            if reason:
-                print(f"scrollback up: {reason}", file=sys.stderr, flush=True)
-                return EXIT_USAGE
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-        stops = [history.stop(), media.stop()]
-        if gateway is not None:
-            stops.append(gateway.stop())
-        await asyncio.gather(*stops)
-    return EXIT_OK
-
-
-def _gateway_tls(history_config: HistoryConfig) -> TlsOptions | None:
-    """How `up`'s gateway speaks to the services it started: the client's SCROLLBACK_TLS_*
-    settings; TLS (the system's roots unless SCROLLBACK_TLS_CA) when they serve TLS."""
-    from client.tls import TLS_CLIENT_CERT_ENV, TLS_CLIENT_KEY_ENV, TlsOptions
-    from scrollback.server.service_config import ConfigError
-
-    security = history_config.security
-    tls = TlsOptions.from_env()
-    if security.tls_cert is None:
-        return tls
-    tls = tls or TlsOptions()
-    if security.tls_client_ca is not None and tls.cert is None:
-        raise ConfigError(
-            "the services ask for client certificates (SCROLLBACK_TLS_CLIENT_CA): give the "
-            f"gateway one they trust with {TLS_CLIENT_CERT_ENV} / {TLS_CLIENT_KEY_ENV}"
-        )
-    return tls
-
-
-# Where `up --container` looks for a mounted token file (docker run -v FILE:/run/secrets/...).
-CONTAINER_TOKENS = Path("/run/secrets/scrollback-tokens")
-
-
-def _container_defaults(args: argparse.Namespace) -> None:
-    """`up --container`, the image's default command: reachable through published ports.
-
-    The services listen on 0.0.0.0 unless an address is set; with a token file
-    (--auth-tokens, SCROLLBACK_AUTH_TOKENS, or one mounted at CONTAINER_TOKENS)
-    they require it, and without one they serve without auth (--insecure), which
-    the log says with how to publish the ports on the host's loopback only.
-    """
-    log = logging.getLogger("scrollback")
-    if args.history_addr is None and not os.environ.get("SCROLLBACK_HISTORY_ADDR"):
-        args.history_addr = "0.0.0.0:50051"
-    if args.media_addr is None and not os.environ.get("SCROLLBACK_MEDIA_ADDR"):
-        args.media_addr = "0.0.0.0:50052"
-    tokens_given = args.auth_tokens is not None or bool(os.environ.get("SCROLLBACK_AUTH_TOKENS"))
-    if not tokens_given and CONTAINER_TOKENS.is_file():
-        args.auth_tokens = CONTAINER_TOKENS
-        tokens_given = True
-    if tokens_given:
-        log.info("container: callers need a bearer token of the token file")
-        return
-    args.insecure = True
-    log.warning(
-        "container: no token file (mount one at %s or set SCROLLBACK_AUTH_TOKENS): serving "
-        "without auth (--insecure) to whoever reaches the published ports; publish them on the "
-        "host's loopback only: docker run -p 127.0.0.1:50051:50051 -p 127.0.0.1:50052:50052 ...",
-        CONTAINER_TOKENS,
-    )
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    from scrollback.server.listening import BindRefusedError
-    from scrollback.server.service_config import ConfigError
-
-    if args.container:
-        _container_defaults(args)
-    try:
-        return asyncio.run(_run_up(args))
-    except (ConfigError, BindRefusedError) as error:
-        print(f"scrollback up: {error}", file=sys.stderr)
-        return EXIT_USAGE
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
@@ -469,7 +111,12 @@ def build_parser(only_up: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    up = commands.add_parser("up", help="run both services in the foreground")
+    up = commands.add_parser(
+        "up",
+        help="run both services in the foreground",
+        description="Run both services in the foreground, until Ctrl-C.",
+        usage="%(prog)s [options]",
+    )
     add_shared_flags(
         up,
         services="SCROLLBACK_HISTORY_STALL_TIMEOUT_SECONDS / SCROLLBACK_MEDIA_STALL_TIMEOUT_SECONDS",
@@ -532,10 +179,30 @@ def build_parser(only_up: bool = False) -> argparse.ArgumentParser:
     )
     loadtest.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     loadtest.set_defaults(handler=_cmd_loadtest)
-    _add_client_commands(commands)
+    from scrollback_app.cli_parsers import add_client_commands
+
+    add_client_commands(commands)
+    for action in commands._choices_actions:
+        # Each command's --help starts with what it does: its line in the list of commands.
+        chosen = commands.choices[action.dest]
+        if chosen.description is None and action.help:
+            chosen.description = action.help[0].upper() + action.help[1:] + "."
+        chosen.usage = _short_usage(chosen)
     for command in commands.choices.values():
         command.set_defaults(command_parser=command)
     return parser
+
+
+def _short_usage(command: argparse.ArgumentParser) -> str:
+    """`scrollback COMMAND ARGS [options]`: the arguments a command needs, then its
+    description, rather than every flag (the connection flags among them) before it."""
+    words = []
+    for action in command._actions:
+        if action.option_strings or isinstance(action, argparse._SubParsersAction):
+            continue
+        name = (action.metavar if isinstance(action.metavar, str) else action.dest).upper()
+        words.append(f"[{name}]" if action.nargs == "?" else name)
+    return " ".join(["%(prog)s", *words, "[options]"])
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -543,6 +210,13 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     that command's usage and the closest flag it has (argparse would show the top level's)."""
     import difflib
 
+    given = list(sys.argv[1:] if argv is None else argv)
+    word = next((arg for arg in given if not arg.startswith("-")), None)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if word is not None and word not in commands.choices:
+        close = difflib.get_close_matches(word, list(commands.choices), n=1, cutoff=0.6)
+        hint = f"; did you mean `scrollback {close[0]}`?" if close else ""
+        parser.error(f"unknown command {word!r}{hint} (`scrollback --help` lists them)")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command: argparse.ArgumentParser = args.command_parser
@@ -554,160 +228,6 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             hint = f"; did you mean {close[0]}?" if close else ""
         command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     return args
-
-
-def _add_client_commands(commands: Any) -> None:
-    from scrollback_app import cli_client as cc
-
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--history-addr",
-        default=os.environ.get("SCROLLBACK_HISTORY_ADDR") or "127.0.0.1:50051",
-        help="history service HOST:PORT (SCROLLBACK_HISTORY_ADDR, default 127.0.0.1:50051)",
-    )
-    common.add_argument(
-        "--media-addr",
-        default=os.environ.get("SCROLLBACK_MEDIA_ADDR") or "127.0.0.1:50052",
-        help="media service HOST:PORT (SCROLLBACK_MEDIA_ADDR, default 127.0.0.1:50052)",
-    )
-    common.add_argument(
-        "--timeout",
-        type=float,
-        help="per-call deadline in seconds (default: the client library's per-call deadlines)",
-    )
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument(
-        "--tls",
-        action="store_true",
-        default=None,
-        help="speak TLS, trusting the system's roots (SCROLLBACK_TLS=1; default plaintext)",
-    )
-    common.add_argument(
-        "--tls-ca", metavar="PEM", help="trust this CA for TLS (SCROLLBACK_TLS_CA; implies --tls)"
-    )
-    common.add_argument(
-        "--tls-cert",
-        metavar="PEM",
-        help="client certificate for mutual TLS, with --tls-key (SCROLLBACK_TLS_CLIENT_CERT)",
-    )
-    common.add_argument(
-        "--tls-key", metavar="PEM", help="the client certificate's key (SCROLLBACK_TLS_CLIENT_KEY)"
-    )
-    common.add_argument(
-        "--tls-server-name",
-        metavar="NAME",
-        help="the name the server certificate must carry, if not the host "
-        "(SCROLLBACK_TLS_SERVER_NAME)",
-    )
-
-    sessions = commands.add_parser("sessions", parents=[common], help="list sessions")
-    sessions.add_argument("--project", help="only this project directory")
-    sessions.add_argument("--limit", type=int, default=0, help="at most this many (0: all)")
-    sessions.set_defaults(handler=cc.cmd_sessions)
-
-    for name in ("session", "info"):
-        session = commands.add_parser(
-            name, parents=[common], help="one session's totals: entries, tokens, estimated cost"
-        )
-        session.add_argument("session")
-        session.set_defaults(handler=cc.cmd_session)
-
-    window = commands.add_parser("window", parents=[common], help="print one page of a session")
-    window.add_argument("session")
-    direction = window.add_mutually_exclusive_group()
-    direction.add_argument(
-        "--older", metavar="TOKEN", help="the next (older) page: the token printed before"
-    )
-    direction.add_argument(
-        "--newer",
-        metavar="TOKEN",
-        help="the next (newer) page of an --oldest-first listing: the token printed before",
-    )
-    direction.add_argument(
-        "--oldest-first", action="store_true", help="start from the beginning of the session"
-    )
-    window.add_argument("--page-size", type=int, help="entries per page (default and at most 200)")
-    window.set_defaults(handler=cc.cmd_window)
-
-    search = commands.add_parser(
-        "search",
-        parents=[common],
-        help='search every session: words, "phrases", prefix*',
-    )
-    search.add_argument("query", help='words (all must match), "a phrase", or a prefix*')
-    search.add_argument("--project", help="only this project directory")
-    search.add_argument("--session", help="only this session")
-    search.add_argument(
-        "--type", action="append", help="only entries of this type (repeatable: user, ...)"
-    )
-    search.add_argument("--role", action="append", help="only this message role (repeatable)")
-    search.add_argument("--since", metavar="ISO", help="only entries at or after this time")
-    search.add_argument("--until", metavar="ISO", help="only entries before this time")
-    search.add_argument(
-        "--photos", choices=["with", "without"], help="only entries with (or without) photos"
-    )
-    search.add_argument("--limit", type=int, default=20, help="hits per page (at most 100)")
-    search.add_argument("--page-token", metavar="TOKEN", help="the next page: the token printed")
-    search.set_defaults(handler=cc.cmd_search)
-
-    media = commands.add_parser("media", parents=[common], help="fetch one photo")
-    media.add_argument("ref", help="<session>/<uuid>/<index> (with --pin) or media:<sha256>")
-    media.add_argument("--pin", help="the pin of a transcript image reference")
-    media.add_argument("-o", "--output", required=True, help="output file ('-': stdout)")
-    media.add_argument(
-        "--size",
-        type=int,
-        choices=(96, 320, 960),
-        help="a WebP thumbnail of at most SIZE pixels on its longest side, not the original",
-    )
-    media.set_defaults(handler=cc.cmd_media)
-
-    send = commands.add_parser("send", parents=[common], help="send a message")
-    send.add_argument(
-        "session", nargs="?", help="an existing session's id (for a new chat: --chat-key)"
-    )
-    send.add_argument("text", help="the message text")
-    send.add_argument("--chat-key", help="a client-chosen key for a new chat with no session yet")
-    send.add_argument(
-        "--image",
-        action="append",
-        metavar="PATH",
-        help="attach an image: PNG, JPEG, GIF, WebP, AVIF or HEIC, by its bytes (repeatable)",
-    )
-    send.add_argument(
-        "--file",
-        action="append",
-        metavar="PATH",
-        help="attach any file as a plain attachment, not shown inline (repeatable)",
-    )
-    send.set_defaults(handler=cc.cmd_send)
-
-    tail = commands.add_parser("tail", parents=[common], help="follow a session live")
-    tail.add_argument("session")
-    tail.add_argument("--last", type=int, default=10, help="entries to print first (default 10)")
-    tail.set_defaults(handler=cc.cmd_tail)
-
-    gc = commands.add_parser("gc", help="collect unreferenced blobs in the local state dir")
-    gc.add_argument(
-        "--state", help=f"state directory (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
-    )
-    gc.add_argument(
-        "--grace",
-        type=float,
-        default=3600.0,
-        help="keep blobs younger than this, in seconds (default 3600)",
-    )
-    gc.add_argument("--json", action="store_true", help="print JSON for scripts")
-    gc.set_defaults(handler=cc.cmd_gc)
-
-    export = commands.add_parser("export", parents=[common], help="export a session as HTML")
-    export.add_argument("session")
-    export.add_argument("--html", required=True, metavar="DIR", help="output directory")
-    export.set_defaults(handler=cc.cmd_export)
-
-    from scrollback_app import cli_rescue
-
-    cli_rescue.add_commands(commands, common)
 
 
 def _quiet_grpc_core(argv: Sequence[str]) -> None:
@@ -748,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        code: int = args.handler(args)
+        code: int = _run(args)
         sys.stdout.flush()
     except KeyboardInterrupt:
         return EXIT_OK
@@ -756,6 +276,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _quiet_broken_pipe()
     except Exception as error:
         return _report(error, args)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's handler; once more with the whole session id when the one given was
+    NOT_FOUND and is the unique prefix (8 characters or more) of one listed."""
+    import grpc
+
+    from client.errors import NotFound, from_rpc_error
+
+    try:
+        code: int = args.handler(args)
+    except (NotFound, grpc.RpcError) as error:
+        failure = from_rpc_error(error) if isinstance(error, grpc.RpcError) else error
+        if not isinstance(failure, NotFound):
+            raise
+        from scrollback_app.cli_client import whole_session_id
+
+        whole = whole_session_id(args)
+        if whole is None:
+            raise failure from None
+        args.session = whole
+        code = args.handler(args)
     return code
 
 

@@ -35,6 +35,7 @@ from typing import IO, Any
 from client.errors import ScrollbackError
 from client.history import ImageList
 from scrollback.contract.proto_json import message_json
+from scrollback.contract.refs import CODEX
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback_app.cli_client import (
     UsageError,
@@ -42,6 +43,7 @@ from scrollback_app.cli_client import (
     _client,
     _print_json,
 )
+from scrollback_app.cli_local import codex_sessions_dir, projects_dir, with_local_fallback
 
 PARTIAL_SUFFIX = ".slim-partial"
 BACKUP_SUFFIX = ".backup-"
@@ -55,6 +57,12 @@ _CREATE_NEW = (
 )
 # The API path of an error message: messages.N.content.M (and deeper content levels).
 _API_PATH = re.compile(r"messages\.\d+(?:\.content\.\d+)+")
+
+
+_LOCAL_HELP = (
+    "read the local transcripts in this process, without the services (what the command "
+    "does anyway when no history service answers at a loopback address)"
+)
 
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -75,8 +83,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--install",
         action="store_true",
-        help="write the copy where `claude --resume` finds it (with --fork: as a new session; "
-        "without: over the original, after moving it to a printed backup)",
+        help="write the copy where `claude --resume` (for a Codex rollout, `codex resume`) "
+        "finds it (with --fork: as a new session; without: over the original, after moving "
+        "it to a printed backup)",
     )
     slim.add_argument(
         "--fork", action="store_true", help="give the copy a new session id (as Claude Code's fork)"
@@ -103,7 +112,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     slim.add_argument(
         "--keep-last", type=int, default=0, metavar="N", help="keep the last N images as they are"
     )
-    slim.set_defaults(handler=cmd_slim)
+    slim.add_argument("--local", action="store_true", help=_LOCAL_HELP)
+    slim.set_defaults(handler=with_local_fallback(cmd_slim))
 
     images = commands.add_parser(
         "images",
@@ -119,16 +129,13 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     images.add_argument(
         "--no-subagents", action="store_true", help="leave the sub-agent threads out"
     )
-    images.set_defaults(handler=cmd_images)
-
-
-def projects_dir(explicit: str | None) -> Path:
-    """Where Claude Code keeps its transcripts on this machine."""
-    if explicit:
-        return Path(explicit).expanduser()
-    config = os.environ.get("CLAUDE_CONFIG_DIR")
-    base = Path(config).expanduser() if config else Path.home() / ".claude"
-    return base / "projects"
+    images.add_argument(
+        "--refs",
+        action="store_true",
+        help="also print each image's ref and pin (for `scrollback media`), one line each",
+    )
+    images.add_argument("--local", action="store_true", help=_LOCAL_HELP)
+    images.set_defaults(handler=with_local_fallback(cmd_images))
 
 
 @dataclass
@@ -153,8 +160,28 @@ def _inside(name: str) -> Path:
     return path
 
 
+def _codex_destination(args: argparse.Namespace, header: hpb.SlimHeader) -> Path:
+    """Where `--install` puts a Codex rollout's copy: a fork as a new rollout of today in
+    Codex's sessions tree, named as Codex names its own; else the original's place."""
+    sessions = codex_sessions_dir()
+    copy_id = _inside(header.copy_session_id).name
+    if args.fork:
+        now = datetime.now().astimezone()
+        day = sessions / f"{now:%Y}" / f"{now:%m}" / f"{now:%d}"
+        return day / f"rollout-{now:%Y-%m-%dT%H-%M-%S}-{copy_id}.jsonl"
+    found = sorted(sessions.rglob(f"rollout-*-{copy_id}.jsonl"))
+    if not found:
+        raise UsageError(
+            f"no rollout of {copy_id} under {sessions} to replace; --fork adds the copy as a "
+            "new session, -o FILE writes it anywhere"
+        )
+    return found[0]
+
+
 def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.SlimFile) -> Path:
     relative = _inside(file.relative_path)
+    if args.install and header.source == CODEX:
+        return _codex_destination(args, header)
     if args.install:
         projects = projects_dir(args.projects_dir)
         destination = projects / _inside(header.project_dir) / relative
@@ -310,7 +337,12 @@ def _report(
             "session_id": item.session_id,
             "output": str(item.destination),
             "backup": str(backups[item.destination]) if item.destination in backups else "",
-            **{f.name: int(getattr(item.end, f.name)) for f in item.end.DESCRIPTOR.fields},
+            **{
+                f.name: int(getattr(item.end, f.name))
+                for f in item.end.DESCRIPTOR.fields
+                if f.name != "not_downscaled"
+            },
+            "not_downscaled": [message_json(n) for n in item.end.not_downscaled],
         }
         for item in written
     ]
@@ -335,13 +367,17 @@ def _report(
             + ("" if to_stdout else f" to {item.destination}"),
             file=out,
         )
+        for refused in end.not_downscaled:
+            print(f"  {refused.images} cut, not downscaled: {refused.reason}", file=out)
         if end.omitted_tail_bytes:
             print(
                 f"  left out a half-written last line ({end.omitted_tail_bytes:,} bytes)", file=out
             )
     for original, backup in backups.items():
         print(f"the original {original} is now {backup}", file=out)
-    if args.install:
+    if args.install and header.source == CODEX:
+        print(f"resume it with: codex resume {header.copy_session_id}", file=out)
+    elif args.install:
         print(
             f"resume it in the project's directory with: claude --resume {header.copy_session_id}",
             file=out,
@@ -377,27 +413,64 @@ def cmd_images(args: argparse.Namespace) -> int:
             }
         )
     else:
-        _print_images(images, totals)
+        _print_images(images, totals, args.session, args.refs)
     if at and not images:
         print(f"scrollback: no image or document at {at} in {args.session}", file=sys.stderr)
         return 3
     return 0
 
 
-def _print_images(images: list[hpb.ImageInfo], totals: hpb.ImageTotals) -> None:
-    """One line per image (never cut to the terminal's width: an API path must stay whole)."""
+def _print_images(
+    images: list[hpb.ImageInfo], totals: hpb.ImageTotals, session: str, refs: bool
+) -> None:
+    """A table that fits the terminal: position, type, pixels, size and problems, one row an
+    image; the position is never cut (it is what an API error names). With `refs`, each
+    image's ref and pin after the table, one line each, whole, to copy."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from scrollback_app.cli_client import _console
+    from scrollback_app.cli_sessions import human_size
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("position", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("pixels", justify="right", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("problems", overflow="fold", min_width=12)
+    elsewhere = False
     for info in images:
-        pixels = f"{info.width}x{info.height} px" if info.width else "pixels unknown"
-        index = f" #{info.index}" if info.HasField("index") else ""
-        problems = f"  PROBLEMS: {', '.join(info.problems)}" if info.problems else ""
-        # The entry as its ref names it (`at-<offset>` for a line without a usable uuid).
-        entry = info.ref.entry_uuid if info.HasField("ref") else info.entry_uuid
-        print(
-            f"{info.api_path or '(not sent)'}  {info.kind} {info.media_type or info.declared_media_type}"
-            f"  {info.size_bytes:,} bytes  {pixels}  {info.session_id}/{entry}{index}"
-            f"  line {info.line_number}{problems}"
+        position = info.api_path or "(not sent)"
+        if not info.api_path and info.ref.entry_uuid.startswith("at-"):
+            # A Codex rollout's line has no uuid and no computed API position: its line.
+            position = f"line {info.line_number}"
+        if info.session_id != session:
+            position, elsewhere = f"↳ {position}", True
+        kind = (info.media_type or info.declared_media_type).removeprefix("image/")
+        if info.kind != "image":
+            kind = f"{info.kind} {kind}".strip()
+        pixels = f"{info.width}x{info.height}" if info.width else "?"
+        problems = Text(", ".join(p.replace("_", " ") for p in info.problems), style="bold")
+        table.add_row(position, kind, pixels, human_size(info.size_bytes), problems)
+    console = _console()
+    if images:
+        console.print(table)
+    if elsewhere:
+        console.print(Text("↳ in a sub-agent's thread (positions count in that thread)"))
+    console.print(
+        Text(
+            f"{totals.images} images ({totals.with_problems} with problems), "
+            f"{totals.documents} documents, {human_size(totals.size_bytes)}"
         )
-    print(
-        f"{totals.images} images ({totals.with_problems} with problems), "
-        f"{totals.documents} documents, {totals.size_bytes:,} bytes"
     )
+    if refs:
+        for info in images:
+            if info.HasField("ref"):
+                index = f"/{info.ref.index}"
+                ref = f"{info.ref.session_id}/{info.ref.entry_uuid}{index} --pin {info.ref.pin}"
+            else:
+                ref = "(no ref: its payload is too short to be cut)"
+            print(f"{info.api_path or '(not sent)'}  {ref}")
+    elif images:
+        console.print(Text("refs: --refs (or --json)", style="dim"))

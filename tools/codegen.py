@@ -23,8 +23,13 @@ OUT_ROOT = REPO
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
+# googleapis protos shipped for other languages' clients: their Python code is the
+# googleapis-common-protos package's.
+THIRD_PARTY = PROTO_ROOT / "google"
+
+
 def _proto_files() -> list[Path]:
-    return sorted(PROTO_ROOT.rglob("*.proto"))
+    return sorted(p for p in PROTO_ROOT.rglob("*.proto") if not p.is_relative_to(THIRD_PARTY))
 
 
 def _plugin(name: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scrollback_app.bench.figures import markdown_table, render_table, to_json
+from scrollback_app.bench.figures import markdown_into, markdown_table, render_table, to_json
 from scrollback_app.bench.runner import MB, MIB, BenchConfig, run_bench, scaled
 
 DEFAULT_JSON_OUT = Path("bench-results.json")
@@ -71,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also print the table as Markdown (docs/benchmarks.md)",
     )
+    parser.add_argument(
+        "--markdown-into",
+        type=Path,
+        metavar="PAGE",
+        help="write the Markdown table into PAGE between its generated-table comments "
+        "(docs/benchmarks.md), the rest of it unchanged",
+    )
 
 
 def _mb(value: float | None) -> int | None:
@@ -107,6 +114,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmarks; 0 once every figure was produced (met or not)."""
     config = config_from_args(args)
+    if args.markdown_into is not None:
+        # A page it cannot write into is said before the run, not after it.
+        markdown_into(args.markdown_into.read_text(), "")
     console = Console()
     if not console.is_terminal:
         console = Console(width=180)
@@ -118,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.markdown:
         console.print(markdown_table(figures), markup=False, highlight=False, soft_wrap=True)
+    if args.markdown_into is not None:
+        page = args.markdown_into.read_text()
+        args.markdown_into.write_text(markdown_into(page, markdown_table(figures)))
+        console.print(f"table written into {args.markdown_into}", markup=False, highlight=False)
     args.json_out.write_text(
         json.dumps(to_json(figures, config.settings(), seconds), indent=2) + "\n"
     )

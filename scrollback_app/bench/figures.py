@@ -158,6 +158,24 @@ def markdown_table(figures: Sequence[Figure]) -> str:
     return "\n".join(rows)
 
 
+# The comments around the generated table of docs/benchmarks.md.
+TABLE_START = "<!-- the table `scrollback bench --markdown-into docs/benchmarks.md` writes -->"
+TABLE_END = "<!-- end of the table `scrollback bench --markdown-into` writes -->"
+
+
+def markdown_into(page: str, table: str) -> str:
+    """`page` with the text between its TABLE_START and TABLE_END lines replaced by `table`;
+    ValueError when it lacks them."""
+    lines = page.split("\n")
+    try:
+        start, end = lines.index(TABLE_START), lines.index(TABLE_END)
+    except ValueError:
+        raise ValueError("the page has no generated-table comments to write between") from None
+    if end < start:
+        raise ValueError("the page's generated-table comments are out of order")
+    return "\n".join([*lines[: start + 1], table, *lines[end:]])
+
+
 def to_json(figures: Sequence[Figure], settings: dict[str, Any], seconds: float) -> dict[str, Any]:
     """The results as a JSON-ready dict."""
     return {

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scrollback_app.bench.figures import markdown_table
+from scrollback_app.bench.figures import TABLE_END, TABLE_START, markdown_into, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -56,6 +56,22 @@ def test_benchmarks_doc_carries_the_table_bench_markdown_prints() -> None:
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     assert "scrollback bench" in text and "--markdown" in text
     assert header in text
+
+
+def test_bench_writes_its_table_into_the_benchmarks_doc_leaving_the_rest() -> None:
+    from scrollback_app.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--markdown-into", "docs/benchmarks.md"])
+    assert args.markdown_into == Path("docs/benchmarks.md")
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    table = "| figure | measured | baseline | ratio | target | |\n| --- | x |"
+    written = markdown_into(page, table)
+    before, generated = page.split(TABLE_START + "\n", 1)
+    old_table, after = generated.split("\n" + TABLE_END, 1)
+    assert old_table.startswith("| figure | measured") and old_table.count("\n") > 20
+    assert written == before + TABLE_START + "\n" + table + "\n" + TABLE_END + after
+    with pytest.raises(ValueError):
+        markdown_into("# a page without the comments\n", table)
 
 
 def _written_paths() -> list[str]:

@@ -15,7 +15,8 @@ from media_service.__main__ import parse_args as media_args
 from media_service.config import MediaConfig
 from scrollback.server.service_cli import service_parser
 from scrollback.server.service_config import ConfigError, env_name
-from scrollback_app.cli import build_parser, up_configs
+from scrollback_app.cli import build_parser
+from scrollback_app.cli_up import up_configs
 
 
 def test_shared_settings_are_unprefixed_and_read_alike(tmp_path: Path) -> None:

@@ -47,36 +47,14 @@ const history = new api.scrollback.history.v1.HistoryService(
 const media = new api.scrollback.media.v1.MediaService(
   mediaAddr, grpc.credentials.createInsecure());
 
-// google.rpc.Status and ErrorInfo, the two messages of the rich error model,
-// declared inline: every Scrollback error carries one ErrorInfo in the
-// "grpc-status-details-bin" trailer.
-const richErrors = protobuf.Root.fromJSON({
-  nested: {
-    google: {
-      nested: {
-        protobuf: { nested: { Any: { fields: { type_url: { type: "string", id: 1 }, value: { type: "bytes", id: 2 } } } } },
-        rpc: {
-          nested: {
-            Status: {
-              fields: {
-                code: { type: "int32", id: 1 },
-                message: { type: "string", id: 2 },
-                details: { rule: "repeated", type: "google.protobuf.Any", id: 3 },
-              },
-            },
-            ErrorInfo: {
-              fields: {
-                reason: { type: "string", id: 1 },
-                domain: { type: "string", id: 2 },
-                metadata: { keyType: "string", type: "string", id: 3 },
-              },
-            },
-          },
-        },
-      },
-    },
-  },
-});
+// google.rpc.Status and ErrorInfo, the rich error model: every Scrollback error
+// carries one ErrorInfo in the "grpc-status-details-bin" trailer. Their .proto
+// files ship beside Scrollback's (protos/google/rpc/); protobufjs bundles the
+// google/protobuf ones they import.
+const richErrors = new protobuf.Root();
+richErrors.resolvePath = (origin, target) =>
+  target.startsWith("google/protobuf/") ? target : path.join(protos, target);
+richErrors.loadSync(["google/rpc/status.proto", "google/rpc/error_details.proto"], { keepCase: true });
 const Status = richErrors.lookupType("google.rpc.Status");
 const ErrorInfo = richErrors.lookupType("google.rpc.ErrorInfo");
 

@@ -1346,22 +1346,29 @@ class SlimHeader(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PROJECT_DIR_FIELD_NUMBER: _builtins.int
     COPY_SESSION_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session copied."""
     project_dir: _builtins.str
     """Its project directory's name under the root (never a full path)."""
     copy_session_id: _builtins.str
     """The copy's session id: fork_session_id, or session_id without a fork."""
+    source: _builtins.str
+    """The session's source, as Session.source: "claude-code", or "codex" for a
+    Codex CLI rollout (whose copy belongs in Codex's sessions tree, its
+    project_dir being the rollout's working directory).
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         project_dir: _builtins.str = ...,
         copy_session_id: _builtins.str = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1418,6 +1425,7 @@ class SlimFileEnd(_message.Message):
     BYTES_READ_FIELD_NUMBER: _builtins.int
     BYTES_WRITTEN_FIELD_NUMBER: _builtins.int
     OMITTED_TAIL_BYTES_FIELD_NUMBER: _builtins.int
+    NOT_DOWNSCALED_FIELD_NUMBER: _builtins.int
     lines: _builtins.int
     """Lines written (every line of the original but a half-written last one)."""
     images_replaced: _builtins.int
@@ -1440,6 +1448,13 @@ class SlimFileEnd(_message.Message):
     """The bytes of a half-written last line (no newline, not yet a JSON
     object), left out of the copy.
     """
+    @_builtins.property
+    def not_downscaled(self) -> _containers.RepeatedCompositeFieldContainer[Global___NotDownscaled]:
+        """DOWNSCALE: the images cut instead of downscaled, counted by why (each
+        reason once, in the order first met); their stand-in texts name the
+        same reason. Empty without DOWNSCALE.
+        """
+
     def __init__(
         self,
         *,
@@ -1452,14 +1467,45 @@ class SlimFileEnd(_message.Message):
         bytes_read: _builtins.int = ...,
         bytes_written: _builtins.int = ...,
         omitted_tail_bytes: _builtins.int = ...,
+        not_downscaled: _abc.Iterable[Global___NotDownscaled] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_read", b"bytes_read", "bytes_written", b"bytes_written", "copies_replaced", b"copies_replaced", "documents_replaced", b"documents_replaced", "images_downscaled", b"images_downscaled", "images_kept", b"images_kept", "images_replaced", b"images_replaced", "lines", b"lines", "omitted_tail_bytes", b"omitted_tail_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_read", b"bytes_read", "bytes_written", b"bytes_written", "copies_replaced", b"copies_replaced", "documents_replaced", b"documents_replaced", "images_downscaled", b"images_downscaled", "images_kept", b"images_kept", "images_replaced", b"images_replaced", "lines", b"lines", "not_downscaled", b"not_downscaled", "omitted_tail_bytes", b"omitted_tail_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SlimFileEnd: _TypeAlias = SlimFileEnd  # noqa: Y015
+
+@_typing.final
+class NotDownscaled(_message.Message):
+    """How many images of one file a DOWNSCALE slim copy cut for one reason."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    IMAGES_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """Why, as the stand-in text says it after "not downscaled: ", e.g.
+    "over 64,000,000 pixels, never decoded", "larger than the server's decode
+    memory budget, never decoded", "not a decodable PNG, JPEG, GIF or WebP",
+    "not valid base64, never decoded", "does not fit in 5,242,880 bytes".
+    """
+    images: _builtins.int
+    """The images cut for it."""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        images: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["images", b"images", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotDownscaled: _TypeAlias = NotDownscaled  # noqa: Y015
 
 @_typing.final
 class SlimSessionResponse(_message.Message):

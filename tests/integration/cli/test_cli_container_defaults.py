@@ -22,7 +22,8 @@ import pytest
 
 from client import Client
 from client.errors import Unauthenticated
-from scrollback_app.cli import _container_defaults, build_parser, up_configs
+from scrollback_app.cli import build_parser
+from scrollback_app.cli_up import _container_defaults, up_configs
 from tests.support.cli import SCROLLBACK, fresh_env
 from tests.support.security import TOKENS, write_token_file
 from tests.support.servers import free_port

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from client import Client
+from scrollback_app.cli_sessions import human_size
 from tests.support.cli import LONG_IDS, SCROLLBACK, cli, cli_env, in_terminal
 from tests.support.security import ServerProcess
 from tests.support.servers import ServerPair, free_port, png, user_line
@@ -62,7 +63,7 @@ def test_sessions_show_whole_ids_and_the_titles_at_any_width(
         # The title's first 30 characters at least, and the size, somewhere in the row.
         assert title[:30] in out, f"title cut at {columns} columns:\n{out}"
     size = cli_servers.transcript(LONG_IDS[0], project=PROJECT).stat().st_size
-    assert f"{size:,}" in out, f"size dropped at {columns} columns:\n{out}"
+    assert human_size(size) in out, f"size dropped at {columns} columns:\n{out}"
 
 
 @pytest.mark.parametrize("columns", [80, 140])

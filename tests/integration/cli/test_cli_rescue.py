@@ -25,6 +25,7 @@ from tests.support.rescue import (
     broken_session,
     image_block,
     line,
+    noisy_png,
     picture,
 )
 from tests.support.servers import ServerPair
@@ -342,7 +343,7 @@ def test_images_names_the_problems(
     assert json.loads(printed)["totals"]["withProblems"] == 23
 
     code, out, err = run(capsys, cli_servers, "images", "many")
-    assert code == 0 and "over_8000_px" in out and "23 with problems" in out
+    assert code == 0 and "over 8000 px" in out and "23 with problems" in out
 
 
 def test_empty_session_and_errors(
@@ -371,3 +372,26 @@ def test_empty_session_and_errors(
 
 def _unused(session: BrokenSession) -> None:
     del session
+
+
+def test_downscale_says_why_images_were_cut(
+    capsys: pytest.CaptureFixture[str], cli_servers: ServerPair, tmp_path: Path
+) -> None:
+    small = noisy_png(16, 16)
+    bomb = small[:16] + (9000).to_bytes(4, "big") * 2 + small[24:]  # its IHDR claims 81 MP
+    entry = {"type": "user", "uuid": "w1",
+             "message": {"role": "user", "content": [image_block(bomb)]}}  # fmt: skip
+    cli_servers.transcript("why").write_bytes(line(entry))
+    out = tmp_path / "why.jsonl"
+    code, printed, err = run(
+        capsys, cli_servers, "slim", "why", "-o", str(out), "--images", "downscale"
+    )
+    assert code == 0, err
+    assert "1 cut, not downscaled: over 64,000,000 pixels, never decoded" in printed, printed
+    code, printed, err = run(
+        capsys, cli_servers, "slim", "why", "-o", str(out), "--images", "downscale", "--json"
+    )
+    (file,) = json.loads(printed)["files"]
+    assert file["not_downscaled"] == [
+        {"reason": "over 64,000,000 pixels, never decoded", "images": 1}
+    ]

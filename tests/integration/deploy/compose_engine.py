@@ -73,6 +73,8 @@ TRANSCRIPTS = {
     "two-images": "iansherr__claude-code-log/test__test_data__debug_image_message.jsonl",
 }
 OWNER = (4242, 4242)  # a host user that is not root and not the image's user
+# Mounted where a host directory is absent (as scripts/compose does for ~/.codex).
+EMPTY = REPO / "deploy" / "empty"
 
 
 def unavailable(reason: str) -> NoReturn:

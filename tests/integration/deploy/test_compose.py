@@ -29,6 +29,7 @@ import yaml
 
 from client import HistoryClient, MediaClient
 from tests.integration.deploy.compose_engine import (
+    EMPTY,
     OWNER,
     REPO,
     TRANSCRIPTS,
@@ -93,6 +94,7 @@ def pair(engine: Engine, images: dict[str, str], transcripts: Path) -> Iterator[
             "SCROLLBACK_IMAGE": images["scrollback"],
             "SCROLLBACK_USER": f"{OWNER[0]}:{OWNER[1]}",
             "SCROLLBACK_TRANSCRIPTS_HOST": str(transcripts),
+            "SCROLLBACK_CODEX_HOST": str(EMPTY),
             "SCROLLBACK_HISTORY_PORT": str(history_port),
             "SCROLLBACK_MEDIA_PORT": str(media_port),
             "SCROLLBACK_GATEWAY_PORT": str(gateway_port),

@@ -34,6 +34,7 @@ from obstore.store import S3Store
 
 from client import HistoryClient, MediaClient
 from tests.integration.deploy.compose_engine import (
+    EMPTY,
     OWNER,
     REPO,
     TRANSCRIPTS,
@@ -122,6 +123,7 @@ def profile(
         "SCROLLBACK_SEAWEEDFS_IMAGE": seaweedfs_image,
         "SCROLLBACK_USER": f"{OWNER[0]}:{OWNER[1]}",
         "SCROLLBACK_TRANSCRIPTS_HOST": str(host_transcripts),
+        "SCROLLBACK_CODEX_HOST": str(EMPTY),
         "SCROLLBACK_S3_BUCKET": f"sbx-{secrets.token_hex(3)}",
         "SCROLLBACK_S3_PREFIX": PREFIX,
         "SCROLLBACK_S3_ACCESS_KEY": secrets.token_hex(8),

@@ -24,7 +24,14 @@ import pytest
 import yaml
 
 from client import HistoryClient, MediaClient
-from tests.integration.deploy.compose_engine import OWNER, REPO, Engine, Project, free_ports
+from tests.integration.deploy.compose_engine import (
+    EMPTY,
+    OWNER,
+    REPO,
+    Engine,
+    Project,
+    free_ports,
+)
 
 # These tests build and run containers: `./scripts/test --quick` leaves them to CI.
 pytestmark = pytest.mark.container
@@ -57,6 +64,7 @@ def scaled(engine: Engine, images: dict[str, str], transcripts: Path) -> Iterato
         "SCROLLBACK_POSTGRES_IMAGE": images["postgres"],
         "SCROLLBACK_USER": f"{OWNER[0]}:{OWNER[1]}",
         "SCROLLBACK_TRANSCRIPTS_HOST": str(transcripts),
+        "SCROLLBACK_CODEX_HOST": str(EMPTY),
         "SCROLLBACK_PG_PASSWORD": secrets.token_hex(8),
     } | {_variable(s): str(p) for s, p in zip(REPLICAS, free_ports(4), strict=True)}
     project = Project(engine, f"sbx{secrets.token_hex(4)}", variables)

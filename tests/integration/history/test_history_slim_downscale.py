@@ -104,7 +104,8 @@ async def test_a_line_over_the_max_line_size_is_downscaled_from_its_file(
             copy += message.data if message.HasField("data") else b""
     ((media_type, data),) = _images(bytes(copy))
     with Image.open(io.BytesIO(data)) as image:
-        assert (media_type, image.format, image.size) == ("image/jpeg", "JPEG", (100, 75))
+        # A PNG stays PNG where it fits the bytes.
+        assert (media_type, image.format, image.size) == ("image/png", "PNG", (100, 75))
     assert len(data) <= 20_000
 
 
@@ -132,3 +133,56 @@ async def test_reasons_are_named_for_images_not_downscaled(
     assert "9000x9000 px, not downscaled: over 64,000,000 pixels, never decoded" in texts[0]
     assert "3000x3000 px, not downscaled: not a decodable PNG, JPEG, GIF or WebP" in texts[1]
     assert "; Scrollback still serves it: ref why/r1/0 pin " in texts[0]
+
+
+def _screenshot_png(width: int, height: int) -> bytes:
+    """A PNG as a screenshot is: few colours, sharp edges, no transparency."""
+    image = Image.new("RGB", (width, height), (250, 250, 250))
+    for y in range(0, height, 24):
+        image.paste((20, 20, 20), (40, y, width - 40, y + 3))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+async def test_a_png_stays_png_where_it_fits_and_every_reason_is_counted(
+    history_server: HarnessFactory,
+) -> None:
+    screenshot = _screenshot_png(2400, 1600)
+    small = noisy_png(16, 16)
+    bomb = small[:16] + (9000).to_bytes(4, "big") * 2 + small[24:]
+    not_base64 = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                              "data": "%%%% not base64 %%%%" * 20}}  # fmt: skip
+    entry = {
+        "type": "user",
+        "uuid": "p1",
+        "message": {
+            "role": "user",
+            "content": [
+                image_block(screenshot),
+                image_block(bomb),
+                not_base64,
+                image_block(bomb),
+            ],
+        },
+    }
+    async with history_server() as harness:
+        harness.transcript("png").write_bytes(line(entry))
+        request = hpb.SlimSessionRequest(session_id="png", images=hpb.SLIM_IMAGES_DOWNSCALE)
+        copy, ends = bytearray(), []
+        stub: Any = harness.stub
+        async for message in stub.SlimSession(request):
+            copy += message.data if message.HasField("data") else b""
+            if message.HasField("file_end"):
+                ends.append(message.file_end)
+    ((media_type, data),) = _images(bytes(copy))
+    with Image.open(io.BytesIO(data)) as image:
+        assert (media_type, image.format, image.size) == ("image/png", "PNG", (2000, 1333))
+    texts = [b["text"] for b in json.loads(bytes(copy))["message"]["content"] if "text" in b]
+    assert "undecodable, not downscaled: not valid base64, never decoded" in texts[1]
+    (end,) = ends
+    assert end.images_downscaled == 1 and end.images_replaced == 3
+    assert [(n.reason, n.images) for n in end.not_downscaled] == [
+        ("over 64,000,000 pixels, never decoded", 2),
+        ("not valid base64, never decoded", 1),
+    ]
