@@ -57,7 +57,7 @@ from scrollback.contract.blocks import iter_objects, matching_spans, top_level_s
 from scrollback.contract.data_url import split_data_url
 from scrollback.contract.enumeration import is_rollout_entry
 from scrollback.contract.extraction import iter_decoded
-from scrollback.contract.refs import validate_id
+from scrollback.contract.refs import OPENCODE, validate_id
 from scrollback.contract.stripping import ProbedLine
 from scrollback.linefile import NEWLINE, ByteSource
 from scrollback.linewalk import line_count
@@ -240,7 +240,10 @@ def _copy_edits(
     source: LineSource, probed: ProbedLine, covered: set[int], stats: SlimStats
 ) -> Iterator[_Edit]:
     """The stand-ins of the payloads outside every replaced block (copies, long base64)."""
-    in_urls = _data_url_cuts(probed) if is_rollout_entry(probed.entry) else set()
+    # Codex reads a rollout's event copies back, so their data URLs stay valid; an
+    # opencode line (a rollout's shape) is a view of rows, and gets notes like any copy.
+    codex = is_rollout_entry(probed.entry) and probed.entry.get("type") != OPENCODE
+    in_urls = _data_url_cuts(probed) if codex else set()
     for k, (start, end) in enumerate(probed.spans):
         if k in covered:
             continue

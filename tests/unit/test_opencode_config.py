@@ -9,7 +9,8 @@ import pytest
 from history_service.config import HistoryConfig
 from media_service.config import MediaConfig
 from scrollback.server.service_config import opencode_db_from_env
-from scrollback_app.cli import build_parser, served_sources, up_configs
+from scrollback_app.cli import build_parser
+from scrollback_app.cli_up import served_sources, up_configs
 
 
 def test_the_setting_wins_and_the_default_is_read_only_when_it_exists(tmp_path: Path) -> None:
