@@ -32,6 +32,7 @@ EXPECTED = {
     "ttfb_warm_end",
     "media_hint_hintless",
     "media_hint_client",
+    "window_vs_wire",
     "throughput_windows",
     "throughput_windows_batching",
     "throughput_media",

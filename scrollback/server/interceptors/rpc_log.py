@@ -5,6 +5,13 @@ code, duration, principal, and the delegate it came through; never payloads
 or tokens), and the Prometheus counters and latency histogram of
 scrollback.server.metrics. It comes first so that it sees every end, a refusal
 by the interceptors after it included.
+
+The log line is written off the request path: an RPC's end only notes its
+fields, and the lines noted are written by one callback the event loop runs
+after the calls' ends, as records made directly (the logger's search of the
+stack for the caller's file and line, which these lines do not show, is not
+paid per call). The counters' labelled children are looked up once per
+method and code.
 """
 
 from __future__ import annotations
@@ -46,12 +53,19 @@ def _status_code(context: Context) -> grpc.StatusCode:
     return code
 
 
+_LINE = "rpc service=%s method=%s code=%s duration_ms=%.1f principal=%s%s"
+
+
 class RpcLog(Interceptor):
     """Logs and counts every RPC when it ends."""
 
     def __init__(self, service: str) -> None:
         super().__init__()
         self._service = service
+        # The lines of calls that ended, written by `_write_lines` (one scheduled at a time).
+        self._lines: list[tuple[object, ...]] = []
+        self._requests: dict[tuple[str, str], Any] = {}
+        self._latency: dict[str, Any] = {}
 
     def wrap(self, handler: Any, route: Route) -> Any:
         inner = behavior_of(handler)
@@ -78,14 +92,36 @@ class RpcLog(Interceptor):
         duration = time.perf_counter() - call.started
         if call.sent_bytes:
             metrics.READ_MEDIA_BYTES.inc(call.sent_bytes)
-        metrics.RPC_REQUESTS.labels(self._service, call.method, code.name).inc()
-        metrics.RPC_LATENCY.labels(self._service, call.method).observe(duration)
-        rpc_log.info(
-            "rpc service=%s method=%s code=%s duration_ms=%.1f principal=%s%s",
-            self._service,
-            call.method,
-            code.name,
-            duration * 1000,
-            call.principal.name if call.principal else "-",
-            f" via={call.via}" if call.via else "",
+        method = call.method
+        requests = self._requests.get((method, code.name))
+        if requests is None:
+            requests = metrics.RPC_REQUESTS.labels(self._service, method, code.name)
+            self._requests[(method, code.name)] = requests
+        requests.inc()
+        latency = self._latency.get(method)
+        if latency is None:
+            latency = self._latency[method] = metrics.RPC_LATENCY.labels(self._service, method)
+        latency.observe(duration)
+        if not rpc_log.isEnabledFor(logging.INFO):
+            return
+        if not self._lines:
+            asyncio.get_running_loop().call_soon(self._write_lines)
+        self._lines.append(
+            (
+                self._service,
+                method,
+                code.name,
+                duration * 1000,
+                call.principal.name if call.principal else "-",
+                f" via={call.via}" if call.via else "",
+            )
         )
+
+    def _write_lines(self) -> None:
+        """Write the lines noted since the last time, one record each."""
+        lines, self._lines = self._lines, []
+        for args in lines:
+            record = rpc_log.makeRecord(
+                rpc_log.name, logging.INFO, __file__, 0, _LINE, args, None, "_finish"
+            )
+            rpc_log.handle(record)
