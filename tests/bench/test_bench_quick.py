@@ -43,6 +43,8 @@ EXPECTED = {
     "lookup_flood_others",
     "gateway_photo_vs_readmedia",
     "gateway_photo_concurrent",
+    "gateway_photo_lean",
+    "gateway_photo_lean_concurrent",
     "gateway_rss_big_vs_small_photos",
     "index_build",
     "index_first_touch",
