@@ -19,7 +19,8 @@ baseline in the same run, interleaved, median of repeats:
   service under 32 concurrent window streams, 10 MB vs 1 MB images;
 - idle memory of `scrollback up` on its default workers, PSS summed over its
   processes, vs a bare `python -c "import grpc"` process (`scrollback_app.bench.idle`;
-  target < 150 MB);
+  target <= 100 MB), and its start until both health checks say SERVING
+  (target 1.5 s);
 - one client's latest 200-entry ReadWindow, read again, vs a bare grpc.aio
   server sending the same serialized messages (`scrollback_app.bench.wire`);
 - throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor,

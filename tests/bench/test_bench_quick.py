@@ -39,6 +39,7 @@ EXPECTED = {
     "rss_1mb_images",
     "rss_10mb_vs_1mb_images",
     "idle_pss_up",
+    "up_start_serving",
     "lookup_nonexistent_vs_hidden",
     "lookup_flood_others",
     "gateway_photo_vs_readmedia",
