@@ -26,6 +26,9 @@ baseline in the same run, interleaved, median of repeats:
 - throughput of 16 concurrent clients (windows/s, media MB/s) vs the floor,
   the services and the floor each served by as many worker processes as
   there are cores (scrollback.server.workers);
+- ReadMedia of a 1.3 MB photo while the services index a freshly seen 300 MB
+  transcript vs the same idle (`scrollback_app.bench.background`; target
+  <= 1.2x; quick: 20 MB);
 - session lookup on a root of 5,000 transcripts (`scrollback_app.bench.lookup`):
   NOT_FOUND for a nonexistent vs a hidden id, and another caller's latency
   during a flood of unknown ids;
@@ -138,6 +141,7 @@ class BenchConfig:
     codex_bytes: int = 300 * MB
     list_images_lines: int = 2_000_000
     bucket_bytes: int = 300 * MB
+    background_bytes: int = 300 * MB
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -185,6 +189,7 @@ class BenchConfig:
             codex_bytes=20 * MB,
             list_images_lines=100_000,
             bucket_bytes=10 * MB,
+            background_bytes=20 * MB,
             label="quick",
         )
 
@@ -819,6 +824,17 @@ class _Run:
             self.add(figure)
         await self.rss()
         for figure in await idle.measure(self.work, self.log):
+            self.add(figure)
+        from scrollback_app.bench import background
+
+        for figure in await background.measure(
+            self.work,
+            self.log,
+            big_bytes=self.config.background_bytes,
+            image_bytes=20_000,
+            repeats=self.config.repeats,
+            batch=self.config.media_batch,
+        ):
             self.add(figure)
         for figure in await lookup.measure(
             self.work,

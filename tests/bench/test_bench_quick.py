@@ -40,6 +40,7 @@ EXPECTED = {
     "rss_10mb_vs_1mb_images",
     "idle_pss_up",
     "up_start_serving",
+    "media_read_during_indexing",
     "lookup_nonexistent_vs_hidden",
     "lookup_flood_others",
     "gateway_photo_vs_readmedia",

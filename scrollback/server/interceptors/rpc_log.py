@@ -4,7 +4,8 @@ One structured line per RPC on the `scrollback.rpc` logger (service, method,
 code, duration, principal, and the delegate it came through; never payloads
 or tokens), and the Prometheus counters and latency histogram of
 scrollback.server.metrics. It comes first so that it sees every end, a refusal
-by the interceptors after it included.
+by the interceptors after it included; it also counts each call in and out
+of scrollback.foreground, which background work steps aside for.
 
 The log line is written off the request path: an RPC's end only notes its
 fields, and the lines noted are written by one callback the event loop runs
@@ -23,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from scrollback import foreground
 from scrollback.server import metrics
 from scrollback.server.interceptors.call import (
     Context,
@@ -74,6 +76,7 @@ class RpcLog(Interceptor):
         async def logged(request: Any, context: Context) -> Any:
             call = current_call()
             call.started = time.perf_counter()
+            foreground.call_started()
             try:
                 return await inner(request, context)
             except BaseException as error:
@@ -83,6 +86,7 @@ class RpcLog(Interceptor):
                 call.outcome = _outcome_of(error)
                 raise
             finally:
+                foreground.call_ended()
                 finish(call, context)
 
         return rewrap(handler, logged)
