@@ -32,6 +32,10 @@ baseline in the same run, interleaved, median of repeats:
 - session lookup on a root of 5,000 transcripts (`scrollback_app.bench.lookup`):
   NOT_FOUND for a nonexistent vs a hidden id, and another caller's latency
   during a flood of unknown ids;
+- four hintless refs read in any of 8 orders on a fresh media server and
+  state, a never-seen 300 MB transcript vs a 5 MB one
+  (`scrollback_app.bench.first_touch`; target <= 2x in the worst order;
+  quick: 12 MB, 2 orders);
 - a latest window while the line index of an 8 GiB newline-less tail is built
   vs with no build running (`scrollback_app.bench.long_tail`; target <= 1.5x;
   quick: 1 GiB).
@@ -142,6 +146,8 @@ class BenchConfig:
     list_images_lines: int = 2_000_000
     bucket_bytes: int = 300 * MB
     background_bytes: int = 300 * MB
+    first_touch_bytes: int = 300 * MB
+    first_touch_orders: int = 8
     workdir: Path | None = None
     keep_files: bool = False
     label: str = "full"
@@ -190,6 +196,8 @@ class BenchConfig:
             list_images_lines=100_000,
             bucket_bytes=10 * MB,
             background_bytes=20 * MB,
+            first_touch_bytes=12 * MB,
+            first_touch_orders=2,
             label="quick",
         )
 
@@ -852,6 +860,17 @@ class _Run:
             repeats=self.config.repeats,
             batch=self.config.media_batch,
             log=self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import first_touch
+
+        for figure in await first_touch.measure(
+            self.work,
+            self.log,
+            big_bytes=self.config.first_touch_bytes,
+            small_bytes=self.config.small_bytes,
+            image_bytes=self.config.image_bytes,
+            orders=self.config.first_touch_orders,
         ):
             self.add(figure)
         from scrollback_app.bench import long_tail

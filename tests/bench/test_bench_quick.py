@@ -52,6 +52,7 @@ EXPECTED = {
     "index_first_touch",
     "index_hintless_after_restart",
     "index_hintless_repeated",
+    "first_touch_any_order",
     "stall_media_stalled",
     "stall_media_after",
     "stall_history_stalled",
