@@ -55,6 +55,14 @@ def _status_code(context: Context) -> grpc.StatusCode:
     return code
 
 
+# Streams that stay open while waiting for something to send (not counted as work in flight).
+WAITING_STREAMS = frozenset({"WatchSession", "Health.Watch"})
+
+
+def _nothing() -> None:
+    return None
+
+
 _LINE = "rpc service=%s method=%s code=%s duration_ms=%.1f principal=%s%s"
 
 
@@ -72,11 +80,16 @@ class RpcLog(Interceptor):
     def wrap(self, handler: Any, route: Route) -> Any:
         inner = behavior_of(handler)
         finish = self._finish
+        # A watch is open for hours and mostly waits: background work need not wait for it.
+        if route.name in WAITING_STREAMS:
+            started, ended = _nothing, _nothing
+        else:
+            started, ended = foreground.call_started, foreground.call_ended
 
         async def logged(request: Any, context: Context) -> Any:
             call = current_call()
             call.started = time.perf_counter()
-            foreground.call_started()
+            started()
             try:
                 return await inner(request, context)
             except BaseException as error:
@@ -86,7 +99,7 @@ class RpcLog(Interceptor):
                 call.outcome = _outcome_of(error)
                 raise
             finally:
-                foreground.call_ended()
+                ended()
                 finish(call, context)
 
         return rewrap(handler, logged)
