@@ -93,6 +93,9 @@ def _figure(item: dict[str, Any]) -> Figure:
 
 
 @pytest.mark.slow
+# Every figure's servers start here (the first-touch orders and `up` several times each): on a
+# machine shared with other work the run takes longer than the suite's default timeout.
+@pytest.mark.timeout(900)
 def test_quick_bench_produces_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     code = main(
