@@ -27,6 +27,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.image_list import ImageRecord, list_images
 from history_service.insight import InsightIndex, SessionDetail, subagents_of
 from history_service.insight_model import Insight, InsightStore
+from history_service.latest_windows import LatestWindows
 from history_service.sessions import SessionInfo, SessionLister
 from history_service.slim import (
     SlimEvent,
@@ -51,6 +52,7 @@ from history_service.windows import (
     validate_params,
 )
 from scrollback.contract.refs import validate_id, validate_session_id
+from scrollback.directory import DirectoryRoot
 from scrollback.linefile import ByteSource, FileIdentity
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
@@ -138,6 +140,17 @@ class HistoryCore:
             line_index=line_index,
             wrap=None if self.entry_cache is None else self.entry_cache.wrap,
         )
+        # Latest windows kept as sent, under the entry cache's budget and switch; only
+        # over local files, whose stat (the check before a replay) is a syscall.
+        self.latest_windows = (
+            LatestWindows(
+                config.entry_cache_bytes,
+                root.stat,
+                max_age=config.rescan_interval_seconds,
+            )
+            if self.entry_cache is not None and isinstance(root, DirectoryRoot)
+            else None
+        )
         self.lister = SessionLister(root, codec)
         self.insight_store = insight_store
         self.insight = InsightIndex(root, insight_store, max_line_size=config.max_line_size)
@@ -223,12 +236,13 @@ class HistoryCore:
 
     async def read_window_with_links(
         self, principal: Principal | None, params: WindowParams
-    ) -> tuple[Window, dict[str, str]]:
-        """A window and its session's sub-agent links, in one hop to the window lane."""
+    ) -> tuple[Window, dict[str, str], TranscriptFile]:
+        """A window, its session's sub-agent links and the transcript read, in one hop to the
+        window lane."""
 
-        def work() -> tuple[Window, dict[str, str]]:
+        def work() -> tuple[Window, dict[str, str], TranscriptFile]:
             window, transcript = self.reader.read_with_transcript(principal, params)
-            return window, self._subagent_links(principal, transcript)
+            return window, self._subagent_links(principal, transcript), transcript
 
         # Identical windows still queued on the lane are read once (Lane.run_shared).
         return await self.window_lane.run_shared((principal, params), work)
@@ -384,7 +398,7 @@ class HistoryCore:
         identity, offset = FileIdentity.null(), 0
         if params is not None:
             try:
-                window, links = await self.read_window_with_links(principal, params)
+                window, links, _ = await self.read_window_with_links(principal, params)
                 identity, offset = window.identity, window.newest_end
             except SessionNotFoundError:
                 if not pending and not chat_key:

@@ -77,11 +77,43 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
             request.inline_limit_bytes,
         )
         principal = current_principal()
-        window, links = await self._core.read_window_with_links(principal, params)
-        async for response in window_responses(
+        latest = self._core.latest_windows
+        key = None if latest is None else latest.key(principal, params, request.max_batch_bytes)
+        if key is not None:
+            assert latest is not None
+            replayed = latest.replay(key)
+            if replayed is not None:
+                for message in replayed:
+                    yield message
+                return
+            read_at = latest.now()
+        window, links, transcript = await self._core.read_window_with_links(principal, params)
+        responses = window_responses(
             pb.ReadWindowResponse, params.session_id, window, links, request.max_batch_bytes
-        ):
-            yield response
+        )
+        if key is None or window.stamp is None:
+            async for response in responses:
+                yield response
+            return
+        assert latest is not None
+        # Kept as sent, up to the largest window kept: a larger one is only sent.
+        sent: list[Serialized] | None = []
+        room = latest.per_window_limit()
+        async for response in responses:
+            wire = (
+                response
+                if isinstance(response, Serialized)
+                else Serialized(response.SerializeToString())
+            )
+            if sent is not None:
+                room -= len(wire.wire)
+                if room < 0:
+                    sent = None
+                else:
+                    sent.append(wire)
+            yield wire
+        if sent is not None:
+            latest.keep(key, transcript, window, read_at, sent)
 
     async def Bootstrap(  # type: ignore[override]  # serialized responses pass through
         self, request: pb.BootstrapRequest, context: Context

@@ -188,6 +188,8 @@ class Window:
     # watch continues after a latest-first first page.
     newest_end: int
     reread: _Reread | None = None
+    # The file's stamp when opened, if it had settled (scrollback.transcripts.stamp_of).
+    stamp: Stamp | None = None
 
     def materialize(self, entry: HeldBack) -> ServedLine:
         """A held-back entry as served (blocking: read and stripped again)."""
@@ -500,7 +502,15 @@ class _Scan:
                 self.params.session_id,
                 PageToken.at(DIRECTION_LATEST_FIRST, identity, oldest, fd),
             )
-        return Window(tuple(newest), taken.skipped, size, token, identity, newest_end)
+        return Window(
+            tuple(newest),
+            taken.skipped,
+            size,
+            token,
+            identity,
+            newest_end,
+            stamp=self.opened.stamp,
+        )
 
     def forward(self, boundary: int) -> Window:
         """The oldest-first window starting at `boundary`."""
@@ -515,7 +525,9 @@ class _Scan:
                 self.params.session_id,
                 PageToken.at(DIRECTION_OLDEST_FIRST, identity, position, fd),
             )
-        return Window(tuple(entries), taken.skipped, size, token, identity, position)
+        return Window(
+            tuple(entries), taken.skipped, size, token, identity, position, stamp=self.opened.stamp
+        )
 
     def take(
         self, lines: Iterator[RawLine | Record], entries: list[WindowEntry], scanned: int

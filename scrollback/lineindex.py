@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from scrollback import foreground
 from scrollback.linefile import NEWLINE, ByteSource, FileVersion, LineFile
 from scrollback.linerows import chunk_lines, long_line_entry
 from scrollback.linewalk import NewlineSearch, last_newline
@@ -101,6 +102,8 @@ def background_priority() -> None:
     """
     with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    # ...and its steps wait for the process's requests (the GIL is not the OS's to share).
+    foreground.background_thread()
 
 
 def _hash(data: bytes | memoryview) -> str:
@@ -425,6 +428,7 @@ class LineIndex:
                 size = _size(fd, cap)
                 if _enough(state, size, until):
                     return state
+                foreground.step_aside()
                 count = 0
                 # A tail already known to be longer than a chunk is not read again.
                 if state.scanned - state.covered < self._chunk:
@@ -476,6 +480,7 @@ class LineIndex:
         search = NewlineSearch(buffer)
         try:
             while position < limit:
+                foreground.step_aside()
                 piece = min(self._chunk, LONG_LINE_PIECE_BYTES, limit - position)
                 count = LineFile(fd).read_into(view[:piece], position)
                 if count <= 0:

@@ -5,7 +5,9 @@ It speaks the real services' RPCs so the same client code drives both:
 - `ReadMedia` streams one image's bytes from memory (metadata first, then
   chunks of the same size the media service uses), whatever ref is asked for;
 - `ReadWindow` replays a window captured from the real history server (the
-  same `ReadWindowResponse` messages, already built, from memory).
+  same `ReadWindowResponse` messages, already built, from memory);
+  with `--serialized-window` it sends them as the bytes captured, serialized
+  once at start (the wire's own cost, nothing built per call).
 
 It is built by the same `scrollback.server.grpc_support.build_server` as the real
 servers (same options, health, reflection), so the difference between the two
@@ -33,8 +35,9 @@ import grpc
 from media_service.config import DEFAULT_CHUNK_SIZE
 from scrollback.history.v1 import history_pb2, history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
-from scrollback.server.grpc_support import build_server
+from scrollback.server.grpc_support import add_servicer_sending_serialized, build_server
 from scrollback.server.listening import wait_for_shutdown_signal
+from scrollback.server.serialized import Serialized
 from scrollback.server.worker_role import current_role
 from scrollback.server.workers import supervise
 
@@ -99,7 +102,23 @@ class FloorHistory(history_pb2_grpc.HistoryServiceServicer):
             yield message
 
 
-async def serve(addr: str, image: bytes, window: Sequence[bytes], chunk_size: int) -> None:
+class SerializedFloorHistory(history_pb2_grpc.HistoryServiceServicer):
+    """ReadWindow sending one captured window's serialized messages as they are."""
+
+    def __init__(self, window: Sequence[bytes]) -> None:
+        self._window = [Serialized(item) for item in window]
+
+    async def ReadWindow(  # type: ignore[override]  # serialized responses pass through
+        self, request: history_pb2.ReadWindowRequest, context: Context
+    ) -> AsyncIterator[Serialized]:
+        """The captured bytes, in order."""
+        for message in self._window:
+            yield message
+
+
+async def serve(
+    addr: str, image: bytes, window: Sequence[bytes], chunk_size: int, serialized: bool = False
+) -> None:
     """Serve until SIGINT/SIGTERM."""
 
     def register(server: grpc.aio.Server) -> None:
@@ -107,6 +126,15 @@ async def serve(addr: str, image: bytes, window: Sequence[bytes], chunk_size: in
             FloorMedia(image, chunk_size),  # type: ignore[abstract]  # the rest: UNIMPLEMENTED
             server,
         )
+        if serialized:
+            add_servicer_sending_serialized(
+                history_pb2_grpc.add_HistoryServiceServicer_to_server,
+                SerializedFloorHistory(window),  # type: ignore[abstract]
+                server,
+                "scrollback.history.v1.HistoryService",
+                ("ReadWindow",),
+            )
+            return
         history_pb2_grpc.add_HistoryServiceServicer_to_server(
             FloorHistory(window),  # type: ignore[abstract]
             server,
@@ -132,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image", type=Path, required=True, help="the bytes ReadMedia streams")
     parser.add_argument("--window", type=Path, help="the captured ReadWindow messages")
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    parser.add_argument(
+        "--serialized-window",
+        action="store_true",
+        help="send the captured window as its bytes (no message built per call)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes serving the port")
     args = parser.parse_args(argv)
     if args.workers > 1 and current_role() is None:
@@ -145,7 +178,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     window = read_messages(args.window) if args.window else []
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.addr, args.image.read_bytes(), window, args.chunk_size))
+        asyncio.run(
+            serve(
+                args.addr,
+                args.image.read_bytes(),
+                window,
+                args.chunk_size,
+                args.serialized_window,
+            )
+        )
     return 0
 
 

@@ -9,15 +9,18 @@ scrollback_app.bench.gateway` measures them alone, over servers of its own.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -115,6 +118,116 @@ async def drain_http(client: httpx.AsyncClient, url: str) -> int:
     return total
 
 
+class LeanClient:
+    """One keep-alive HTTP/1.1 connection of the standard library's http.client, as a browser
+    keeps one per origin: a photo costs the client little beside the bytes it reads."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self._connection = http.client.HTTPConnection(parts.hostname or "", parts.port)
+        self._buffer = memoryview(bytearray(256 * 1024))
+
+    def get(self, url: str) -> int:
+        """GET a URL of this origin and count its body's bytes (blocking)."""
+        parts = urlsplit(url)
+        self._connection.request("GET", f"{parts.path}?{parts.query}")
+        response = self._connection.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"photo GET answered {response.status}")
+        total = 0
+        while read := response.readinto(self._buffer):
+            total += read
+        return total
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._connection.close()
+
+
+async def lean_figures(
+    url: str,
+    urls: list[str],
+    media: media_pb2_grpc.MediaServiceAsyncStub,
+    photos: list[ref_pb2.MediaRef],
+    *,
+    size: int,
+    repeats: int,
+    batch: int,
+    clients: int,
+) -> list[Figure]:
+    """A photo by its signed URL through http.client keep-alive connections (one per client,
+    each on a thread of its own) vs straight ReadMedia: one client, and `clients` at once."""
+    lean = [LeanClient(url) for _ in range(clients)]
+    pool = ThreadPoolExecutor(max_workers=clients, thread_name_prefix="lean-client")
+    loop = asyncio.get_running_loop()
+    try:
+        for index, each in enumerate(lean):  # connect, untimed
+            await loop.run_in_executor(pool, each.get, urls[index % len(urls)])
+
+        def one(index: int, round_number: int) -> Callable[[], Awaitable[int]]:
+            return lambda: loop.run_in_executor(
+                pool, lean[index].get, urls[(round_number + index) % len(urls)]
+            )
+
+        async def lean_one(round_number: int) -> float:
+            return await services.timed(one(0, round_number), batch)
+
+        async def straight_one(round_number: int) -> float:
+            ref = photos[round_number % len(photos)]
+            return await services.timed(lambda: services.drain_media(media, ref), batch)
+
+        async def lean_many(round_number: int) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(one(i, round_number)() for i in range(clients)))
+            return time.perf_counter() - start
+
+        async def straight_many(_round: int) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(
+                *(services.drain_media(media, photos[i % len(photos)]) for i in range(clients))
+            )
+            return time.perf_counter() - start
+
+        medians = await services.interleave(
+            {
+                "lean": lean_one,
+                "straight": straight_one,
+                "lean_many": lean_many,
+                "straight_many": straight_many,
+            },
+            repeats,
+        )
+    finally:
+        for each in lean:
+            each.close()
+        pool.shutdown()
+    return [
+        Figure(
+            key="gateway_photo_lean",
+            name=f"a {size / MB:.1f} MB photo by its signed URL through the gateway, http.client "
+            "keep-alive, vs straight ReadMedia, one client",
+            figure=medians["lean"] * 1e3,
+            baseline=medians["straight"] * 1e3,
+            unit="ms",
+            baseline_label="ReadMedia",
+            ratio=medians["lean"] / medians["straight"],
+            target=Target("<=", 1.15),
+        ),
+        Figure(
+            key="gateway_photo_lean_concurrent",
+            name=f"{clients} concurrent {size / MB:.1f} MB photos by signed URL through the "
+            "gateway, http.client keep-alive (one connection each), vs straight ReadMedia "
+            "(wall time)",
+            figure=medians["lean_many"] * 1e3,
+            baseline=medians["straight_many"] * 1e3,
+            unit="ms",
+            baseline_label="ReadMedia",
+            ratio=medians["lean_many"] / medians["straight_many"],
+            target=Target("<=", 1.15),
+        ),
+    ]
+
+
 async def gateway_figures(
     history_addr: str,
     media_addr: str,
@@ -128,7 +241,7 @@ async def gateway_figures(
     big_session: str,
     photo_session: str,
 ) -> list[Figure]:
-    """The three gateway figures."""
+    """The gateway figures."""
     figures: list[Figure] = []
     limits = httpx.Limits(max_connections=rss_streams * 2)
     # Every download the bench opens at once may be of one photo, from this one client.
@@ -191,6 +304,16 @@ async def gateway_figures(
                 ratio=medians["gateway"] / medians["straight"],
                 target=Target("<=", 1.3),
             )
+        )
+        figures += await lean_figures(
+            url,
+            urls,
+            media,
+            photos,
+            size=size,
+            repeats=repeats,
+            batch=batch,
+            clients=clients,
         )
 
     peaks: dict[str, float] = {}

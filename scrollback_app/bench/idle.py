@@ -12,7 +12,12 @@ transcripts root: its own footprint, before any transcript is read. The
 baseline is one `python -c "import grpc"` process, the least a gRPC server
 in Python can take.
 
-`python -m scrollback_app.bench.idle` runs this figure alone.
+A second figure times `scrollback up` from its spawn until both services'
+gRPC health checks say SERVING (median of START_REPEATS starts after one
+untimed, on a warm machine), beside a bare `python -c "import grpc"` process's
+spawn until it runs.
+
+`python -m scrollback_app.bench.idle` runs these figures alone.
 """
 
 from __future__ import annotations
@@ -26,18 +31,24 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from scrollback_app.bench import procs
 from scrollback_app.bench.figures import Figure, Target
 
 MB = 1_000_000
 # The most both services, parent and workers, may take together at idle.
-TARGET_MB = 150
+TARGET_MB = 100
 READY_TIMEOUT_SECONDS = 60.0
 # Idle means: the summed PSS moved less than this between two readings SETTLE_SECONDS apart.
 SETTLE_FRACTION = 0.01
 SETTLE_SECONDS = 1.0
 SETTLE_TIMEOUT_SECONDS = 30.0
 READY_LINE = "Ctrl-C stops"
+# Starts of `up` timed (after one untimed) and the most it may take to serve.
+START_REPEATS = 3
+START_TARGET_SECONDS = 1.5
 BARE = "import sys, grpc\nprint('ready', flush=True)\nsys.stdin.read()\n"
 UP = "import sys\nfrom scrollback_app.cli import main\nsys.exit(main())\n"
 
@@ -143,8 +154,83 @@ def up_pss(work: Path, args: Sequence[str] = ()) -> tuple[int, int]:
             _stop(process, 2)  # SIGINT, as Ctrl-C
 
 
+def _serving(addr: str, deadline: float) -> None:
+    """Wait until the gRPC health check at `addr` says SERVING (RuntimeError at `deadline`)."""
+    with grpc.insecure_channel(addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.01)
+    raise RuntimeError(f"nothing SERVING at {addr}")
+
+
+def up_start_seconds(work: Path) -> float:
+    """Seconds from spawning `scrollback up` (default workers, an empty root) until both
+    services' health checks say SERVING."""
+    root, state = work / "start-root", work / "start-state"
+    root.mkdir(parents=True, exist_ok=True)
+    history, media = f"127.0.0.1:{procs.free_port()}", f"127.0.0.1:{procs.free_port()}"
+    command = [
+        sys.executable, "-c", UP, "up", "--transcripts", str(root), "--state", str(state),
+        "--history-addr", history, "--media-addr", media,
+    ]  # fmt: skip
+    with (work / "start-up.log").open("w") as log:
+        started = time.monotonic()
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=_environment(),
+        )
+        try:
+            deadline = started + READY_TIMEOUT_SECONDS
+            _serving(history, deadline)
+            _serving(media, deadline)
+            return time.monotonic() - started
+        finally:
+            if process.poll() is None:
+                process.send_signal(2)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def bare_start_seconds() -> float:
+    """Seconds from spawning `python -c "import grpc"` until it runs."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import grpc"], check=True, env=_environment())
+    return time.monotonic() - started
+
+
+def start_figure(work: Path) -> Figure:
+    """The `up_start_serving` figure (blocking)."""
+    up_start_seconds(work)  # untimed: a warm machine
+    ups = sorted(up_start_seconds(work) for _ in range(START_REPEATS))
+    bares = sorted(bare_start_seconds() for _ in range(START_REPEATS))
+    up, bare = ups[len(ups) // 2], bares[len(bares) // 2]
+    return Figure(
+        key="up_start_serving",
+        name="`scrollback up` from its spawn until both health checks say SERVING, vs a bare "
+        "`python -c 'import grpc'` process's run",
+        figure=up,
+        baseline=bare,
+        unit="s",
+        baseline_label="bare grpc",
+        ratio=up / bare,
+        target=Target(figure_max=START_TARGET_SECONDS),
+    )
+
+
 async def measure(work: Path, log: Callable[[str], None]) -> list[Figure]:
-    """The figure: `scrollback up` idle vs a bare grpc process, measured one after the other."""
+    """The figures: `scrollback up` idle vs a bare grpc process, measured one after the other,
+    and its start."""
     up_kib, processes = await asyncio.to_thread(up_pss, work)
     bare_kib = await asyncio.to_thread(bare_grpc_pss)
     up_mb, bare_mb = up_kib * 1024 / MB, bare_kib * 1024 / MB
@@ -160,7 +246,8 @@ async def measure(work: Path, log: Callable[[str], None]) -> list[Figure]:
             baseline_label="bare grpc",
             ratio=up_mb / bare_mb,
             target=Target(figure_max=TARGET_MB),
-        )
+        ),
+        await asyncio.to_thread(start_figure, work),
     ]
 
 
