@@ -9,6 +9,7 @@ are cached per file version.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,11 +27,35 @@ from scrollback.transcripts import TranscriptFile, TranscriptSource
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
 TITLE_MAX_LINE = 64 * 1024
+# A line that carries payloads (a prompt with a pasted image) is read streaming, its payloads
+# cut, while no prompt is known yet; such lines do not count against the head, up to this many
+# bytes of them in all.
+TITLE_PAYLOAD_BYTES = 256 * 1024 * 1024
 # Titles of one page read at once (each a GET when the transcripts are in a bucket).
 TITLE_READS = 8
 DEFAULT_LIST_SIZE = 100
 MAX_LIST_SIZE = 1000
 _NOT_A_PROMPT_PREFIXES = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
+# What stands for an image in a prompt's text rather than saying anything: Claude Code's
+# "[Image #1]" (and "[Image: source: ...]"), Codex's `<image name=[Image #1]>` wrapper, and
+# the text a slim copy puts where an image was.
+_IMAGE_PLACEHOLDER = re.compile(
+    r"\[Image(?: #\d+|: [^\]\n]{0,400})\]"
+    r"|</?image(?: name=\[Image #\d+\])?>"
+    r"|\[(?:image|document) cut by scrollback slim:[^\]\n]{0,800}\]"
+)
+
+
+# Notes Claude Code puts in a prompt (the file open in the IDE, a reminder): not what was asked.
+_NOTE_BLOCK = re.compile(
+    r"<(ide_opened_file|ide_selection|ide_diagnostics|system-reminder)>[\s\S]*?(?:</\1>|$)"
+)
+
+
+def without_placeholders(text: str) -> str:
+    """A prompt's text without the placeholders that stand for its images and without the
+    notes Claude Code adds to it."""
+    return _IMAGE_PLACEHOLDER.sub(" ", _NOTE_BLOCK.sub(" ", text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +85,7 @@ def _rollout_prompt_text(entry: dict[str, object]) -> str:
     if payload.get("type") != "user_message":
         return ""
     text = payload.get("message")
-    return text.strip() if isinstance(text, str) else ""
+    return without_placeholders(text).strip() if isinstance(text, str) else ""
 
 
 def _prompt_text(entry: dict[str, object]) -> str:
@@ -84,18 +109,18 @@ def _prompt_text(entry: dict[str, object]) -> str:
             elif isinstance(block, dict) and block.get("type") == "tool_result":
                 return ""
     for text in texts:
-        text = text.strip()
+        text = without_placeholders(text).strip()
         if text and not text.startswith(_NOT_A_PROMPT_PREFIXES):
             return text
     return ""
 
 
-def _head_entry(fd: ByteSource, raw: RawLine) -> dict[str, Any] | None:
+def _head_entry(fd: ByteSource, raw: RawLine, *, long_lines: bool) -> dict[str, Any] | None:
     """A head line parsed; one too long to hold (a prompt with a pasted image) is read
-    streaming with its payloads cut, when it ends within the head (the title's read bound)."""
+    streaming with its payloads cut when `long_lines`, else skipped."""
     if raw.data is not None and raw.size <= TITLE_MAX_LINE:
         return parse_json_object(raw.data)
-    if raw.end > TITLE_HEAD_BYTES or not raw.terminated:
+    if not long_lines or not raw.terminated:
         return None
     try:
         stripped = strip_line_streamed(
@@ -119,12 +144,22 @@ def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
 
 
 def read_title(fd: ByteSource, size: int) -> str:
-    """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
+    """The summary, else the first real user prompt (its text: image placeholders left out),
+    in the file's head; cut to 200 characters. Lines too long to hold (images) are read, their
+    payloads cut, only while no prompt is known, and do not count against the head."""
     prompt = ""
-    for raw in iter_lines_forward(fd, 0, min(size, TITLE_HEAD_BYTES), TITLE_MAX_LINE):
+    head = 0  # bytes of the head's lines that are not too long to hold
+    for raw in iter_lines_forward(
+        fd, 0, min(size, TITLE_HEAD_BYTES + TITLE_PAYLOAD_BYTES), TITLE_MAX_LINE
+    ):
+        long_line = raw.data is None or raw.size > TITLE_MAX_LINE
+        if not long_line:
+            head += raw.size + 1
+        if head > TITLE_HEAD_BYTES or (long_line and prompt):
+            break
         if is_blank(raw):
             continue
-        entry = _head_entry(fd, raw)
+        entry = _head_entry(fd, raw, long_lines=not prompt)
         if entry is None:
             continue
         if entry.get("type") == "summary":

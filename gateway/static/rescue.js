@@ -51,6 +51,14 @@
         thumb.loading = "lazy";
         thumb.src = sized(image.url, 96);
         thumb.alt = image.apiPath;
+        // A refused thumbnail (too many pixels) says so; the row says the rest.
+        thumb.addEventListener("error", () => {
+          const link = el("a", "", "no preview: open");
+          link.href = image.url;
+          link.target = "_blank";
+          link.rel = "noopener";
+          thumb.replaceWith(link);
+        });
         cell.append(thumb);
       }
       row.append(cell);
@@ -60,7 +68,7 @@
   }
 
   async function load() {
-    const listing = await api(base + "/images");
+    const listing = await sessionImages(sessionId);
     const totals = listing.totals;
     const toggle = el("button", "images-toggle",
       `images (${totals.images}, ${totals.withProblems} too large)`);

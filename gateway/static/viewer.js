@@ -13,6 +13,8 @@
 const PAGE_SIZE = 50;
 const LIST_PAGE_SIZE = 100;
 const TOKEN_KEY = "scrollback-token";
+// A session whose prompts hold no text yet (never its id: a reader cannot tell ids apart).
+const UNTITLED = "untitled session";
 const main = document.getElementById("main");
 const statusLine = document.getElementById("status");
 const el = Render.el;
@@ -138,6 +140,86 @@ main.addEventListener("click", (event) => {
   if (img) showFull(img.dataset.full);
 });
 
+// A session's image list (GET .../images, the rescue line's too), fetched once per page.
+const imageLists = new Map();
+function sessionImages(sessionId) {
+  if (!imageLists.has(sessionId)) {
+    imageLists.set(sessionId, api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/images`, { noPrompt: true }));
+  }
+  return imageLists.get(sessionId);
+}
+
+function humanBytes(n) {
+  const bytes = Number(n || 0);
+  if (bytes >= 1e9) return (bytes / 1e9).toFixed(1) + " GB";
+  if (bytes >= 1e6) return (bytes / 1e6).toFixed(bytes >= 1e7 ? 0 : 1) + " MB";
+  if (bytes >= 1e3) return Math.round(bytes / 1e3) + " kB";
+  return bytes + " B";
+}
+
+// "PNG, 9000×9000, 28 MB": what an image is, from the image list (or the ref's declared type
+// and approximate size when the list does not have it).
+function describeImage(info, img) {
+  const type = (info && (info.mediaType || info.declaredMediaType)) || img.dataset.type || "";
+  const parts = [type ? type.replace(/^image\//, "").toUpperCase() : "image"];
+  if (info && info.width) parts.push(`${info.width}×${info.height}`);
+  const bytes = (info && info.sizeBytes) || img.dataset.bytes;
+  if (Number(bytes)) parts.push(humanBytes(bytes));
+  return parts.join(", ");
+}
+
+// Why the media service gave no thumbnail, as a reader reads it.
+const REFUSALS = {
+  IMAGE_TOO_LARGE: "too large to preview",
+  NOT_AN_IMAGE: "not an image this server can preview",
+  PIN_MISMATCH: "changed since this page was loaded; reload to see it",
+  MEDIA_NOT_FOUND: "no longer in the transcript",
+};
+
+// A thumbnail that did not come (IMAGE_TOO_LARGE, NOT_AN_IMAGE, ...): its box says what the
+// image is and why there is no preview, with links to open or download the image itself.
+async function thumbnailRefused(img) {
+  if (img.dataset.refused || !img.isConnected) return;
+  img.dataset.refused = "1";
+  let reason = "";
+  if (!img.src.startsWith("data:")) {
+    try {
+      const response = await fetch(img.src, { headers: authHeaders() });
+      if (!response.ok) reason = ((await response.json()).error || {}).reason || String(response.status);
+    } catch (e) { /* the gateway did not answer: said below as "no preview" */ }
+  }
+  let info = null;
+  const sessionId = view.sessionId;
+  if (img.dataset.uri && sessionId) {
+    try {
+      const listing = await sessionImages(sessionId);
+      info = listing.images.find((i) => i.ref && i.ref.uri === img.dataset.uri) || null;
+    } catch (e) { /* described from the ref alone */ }
+  }
+  const box = el("div", "photo-refused");
+  box.dataset.reason = reason;
+  box.append(el("span", "refused-what", describeImage(info, img) + ": " + (REFUSALS[reason] || "no preview")));
+  if (!img.dataset.full.startsWith("data:")) {
+    const open = el("a", "", "open the image");
+    open.href = img.dataset.full;
+    open.target = "_blank";
+    open.rel = "noopener";
+    const download = el("a", "", "download it");
+    download.href = img.dataset.full;
+    download.download = (img.dataset.uri || "image").replace(/\//g, "-");
+    const links = el("span", "refused-links");
+    links.append(open, " · ", download);
+    box.append(links);
+  }
+  img.replaceWith(box);
+}
+
+// A thumbnail's error does not bubble: caught on its way down.
+main.addEventListener("error", (event) => {
+  const img = event.target;
+  if (img && img.matches && img.matches("img.photo")) thumbnailRefused(img);
+}, true);
+
 function observePhotos(root) {
   for (const img of root.querySelectorAll("img.photo[data-src]:not([src])")) photoObserver.observe(img);
 }
@@ -164,7 +246,7 @@ function sessionCard(s) {
   if (s.isSubagent && s.parentSessionId) item.dataset.parent = s.parentSessionId;
   const link = el("a", "session-link");
   link.href = "/sessions/" + encodeURIComponent(s.sessionId);
-  const title = Render.cleanTitle(s.title) || s.sessionId;
+  const title = Render.cleanTitle(s.title) || UNTITLED;
   if (s.isSubagent) link.append(el("span", "badge", "sub-agent"), " ");
   link.append(el("span", "session-title", title));
   const facts = el("span", "session-facts");
@@ -306,7 +388,7 @@ async function showSearch(q, pageToken) {
     const session = sessions[i++];
     const group = el("section", "hit-group");
     const head = el("h2", "hit-session");
-    const title = el("a", "", (session && Render.cleanTitle(session.title)) || sessionId);
+    const title = el("a", "", (session && Render.cleanTitle(session.title)) || UNTITLED);
     title.href = "/sessions/" + encodeURIComponent(sessionId);
     head.append(title);
     const facts = el("div", "session-facts");
@@ -350,7 +432,7 @@ async function showHeader(sessionId) {
     return;
   }
   view.session = session;
-  const title = Render.cleanTitle(session.title) || session.sessionId;
+  const title = Render.cleanTitle(session.title) || UNTITLED;
   document.getElementById("title").textContent = title;
   document.title = title + " · Scrollback";
   const where = document.getElementById("where");
@@ -442,7 +524,7 @@ function maybeLoadOlder() {
 
 function openSessionFrame(sessionId) {
   view.sessionId = sessionId;
-  document.getElementById("title").textContent = sessionId;
+  document.getElementById("title").textContent = "";
   view.list = el("div", "entries");
   view.list.setAttribute("aria-label", "messages");
 }

@@ -1,0 +1,165 @@
+"""The viewer as a newcomer meets it (Debian's Chromium via Playwright), each page axe-core
+clean in light and dark at 1280 and 390 px: a photo whose thumbnail the media service refuses
+says what it is and links to it; a session whose first prompt holds an image is titled by its
+text (Claude Code's and Codex's); ... Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.browser import axe_everywhere, open_page
+from tests.support.codex import Rollout, write_rollout
+from tests.support.gateway import GatewayStack, artifacts_dir
+from tests.support.servers import image_block
+
+pytestmark = pytest.mark.browser
+
+PROJECT = "-home-dev-app"
+BROKEN = "broken-session"
+CODEX_SESSION = "0199a0c3-4b5d-7e6f-8a9b-0c1d2e3f4a5b"
+PROMPT = "Can you please make the header match this screenshot"
+
+
+@cache
+def huge_png() -> bytes:
+    """A 9000x9000 PNG (over the media service's thumbnail budget of pixels) whose noisy
+    corner makes its line run past the head a title is read from."""
+    from PIL import Image
+
+    image = Image.new("L", (9000, 9000), 200)
+    image.paste(Image.effect_noise((800, 800), 120), (0, 0))
+    out = io.BytesIO()
+    image.save(out, "PNG", compress_level=1)
+    return out.getvalue()
+
+
+def _line(fields: dict[str, Any]) -> bytes:
+    return orjson.dumps(fields) + b"\n"
+
+
+def broken_session(stack: GatewayStack) -> Path:
+    """A Claude Code session whose first prompt is "[Image #1] <PROMPT>" with the huge PNG."""
+    path = stack.pair.transcript(BROKEN, project=PROJECT)
+    path.write_bytes(
+        _line(
+            {
+                "type": "user",
+                "uuid": "u-shot",
+                "sessionId": BROKEN,
+                "timestamp": "2026-03-04T09:00:00.000Z",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": f"[Image #1] {PROMPT}"},
+                        image_block(huge_png()),
+                    ],
+                },
+            }
+        )
+        + _line(
+            {
+                "type": "assistant",
+                "uuid": "a-shot",
+                "sessionId": BROKEN,
+                "timestamp": "2026-03-04T09:01:00.000Z",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "I see a very large screenshot."}],
+                },
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def codex_stack(tmp_path: Path) -> Any:
+    running = GatewayStack(tmp_path, codex=tmp_path / "codex" / "sessions")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def test_a_refused_thumbnail_says_what_the_image_is_and_links_to_it(
+    stack: GatewayStack, browser: Any
+) -> None:
+    broken_session(stack)
+    stack.start_gateway()
+    url = f"{stack.url}/sessions/{BROKEN}"
+    page = open_page(browser, url, ready=".photo-refused")
+    box = page.locator(".photo-refused")
+    size = f"{len(huge_png()) / 1e6:.1f} MB"
+    assert (
+        box.locator(".refused-what").inner_text()
+        == f"PNG, 9000\u00d79000, {size}: too large to preview"
+    )
+    assert page.locator("img.photo").count() == 0  # no empty box left
+    links = box.locator("a")
+    assert links.all_inner_texts() == ["open the image", "download it"]
+    # The links lead to the image itself, as the gateway serves it.
+    original = httpx.get(stack.url + str(links.first.get_attribute("href")))
+    assert original.status_code == 200 and original.content == huge_png()
+    assert links.nth(1).get_attribute("download")
+    page.screenshot(path=str(artifacts_dir() / "first-hour-refused.png"))
+    # The images panel's thumbnail is refused too: its row says so.
+    page.click(".images-toggle")
+    page.wait_for_selector("table.images a")
+    assert page.inner_text("table.images a") == "no preview: open"
+    assert page.errors == []
+    assert axe_everywhere(browser, url, ready=".photo-refused") == {}
+
+
+def test_a_prompt_with_an_image_is_titled_by_its_text(
+    codex_stack: GatewayStack, browser: Any, tmp_path: Path
+) -> None:
+    broken_session(codex_stack)
+    rollout = Rollout(CODEX_SESSION)
+    rollout.meta()
+    rollout.turn_context()
+    rollout.user("<image name=[Image #1]> why is this chart empty", [huge_png()])
+    rollout.assistant("the axis has no data")
+    write_rollout(tmp_path / "codex" / "sessions", rollout)
+    codex_stack.start_gateway()
+    listed = httpx.get(f"{codex_stack.url}/api/v1/sessions").json()["sessions"]
+    titles = {s["sessionId"]: s.get("title", "") for s in listed}
+    assert titles[BROKEN] == PROMPT
+    assert titles[CODEX_SESSION] == "why is this chart empty"
+
+    page = open_page(browser, f"{codex_stack.url}/", ready="li.session")
+    shown = page.locator(".session-title").all_inner_texts()
+    assert sorted(shown) == sorted([PROMPT, "why is this chart empty"])
+    page = open_page(browser, f"{codex_stack.url}/sessions/{BROKEN}", ready="#where .project")
+    assert page.inner_text("#title") == PROMPT
+    assert page.title() == f"{PROMPT} · Scrollback"
+
+
+def test_a_session_without_a_prompt_is_untitled_never_its_id(
+    stack: GatewayStack, browser: Any
+) -> None:
+    path = stack.pair.transcript("e3b0c442-98fc-4a1c-b2f3-1d2e3f4a5b6c", project=PROJECT)
+    path.write_bytes(
+        _line(
+            {
+                "type": "user",
+                "uuid": "u-only-image",
+                "timestamp": "2026-03-04T09:00:00.000Z",
+                "message": {"role": "user", "content": [image_block(huge_png())]},
+            }
+        )
+    )
+    stack.start_gateway()
+    page = open_page(browser, f"{stack.url}/", ready="li.session")
+    assert page.inner_text(".session-title") == "untitled session"
+    page.click("li.session a")
+    page.wait_for_selector("#where .project")
+    assert page.inner_text("#title") == "untitled session"
+    assert "e3b0c442" not in page.inner_text("#bar")
