@@ -452,13 +452,21 @@ class HistoryCore:
         copy_id = options.fork_session_id or files[0].session_id
         yield SlimStart(session_id, files[0].project_dir, copy_id)
         for transcript, fd in self._opened(files):
-            size = file_size(fd)
+            stat = fd.stat()
+            size = stat.st_size
             relative = (
                 f"{copy_id}/subagents/{transcript.session_id}.jsonl"
                 if transcript is not files[0]
                 else f"{copy_id}.jsonl"
             )
-            yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
+            yield SlimFileStart(
+                transcript.session_id,
+                relative,
+                transcript.is_subagent,
+                size,
+                getattr(stat, "st_mode", 0) & 0o777,
+                stat.st_mtime_ns,
+            )
             stats = SlimStats()
             name = self.root.name_of(transcript, principal)
             yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)

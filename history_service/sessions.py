@@ -13,7 +13,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
@@ -52,6 +52,19 @@ _NOTE_BLOCK = re.compile(
 )
 
 
+# A slim copy's text where an image was names the original's ref: "ref <session>/<entry>/<i>".
+_SLIM_REF = re.compile(
+    rb"cut by scrollback slim: [^\]\n]{0,800}?ref ((?:[a-z-]{1,16}:)?[A-Za-z0-9_-]{1,64})/"
+)
+
+
+class HeadFacts(NamedTuple):
+    """What the head of a transcript says: its title, and the session a slim copy names."""
+
+    title: str
+    slim_of: str = ""
+
+
 def without_placeholders(text: str) -> str:
     """A prompt's text without the placeholders that stand for its images and without the
     notes Claude Code adds to it."""
@@ -70,6 +83,8 @@ class SessionInfo:
     is_subagent: bool
     parent_session_id: str
     source: str = CLAUDE_CODE
+    # The session this one is a slim copy of (a fork by `scrollback slim --fork`), or "".
+    slim_copy_of: str = ""
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -145,9 +160,16 @@ def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
 
 def read_title(fd: ByteSource, size: int) -> str:
     """The summary, else the first real user prompt (its text: image placeholders left out),
-    in the file's head; cut to 200 characters. Lines too long to hold (images) are read, their
-    payloads cut, only while no prompt is known, and do not count against the head."""
+    in the file's head; cut to 200 characters."""
+    return read_head(fd, size).title
+
+
+def read_head(fd: ByteSource, size: int) -> HeadFacts:
+    """The title (`read_title`) and the session the first slim stand-in of the head names.
+    Lines too long to hold (images) are read, their payloads cut, only while no prompt is
+    known, and do not count against the head."""
     prompt = ""
+    slim_of = ""
     head = 0  # bytes of the head's lines that are not too long to hold
     for raw in iter_lines_forward(
         fd, 0, min(size, TITLE_HEAD_BYTES + TITLE_PAYLOAD_BYTES), TITLE_MAX_LINE
@@ -159,16 +181,18 @@ def read_title(fd: ByteSource, size: int) -> str:
             break
         if is_blank(raw):
             continue
+        if not slim_of and raw.data is not None and (found := _SLIM_REF.search(raw.data)):
+            slim_of = found.group(1).decode("ascii")
         entry = _head_entry(fd, raw, long_lines=not prompt)
         if entry is None:
             continue
         if entry.get("type") == "summary":
             summary = entry.get("summary")
             if isinstance(summary, str) and summary.strip():
-                return summary.strip()[:TITLE_CHARS]
+                return HeadFacts(summary.strip()[:TITLE_CHARS], slim_of)
         if not prompt:
             prompt = _prompt_text(entry)
-    return " ".join(prompt.split())[:TITLE_CHARS]
+    return HeadFacts(" ".join(prompt.split())[:TITLE_CHARS], slim_of)
 
 
 class SessionLister:
@@ -177,7 +201,7 @@ class SessionLister:
     def __init__(self, root: TranscriptSource, codec: TokenCodec) -> None:
         self._root = root
         self._codec = codec
-        self._titles: dict[tuple[str, int, int, int, str], str] = {}
+        self._titles: dict[tuple[str, int, int, int, str], HeadFacts] = {}
         self._lock = threading.Lock()
 
     async def page(
@@ -265,14 +289,14 @@ class SessionLister:
         )
         return self._with_title(info, transcript, stat)
 
-    def _title(self, name: str, source: ByteSource) -> str:
+    def _title(self, name: str, source: ByteSource) -> HeadFacts:
         """The title of an open transcript, known or read (then kept) under its stat."""
         stat = source.stat()
         key = _title_key(name, stat)
         with self._lock:
             title = self._titles.get(key)
         if title is None:
-            title = read_title(source, stat.st_size)
+            title = read_head(source, stat.st_size)
             with self._lock:
                 if len(self._titles) > 10_000:
                     self._titles.clear()
@@ -298,13 +322,16 @@ class SessionLister:
                 title = self._root.read_listed(transcript, lambda source: self._title(name, source))
             except (LookupError, OSError):
                 return info
+        # A slim copy made in place keeps its own id: only another session's is an original.
+        slim_of = title.slim_of if title.slim_of not in ("", info.session_id) else ""
         return SessionInfo(
             info.session_id,
             info.project_dir,
             info.size_bytes,
             info.modified_ns,
-            title,
+            title.title,
             info.is_subagent,
             info.parent_session_id,
             info.source,
+            slim_of,
         )

@@ -248,6 +248,7 @@ function sessionCard(s) {
   link.href = "/sessions/" + encodeURIComponent(s.sessionId);
   const title = Render.cleanTitle(s.title) || UNTITLED;
   if (s.isSubagent) link.append(el("span", "badge", "sub-agent"), " ");
+  if (s.slimCopyOf) link.append(el("span", "badge", "slim copy"), " ");
   link.append(el("span", "session-title", title));
   const facts = el("span", "session-facts");
   const insight = s.insight;
@@ -262,7 +263,24 @@ function sessionCard(s) {
   if (s.subagentCount) facts.append(el("span", "", plural(s.subagentCount, "sub-agent")));
   link.append(facts);
   item.append(link);
+  // Beside the card, not in it: a link inside a link would nest two controls.
+  if (s.slimCopyOf) item.append(slimOf(s.slimCopyOf));
   return item;
+}
+
+// "slim copy of <the original's title>", linking to the original (its title fetched once).
+const originalTitles = new Map();
+function slimOf(originalId) {
+  const line = el("div", "slim-of", "slim copy of ");
+  const link = el("a", "", "the original session");
+  link.href = "/sessions/" + encodeURIComponent(originalId);
+  line.append(link);
+  if (!originalTitles.has(originalId)) {
+    originalTitles.set(originalId, api(`/api/v1/sessions/${encodeURIComponent(originalId)}`, { noPrompt: true })
+      .then((s) => Render.cleanTitle(s.title) || UNTITLED).catch(() => ""));
+  }
+  originalTitles.get(originalId).then((title) => { if (title) link.textContent = title; });
+  return line;
 }
 
 // A project directory's name as Claude Code writes it ("-home-me-src-app"): its last parts.
@@ -445,6 +463,7 @@ async function showHeader(sessionId) {
     if (insight.lastTime && insight.lastTime !== insight.firstTime) span.append(" – ", Render.timeNode(insight.lastTime));
     where.append(span);
   }
+  if (session.slimCopyOf) where.append(slimOf(session.slimCopyOf));
   if (session.isSubagent && session.parentSessionId) {
     const back = el("a", "parent-link", "← parent session");
     back.href = "/sessions/" + encodeURIComponent(session.parentSessionId) +

@@ -7,6 +7,8 @@ text (Claude Code's and Codex's); ... Screenshots go to test-artifacts/.
 from __future__ import annotations
 
 import io
+import os
+import stat
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import orjson
 import pytest
 
 from tests.support.browser import axe_everywhere, open_page
+from tests.support.cli import cli
 from tests.support.codex import Rollout, write_rollout
 from tests.support.gateway import GatewayStack, artifacts_dir
 from tests.support.servers import image_block
@@ -163,3 +166,56 @@ def test_a_session_without_a_prompt_is_untitled_never_its_id(
     page.wait_for_selector("#where .project")
     assert page.inner_text("#title") == "untitled session"
     assert "e3b0c442" not in page.inner_text("#bar")
+
+
+def test_a_slim_fork_is_marked_lists_by_its_activity_and_keeps_the_original_mode(
+    stack: GatewayStack, browser: Any
+) -> None:
+    original = broken_session(stack)
+    original.chmod(0o640)
+    activity = 1_772_614_860  # 2026-03-04 09:01 UTC, the session's last line
+    os.utime(original, (activity, activity))
+    later = stack.pair.transcript("later-session", project=PROJECT)
+    later.write_bytes(
+        _line(
+            {
+                "type": "user",
+                "uuid": "u-later",
+                "timestamp": "2026-03-04T10:00:00.000Z",
+                "message": {"role": "user", "content": "a later conversation"},
+            }
+        )
+    )
+    os.utime(later, (activity + 3600, activity + 3600))
+    stack.start_gateway()
+    done = cli(
+        stack.pair, "slim", BROKEN, "--fork", "--install", "--projects-dir", str(stack.pair.root)
+    )
+    assert done.returncode == 0, done.stderr
+    (fork,) = [p for p in original.parent.glob("*.jsonl") if p not in (original, later)]
+    # The copy is as private as its original, and as old.
+    assert stat.S_IMODE(fork.stat().st_mode) == 0o640
+    assert fork.stat().st_mtime_ns == original.stat().st_mtime_ns
+
+    listed = httpx.get(f"{stack.url}/api/v1/sessions").json()["sessions"]
+    order = [s["sessionId"] for s in listed]
+    assert order[0] == "later-session", order
+    copy = next(s for s in listed if s["sessionId"] == fork.stem)
+    assert copy["slimCopyOf"] == BROKEN
+    assert next(s for s in listed if s["sessionId"] == BROKEN)["slimCopyOf"] == ""
+
+    page = open_page(browser, f"{stack.url}/", ready=".slim-of a")
+    card = page.locator(f"li.session[data-session-id='{fork.stem}']")
+    assert card.locator(".badge").inner_text() == "slim copy"
+    card.locator(".slim-of a", has_text=PROMPT).wait_for()
+    assert card.locator(".slim-of").inner_text() == f"slim copy of {PROMPT}"
+    assert card.locator(".slim-of a").get_attribute("href") == f"/sessions/{BROKEN}"
+    original_card = page.locator(f"li.session[data-session-id='{BROKEN}']")
+    assert original_card.locator(".badge, .slim-of").count() == 0
+    page.screenshot(path=str(artifacts_dir() / "first-hour-slim-list.png"))
+
+    page = open_page(browser, f"{stack.url}/sessions/{fork.stem}", ready="#where .slim-of a")
+    page.locator("#where .slim-of a", has_text=PROMPT).wait_for()
+    page.click("#where .slim-of a")
+    page.wait_for_url(f"**/sessions/{BROKEN}")
+    assert axe_everywhere(browser, f"{stack.url}/", ready=".slim-of a") == {}
