@@ -386,6 +386,12 @@ function hitWords(hit) {
   return [...new Set((hit.snippet.highlights || []).map((h) => chars.slice(h.start || 0, h.end).join("").toLowerCase()))];
 }
 
+// Where a hit is read: the window that ends with it, its words marked.
+function hitHref(sessionId, hit) {
+  return `/sessions/${encodeURIComponent(sessionId)}?` +
+    new URLSearchParams({ at: hit.windowPageToken, hl: hitWords(hit).join(" "), hit: hit.entryUuid });
+}
+
 async function showSearch(q, pageToken) {
   document.getElementById("search-q").value = q;
   document.title = q + " · search · Scrollback";
@@ -407,7 +413,8 @@ async function showSearch(q, pageToken) {
     const group = el("section", "hit-group");
     const head = el("h2", "hit-session");
     const title = el("a", "", (session && Render.cleanTitle(session.title)) || UNTITLED);
-    title.href = "/sessions/" + encodeURIComponent(sessionId);
+    // The heading leads to the session's first hit, as its snippet does: opened and marked.
+    title.href = hitHref(sessionId, hits[0]);
     head.append(title);
     const facts = el("div", "session-facts");
     facts.append(el("span", "project", projectName(hits[0].projectDir)), el("span", "hit-count", plural(hits.length, "hit")));
@@ -415,8 +422,7 @@ async function showSearch(q, pageToken) {
     group.append(head, facts);
     for (const hit of hits) {
       const link = el("a", "hit-link");
-      link.href = `/sessions/${encodeURIComponent(sessionId)}?` +
-        new URLSearchParams({ at: hit.windowPageToken, hl: hitWords(hit).join(" "), hit: hit.entryUuid });
+      link.href = hitHref(sessionId, hit);
       const meta = el("small", "hit-meta");
       meta.append(el("span", "", hit.role || hit.type));
       if (hit.timestamp) meta.append(" · ", Render.timeNode(hit.timestamp));

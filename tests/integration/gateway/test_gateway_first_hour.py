@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from tests.support.browser import axe_everywhere, open_page
 from tests.support.cli import cli
 from tests.support.codex import Rollout, write_rollout
 from tests.support.gateway import GatewayStack, artifacts_dir
+from tests.support.reader import WORD_IN_RESULT, reader_session
 from tests.support.servers import image_block
 
 pytestmark = pytest.mark.browser
@@ -219,3 +221,29 @@ def test_a_slim_fork_is_marked_lists_by_its_activity_and_keeps_the_original_mode
     page.click("#where .slim-of a")
     page.wait_for_url(f"**/sessions/{BROKEN}")
     assert axe_everywhere(browser, f"{stack.url}/", ready=".slim-of a") == {}
+
+
+def test_every_way_to_a_search_hit_opens_its_block_and_marks_it(
+    stack: GatewayStack, browser: Any
+) -> None:
+    reader_session(stack.pair.root)
+    stack.start_gateway()
+    deadline = time.monotonic() + 20
+    while not httpx.get(f"{stack.url}/api/v1/search", params={"q": WORD_IN_RESULT}).json()["hits"]:
+        assert time.monotonic() < deadline, "the indexer did not catch up"
+        time.sleep(0.1)
+    results = f"{stack.url}/?q={WORD_IN_RESULT}"
+    for way in (".hit-group h2 a", ".hit-link"):
+        page = open_page(browser, results, ready=way)
+        page.click(way)
+        page.wait_for_selector("mark.found")
+        assert page.inner_text("mark.found") == WORD_IN_RESULT
+        # In the Bash call's result, the call opened, the mark on screen.
+        assert page.evaluate(
+            """() => { const mark = document.querySelector('mark.found');
+                       const r = mark.getBoundingClientRect();
+                       return mark.closest('details.tool').open && r.height > 0
+                         && r.top >= 0 && r.bottom <= innerHeight; }"""
+        ), way
+        page.context.close()
+    assert axe_everywhere(browser, results, ready=".hit-link") == {}
