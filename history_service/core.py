@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
@@ -171,7 +171,8 @@ class HistoryCore:
                 info = self.lister.info_of(transcript, principal)
             except OSError:
                 raise SessionNotFoundError() from None
-            return info, self._detail(transcript, self.root.list(principal))
+            detail = self._detail(transcript, self.root.list(principal))
+            return info, replace(detail, followed=self.store.followed(info.session_id))
 
         return await asyncio.to_thread(work)
 

@@ -97,6 +97,7 @@ def session_message(info: SessionInfo, detail: SessionDetail | None = None) -> p
         session.subagent_count = detail.subagent_count
         session.parent_session_id = detail.parent_session_id
         session.parent_tool_use_id = detail.parent_tool_use_id
+        session.followed = detail.followed
     return session
 
 

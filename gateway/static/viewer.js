@@ -455,7 +455,9 @@ async function showHeader(sessionId) {
   } catch (error) {
     return;
   }
+  const firstHeader = !view.session;
   view.session = session;
+  if (firstHeader && session.followed) showSend(true);
   const title = Render.cleanTitle(session.title) || UNTITLED;
   document.getElementById("title").textContent = title;
   document.title = title + " · Scrollback";
@@ -721,11 +723,23 @@ async function watch(sessionId, position) {
   }
 }
 
+// The send box: open where a program follows the session (a chat key is bound to it: the
+// header's `followed`), else one line that opens it.
+function showSend(open) {
+  const form = document.getElementById("send");
+  const toggle = document.getElementById("send-open");
+  document.getElementById("send-bar").hidden = false;
+  form.hidden = !open;
+  toggle.hidden = open;
+  toggle.setAttribute("aria-expanded", String(open));
+}
+
 function setUpSend(sessionId) {
   const form = document.getElementById("send");
   const input = document.getElementById("send-text");
   const result = document.getElementById("send-result");
-  form.hidden = false;
+  showSend(!!(view.session && view.session.followed));
+  document.getElementById("send-open").addEventListener("click", () => { showSend(true); input.focus(); });
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const text = input.value.trim();

@@ -167,6 +167,7 @@ class Session(_message.Message):
     PARENT_TOOL_USE_ID_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     SLIM_COPY_OF_FIELD_NUMBER: _builtins.int
+    FOLLOWED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id: the transcript's file name without ".jsonl"."""
     project_dir: _builtins.str
@@ -205,6 +206,12 @@ class Session(_message.Message):
     slim copy written over its original keeps its id, and is not a copy of
     another session).
     """
+    followed: _builtins.bool
+    """GetSession only: whether a chat key is bound to this session
+    (BindChatKey, by any principal), that is, whether a program such as a
+    chat bridge follows it and takes the messages queued for it. The viewer
+    shows its "Queue a message" box open only then.
+    """
     @_builtins.property
     def modified_time(self) -> _timestamp_pb2.Timestamp:
         """When the transcript was last modified."""
@@ -238,10 +245,11 @@ class Session(_message.Message):
         parent_tool_use_id: _builtins.str = ...,
         source: _builtins.str = ...,
         slim_copy_of: _builtins.str = ...,
+        followed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "modified_time", b"modified_time", "subagent_insight", b"subagent_insight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "slim_copy_of", b"slim_copy_of", "source", b"source", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["followed", b"followed", "insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "slim_copy_of", b"slim_copy_of", "source", b"source", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,10 +18,12 @@ import httpx
 import orjson
 import pytest
 
+from client import HistoryClient
 from tests.support.browser import axe_everywhere, open_page
 from tests.support.cli import cli
 from tests.support.codex import Rollout, write_rollout
 from tests.support.gateway import GatewayStack, artifacts_dir
+from tests.support.reader import SESSION as READER_SESSION
 from tests.support.reader import WORD_IN_RESULT, reader_session
 from tests.support.servers import image_block
 
@@ -247,3 +249,45 @@ def test_every_way_to_a_search_hit_opens_its_block_and_marks_it(
         ), way
         page.context.close()
     assert axe_everywhere(browser, results, ready=".hit-link") == {}
+
+
+def _bar_and_box(page: Any) -> float:
+    return float(
+        page.evaluate(
+            """() => [document.querySelector('#bar'),
+                       document.querySelector('#send-bar') || document.querySelector('#send')]
+                 .filter((n) => !n.hidden).reduce((h, n) => h + n.getBoundingClientRect().height, 0)"""
+        )
+    )
+
+
+def test_a_phone_keeps_three_quarters_of_the_screen_for_the_session(
+    stack: GatewayStack, browser: Any
+) -> None:
+    reader_session(stack.pair.root)
+    stack.start_gateway()
+    url = f"{stack.url}/sessions/{READER_SESSION}"
+    phone = {"width": 390, "height": 844}
+    page = open_page(browser, url, ready="#rescue .slim-download", viewport=phone)
+    page.wait_for_selector("#insight .fact")
+    # The header and the footer take under a quarter of the screen; the title is whole.
+    assert _bar_and_box(page) < 844 / 4
+    assert page.evaluate(
+        """() => { const t = document.getElementById('title');
+                   return t.scrollWidth <= t.clientWidth && t.scrollHeight <= t.clientHeight + 1; }"""
+    )
+    # No program follows the session: the queue box is one line, opened on demand.
+    assert not page.is_visible("#send-text") and page.is_visible("#send-open")
+    page.screenshot(path=str(artifacts_dir() / "first-hour-phone.png"))
+    page.click("#send-open")
+    assert page.evaluate("() => document.activeElement.id") == "send-text"
+    assert page.get_attribute("#send-open", "aria-expanded") == "true"
+
+    # A bridge binds a chat key to the session: the box is open from the start, still small.
+    with HistoryClient(stack.pair.history_addr) as history:
+        history.bind_chat_key("chat-bridge-1", READER_SESSION)
+    page = open_page(browser, url, ready="#rescue .slim-download", viewport=phone)
+    page.wait_for_selector("#send-text", state="visible")
+    assert not page.is_visible("#send-open")
+    assert _bar_and_box(page) < 844 / 4
+    assert axe_everywhere(browser, url, ready="#rescue .slim-download") == {}
