@@ -542,7 +542,13 @@ const Render = (function () {
     }
   }
 
+  // The text a slim copy put where an image or document was: its facts as a note, without the
+  // ref, pin and digest it also names.
+  const SLIM_NOTE = /^\s*\[(image|document) cut by scrollback slim: ([^\]]*?)(?:; Scrollback still serves it: [^\]]*)?\]\s*$/;
+
   function textBlock(text, entry) {
+    const slim = SLIM_NOTE.exec(text);
+    if (slim) return el("div", "note note-slim", `${slim[1]} cut by scrollback slim: ${slim[2]}`);
     const box = el("div", "text");
     const typed = entry.type === "user" && !entry.meta;
     if (hasTags(text)) taggedText(text, box, typed);
@@ -653,6 +659,8 @@ const Render = (function () {
     return el("div", "failed", "[image not displayed]");
   }
 
+  const CODEX_IMAGE_TAG = /<\/?image(?: name=\[Image #\d+\])?>/g;
+
   // Codex's own context (AGENTS.md instructions, the environment) sent as a user message.
   const CODEX_CONTEXT = /^\s*<(environment_context|user_instructions|user_shell_command|turn_aborted)>/;
 
@@ -663,8 +671,11 @@ const Render = (function () {
       if (!item || typeof item !== "object") continue;
       if (item.type === "input_image" || typeof item.image_url === "string") into.append(rolloutPhoto(item, "image_url", data, images, ctx));
       else if (typeof item.text === "string") {
+        // Codex wraps a pasted image in `<image name=[Image #1]>` and `</image>` texts.
+        const text = item.text.replace(CODEX_IMAGE_TAG, "");
+        if (!text.trim()) continue;
         if (CODEX_CONTEXT.test(item.text)) into.append(note("context", "context: " + CODEX_CONTEXT.exec(item.text)[1].replace(/_/g, " "), stripAnsi(item.text)));
-        else into.append(textBlock(item.text, { type: typed ? "user" : "assistant" }));
+        else into.append(textBlock(text, { type: typed ? "user" : "assistant" }));
       } else if (item.type === "refusal" && typeof item.refusal === "string") into.append(el("div", "note", "refused: " + item.refusal));
     }
   }

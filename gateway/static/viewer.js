@@ -367,8 +367,34 @@ async function loadSessions(list, more, select) {
 
 // --- Search ---------------------------------------------------------------------------------
 
+// What a snippet would show raw: markdown's emphasis, code ticks and heading marks, Claude
+// Code's tags (their text stays), Codex's image wrappers, the refs and digests of a slim
+// copy's note where an image was.
+const SNIPPET_NOISE = /\*\*|__|`+|<\/?[A-Za-z][\w-]*(?: name=\[Image #\d+\])?>|; Scrollback still serves it: [^\]]*|^#{1,6} |\n#{1,6} /g;
+
+// The snippet without its noise, its highlights (code point offsets) moved to match.
+function cleanSnippet(snippet) {
+  const text = snippet.text || "";
+  const drop = new Uint8Array(text.length); // per UTF-16 unit
+  for (const found of text.matchAll(SNIPPET_NOISE)) drop.fill(1, found.index, found.index + found[0].length);
+  const kept = [];
+  const moved = []; // code point offset -> offset in the kept text
+  let unit = 0;
+  for (const ch of text) {
+    moved.push(kept.length);
+    if (!drop[unit]) kept.push(ch);
+    unit += ch.length;
+  }
+  moved.push(kept.length);
+  const highlights = (snippet.highlights || [])
+    .map((h) => ({ start: moved[h.start || 0], end: moved[Math.min(h.end, moved.length - 1)] }))
+    .filter((h) => h.end > h.start);
+  return { text: kept.join(""), highlights };
+}
+
 // A snippet as text nodes with <mark> around each highlight (never innerHTML).
-function markedSnippet(snippet) {
+function markedSnippet(raw) {
+  const snippet = cleanSnippet(raw);
   const node = el("div", "snippet");
   const chars = Array.from(snippet.text || ""); // highlights count code points
   let at = 0;

@@ -21,11 +21,11 @@ import pytest
 from client import HistoryClient
 from tests.support.browser import axe_everywhere, open_page
 from tests.support.cli import cli
-from tests.support.codex import Rollout, write_rollout
+from tests.support.codex import Rollout, data_url, write_rollout
 from tests.support.gateway import GatewayStack, artifacts_dir
 from tests.support.reader import SESSION as READER_SESSION
 from tests.support.reader import WORD_IN_RESULT, reader_session
-from tests.support.servers import image_block
+from tests.support.servers import image_block, png
 
 pytestmark = pytest.mark.browser
 
@@ -291,3 +291,77 @@ def test_a_phone_keeps_three_quarters_of_the_screen_for_the_session(
     assert not page.is_visible("#send-open")
     assert _bar_and_box(page) < 844 / 4
     assert axe_everywhere(browser, url, ready="#rescue .slim-download") == {}
+
+
+def test_no_raw_markup_in_titles_snippets_or_codex_messages(
+    codex_stack: GatewayStack, browser: Any, tmp_path: Path
+) -> None:
+    stack = codex_stack
+    tagged = stack.pair.transcript("tagged-session", project=PROJECT)
+    tagged.write_bytes(
+        _line(
+            {
+                "type": "user",
+                "uuid": "u-tagged",
+                "timestamp": "2026-03-04T09:00:00.000Z",
+                "message": {
+                    "role": "user",
+                    "content": "<ide_opened_file>The user opened the file /src/app.py in the IDE."
+                    "</ide_opened_file>Please make the **flamingo** button `bigger`",
+                },
+            }
+        )
+    )
+    broken_session(stack)
+    rollout = Rollout(CODEX_SESSION)
+    rollout.meta()
+    rollout.add(
+        "response_item",
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "<image name=[Image #1]>"},
+                {"type": "input_image", "image_url": data_url(png(3))},
+                {"type": "input_text", "text": "</image>"},
+                {"type": "input_text", "text": "why is the pelican chart empty"},
+            ],
+        },
+        [png(3)],
+    )
+    write_rollout(tmp_path / "codex" / "sessions", rollout)
+    stack.start_gateway()
+    done = cli(
+        stack.pair, "slim", BROKEN, "--fork", "--install", "--projects-dir", str(stack.pair.root)
+    )
+    assert done.returncode == 0, done.stderr
+    fork = done.stdout.split("claude --resume ")[-1].split()[0]
+    deadline = time.monotonic() + 20
+    for word in ("flamingo", "scrollback"):
+        while not httpx.get(f"{stack.url}/api/v1/search", params={"q": word}).json()["hits"]:
+            assert time.monotonic() < deadline, "the indexer did not catch up"
+            time.sleep(0.1)
+
+    page = open_page(browser, f"{stack.url}/", ready="li.session")
+    titles = page.locator(".session-title").all_inner_texts()
+    assert "Please make the flamingo button bigger" in titles, titles
+    # The search results: tags, markdown marks and a slim note's refs and digests left out.
+    for word, shown in (("flamingo", "Please make the flamingo button bigger"), ("scrollback", "")):
+        page = open_page(browser, f"{stack.url}/?q={word}", ready=".hit-link")
+        snippets = page.locator(".snippet").all_inner_texts()
+        for text in snippets:
+            for raw in ("<", "**", "`", " pin ", "sha256"):
+                assert raw not in text, (raw, text)
+        assert page.locator(".snippet mark").first.inner_text().lower() == word
+        if shown:
+            assert any(shown in text for text in snippets), snippets
+    # The slim copy's note reads as a note in the session too.
+    page = open_page(browser, f"{stack.url}/sessions/{fork}", ready=".note-slim")
+    note = page.inner_text(".note-slim")
+    assert note.startswith("image cut by scrollback slim: image/png") and "sha256" not in note
+    # Codex's image wrappers are not shown.
+    page = open_page(browser, f"{stack.url}/sessions/{CODEX_SESSION}", ready="img.photo")
+    text = page.inner_text("main")
+    assert (
+        "why is the pelican chart empty" in text and "<image" not in text and "</image>" not in text
+    )
