@@ -365,3 +365,57 @@ def test_no_raw_markup_in_titles_snippets_or_codex_messages(
     assert (
         "why is the pelican chart empty" in text and "<image" not in text and "</image>" not in text
     )
+
+
+def test_the_images_panel_reads_in_both_themes_and_shows_its_last_row(
+    stack: GatewayStack, browser: Any
+) -> None:
+    path = stack.pair.transcript("many-images", project=PROJECT)
+    path.write_bytes(
+        b"".join(
+            _line(
+                {
+                    "type": "user",
+                    "uuid": f"u-shot-{number}",
+                    "timestamp": "2026-03-04T09:00:00.000Z",
+                    "message": {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": f"shot {number}"},
+                            # Every third over the API's 2000 px: a problem row.
+                            image_block(png(number, 60 if number % 3 else 2100)),
+                        ],
+                    },
+                }
+            )
+            for number in range(14)
+        )
+    )
+    stack.start_gateway()
+    url = f"{stack.url}/sessions/many-images"
+    page = open_page(browser, url, ready=".images-toggle")
+    page.click(".images-toggle")
+    page.wait_for_selector("table.images tr.problem")
+    # Scrolled to its end, the panel shows its last row whole, on the screen.
+    edges = page.evaluate(
+        """() => { const panel = document.querySelector('.images-panel')
+                     || document.querySelector('table.images');
+                   panel.scrollTop = panel.scrollHeight;
+                   const rows = panel.querySelectorAll('tr');
+                   const last = rows[rows.length - 1].getBoundingClientRect();
+                   const box = panel.getBoundingClientRect();
+                   const footer = (document.getElementById('send-bar')
+                     || document.getElementById('send')).getBoundingClientRect();
+                   return [last.bottom, box.bottom, innerHeight, footer.top]; }"""
+    )
+    last, panel, screen, footer = edges
+    assert last <= panel and panel <= footer and footer <= screen, edges
+    page.screenshot(path=str(artifacts_dir() / "first-hour-images-panel.png"))
+    found = axe_everywhere(
+        browser,
+        url,
+        ready=".images-toggle",
+        then="() => document.querySelector('.images-toggle').click()",
+    )
+    assert found == {}
+    assert page.get_attribute(".images-toggle", "aria-expanded") == "true"
