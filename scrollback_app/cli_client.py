@@ -42,6 +42,7 @@ from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.search.v1 import search_pb2 as spb
 from scrollback_app import export_page
+from scrollback_app.entry_notes import system_note
 
 # The fewest columns a table's main column (a title, a text) gets before the secondary
 # columns move to a line of their own.
@@ -205,6 +206,8 @@ def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
         _rollout_parts(payload, entry.type, parts)
     elif entry.type == "summary":
         parts.append(str(parsed.get("summary", "")))
+    elif entry.type == "system":
+        parts.append(system_note(parsed))
     elif isinstance(message, dict):
         content = message.get("content")
         if isinstance(content, str):
@@ -471,7 +474,8 @@ def _entries_table(console: Console, entries: Sequence[hpb.Entry]) -> Table:
             entry.type,
             entry.uuid[:8],
             # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
-            Text(entry_text(entry, 160)),
+            # A system line (a hook run, an API error) is a quiet note.
+            Text(entry_text(entry, 160), style="dim" if entry.type == "system" else ""),
             str(len(entry.media_refs)) if entry.media_refs else "",
         )
         for entry in entries
