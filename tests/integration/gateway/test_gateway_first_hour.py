@@ -1,7 +1,12 @@
 """The viewer as a newcomer meets it (Debian's Chromium via Playwright), each page axe-core
 clean in light and dark at 1280 and 390 px: a photo whose thumbnail the media service refuses
 says what it is and links to it; a session whose first prompt holds an image is titled by its
-text (Claude Code's and Codex's); ... Screenshots go to test-artifacts/.
+text (Claude Code's and Codex's), one without text is "untitled session", never its id; a slim
+fork is marked, links to its original, lists by its activity and keeps its original's mode;
+every way to a search hit opens its block; a phone keeps three quarters of its screen for the
+session, the queue box open only where a program follows the session; the images panel reads
+in both themes and shows its last row; no raw markup in titles, snippets or Codex messages.
+Screenshots go to test-artifacts/.
 """
 
 from __future__ import annotations
@@ -237,6 +242,7 @@ def test_every_way_to_a_search_hit_opens_its_block_and_marks_it(
     results = f"{stack.url}/?q={WORD_IN_RESULT}"
     for way in (".hit-group h2 a", ".hit-link"):
         page = open_page(browser, results, ready=way)
+        hit = str(page.get_attribute(way, "href"))
         page.click(way)
         page.wait_for_selector("mark.found")
         assert page.inner_text("mark.found") == WORD_IN_RESULT
@@ -249,6 +255,7 @@ def test_every_way_to_a_search_hit_opens_its_block_and_marks_it(
         ), way
         page.context.close()
     assert axe_everywhere(browser, results, ready=".hit-link") == {}
+    assert axe_everywhere(browser, stack.url + hit, ready="mark.found") == {}
 
 
 def _bar_and_box(page: Any) -> float:
@@ -359,6 +366,8 @@ def test_no_raw_markup_in_titles_snippets_or_codex_messages(
     page = open_page(browser, f"{stack.url}/sessions/{fork}", ready=".note-slim")
     note = page.inner_text(".note-slim")
     assert note.startswith("image cut by scrollback slim: image/png") and "sha256" not in note
+    assert axe_everywhere(browser, f"{stack.url}/sessions/{fork}", ready=".note-slim") == {}
+    assert axe_everywhere(browser, f"{stack.url}/?q=flamingo", ready=".hit-link") == {}
     # Codex's image wrappers are not shown.
     page = open_page(browser, f"{stack.url}/sessions/{CODEX_SESSION}", ready="img.photo")
     text = page.inner_text("main")
