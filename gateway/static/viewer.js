@@ -178,15 +178,31 @@ const REFUSALS = {
 
 // A thumbnail that did not come (IMAGE_TOO_LARGE, NOT_AN_IMAGE, ...): its box says what the
 // image is and why there is no preview, with links to open or download the image itself.
+// A busy gateway or service (too many downloads or calls at once, a restart) is asked again.
+const THUMBNAIL_RETRIES = 3;
+
 async function thumbnailRefused(img) {
   if (img.dataset.refused || !img.isConnected) return;
   img.dataset.refused = "1";
   let reason = "";
+  let busy = false;
   if (!img.src.startsWith("data:")) {
     try {
       const response = await fetch(img.src, { headers: authHeaders() });
-      if (!response.ok) reason = ((await response.json()).error || {}).reason || String(response.status);
-    } catch (e) { /* the gateway did not answer: said below as "no preview" */ }
+      if (response.ok) busy = true; // it came this time: the error was passing
+      else {
+        const error = (await response.json().catch(() => ({}))).error || {};
+        reason = error.reason || error.code || String(response.status);
+        busy = response.status >= 500 || (response.status === 429 && reason !== "IMAGE_TOO_LARGE");
+      }
+    } catch (e) { busy = true; }
+  }
+  const tries = Number(img.dataset.tries || 0);
+  if (busy && tries < THUMBNAIL_RETRIES) {
+    img.dataset.tries = String(tries + 1);
+    img.removeAttribute("src");
+    setTimeout(() => { img.dataset.refused = ""; img.src = img.dataset.src; }, 1000 * (tries + 1));
+    return;
   }
   let info = null;
   const sessionId = view.sessionId;

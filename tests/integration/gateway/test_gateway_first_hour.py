@@ -428,3 +428,49 @@ def test_the_images_panel_reads_in_both_themes_and_shows_its_last_row(
     )
     assert found == {}
     assert page.get_attribute(".images-toggle", "aria-expanded") == "true"
+
+
+def test_a_thumbnail_that_failed_in_passing_is_asked_again(
+    stack: GatewayStack, browser: Any
+) -> None:
+    path = stack.pair.transcript("one-photo", project=PROJECT)
+    path.write_bytes(
+        _line(
+            {
+                "type": "user",
+                "uuid": "u-photo",
+                "timestamp": "2026-03-04T09:00:00.000Z",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a photo"}, image_block(png(5, 200))],
+                },
+            }
+        )
+    )
+    stack.start_gateway()
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    busy: list[str] = []
+
+    def first_two_busy(route: Any) -> None:
+        # The gateway's answer when too many downloads are open, for the first two asks.
+        if len(busy) < 2:
+            busy.append(route.request.url)
+            route.fulfill(
+                status=429,
+                content_type="application/json",
+                body=orjson.dumps({"error": {"code": "TOO_MANY_DOWNLOADS", "message": "busy"}}),
+            )
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/media/**", first_two_busy)
+    page.goto(f"{stack.url}/sessions/one-photo")
+    page.wait_for_function(
+        "() => { const i = document.querySelector('img.photo');"
+        " return i && i.complete && i.naturalWidth > 0; }",
+        timeout=15000,
+    )
+    assert page.locator(".photo-refused").count() == 0
+    assert len(busy) == 2
+    context.close()
