@@ -322,8 +322,10 @@ class SessionLister:
                 title = self._root.read_listed(transcript, lambda source: self._title(name, source))
             except (LookupError, OSError):
                 return info
-        # A slim copy made in place keeps its own id: only another session's is an original.
-        slim_of = title.slim_of if title.slim_of not in ("", info.session_id) else ""
+        # A slim copy made in place keeps its own id: only another session's is an original
+        # (a ref may name it with its source's prefix, "codex:<id>").
+        own = info.session_id.rpartition(":")[2]
+        slim_of = title.slim_of if title.slim_of.rpartition(":")[2] not in ("", own) else ""
         return SessionInfo(
             info.session_id,
             info.project_dir,

@@ -229,6 +229,13 @@ def test_a_slim_fork_is_marked_lists_by_its_activity_and_keeps_the_original_mode
     page.wait_for_url(f"**/sessions/{BROKEN}")
     assert axe_everywhere(browser, f"{stack.url}/", ready=".slim-of a") == {}
 
+    # A slim copy written over its original keeps its id: it is no copy of another session.
+    done = cli(stack.pair, "slim", BROKEN, "--install", "--projects-dir", str(stack.pair.root))
+    assert done.returncode == 0, done.stderr
+    assert b"cut by scrollback slim" in original.read_bytes()
+    listed = httpx.get(f"{stack.url}/api/v1/sessions").json()["sessions"]
+    assert next(s for s in listed if s["sessionId"] == BROKEN)["slimCopyOf"] == ""
+
 
 def test_every_way_to_a_search_hit_opens_its_block_and_marks_it(
     stack: GatewayStack, browser: Any
