@@ -168,8 +168,7 @@ def read_head(fd: ByteSource, size: int) -> HeadFacts:
     """The title (`read_title`) and the session the first slim stand-in of the head names.
     Lines too long to hold (images) are read, their payloads cut, only while no prompt is
     known, and do not count against the head."""
-    prompt = ""
-    slim_of = ""
+    prompt = summary = slim_of = ""
     head = 0  # bytes of the head's lines that are not too long to hold
     for raw in iter_lines_forward(
         fd, 0, min(size, TITLE_HEAD_BYTES + TITLE_PAYLOAD_BYTES), TITLE_MAX_LINE
@@ -177,22 +176,27 @@ def read_head(fd: ByteSource, size: int) -> HeadFacts:
         long_line = raw.data is None or raw.size > TITLE_MAX_LINE
         if not long_line:
             head += raw.size + 1
-        if head > TITLE_HEAD_BYTES or (long_line and prompt):
+        if head > TITLE_HEAD_BYTES or (long_line and (prompt or summary)):
             break
         if is_blank(raw):
             continue
         if not slim_of and raw.data is not None and (found := _SLIM_REF.search(raw.data)):
             slim_of = found.group(1).decode("ascii")
+        if summary:  # the title is known: only a slim copy's ref is still looked for
+            if slim_of:
+                break
+            continue
         entry = _head_entry(fd, raw, long_lines=not prompt)
         if entry is None:
             continue
         if entry.get("type") == "summary":
-            summary = entry.get("summary")
-            if isinstance(summary, str) and summary.strip():
-                return HeadFacts(summary.strip()[:TITLE_CHARS], slim_of)
+            text = entry.get("summary")
+            if isinstance(text, str) and text.strip():
+                summary = text.strip()[:TITLE_CHARS]
+                continue
         if not prompt:
             prompt = _prompt_text(entry)
-    return HeadFacts(" ".join(prompt.split())[:TITLE_CHARS], slim_of)
+    return HeadFacts(summary or " ".join(prompt.split())[:TITLE_CHARS], slim_of)
 
 
 class SessionLister:
