@@ -158,6 +158,12 @@ def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
     return (name, stat.st_ino, stat.st_size, stat.st_mtime_ns, pin)
 
 
+def _slim_ref_in(fd: ByteSource, start: int, end: int) -> str:
+    """The session the first slim stand-in in [start, end) of the file names, or ""."""
+    found = _SLIM_REF.search(fd.read(max(0, end - start), start)) if end > start else None
+    return found.group(1).decode("ascii") if found else ""
+
+
 def read_title(fd: ByteSource, size: int) -> str:
     """The summary, else the first real user prompt (its text: image placeholders left out),
     in the file's head; cut to 200 characters."""
@@ -176,16 +182,17 @@ def read_head(fd: ByteSource, size: int) -> HeadFacts:
         long_line = raw.data is None or raw.size > TITLE_MAX_LINE
         if not long_line:
             head += raw.size + 1
-        if head > TITLE_HEAD_BYTES or (long_line and (prompt or summary)):
+        if head > TITLE_HEAD_BYTES or (long_line and prompt):
             break
         if is_blank(raw):
             continue
-        if not slim_of and raw.data is not None and (found := _SLIM_REF.search(raw.data)):
+        if (
+            not slim_of
+            and raw.data is not None
+            and b"by scrollback slim" in raw.data
+            and (found := _SLIM_REF.search(raw.data))
+        ):
             slim_of = found.group(1).decode("ascii")
-        if summary:  # the title is known: only a slim copy's ref is still looked for
-            if slim_of:
-                break
-            continue
         entry = _head_entry(fd, raw, long_lines=not prompt)
         if entry is None:
             continue
@@ -193,7 +200,9 @@ def read_head(fd: ByteSource, size: int) -> HeadFacts:
             text = entry.get("summary")
             if isinstance(text, str) and text.strip():
                 summary = text.strip()[:TITLE_CHARS]
-                continue
+                # The title is known: the rest of the head is only searched for a slim ref.
+                slim_of = slim_of or _slim_ref_in(fd, raw.end + 1, min(size, TITLE_HEAD_BYTES))
+                break
         if not prompt:
             prompt = _prompt_text(entry)
     return HeadFacts(summary or " ".join(prompt.split())[:TITLE_CHARS], slim_of)
