@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from history_service.accept import AcceptedRecord, validate_accept
 from history_service.bus import AcceptedBus
@@ -184,7 +184,8 @@ class HistoryCore:
                 info = self.lister.info_of(transcript, principal)
             except OSError:
                 raise SessionNotFoundError() from None
-            return info, self._detail(transcript, self.root.list(principal))
+            detail = self._detail(transcript, self.root.list(principal))
+            return info, replace(detail, followed=self.store.followed(info.session_id))
 
         return await asyncio.to_thread(work)
 
@@ -466,13 +467,21 @@ class HistoryCore:
         copy_id = options.fork_session_id or files[0].session_id
         yield SlimStart(session_id, files[0].project_dir, copy_id, files[0].source)
         for transcript, fd in self._opened(files):
-            size = file_size(fd)
+            stat = fd.stat()
+            size = stat.st_size
             relative = (
                 f"{copy_id}/subagents/{transcript.session_id}.jsonl"
                 if transcript is not files[0]
                 else f"{copy_id}.jsonl"
             )
-            yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
+            yield SlimFileStart(
+                transcript.session_id,
+                relative,
+                transcript.is_subagent,
+                size,
+                getattr(stat, "st_mode", 0) & 0o777,
+                stat.st_mtime_ns,
+            )
             stats = SlimStats()
             name = self.root.name_of(transcript, principal)
             yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)

@@ -300,6 +300,8 @@ class SessionDetail:
     subagent_count: int
     parent_session_id: str
     parent_tool_use_id: str
+    # Whether a chat key is bound to the session (GetSession only).
+    followed: bool = False
 
 
 def subagents_of(

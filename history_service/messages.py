@@ -24,6 +24,12 @@ def timestamp_of(seconds: float) -> Timestamp:
     return stamp
 
 
+def timestamp_of_ns(nanoseconds: int) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(nanoseconds)
+    return stamp
+
+
 def _micros(value: int) -> Timestamp:
     stamp = Timestamp()
     stamp.FromMicroseconds(value)
@@ -81,6 +87,7 @@ def session_message(info: SessionInfo, detail: SessionDetail | None = None) -> p
         is_subagent=info.is_subagent,
         parent_session_id=info.parent_session_id,
         source=info.source,
+        slim_copy_of=info.slim_copy_of,
     )
     if detail is not None:
         if detail.insight is not None:
@@ -90,6 +97,7 @@ def session_message(info: SessionInfo, detail: SessionDetail | None = None) -> p
         session.subagent_count = detail.subagent_count
         session.parent_session_id = detail.parent_session_id
         session.parent_tool_use_id = detail.parent_tool_use_id
+        session.followed = detail.followed
     return session
 
 

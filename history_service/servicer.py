@@ -22,6 +22,7 @@ from history_service.messages import (
     image_info_message,
     session_message,
     timestamp_of,
+    timestamp_of_ns,
 )
 from history_service.slim import SlimFileStart, SlimStart, slim_options
 from history_service.watch import WatchAccepted, WatchEntry
@@ -223,6 +224,8 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                         relative_path=event.relative_path,
                         is_subagent=event.is_subagent,
                         source_size_bytes=event.source_size_bytes,
+                        source_mode=event.source_mode,
+                        source_modified_time=timestamp_of_ns(event.source_modified_ns),
                     )
                 )
             elif isinstance(event, SlimStart):

@@ -10,10 +10,11 @@ are cached per file version.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
@@ -27,11 +28,48 @@ from scrollback.transcripts import TranscriptFile, TranscriptSource
 TITLE_CHARS = 200
 TITLE_HEAD_BYTES = 512 * 1024
 TITLE_MAX_LINE = 64 * 1024
+# A line that carries payloads (a prompt with a pasted image) is read streaming, its payloads
+# cut, while no prompt is known yet; such lines do not count against the head, up to this many
+# bytes of them in all.
+TITLE_PAYLOAD_BYTES = 256 * 1024 * 1024
 # Titles of one page read at once (each a GET when the transcripts are in a bucket).
 TITLE_READS = 8
 DEFAULT_LIST_SIZE = 100
 MAX_LIST_SIZE = 1000
 _NOT_A_PROMPT_PREFIXES = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
+# What stands for an image in a prompt's text rather than saying anything: Claude Code's
+# "[Image #1]" (and "[Image: source: ...]"), Codex's `<image name=[Image #1]>` wrapper, and
+# the text a slim copy puts where an image was.
+_IMAGE_PLACEHOLDER = re.compile(
+    r"\[Image(?: #\d+|: [^\]\n]{0,400})\]"
+    r"|</?image(?: name=\[Image #\d+\])?>"
+    r"|\[(?:image|document) cut by scrollback slim:[^\]\n]{0,800}\]"
+)
+
+
+# Notes Claude Code puts in a prompt (the file open in the IDE, a reminder): not what was asked.
+_NOTE_BLOCK = re.compile(
+    r"<(ide_opened_file|ide_selection|ide_diagnostics|system-reminder)>[\s\S]*?(?:</\1>|$)"
+)
+
+
+# A slim copy's text where an image was names the original's ref: "ref <session>/<entry>/<i>".
+_SLIM_REF = re.compile(
+    rb"cut by scrollback slim: [^\]\n]{0,800}?ref ((?:[a-z-]{1,16}:)?[A-Za-z0-9_-]{1,64})/"
+)
+
+
+class HeadFacts(NamedTuple):
+    """What the head of a transcript says: its title, and the session a slim copy names."""
+
+    title: str
+    slim_of: str = ""
+
+
+def without_placeholders(text: str) -> str:
+    """A prompt's text without the placeholders that stand for its images and without the
+    notes Claude Code adds to it."""
+    return _IMAGE_PLACEHOLDER.sub(" ", _NOTE_BLOCK.sub(" ", text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +84,8 @@ class SessionInfo:
     is_subagent: bool
     parent_session_id: str
     source: str = CLAUDE_CODE
+    # The session this one is a slim copy of (a fork by `scrollback slim --fork`), or "".
+    slim_copy_of: str = ""
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -61,7 +101,7 @@ def _rollout_prompt_text(entry: dict[str, object]) -> str:
     if payload.get("type") != "user_message":
         return ""
     text = payload.get("message")
-    return text.strip() if isinstance(text, str) else ""
+    return without_placeholders(text).strip() if isinstance(text, str) else ""
 
 
 def _prompt_text(entry: dict[str, object]) -> str:
@@ -85,18 +125,18 @@ def _prompt_text(entry: dict[str, object]) -> str:
             elif isinstance(block, dict) and block.get("type") == "tool_result":
                 return ""
     for text in texts:
-        text = text.strip()
+        text = without_placeholders(text).strip()
         if text and not text.startswith(_NOT_A_PROMPT_PREFIXES):
             return text
     return ""
 
 
-def _head_entry(fd: ByteSource, raw: RawLine) -> dict[str, Any] | None:
+def _head_entry(fd: ByteSource, raw: RawLine, *, long_lines: bool) -> dict[str, Any] | None:
     """A head line parsed; one too long to hold (a prompt with a pasted image) is read
-    streaming with its payloads cut, when it ends within the head (the title's read bound)."""
+    streaming with its payloads cut when `long_lines`, else skipped."""
     if raw.data is not None and raw.size <= TITLE_MAX_LINE:
         return parse_json_object(raw.data)
-    if raw.end > TITLE_HEAD_BYTES or not raw.terminated:
+    if not long_lines or not raw.terminated:
         return None
     try:
         stripped = strip_line_streamed(
@@ -119,22 +159,54 @@ def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
     return (name, stat.st_ino, stat.st_size, stat.st_mtime_ns, pin)
 
 
+def _slim_ref_in(fd: ByteSource, start: int, end: int) -> str:
+    """The session the first slim stand-in in [start, end) of the file names, or ""."""
+    found = _SLIM_REF.search(fd.read(max(0, end - start), start)) if end > start else None
+    return found.group(1).decode("ascii") if found else ""
+
+
 def read_title(fd: ByteSource, size: int) -> str:
-    """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
-    prompt = ""
-    for raw in iter_lines_forward(fd, 0, min(size, TITLE_HEAD_BYTES), TITLE_MAX_LINE):
+    """The summary, else the first real user prompt (its text: image placeholders left out),
+    in the file's head; cut to 200 characters."""
+    return read_head(fd, size).title
+
+
+def read_head(fd: ByteSource, size: int) -> HeadFacts:
+    """The title (`read_title`) and the session the first slim stand-in of the head names.
+    Lines too long to hold (images) are read, their payloads cut, only while no prompt is
+    known, and do not count against the head."""
+    prompt = summary = slim_of = ""
+    head = 0  # bytes of the head's lines that are not too long to hold
+    for raw in iter_lines_forward(
+        fd, 0, min(size, TITLE_HEAD_BYTES + TITLE_PAYLOAD_BYTES), TITLE_MAX_LINE
+    ):
+        long_line = raw.data is None or raw.size > TITLE_MAX_LINE
+        if not long_line:
+            head += raw.size + 1
+        if head > TITLE_HEAD_BYTES or (long_line and prompt):
+            break
         if is_blank(raw):
             continue
-        entry = _head_entry(fd, raw)
+        if (
+            not slim_of
+            and raw.data is not None
+            and b"by scrollback slim" in raw.data
+            and (found := _SLIM_REF.search(raw.data))
+        ):
+            slim_of = found.group(1).decode("ascii")
+        entry = _head_entry(fd, raw, long_lines=not prompt)
         if entry is None:
             continue
         if entry.get("type") == "summary":
-            summary = entry.get("summary")
-            if isinstance(summary, str) and summary.strip():
-                return summary.strip()[:TITLE_CHARS]
+            text = entry.get("summary")
+            if isinstance(text, str) and text.strip():
+                summary = text.strip()[:TITLE_CHARS]
+                # The title is known: the rest of the head is only searched for a slim ref.
+                slim_of = slim_of or _slim_ref_in(fd, raw.end + 1, min(size, TITLE_HEAD_BYTES))
+                break
         if not prompt:
             prompt = _prompt_text(entry)
-    return " ".join(prompt.split())[:TITLE_CHARS]
+    return HeadFacts(summary or " ".join(prompt.split())[:TITLE_CHARS], slim_of)
 
 
 class SessionLister:
@@ -143,7 +215,7 @@ class SessionLister:
     def __init__(self, root: TranscriptSource, codec: TokenCodec) -> None:
         self._root = root
         self._codec = codec
-        self._titles: dict[tuple[str, int, int, int, str], str] = {}
+        self._titles: dict[tuple[str, int, int, int, str], HeadFacts] = {}
         self._lock = threading.Lock()
 
     async def page(
@@ -231,14 +303,14 @@ class SessionLister:
         )
         return self._with_title(info, transcript, stat)
 
-    def _title(self, name: str, source: ByteSource) -> str:
+    def _title(self, name: str, source: ByteSource) -> HeadFacts:
         """The title of an open transcript, known or read (then kept) under its stat."""
         stat = source.stat()
         key = _title_key(name, stat)
         with self._lock:
             title = self._titles.get(key)
         if title is None:
-            title = read_title(source, stat.st_size)
+            title = read_head(source, stat.st_size)
             with self._lock:
                 if len(self._titles) > 10_000:
                     self._titles.clear()
@@ -264,13 +336,18 @@ class SessionLister:
                 title = self._root.read_listed(transcript, lambda source: self._title(name, source))
             except (LookupError, OSError):
                 return info
+        # A slim copy made in place keeps its own id: only another session's is an original
+        # (a ref may name it with its source's prefix, "codex:<id>").
+        own = info.session_id.rpartition(":")[2]
+        slim_of = title.slim_of if title.slim_of.rpartition(":")[2] not in ("", own) else ""
         return SessionInfo(
             info.session_id,
             info.project_dir,
             info.size_bytes,
             info.modified_ns,
-            title,
+            title.title,
             info.is_subagent,
             info.parent_session_id,
             info.source,
+            slim_of,
         )

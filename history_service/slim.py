@@ -375,6 +375,8 @@ class SlimFileStart:
     relative_path: str
     is_subagent: bool
     source_size_bytes: int
+    source_mode: int = 0
+    source_modified_ns: int = 0
 
 
 # What a slim copy's stream yields: its start, then per file a start, bytes and stats.

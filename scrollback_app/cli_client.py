@@ -218,7 +218,8 @@ def _entries_table(console: Console, entries: Sequence[hpb.Entry]) -> Table:
             shown_type(entry),
             entry.uuid[:8],
             # Text cells: transcript text such as "[tool_use Bash]" is not rich markup.
-            Text(entry_text(entry, 160)),
+            # A system line (a hook run, an API error) is a quiet note.
+            Text(entry_text(entry, 160), style="dim" if entry.type == "system" else ""),
             str(len(entry.media_refs)) if entry.media_refs else "",
         )
         for entry in entries

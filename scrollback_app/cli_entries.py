@@ -17,6 +17,7 @@ import orjson
 from scrollback.contract.enumeration import is_rollout_entry
 from scrollback.contract.refs import OPENCODE as OPENCODE_ENTRY
 from scrollback.history.v1 import history_pb2 as hpb
+from scrollback_app.entry_notes import system_note
 
 
 def _parsed(entry: hpb.Entry) -> dict[str, Any]:
@@ -242,6 +243,8 @@ def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
         _rollout_parts(payload, entry.type, parts)
     elif entry.type == "summary":
         parts.append(str(parsed.get("summary", "")))
+    elif entry.type == "system":
+        parts.append(system_note(parsed))
     elif isinstance(message, dict):
         content = message.get("content")
         if isinstance(content, str):

@@ -212,6 +212,7 @@ def cmd_slim(args: argparse.Namespace) -> int:
     written: list[_Written] = []
     handle: IO[bytes] | None = None
     header = hpb.SlimHeader()
+    file = hpb.SlimFile()
     try:
         with _client(args) as sb:
             stream = sb.history.slim_session(
@@ -228,6 +229,7 @@ def cmd_slim(args: argparse.Namespace) -> int:
                 if kind == "header":
                     header = message.header
                 elif kind == "file":
+                    file = message.file
                     if to_stdout:
                         written.append(_Written(message.file.session_id, Path("-"), None))
                         handle = sys.stdout.buffer
@@ -244,6 +246,7 @@ def cmd_slim(args: argparse.Namespace) -> int:
                 elif kind == "file_end":
                     written[-1].end = message.file_end
                     if handle is not None and handle is not sys.stdout.buffer:
+                        _like_original(handle, file)
                         handle.close()
                     elif handle is not None:
                         handle.flush()
@@ -267,6 +270,18 @@ def cmd_slim(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _like_original(handle: IO[bytes], file: hpb.SlimFile) -> None:
+    """A copy gets its original's permission bits (never more than read and write) and its
+    modification time: a copy is as private as its original, and lists beside it rather than
+    above every session as the newest."""
+    handle.flush()
+    if file.source_mode:
+        os.fchmod(handle.fileno(), file.source_mode & 0o666)
+    if file.HasField("source_modified_time"):
+        modified = file.source_modified_time.ToNanoseconds()
+        os.utime(handle.fileno(), ns=(modified, modified))
 
 
 def _subagents_left_out(sb: Any, session_id: str) -> int:

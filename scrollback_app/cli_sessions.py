@@ -112,7 +112,8 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     rows = []
     for s in sessions:
         modified = when(s.modified_time) if s.HasField("modified_time") else ""
-        title = ("↳ " if s.is_subagent else "") + s.title[:60]
+        title = ("↳ " if s.is_subagent else "") + ("slim copy: " if s.slim_copy_of else "")
+        title += s.title[:60]
         rows.append((s, human_size(s.size_bytes), modified, _short_usage(s), title))
     wide = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     wide.add_column("session", no_wrap=True, min_width=id_width)

@@ -12,7 +12,7 @@
   const el = Render.el;
   Render.configure({ sessionHref: null });
   const session = data.session || {};
-  const title = Render.cleanTitle(session.title) || session.sessionId || "session";
+  const title = Render.cleanTitle(session.title) || "untitled session";
   document.getElementById("title").textContent = title;
   document.title = title + " · Scrollback export";
 

@@ -275,13 +275,24 @@ const Render = (function () {
     }
   }
 
+  // What stands for an image in a prompt's text: Claude Code's "[Image #1]", Codex's
+  // `<image name=[Image #1]>` wrapper, a slim copy's note where an image was.
+  const IMAGE_PLACEHOLDER = /\[Image(?: #\d+|: [^\]\n]{0,400})\]|<\/?image(?: name=\[Image #\d+\])?>|\[(?:image|document) cut by scrollback slim:[^\]\n]{0,800}\]/g;
+
+  // Markdown's marks in a line of plain text (a title): emphasis, code ticks, a heading's #s.
+  function plainMarkdown(text) {
+    return String(text).replace(/(\*\*|__)(?=\S)([\s\S]*?\S)\1/g, "$2").replace(/`([^`\n]+)`/g, "$1")
+      .replace(/(^|\n)\s{0,3}#{1,6}\s+/g, "$1");
+  }
+
   // A title without tags: IDE notes and reminders dropped, a command as its name and args.
   function cleanTitle(title) {
     let text = String(title || "");
     text = text.replace(/<(ide_opened_file|ide_selection|ide_diagnostics|system-reminder|local-command-caveat|command-message)>[\s\S]*?(<\/\1>|$)/g, " ");
     text = text.replace(/<(command-name|command-args)>([\s\S]*?)(<\/\1>|$)/g, " $2 ");
+    text = text.replace(IMAGE_PLACEHOLDER, " ");
     text = stripAnsi(text.replace(/<\/?[A-Za-z][\w-]*>/g, " "));
-    return text.replace(/\s+/g, " ").trim();
+    return plainMarkdown(text).replace(/\s+/g, " ").trim();
   }
 
   // --- Tool calls ---------------------------------------------------------------------------
@@ -467,8 +478,15 @@ const Render = (function () {
 
   // --- Photos -------------------------------------------------------------------------------
 
-  function photo(url, options) {
+  // `ref` (the entry's media ref, when there is one) names the image for a box that says what
+  // it is when its thumbnail is refused.
+  function photo(url, options, ref) {
     const img = el("img", "photo");
+    if (ref) {
+      img.dataset.uri = ref.uri || "";
+      img.dataset.type = ref.declaredMediaType || "";
+      img.dataset.bytes = String(ref.approxSizeBytes || "");
+    }
     img.width = 320;
     img.height = 240;
     img.alt = "photo from the transcript";
@@ -494,7 +512,7 @@ const Render = (function () {
         const index = counter.next++;
         const ref = (entry.mediaRefs || []).find((r) => (r.index || 0) === index);
         if ((entry.failedImageIndexes || []).includes(index)) into.append(el("div", "failed", "[image not displayed]"));
-        else if (ref) into.append(photo(ref.url, ctx));
+        else if (ref) into.append(photo(ref.url, ctx, ref));
         else if (block.source && block.source.data && /^image\/(png|jpeg|gif|webp)$/.test(block.source.media_type || "")) {
           into.append(photo("data:" + block.source.media_type + ";base64," + block.source.data, {}));
         } else into.append(el("div", "failed", "[image not displayed]"));
@@ -524,7 +542,13 @@ const Render = (function () {
     }
   }
 
+  // The text a slim copy put where an image or document was: its facts as a note, without the
+  // ref, pin and digest it also names.
+  const SLIM_NOTE = /^\s*\[(image|document) cut by scrollback slim: ([^\]]*?)(?:; Scrollback still serves it: [^\]]*)?\]\s*$/;
+
   function textBlock(text, entry) {
+    const slim = SLIM_NOTE.exec(text);
+    if (slim) return el("div", "note note-slim", `${slim[1]} cut by scrollback slim: ${slim[2]}`);
     const box = el("div", "text");
     const typed = entry.type === "user" && !entry.meta;
     if (hasTags(text)) taggedText(text, box, typed);
@@ -626,7 +650,7 @@ const Render = (function () {
     if (index === undefined) return el("div", "failed", "[image not displayed]");
     const ref = (data.mediaRefs || []).find((r) => (r.index || 0) === index);
     if ((data.failedImageIndexes || []).includes(index)) return el("div", "failed", "[image not displayed]");
-    if (ref) return photo(ref.url, ctx);
+    if (ref) return photo(ref.url, ctx, ref);
     const url = DATA_URL.exec(value);
     const rest = value.slice(url[0].length);
     if (rest && rest !== STRIPPED && INLINE_TYPES.test(url[1] + "/" + url[2]) && /^[A-Za-z0-9+/=\s]+$/.test(rest)) {
@@ -634,6 +658,8 @@ const Render = (function () {
     }
     return el("div", "failed", "[image not displayed]");
   }
+
+  const CODEX_IMAGE_TAG = /<\/?image(?: name=\[Image #\d+\])?>/g;
 
   // Codex's own context (AGENTS.md instructions, the environment) sent as a user message.
   const CODEX_CONTEXT = /^\s*<(environment_context|user_instructions|user_shell_command|turn_aborted)>/;
@@ -645,8 +671,11 @@ const Render = (function () {
       if (!item || typeof item !== "object") continue;
       if (item.type === "input_image" || typeof item.image_url === "string") into.append(rolloutPhoto(item, "image_url", data, images, ctx));
       else if (typeof item.text === "string") {
+        // Codex wraps a pasted image in `<image name=[Image #1]>` and `</image>` texts.
+        const text = item.text.replace(CODEX_IMAGE_TAG, "");
+        if (!text.trim()) continue;
         if (CODEX_CONTEXT.test(item.text)) into.append(note("context", "context: " + CODEX_CONTEXT.exec(item.text)[1].replace(/_/g, " "), stripAnsi(item.text)));
-        else into.append(textBlock(item.text, { type: typed ? "user" : "assistant" }));
+        else into.append(textBlock(text, { type: typed ? "user" : "assistant" }));
       } else if (item.type === "refusal" && typeof item.refusal === "string") into.append(el("div", "note", "refused: " + item.refusal));
     }
   }
@@ -1067,5 +1096,5 @@ const Render = (function () {
     return node;
   }
 
-  return { configure, el, ansi, stripAnsi, markdown, cleanTitle, entry, pairTools, photo, timeNode, setTime, when, diff, checklist };
+  return { configure, el, ansi, stripAnsi, markdown, cleanTitle, IMAGE_PLACEHOLDER, entry, pairTools, photo, timeNode, setTime, when, diff, checklist };
 })();

@@ -28,11 +28,20 @@
     setTimeout(() => URL.revokeObjectURL(url), 60000);
   }
 
+  // The list in a region of its own that scrolls (and can be scrolled from the keyboard),
+  // never taller than the screen under the bar's first lines.
   function panel(listing) {
+    const box = el("div", "images-panel");
+    box.id = "images-panel";
+    box.tabIndex = 0;
+    box.setAttribute("role", "region");
+    box.setAttribute("aria-label", "images of this session");
     const table = el("table", "images");
     const head = el("tr");
-    for (const name of ["API position", "entry", "kind", "size", "pixels", "problems", ""]) {
-      head.append(el("th", "", name));
+    for (const name of ["API position", "entry", "kind", "size", "pixels", "problems", "preview"]) {
+      const cell = el("th", "", name);
+      cell.scope = "col";
+      head.append(cell);
     }
     table.append(head);
     for (const image of listing.images) {
@@ -51,21 +60,33 @@
         thumb.loading = "lazy";
         thumb.src = sized(image.url, 96);
         thumb.alt = image.apiPath;
+        // A refused thumbnail (too many pixels) says so; the row says the rest.
+        thumb.addEventListener("error", () => {
+          const link = el("a", "", "no preview: open");
+          link.href = image.url;
+          link.target = "_blank";
+          link.rel = "noopener";
+          thumb.replaceWith(link);
+        });
         cell.append(thumb);
       }
       row.append(cell);
       table.append(row);
     }
-    return table;
+    box.append(table);
+    return box;
   }
 
   async function load() {
-    const listing = await api(base + "/images");
+    const listing = await sessionImages(sessionId);
     const totals = listing.totals;
     const toggle = el("button", "images-toggle",
       `images (${totals.images}, ${totals.withProblems} too large)`);
     let shown = null;
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.setAttribute("aria-controls", "images-panel");
     toggle.addEventListener("click", () => {
+      toggle.setAttribute("aria-expanded", String(!shown));
       if (shown) { shown.remove(); shown = null; return; }
       shown = panel(listing);
       line.after(shown);

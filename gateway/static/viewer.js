@@ -13,6 +13,8 @@
 const PAGE_SIZE = 50;
 const LIST_PAGE_SIZE = 100;
 const TOKEN_KEY = "scrollback-token";
+// A session whose prompts hold no text yet (never its id: a reader cannot tell ids apart).
+const UNTITLED = "untitled session";
 const main = document.getElementById("main");
 const statusLine = document.getElementById("status");
 const el = Render.el;
@@ -138,6 +140,102 @@ main.addEventListener("click", (event) => {
   if (img) showFull(img.dataset.full);
 });
 
+// A session's image list (GET .../images, the rescue line's too), fetched once per page.
+const imageLists = new Map();
+function sessionImages(sessionId) {
+  if (!imageLists.has(sessionId)) {
+    imageLists.set(sessionId, api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/images`, { noPrompt: true }));
+  }
+  return imageLists.get(sessionId);
+}
+
+function humanBytes(n) {
+  const bytes = Number(n || 0);
+  if (bytes >= 1e9) return (bytes / 1e9).toFixed(1) + " GB";
+  if (bytes >= 1e6) return (bytes / 1e6).toFixed(bytes >= 1e7 ? 0 : 1) + " MB";
+  if (bytes >= 1e3) return Math.round(bytes / 1e3) + " kB";
+  return bytes + " B";
+}
+
+// "PNG, 9000×9000, 28 MB": what an image is, from the image list (or the ref's declared type
+// and approximate size when the list does not have it).
+function describeImage(info, img) {
+  const type = (info && (info.mediaType || info.declaredMediaType)) || img.dataset.type || "";
+  const parts = [type ? type.replace(/^image\//, "").toUpperCase() : "image"];
+  if (info && info.width) parts.push(`${info.width}×${info.height}`);
+  const bytes = (info && info.sizeBytes) || img.dataset.bytes;
+  if (Number(bytes)) parts.push(humanBytes(bytes));
+  return parts.join(", ");
+}
+
+// Why the media service gave no thumbnail, as a reader reads it.
+const REFUSALS = {
+  IMAGE_TOO_LARGE: "too large to preview",
+  NOT_AN_IMAGE: "not an image this server can preview",
+  PIN_MISMATCH: "changed since this page was loaded; reload to see it",
+  MEDIA_NOT_FOUND: "no longer in the transcript",
+};
+
+// A thumbnail that did not come (IMAGE_TOO_LARGE, NOT_AN_IMAGE, ...): its box says what the
+// image is and why there is no preview, with links to open or download the image itself.
+// A busy gateway or service (too many downloads or calls at once, a restart) is asked again.
+const THUMBNAIL_RETRIES = 3;
+
+async function thumbnailRefused(img) {
+  if (img.dataset.refused || !img.isConnected) return;
+  img.dataset.refused = "1";
+  let reason = "";
+  let busy = false;
+  if (!img.src.startsWith("data:")) {
+    try {
+      const response = await fetch(img.src, { headers: authHeaders() });
+      if (response.ok) busy = true; // it came this time: the error was passing
+      else {
+        const error = (await response.json().catch(() => ({}))).error || {};
+        reason = error.reason || error.code || String(response.status);
+        busy = response.status >= 500 || (response.status === 429 && reason !== "IMAGE_TOO_LARGE");
+      }
+    } catch (e) { busy = true; }
+  }
+  const tries = Number(img.dataset.tries || 0);
+  if (busy && tries < THUMBNAIL_RETRIES) {
+    img.dataset.tries = String(tries + 1);
+    img.removeAttribute("src");
+    setTimeout(() => { img.dataset.refused = ""; img.src = img.dataset.src; }, 1000 * (tries + 1));
+    return;
+  }
+  let info = null;
+  const sessionId = view.sessionId;
+  if (img.dataset.uri && sessionId) {
+    try {
+      const listing = await sessionImages(sessionId);
+      info = listing.images.find((i) => i.ref && i.ref.uri === img.dataset.uri) || null;
+    } catch (e) { /* described from the ref alone */ }
+  }
+  const box = el("div", "photo-refused");
+  box.dataset.reason = reason;
+  box.append(el("span", "refused-what", describeImage(info, img) + ": " + (REFUSALS[reason] || "no preview")));
+  if (!img.dataset.full.startsWith("data:")) {
+    const open = el("a", "", "open the image");
+    open.href = img.dataset.full;
+    open.target = "_blank";
+    open.rel = "noopener";
+    const download = el("a", "", "download it");
+    download.href = img.dataset.full;
+    download.download = (img.dataset.uri || "image").replace(/\//g, "-");
+    const links = el("span", "refused-links");
+    links.append(open, " · ", download);
+    box.append(links);
+  }
+  img.replaceWith(box);
+}
+
+// A thumbnail's error does not bubble: caught on its way down.
+main.addEventListener("error", (event) => {
+  const img = event.target;
+  if (img && img.matches && img.matches("img.photo")) thumbnailRefused(img);
+}, true);
+
 function observePhotos(root) {
   for (const img of root.querySelectorAll("img.photo[data-src]:not([src])")) photoObserver.observe(img);
 }
@@ -164,8 +262,9 @@ function sessionCard(s) {
   if (s.isSubagent && s.parentSessionId) item.dataset.parent = s.parentSessionId;
   const link = el("a", "session-link");
   link.href = "/sessions/" + encodeURIComponent(s.sessionId);
-  const title = Render.cleanTitle(s.title) || s.sessionId;
+  const title = Render.cleanTitle(s.title) || UNTITLED;
   if (s.isSubagent) link.append(el("span", "badge", "sub-agent"), " ");
+  if (s.slimCopyOf) link.append(el("span", "badge", "slim copy"), " ");
   link.append(el("span", "session-title", title));
   const facts = el("span", "session-facts");
   const insight = s.insight;
@@ -180,7 +279,24 @@ function sessionCard(s) {
   if (s.subagentCount) facts.append(el("span", "", plural(s.subagentCount, "sub-agent")));
   link.append(facts);
   item.append(link);
+  // Beside the card, not in it: a link inside a link would nest two controls.
+  if (s.slimCopyOf) item.append(slimOf(s.slimCopyOf));
   return item;
+}
+
+// "slim copy of <the original's title>", linking to the original (its title fetched once).
+const originalTitles = new Map();
+function slimOf(originalId) {
+  const line = el("div", "slim-of", "slim copy of ");
+  const link = el("a", "", "the original session");
+  link.href = "/sessions/" + encodeURIComponent(originalId);
+  line.append(link);
+  if (!originalTitles.has(originalId)) {
+    originalTitles.set(originalId, api(`/api/v1/sessions/${encodeURIComponent(originalId)}`, { noPrompt: true })
+      .then((s) => Render.cleanTitle(s.title) || UNTITLED).catch(() => ""));
+  }
+  originalTitles.get(originalId).then((title) => { if (title) link.textContent = title; });
+  return line;
 }
 
 // A project directory's name as Claude Code writes it ("-home-me-src-app"): its last parts.
@@ -267,8 +383,34 @@ async function loadSessions(list, more, select) {
 
 // --- Search ---------------------------------------------------------------------------------
 
+// What a snippet would show raw: markdown's emphasis, code ticks and heading marks, Claude
+// Code's tags (their text stays), Codex's image wrappers, the refs and digests of a slim
+// copy's note where an image was.
+const SNIPPET_NOISE = /\*\*|__|`+|<\/?[A-Za-z][\w-]*(?: name=\[Image #\d+\])?>|; Scrollback still serves it: [^\]]*|^#{1,6} |\n#{1,6} /g;
+
+// The snippet without its noise, its highlights (code point offsets) moved to match.
+function cleanSnippet(snippet) {
+  const text = snippet.text || "";
+  const drop = new Uint8Array(text.length); // per UTF-16 unit
+  for (const found of text.matchAll(SNIPPET_NOISE)) drop.fill(1, found.index, found.index + found[0].length);
+  const kept = [];
+  const moved = []; // code point offset -> offset in the kept text
+  let unit = 0;
+  for (const ch of text) {
+    moved.push(kept.length);
+    if (!drop[unit]) kept.push(ch);
+    unit += ch.length;
+  }
+  moved.push(kept.length);
+  const highlights = (snippet.highlights || [])
+    .map((h) => ({ start: moved[h.start || 0], end: moved[Math.min(h.end, moved.length - 1)] }))
+    .filter((h) => h.end > h.start);
+  return { text: kept.join(""), highlights };
+}
+
 // A snippet as text nodes with <mark> around each highlight (never innerHTML).
-function markedSnippet(snippet) {
+function markedSnippet(raw) {
+  const snippet = cleanSnippet(raw);
   const node = el("div", "snippet");
   const chars = Array.from(snippet.text || ""); // highlights count code points
   let at = 0;
@@ -284,6 +426,12 @@ function markedSnippet(snippet) {
 function hitWords(hit) {
   const chars = Array.from(hit.snippet.text || "");
   return [...new Set((hit.snippet.highlights || []).map((h) => chars.slice(h.start || 0, h.end).join("").toLowerCase()))];
+}
+
+// Where a hit is read: the window that ends with it, its words marked.
+function hitHref(sessionId, hit) {
+  return `/sessions/${encodeURIComponent(sessionId)}?` +
+    new URLSearchParams({ at: hit.windowPageToken, hl: hitWords(hit).join(" "), hit: hit.entryUuid });
 }
 
 async function showSearch(q, pageToken) {
@@ -306,8 +454,9 @@ async function showSearch(q, pageToken) {
     const session = sessions[i++];
     const group = el("section", "hit-group");
     const head = el("h2", "hit-session");
-    const title = el("a", "", (session && Render.cleanTitle(session.title)) || sessionId);
-    title.href = "/sessions/" + encodeURIComponent(sessionId);
+    const title = el("a", "", (session && Render.cleanTitle(session.title)) || UNTITLED);
+    // The heading leads to the session's first hit, as its snippet does: opened and marked.
+    title.href = hitHref(sessionId, hits[0]);
     head.append(title);
     const facts = el("div", "session-facts");
     facts.append(el("span", "project", projectName(hits[0].projectDir)), el("span", "hit-count", plural(hits.length, "hit")));
@@ -315,8 +464,7 @@ async function showSearch(q, pageToken) {
     group.append(head, facts);
     for (const hit of hits) {
       const link = el("a", "hit-link");
-      link.href = `/sessions/${encodeURIComponent(sessionId)}?` +
-        new URLSearchParams({ at: hit.windowPageToken, hl: hitWords(hit).join(" "), hit: hit.entryUuid });
+      link.href = hitHref(sessionId, hit);
       const meta = el("small", "hit-meta");
       meta.append(el("span", "", hit.role || hit.type));
       if (hit.timestamp) meta.append(" · ", Render.timeNode(hit.timestamp));
@@ -349,8 +497,10 @@ async function showHeader(sessionId) {
   } catch (error) {
     return;
   }
+  const firstHeader = !view.session;
   view.session = session;
-  const title = Render.cleanTitle(session.title) || session.sessionId;
+  if (firstHeader && session.followed) showSend(true);
+  const title = Render.cleanTitle(session.title) || UNTITLED;
   document.getElementById("title").textContent = title;
   document.title = title + " · Scrollback";
   const where = document.getElementById("where");
@@ -363,6 +513,7 @@ async function showHeader(sessionId) {
     if (insight.lastTime && insight.lastTime !== insight.firstTime) span.append(" – ", Render.timeNode(insight.lastTime));
     where.append(span);
   }
+  if (session.slimCopyOf) where.append(slimOf(session.slimCopyOf));
   if (session.isSubagent && session.parentSessionId) {
     const back = el("a", "parent-link", "← parent session");
     back.href = "/sessions/" + encodeURIComponent(session.parentSessionId) +
@@ -442,7 +593,7 @@ function maybeLoadOlder() {
 
 function openSessionFrame(sessionId) {
   view.sessionId = sessionId;
-  document.getElementById("title").textContent = sessionId;
+  document.getElementById("title").textContent = "";
   view.list = el("div", "entries");
   view.list.setAttribute("aria-label", "messages");
 }
@@ -614,11 +765,23 @@ async function watch(sessionId, position) {
   }
 }
 
+// The send box: open where a program follows the session (a chat key is bound to it: the
+// header's `followed`), else one line that opens it.
+function showSend(open) {
+  const form = document.getElementById("send");
+  const toggle = document.getElementById("send-open");
+  document.getElementById("send-bar").hidden = false;
+  form.hidden = !open;
+  toggle.hidden = open;
+  toggle.setAttribute("aria-expanded", String(open));
+}
+
 function setUpSend(sessionId) {
   const form = document.getElementById("send");
   const input = document.getElementById("send-text");
   const result = document.getElementById("send-result");
-  form.hidden = false;
+  showSend(!!(view.session && view.session.followed));
+  document.getElementById("send-open").addEventListener("click", () => { showSend(true); input.focus(); });
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const text = input.value.trim();

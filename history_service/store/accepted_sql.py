@@ -41,6 +41,7 @@ from history_service.store.records import (
 T = TypeVar("T")
 
 _BINDING = "SELECT session_id FROM chat_binding WHERE principal = ? AND chat_key = ?"
+_FOLLOWED = "SELECT 1 FROM chat_binding WHERE session_id = ? LIMIT 1"
 _LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM accepted_message"
 
 
@@ -206,6 +207,11 @@ class SqlAcceptedMessageStore:
         """The session `principal`'s chat key is bound to, if any."""
         row = self._read(lambda c: self._run(c, _BINDING, (principal, chat_key)).fetchone())
         return str(row[0]) if row else None
+
+    def followed(self, session_id: str) -> bool:
+        """Whether any principal's chat key is bound to the session."""
+        row = self._read(lambda c: self._run(c, _FOLLOWED, (session_id,)).fetchone())
+        return row is not None
 
     def pending(
         self, principal: str, session_id: str, chat_key: str

@@ -37,6 +37,11 @@ class AcceptedMessageStore(Protocol):
         """The session `principal`'s chat key is bound to, if any."""
         ...
 
+    def followed(self, session_id: str) -> bool:
+        """Whether any principal's chat key is bound to the session (a program, such as a
+        chat bridge, follows it and takes the messages queued for it)."""
+        ...
+
     def pending(
         self, principal: str, session_id: str, chat_key: str
     ) -> tuple[list[AcceptedRecord], int]:

@@ -166,6 +166,8 @@ class Session(_message.Message):
     SUBAGENT_COUNT_FIELD_NUMBER: _builtins.int
     PARENT_TOOL_USE_ID_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    SLIM_COPY_OF_FIELD_NUMBER: _builtins.int
+    FOLLOWED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id: the transcript's file name without ".jsonl"."""
     project_dir: _builtins.str
@@ -196,6 +198,19 @@ class Session(_message.Message):
     """Which agent wrote the transcript: "claude-code" (the transcripts root)
     or "codex" (a Codex CLI rollout under the Codex sessions dir or its
     archived_sessions sibling).
+    """
+    slim_copy_of: _builtins.str
+    """For a slim copy under a new id (`scrollback slim --fork`): the id of
+    the session it is a copy of, as the first "[image cut by scrollback
+    slim: ...]" text in the head of the file names it. Empty otherwise (a
+    slim copy written over its original keeps its id, and is not a copy of
+    another session).
+    """
+    followed: _builtins.bool
+    """GetSession only: whether a chat key is bound to this session
+    (BindChatKey, by any principal), that is, whether a program such as a
+    chat bridge follows it and takes the messages queued for it. The viewer
+    shows its "Queue a message" box open only then.
     """
     @_builtins.property
     def modified_time(self) -> _timestamp_pb2.Timestamp:
@@ -229,10 +244,12 @@ class Session(_message.Message):
         subagent_count: _builtins.int = ...,
         parent_tool_use_id: _builtins.str = ...,
         source: _builtins.str = ...,
+        slim_copy_of: _builtins.str = ...,
+        followed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "modified_time", b"modified_time", "subagent_insight", b"subagent_insight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "source", b"source", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["followed", b"followed", "insight", b"insight", "is_subagent", b"is_subagent", "modified_time", b"modified_time", "parent_session_id", b"parent_session_id", "parent_tool_use_id", b"parent_tool_use_id", "project_dir", b"project_dir", "session_id", b"session_id", "size_bytes", b"size_bytes", "slim_copy_of", b"slim_copy_of", "source", b"source", "subagent_count", b"subagent_count", "subagent_insight", b"subagent_insight", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1384,6 +1401,8 @@ class SlimFile(_message.Message):
     RELATIVE_PATH_FIELD_NUMBER: _builtins.int
     IS_SUBAGENT_FIELD_NUMBER: _builtins.int
     SOURCE_SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    SOURCE_MODE_FIELD_NUMBER: _builtins.int
+    SOURCE_MODIFIED_TIME_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The transcript copied (the session, or one of its sub-agents)."""
     relative_path: _builtins.str
@@ -1394,6 +1413,17 @@ class SlimFile(_message.Message):
     """True for a sub-agent transcript."""
     source_size_bytes: _builtins.int
     """The size of the original read (the file's size when the copy began)."""
+    source_mode: _builtins.int
+    """The original's permission bits (for example 0600), for the copy to get
+    the same; 0 where the store has none (a bucket).
+    """
+    @_builtins.property
+    def source_modified_time(self) -> _timestamp_pb2.Timestamp:
+        """When the original was last modified: the copy gets this time too, so a
+        list sorted by last activity puts a copy beside its original, never
+        above every session because it was written now.
+        """
+
     def __init__(
         self,
         *,
@@ -1401,10 +1431,12 @@ class SlimFile(_message.Message):
         relative_path: _builtins.str = ...,
         is_subagent: _builtins.bool = ...,
         source_size_bytes: _builtins.int = ...,
+        source_mode: _builtins.int = ...,
+        source_modified_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["source_modified_time", b"source_modified_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_subagent", b"is_subagent", "relative_path", b"relative_path", "session_id", b"session_id", "source_size_bytes", b"source_size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_subagent", b"is_subagent", "relative_path", b"relative_path", "session_id", b"session_id", "source_mode", b"source_mode", "source_modified_time", b"source_modified_time", "source_size_bytes", b"source_size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -83,6 +83,10 @@ def _reader_rollout(session: str) -> Rollout:
     return rollout
 
 
+# A photo's box: the image, or (in the viewer) what stands for it once its thumbnail was refused.
+PHOTO = "img.photo, .photo-refused"
+
+
 def _check_reading(page: Any) -> None:
     """What a reader must see of _reader_rollout, in the viewer and in the export alike."""
     text = str(page.inner_text("main"))
@@ -112,8 +116,8 @@ def _check_reading(page: Any) -> None:
     assert shell.locator("summary").inner_text() == "shell view_image shot.png ✓"
     shell.locator("summary").click()
     assert shell.locator("pre code").inner_text() == "view_image shot.png"
-    assert shell.locator(".tool-result").inner_text().endswith("captured the heron window")
-    assert shell.locator(".tool-result img.photo").count() == 1
+    assert shell.locator(".tool-result pre.output").inner_text() == "captured the heron window"
+    assert shell.locator(f".tool-result :is({PHOTO})").count() == 1
     assert page.locator(".entries > .entry:not(.folded) > .body > .tool-result").count() == 0
     # apply_patch as a diff per file, its output folded into it.
     patch = page.locator("details.tool[data-tool-use-id='call_patch']")
@@ -127,9 +131,9 @@ def _check_reading(page: Any) -> None:
     assert patch.locator(".diff-add").all_inner_texts() == ["+   margin-left: 0;", "+ a new heron"]
     assert "Updated the following files" in patch.locator(".tool-result").inner_text()
     # Photos: the user's two pasted ones and the compaction's, lazy; none of the copies'.
-    user_photos = page.locator(".entry.user:not(.tool-output) > .body img.photo")
+    user_photos = page.locator(f".entry.user:not(.tool-output) > .body :is({PHOTO})")
     assert user_photos.count() == 2
-    assert page.locator("img.photo").count() == 4
+    assert page.locator(PHOTO).count() == 4
     for img in page.locator("img.photo").all():
         assert img.get_attribute("loading") == "lazy"
     # Compaction marked as Claude Code's; token counts and event copies not shown.
@@ -159,20 +163,25 @@ def test_a_reader_sees_a_rollout_in_the_viewer(
     page.wait_for_selector("body[data-ready='1']")
     page.wait_for_selector("details.tool[data-tool-use-id='call_patch']")
     _check_reading(page)
-    # Each photo is asked of the gateway once scrolled to (the test's PNGs are bytes that sniff
-    # as PNG but do not decode, so the check is the request's answer, not the drawing).
-    # (A photo in a folded call or summary is asked for once that is opened.)
+    # Each photo is asked of the gateway once scrolled to. The test's PNGs are bytes that sniff
+    # as PNG but do not decode: each thumbnail is refused, and its box says so and links to
+    # the image, which the gateway serves. (A photo in a folded call or summary is asked for
+    # once that is opened.)
     assert page.locator(".entry.compaction img.photo").get_attribute("src") is None
     page.locator(".entry.compaction details summary").click()
-    for photo in page.locator("img.photo").all():
-        photo.scroll_into_view_if_needed()
-        photo.wait_for(state="visible", timeout=10_000)
-        page.wait_for_function(
-            "(i) => i.hasAttribute('src')", arg=photo.element_handle(), timeout=10_000
-        )
-        src = str(photo.get_attribute("src"))
-        assert src.startswith("/api/v1/media/"), src
-        answer = httpx.get(codex_stack.url + str(photo.get_attribute("data-full")))
+    for _ in range(8):
+        waiting = page.locator("img.photo")
+        if not waiting.count():
+            break
+        waiting.first.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+    page.wait_for_function("() => document.querySelectorAll('.photo-refused').length === 4")
+    for box in page.locator(".photo-refused").all():
+        assert box.get_attribute("data-reason") == "NOT_AN_IMAGE"
+        assert "not an image this server can preview" in box.inner_text()
+        href = str(box.locator("a").first.get_attribute("href"))
+        assert href.startswith("/api/v1/media/"), href
+        answer = httpx.get(codex_stack.url + href)
         assert (answer.status_code, answer.headers["content-type"]) == (200, "image/png")
     page.screenshot(path=str(artifacts_dir() / "reader-codex.png"), full_page=True)
     assert errors == []

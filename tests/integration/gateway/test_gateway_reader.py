@@ -373,6 +373,8 @@ def test_the_send_box_says_what_it_does(stack: GatewayStack, browser: Any) -> No
     reader_session(stack.pair.root)
     stack.start_gateway()
     page = _open(browser, f"{stack.url}/sessions/{SESSION}")
+    # No program follows this session: the box is one line that opens it.
+    page.click("#send-open")
     label = page.inner_text("#send label")
     assert label == "Queue a message"
     assert "not sent to Claude" in page.inner_text("#send-help")

@@ -227,8 +227,10 @@ def test_bind_moves_chat_key_messages_and_pending_lists_them(backend: Backend) -
     assert keyed.session_id == "" and keyed.chat_key == "chat1"
     assert [r.seq for r in store.pending(ANON, "", "chat1")[0]] == [keyed.seq]
     assert store.binding(ANON, "chat1") is None
+    assert not store.followed("s9")
     assert store.bind(ANON, "chat1", "s9") == 1
     assert store.binding(ANON, "chat1") == "s9"
+    assert store.followed("s9") and not store.followed("s1")
     assert store.bind(ANON, "chat1", "s9") == 0, "binding again moves nothing"
     with pytest.raises(ChatKeyBoundError):
         store.bind(ANON, "chat1", "elsewhere")
