@@ -330,7 +330,12 @@ class SessionLister:
         """
         name = info.project_dir + "/" + transcript.unique_id
         with self._lock:
-            title = transcript.title or self._titles.get(_title_key(name, listed))
+            # A source that keeps titles itself (a database of sessions) names no slim original.
+            title = (
+                HeadFacts(transcript.title)
+                if transcript.title
+                else self._titles.get(_title_key(name, listed))
+            )
         if title is None:
             try:
                 title = self._root.read_listed(transcript, lambda source: self._title(name, source))
