@@ -46,6 +46,10 @@ def stack(tmp_path: Path, sample: Sample) -> Iterator[GatewayStack]:
         running.close()
 
 
+# A photo's box: the image, or what stands for it once its thumbnail was refused.
+PHOTO = "img.photo, .photo-refused"
+
+
 def test_sessions_and_photos_through_the_gateway(stack: GatewayStack, sample: Sample) -> None:
     stack.start_gateway()
     listed = httpx.get(f"{stack.url}/api/v1/sessions").json()["sessions"]
@@ -94,11 +98,13 @@ def test_a_reader_sees_an_opencode_session_in_the_viewer(
     assert read.locator("summary").inner_text() == f"Read {DIRECTORY}/src/app.ts ✓"
     read.locator("summary").click()
     assert "export function login" in read.locator(".tool-result").inner_text()
-    assert read.locator(".tool-result img.photo").count() == 2
+    assert read.locator(f".tool-result :is({PHOTO})").count() == 2
     edit = page.locator("details.tool[data-tool-use-id='call_edit']")
     edit.locator("summary").click()
     assert edit.locator(".diff-del").count() >= 1 and edit.locator(".diff-add").count() >= 1
-    assert page.locator("img.photo").count() == 3
+    # The test's PNGs sniff as PNG but do not decode: a photo scrolled to has its thumbnail
+    # refused, and its box stands where the image was.
+    assert page.locator(PHOTO).count() == 3
     for img in page.locator("img.photo").all():
         assert img.get_attribute("loading") == "lazy"
     page.screenshot(path=str(artifacts_dir() / "reader-opencode.png"), full_page=True)
