@@ -215,6 +215,7 @@ def _search_parts(
         rescan_interval=0,
         report_skipped=True,
         codex=config.codex_sessions,
+        gemini=config.gemini_home,
     )
     # Each pass reads a file once for search, its line index and its insight.
     indexer = SearchIndexer(
@@ -240,6 +241,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         buckets,
         rescan_interval=config.rescan_interval_seconds,
         codex=config.codex_sessions,
+        gemini=config.gemini_home,
     )
     with auth_errors_as_config_errors():
         security = prepare_security(

@@ -18,6 +18,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
+from scrollback.gemini_live import LiveView
 from scrollback.layouts import CLAUDE_CODE
 from scrollback.linefile import ByteSource, LineFile, SourceStat
 from scrollback.principals import Principal
@@ -119,7 +120,13 @@ def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
 
 
 def read_title(fd: ByteSource, size: int) -> str:
-    """The summary, else the first real user prompt, in the file's head; cut to 200 characters."""
+    """The summary, else the first real user prompt, in the file's head; cut to 200 characters.
+
+    A Gemini session's are what its scan found (its `summary` metadata, else its
+    first user text), wherever in the file they are.
+    """
+    if isinstance(fd, LiveView):
+        return " ".join(fd.scan.title.split())[:TITLE_CHARS]
     prompt = ""
     for raw in iter_lines_forward(fd, 0, min(size, TITLE_HEAD_BYTES), TITLE_MAX_LINE):
         if is_blank(raw):

@@ -121,7 +121,10 @@ def build_library(
     """The domain objects of a media server (also usable without gRPC)."""
     blobs, metadata = open_blob_store(config, clock=clock)
     root = open_transcript_source(
-        config.transcripts, Buckets(config.bucket_cache_bytes), codex=config.codex_sessions
+        config.transcripts,
+        Buckets(config.bucket_cache_bytes),
+        codex=config.codex_sessions,
+        gemini=config.gemini_home,
     )
     try:
         line_index = open_line_index(config.state_dir, config.database_url)

@@ -109,6 +109,8 @@ def _worker_argv(config: Any) -> list[str]:
     ]
     if config.codex_sessions is not None:
         argv += ["--codex-sessions", location_text(config.codex_sessions)]
+    if config.gemini_home is not None:
+        argv += ["--gemini-home", str(config.gemini_home)]
     if config.insecure:
         argv.append("--insecure")
     if config.security.auth_tokens is not None:

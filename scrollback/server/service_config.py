@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 TRANSCRIPTS_ENV = "SCROLLBACK_TRANSCRIPTS"
 CODEX_SESSIONS_ENV = "SCROLLBACK_CODEX_SESSIONS"
 DEFAULT_CODEX_SESSIONS = "~/.codex/sessions"
+GEMINI_HOME_ENV = "SCROLLBACK_GEMINI_HOME"
+DEFAULT_GEMINI_HOME = "~/.gemini"
 STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
@@ -183,6 +185,27 @@ def codex_sessions_from_env(env: Mapping[str, str] | None = None) -> Location | 
     return default if default.is_dir() else None
 
 
+def gemini_home_from_env(env: Mapping[str, str] | None = None) -> Path | None:
+    """SCROLLBACK_GEMINI_HOME (a directory, ~ expanded), else `~/.gemini` when it exists,
+    else None: Gemini CLI's home, whose `tmp/<project>/chats/` hold its sessions."""
+    source = os.environ if env is None else env
+    text = source.get(GEMINI_HOME_ENV, "")
+    if text:
+        return Path(text).expanduser()
+    default = Path(DEFAULT_GEMINI_HOME).expanduser()
+    return default if default.is_dir() else None
+
+
+def gemini_home_setting(value: Path | str | None) -> Path | None:
+    """A Gemini home given as text or a path (~ expanded); it must be a local directory."""
+    if value is None:
+        return None
+    text = str(value)
+    if "://" in text:
+        raise ConfigError(f"Gemini's home ({GEMINI_HOME_ENV}) must be a local directory")
+    return Path(text).expanduser()
+
+
 @contextmanager
 def auth_errors_as_config_errors() -> Iterator[None]:
     """Re-raise an AuthConfigError of the block as ConfigError (same text)."""
@@ -278,6 +301,7 @@ def open_transcript_source(
     rescan_interval: float = 2.0,
     report_skipped: bool = False,
     codex: Location | None = None,
+    gemini: Path | None = None,
 ) -> TranscriptSource:
     """The transcript source a location names, a directory or a bucket (blocking for a bucket).
 
@@ -299,6 +323,7 @@ def open_transcript_source(
         rescan_interval=rescan_interval,
         report_skipped=report_skipped,
         codex=codex,
+        gemini=gemini,
     )
 
 
@@ -334,10 +359,11 @@ def read_server_values(
         service=service,
         shared=shared,
         aliases=aliases,
-        skip=frozenset({"transcripts", "state_dir", "codex_sessions"}),
+        skip=frozenset({"transcripts", "state_dir", "codex_sessions", "gemini_home"}),
     )
     values["transcripts"] = transcripts_from_env(env)
     values["codex_sessions"] = codex_sessions_from_env(env)
+    values["gemini_home"] = gemini_home_from_env(env)
     values["state_dir"] = state_dir_from_env(env)
     values["security"] = security_from_env(env, service=service, auth_tokens=auth_tokens)
     return values

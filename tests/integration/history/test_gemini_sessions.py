@@ -1,0 +1,236 @@
+"""Gemini CLI sessions as a source, through both real servers (docs/contract.md §1, §2, §4).
+
+Sessions written as gemini-cli writes them (tests/support/gemini.py) under a
+Gemini home: listed with source "gemini", the project of `.project_root`, the
+summary as title and sub-agent links; a window serves each live message once,
+its latest version, with `inlineData` payloads cut; refs
+`<session>/<message id>/<index>` resolve byte-exact with and without their
+hint; pages go both ways with tokens that survive appends, and a rewind makes
+an old token TRANSCRIPT_REWRITTEN.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+
+from scrollback.contract.reasons import Reason
+from scrollback.history.v1 import history_pb2 as pb
+from scrollback.history.v1 import history_pb2_grpc
+from scrollback.media.v1 import media_pb2, media_pb2_grpc
+from scrollback.ref.v1 import ref_pb2
+from tests.support.gemini import (
+    PROJECT_ROOT,
+    GeminiSession,
+    checkpointed_session,
+    full_session,
+    images_of,
+    inline_part,
+    write_session,
+)
+from tests.support.media import png_bytes
+from tests.support.reasons import assert_reason
+from tests.support.servers import ServerPair, user_line
+
+SESSION = "7d3f6a52-1c2b-4e8f-9a0d-3b5c7e9f1a24"
+
+
+@pytest.fixture
+def gemini_pair(tmp_path: Path) -> Iterator[ServerPair]:
+    pair = ServerPair(tmp_path / "root", tmp_path / "state", gemini=tmp_path / "gemini")
+    try:
+        pair.start_history(0)
+        pair.start_media(0)
+        yield pair
+    finally:
+        pair.close()
+
+
+class Stubs:
+    def __init__(self, pair: ServerPair) -> None:
+        self._channels = [
+            grpc.insecure_channel(pair.history_addr),
+            grpc.insecure_channel(pair.media_addr),
+        ]
+        self.history = history_pb2_grpc.HistoryServiceStub(self._channels[0])
+        self.media = media_pb2_grpc.MediaServiceStub(self._channels[1])
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+
+    def sessions(self) -> dict[str, pb.Session]:
+        listed = self.history.ListSessions(pb.ListSessionsRequest(page_size=1000), timeout=10)
+        return {s.session_id: s for s in listed.sessions}
+
+    def window(self, session_id: str, **request: Any) -> tuple[list[pb.Entry], pb.WindowEnd]:
+        request.setdefault("page_size", 200)
+        entries: list[pb.Entry] = []
+        end: pb.WindowEnd | None = None
+        for message in self.history.ReadWindow(
+            pb.ReadWindowRequest(session_id=session_id, **request), timeout=10
+        ):
+            kind = message.WhichOneof("item")
+            if kind == "entry":
+                entries.append(message.entry)
+            elif kind == "entries":
+                entries.extend(message.entries.entries)
+            elif kind == "end":
+                end = message.end
+        assert end is not None
+        return entries, end
+
+    def read(self, ref: ref_pb2.MediaRef, *, hint: bool = True, size: int = 0) -> tuple[Any, bytes]:
+        selector = ref_pb2.MediaRef()
+        selector.CopyFrom(ref)
+        if not hint:
+            selector.ClearField("line_offset_hint")
+        metadata = None
+        chunks: list[bytes] = []
+        request = media_pb2.ReadMediaRequest(
+            media=media_pb2.MediaSelector(media_ref=selector), size=size
+        )
+        for message in self.media.ReadMedia(request, timeout=10):
+            if message.WhichOneof("item") == "metadata":
+                metadata = message.metadata
+            else:
+                chunks.append(message.data)
+        return metadata, b"".join(chunks)
+
+
+@pytest.fixture
+def stubs(gemini_pair: ServerPair) -> Iterator[Stubs]:
+    made = Stubs(gemini_pair)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _home(pair: ServerPair) -> Path:
+    assert pair.gemini is not None
+    return pair.gemini
+
+
+def test_sessions_listed_with_source_project_title_and_subagent_links(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    gemini_pair.transcript("claude1").write_bytes(user_line("u1", "hello"))
+    write_session(_home(gemini_pair), full_session(SESSION))
+    child_id = "c0ffee00-1111-4222-8333-444455556666"
+    child = GeminiSession(child_id, kind="subagent")
+    child.user("cu1", "look into the chart")
+    write_session(_home(gemini_pair), child, parent=SESSION)
+    plain_id = "aa11bb22-0000-4000-8000-000000000009"
+    plain = GeminiSession(plain_id)
+    plain.user("p1", [{"text": "  why is the   build red? "}, inline_part(png_bytes(9000))])
+    write_session(_home(gemini_pair), plain, slug="other-app", project_root=None)
+
+    sessions = stubs.sessions()
+    assert sessions["claude1"].source == "claude-code"
+    main = sessions[SESSION]
+    assert (main.source, main.project_dir, main.title) == (
+        "gemini",
+        PROJECT_ROOT,
+        "Cat photo and a chart",
+    )
+    assert not main.is_subagent
+    sub = sessions[child_id]
+    assert sub.is_subagent and sub.parent_session_id == SESSION and sub.source == "gemini"
+    assert sessions[plain_id].project_dir == "other-app"
+    assert sessions[plain_id].title == "why is the build red?"
+    entries, _ = stubs.window(f"gemini:{SESSION}")
+    assert entries
+
+
+def test_a_window_serves_each_live_message_once_with_payloads_cut(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    for session_id, session in (
+        (SESSION, full_session(SESSION)),
+        ("5a5a5a5a-0000-4000-8000-00000000000c", checkpointed_session("5a5a5a5a-c", seed=2)),
+    ):
+        write_session(_home(gemini_pair), session, torn=b'{"id":"late","type":"us')
+        if session_id != SESSION:
+            session_id = "5a5a5a5a-c"
+        entries, end = stubs.window(session_id)
+        assert [e.uuid for e in entries] == list(session.messages)
+        assert end.skipped_lines == 0
+        for entry, message in zip(entries, session.messages.values(), strict=True):
+            served = orjson.loads(entry.json)
+            assert served["id"] == message["id"] and served["type"] == message["type"]
+            assert "iVBOR" not in entry.json  # no image payload is ever served
+            assert len(entry.media_refs) == len(images_of(message))
+
+
+def test_every_image_ref_resolves_byte_exact_with_and_without_its_hint(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = full_session(SESSION, seed=5)
+    write_session(_home(gemini_pair), session)
+    entries, _ = stubs.window(SESSION)
+    refs = [(e.uuid, r) for e in entries for r in e.media_refs]
+    assert [(u, r.index) for u, r in refs] == [("u1", 0), ("g2", 0), ("g2", 1)]
+    for message_id, ref in refs:
+        assert ref.uri == f"{SESSION}/{message_id}/{ref.index}"
+        want = images_of(session.messages[message_id])[ref.index]
+        for hint in (True, False):
+            metadata, data = stubs.read(ref, hint=hint)
+            assert data == want
+            assert metadata.sha256 == hashlib.sha256(want).hexdigest()
+        stat = stubs.media.StatMedia(
+            media_pb2.StatMediaRequest(media=[media_pb2.MediaSelector(media_ref=ref)]), timeout=10
+        )
+        assert stat.results[0].metadata.sha256 == hashlib.sha256(want).hexdigest()
+
+
+def test_pages_both_ways_tokens_survive_appends_and_a_rewind_refuses_them(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = GeminiSession(SESSION)
+    for k in range(6):
+        session.user(f"u{k}", f"question {k}")
+        session.gemini(f"g{k}", "")
+        session.stream(f"g{k}", f"answer {k}")
+    path = write_session(_home(gemini_pair), session)
+    ids = list(session.messages)
+
+    seen: list[str] = []
+    token = ""
+    while True:
+        entries, end = stubs.window(SESSION, page_size=5, page_token=token)
+        seen = [e.uuid for e in entries] + seen
+        token = end.next_page_token
+        if not token:
+            break
+        if len(seen) == 5:
+            session.user("u9", "appended while paging")
+            path.write_bytes(session.data())
+    assert seen == ids
+
+    forward: list[str] = []
+    token = ""
+    direction = pb.READ_DIRECTION_OLDEST_FIRST
+    while True:
+        entries, end = stubs.window(SESSION, page_size=4, page_token=token, direction=direction)
+        forward += [e.uuid for e in entries]
+        token = end.next_page_token
+        if not token:
+            break
+    assert forward == list(session.messages)
+
+    _, end = stubs.window(SESSION, page_size=3)
+    session.rewind("u4")
+    with path.open("ab") as handle:
+        handle.write(session.lines[-1] + b"\n")
+    with pytest.raises(grpc.RpcError) as refused:
+        stubs.window(SESSION, page_size=3, page_token=end.next_page_token)
+    assert_reason(refused.value, Reason.TRANSCRIPT_REWRITTEN)
+    entries, _ = stubs.window(SESSION)
+    assert [e.uuid for e in entries] == list(session.messages)
