@@ -15,7 +15,11 @@ object, no `message`): message text, reasoning summaries (never
 `encrypted_content`), tool calls (name and argument values) and their
 outputs, and a compaction's summary. The `event_msg` copies of messages and
 a compaction's replacement history repeat what their `response_item` lines
-already hold, and are not indexed again.
+already hold, and are not indexed again. `_gemini_texts` for Gemini CLI
+messages: the text of `content` (a string, or its parts' `text`), each
+thought's subject and description, and each tool call's name and the string
+values of its args; never an `inlineData` part, a function response or a
+tool call's result.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from scrollback.contract.enumeration import is_rollout_entry
+from scrollback.contract.enumeration import is_gemini_message, is_rollout_entry
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import StrippedLine
 
@@ -85,6 +89,8 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
         return None
     holder = entry.get("payload") if is_rollout_entry(entry) else entry.get("message")
     role = holder.get("role") if isinstance(holder, dict) else None
+    if is_gemini_message(entry):
+        role = _GEMINI_ROLES.get(entry["type"], "")
     return EntryText(
         uuid=stripped.uuid,
         type=stripped.type,
@@ -110,7 +116,34 @@ def _clean(text: str) -> str:
 def _texts(entry: dict[str, Any]) -> Iterator[str]:
     if is_rollout_entry(entry):
         return _rollout_texts(entry)
+    if is_gemini_message(entry):
+        return _gemini_texts(entry)
     return _claude_code_texts(entry)
+
+
+# The roles of Gemini's message types, in the words the other sources use.
+_GEMINI_ROLES = {"user": "user", "gemini": "assistant"}
+
+
+def _gemini_texts(entry: dict[str, Any]) -> Iterator[str]:
+    """A Gemini CLI message's text (see the module docstring)."""
+    content = entry.get("content")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+    for thought in entry.get("thoughts") or ():
+        if isinstance(thought, dict):
+            for key in ("subject", "description"):
+                if isinstance(thought.get(key), str):
+                    yield thought[key]
+    for call in entry.get("toolCalls") or ():
+        if isinstance(call, dict):
+            if isinstance(call.get("name"), str):
+                yield call["name"]
+            yield from _strings(call.get("args"))
 
 
 # Rollout items whose text people read, by the payload's own "type".

@@ -11,7 +11,9 @@ an old token TRANSCRIPT_REWRITTEN.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from scrollback.history.v1 import history_pb2 as pb
 from scrollback.history.v1 import history_pb2_grpc
 from scrollback.media.v1 import media_pb2, media_pb2_grpc
 from scrollback.ref.v1 import ref_pb2
+from scrollback.search.v1 import search_pb2, search_pb2_grpc
 from tests.support.gemini import (
     PROJECT_ROOT,
     GeminiSession,
@@ -234,3 +237,48 @@ def test_pages_both_ways_tokens_survive_appends_and_a_rewind_refuses_them(
     assert_reason(refused.value, Reason.TRANSCRIPT_REWRITTEN)
     entries, _ = stubs.window(SESSION)
     assert [e.uuid for e in entries] == list(session.messages)
+
+
+def test_insight_counts_each_message_once_per_model_and_never_a_rewound_one(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = full_session(SESSION)
+    write_session(_home(gemini_pair), session)
+    got = stubs.history.GetSession(pb.GetSessionRequest(session_id=SESSION), timeout=10)
+    insight = got.session.insight
+    assert {c.type: c.count for c in insight.entry_counts} == {"user": 3, "gemini": 2}
+    assert insight.photo_count == 3
+    # g1 (written four times) and g2 (three times) count once each; g3 was rewound.
+    usage = insight.usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (900 + 2000, 300)
+    assert (usage.output_tokens, usage.cache_creation_input_tokens) == (40 + 25 + 80 + 10, 0)
+    assert [m.model for m in insight.models] == ["gemini-2.5-pro"]
+
+
+def _search(pair: ServerPair, query: str, session_id: str) -> list[Any]:
+    with grpc.insecure_channel(pair.history_addr) as channel:
+        stub = search_pb2_grpc.SearchServiceStub(channel)
+        request = search_pb2.SearchRequest(query=query, session_id=session_id)
+        return [m.hit for m in stub.Search(request, timeout=10) if m.WhichOneof("item") == "hit"]
+
+
+def test_search_finds_text_thoughts_and_tool_calls_never_payloads_or_rewound_text(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = full_session(SESSION, seed=8)
+    write_session(_home(gemini_pair), session)
+    words = ("photo", "Looking", "read_many_files", "question")
+    found: dict[str, list[Any]] = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the indexer catches up in the background
+        found = {word: _search(gemini_pair, word, SESSION) for word in words}
+        if all(found.values()):
+            break
+        time.sleep(0.1)
+    assert {(h.entry_uuid, h.role) for h in found["photo"]} == {("u1", "user"), ("g1", "assistant")}
+    assert [h.entry_uuid for h in found["Looking"]] == ["g1"]  # a thought's subject
+    assert [h.entry_uuid for h in found["read_many_files"]] == ["g2"]  # a tool call's name
+    assert [h.entry_uuid for h in found["question"]] == ["u4"]
+    encoded = base64.b64encode(png_bytes(30_000, seed=9)).decode()
+    for probe in ("Sure", "start over", encoded[200:240]):  # rewound text, a payload
+        assert _search(gemini_pair, probe, SESSION) == []
