@@ -282,9 +282,9 @@ def _fits(console: Console, table: Table) -> bool:
 
 
 def _project(session: hpb.Session) -> str:
-    """The project column: a Codex session's cwd says that it is one."""
-    if session.source == "codex":
-        return f"codex {session.project_dir}".rstrip()
+    """The project column: a Codex or Gemini session's project says which source it is from."""
+    if session.source in ("codex", "gemini"):
+        return f"{session.source} {session.project_dir}".rstrip()
     return session.project_dir
 
 
