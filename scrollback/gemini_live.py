@@ -64,6 +64,8 @@ _FIRST_KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.){0,64})"\s*:\s*')
 _SIMPLE_STRING = re.compile(rb'"((?:[^"\\]|\\.){0,256})"')
 # JSON tokens the structure walk needs: strings (whole) and punctuation.
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
+# How a user message's type reads in its head (gemini-cli writes it after `id` and `timestamp`).
+_USER_TYPE = b'"type":"user"'
 # The metadata a header or a `$set` may carry that a listing shows.
 _METADATA_KEYS = ("sessionId", "startTime", "lastUpdated", "summary", "kind", "projectHash")
 
@@ -196,7 +198,7 @@ class LiveScan:
             base = position - len(carry)
             line_start = 0
             while (newline := data.find(b"\n", line_start)) >= 0:
-                self._line(data[line_start:newline], base + line_start)
+                self._line(data, line_start, newline, base)
                 line_start = newline + 1
                 self.covered = base + line_start
             carry = data[line_start:]
@@ -205,24 +207,26 @@ class LiveScan:
             start = max(0, self.covered - 64)
             self.mark = source.read(self.covered - start, start)
 
-    def _line(self, line: bytes, offset: int) -> None:
-        end = offset + len(line)
+    def _line(self, data: bytes, start: int, stop: int, base: int) -> None:
+        """Classify the line data[start:stop] (at `base + start` in the file)."""
+        offset, end = base + start, base + stop
         if not self.head:
-            self.head = line[:64]
-        match = _FIRST_KEY.match(line, 0, min(len(line), HEAD_READ))
+            self.head = data[start : min(stop, start + 64)]
+        match = _FIRST_KEY.match(data, start, min(stop, start + HEAD_READ))
         key = _json_string(match.group(1)) if match is not None else None
         if match is not None and key == "id":
-            value = _SIMPLE_STRING.match(line, match.end())
+            value = _SIMPLE_STRING.match(data, match.end(), stop)
             message_id = _json_string(value.group(1)) if value is not None else None
             if message_id is not None:
-                self._message(message_id, offset, end, line)
+                self._message(message_id, offset, end, data, start, stop)
                 return
-        if len(line) <= PARSE_MAX:
+        if stop - start <= PARSE_MAX:
+            line = data[start:stop]
             record = _parse(line)
             if record is not None and self._record(record, line, offset):
                 return
         elif key == "$set":
-            self._checkpoint(line, offset, ("$set", "messages"))
+            self._checkpoint(data[start:stop], offset, ("$set", "messages"))
             return
         self.spans.add(offset, end, False)
 
@@ -235,7 +239,7 @@ class LiveScan:
             self._rewind(rewind)
             return True
         if isinstance(record.get("id"), str):
-            self._message(record["id"], offset, end, line)
+            self._message(record["id"], offset, end, line, 0, len(line))
             return True
         update = record.get("$set")
         if isinstance(update, dict):
@@ -256,13 +260,16 @@ class LiveScan:
             if key in record:
                 self.metadata[key] = record[key]
 
-    def _message(self, message_id: str, start: int, end: int, text: bytes) -> None:
+    def _message(
+        self, message_id: str, start: int, end: int, data: bytes, low: int, high: int
+    ) -> None:
+        """A message line (data[low:high]): its id's new latest version."""
         known = self.live.get(message_id)
         if known is not None:
             self.spans.alive[known] = 0
         self.live[message_id] = self.spans.add(start, end, True)
-        if not self.first_user_text:
-            self.first_user_text = _user_text(text)
+        if not self.first_user_text and _USER_TYPE in data[low : min(high, low + HEAD_READ)]:
+            self.first_user_text = _user_text(data[low:high])
 
     def _rewind(self, message_id: str) -> None:
         """Drop that message and all after it in order; all of them when it is not there."""
@@ -306,7 +313,7 @@ class LiveScan:
                 if known is not None:
                     self.spans.alive[known] = 0
                 self.live[message_id] = self.spans.add(offset + start, offset + stop, True, flatten)
-                if not self.first_user_text:
+                if not self.first_user_text and _USER_TYPE in element[:HEAD_READ]:
                     self.first_user_text = _user_text(element)
             previous = offset + stop
         self.spans.add(previous, end, False)
@@ -360,8 +367,6 @@ def _parse(data: bytes) -> dict[str, Any] | None:
 
 def _user_text(line: bytes) -> str:
     """The text of a user message (its content string or text parts), else ""."""
-    if b'"type":"user"' not in line[:HEAD_READ]:
-        return ""
     if len(line) > PARSE_MAX:
         stripped = strip_line(line, MIN_INLINE_LIMIT, PARSE_MAX)
         if stripped is None or stripped.oversize:
