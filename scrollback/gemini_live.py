@@ -322,7 +322,19 @@ class LiveScan:
 
     # -- reading -----------------------------------------------------------------
 
-    def mask(self, data: bytearray, offset: int) -> None:
+    def masks(self, offset: int, stop: int) -> bool:
+        """True if some byte of the file's [offset, stop) reads otherwise in the view."""
+        spans = self.spans
+        index = bisect.bisect_right(spans.ends, offset)
+        count = len(spans.starts)
+        while index < count and spans.starts[index] < stop:
+            if not spans.alive[index] or spans.flatten[index]:
+                return True
+            index += 1
+        first = bisect.bisect_left(spans.breaks, offset)
+        return first < len(spans.breaks) and spans.breaks[first] < stop
+
+    def mask(self, data: bytearray | memoryview, offset: int) -> None:
         """Turn `data` (the file's bytes at `offset`) into the view's: dead bytes to spaces."""
         spans, stop = self.spans, offset + len(data)
         index = bisect.bisect_right(spans.ends, offset)
@@ -334,7 +346,8 @@ class LiveScan:
                 if not spans.alive[index]:
                     data[low:high] = b" " * (high - low)
                 elif spans.flatten[index]:
-                    data[low:high] = data[low:high].replace(b"\n", b" ").replace(b"\r", b" ")
+                    flat = bytes(data[low:high]).replace(b"\n", b" ").replace(b"\r", b" ")
+                    data[low:high] = flat
             index += 1
         first = bisect.bisect_left(spans.breaks, offset)
         for position in spans.breaks[first : bisect.bisect_left(spans.breaks, stop)]:
@@ -465,16 +478,32 @@ class LiveView(ByteSource):
             if end <= offset:
                 return head
         raw_offset = offset - PREFIX_BYTES
-        data = bytearray(self._file.read(end - offset, raw_offset))
+        raw = self._file.read(end - offset, raw_offset)
         with scan.lock:
+            if not scan.masks(raw_offset, raw_offset + len(raw)):
+                return head + raw if head else raw  # live bytes only: no copy
+            data = bytearray(raw)
             scan.mask(data, raw_offset)
         return head + bytes(data)
 
     def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
         """Copy the view's bytes into `buffer` from `offset`; the count, fewer at the end."""
-        data = self.read(len(buffer), offset)
-        buffer[: len(data)] = data
-        return len(data)
+        if offset < PREFIX_BYTES:
+            data = self.read(len(buffer), offset)
+            buffer[: len(data)] = data
+            return len(data)
+        scan = self.scan
+        wanted = max(0, min(len(buffer), PREFIX_BYTES + scan.covered - offset))
+        if wanted == 0:
+            return 0
+        raw_offset = offset - PREFIX_BYTES
+        with memoryview(buffer) as view:
+            target = view[:wanted]
+            count = self._file.read_into(target, raw_offset)
+            with scan.lock:
+                if scan.masks(raw_offset, raw_offset + count):
+                    scan.mask(target[:count], raw_offset)
+        return count
 
     def dup(self) -> LiveView:
         """A second view on a second handle of the same file."""
