@@ -36,6 +36,7 @@ from scrollback.layouts import (
     CODEX_ARCHIVE_DIR,
     CODEX_DEPTH,
     GEMINI,
+    GEMINI_LEGACY_SUFFIX,
     SUBAGENT_DIR,
     TRANSCRIPT_SUFFIX,
     read_session_meta,
@@ -500,7 +501,7 @@ class DirectoryRoot:
             return opened
         # A Gemini session is read as the lines of its live messages (scrollback.gemini_live).
         try:
-            return LiveView(opened)
+            return LiveView(opened, legacy=transcript.location.endswith(GEMINI_LEGACY_SUFFIX))
         except BaseException:
             opened.close()
             raise

@@ -58,6 +58,8 @@ HEAD_READ = 512
 PARSE_MAX = 1024 * 1024
 # Lines are found in reads of this size.
 SCAN_CHUNK = 4 * 1024 * 1024
+# The largest older whole-document session served (it is read whole to find its messages).
+LEGACY_MAX = 256 * 1024 * 1024
 # Scans kept per process (the least recently used go first).
 SCANS_KEPT = 256
 _FIRST_KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.){0,64})"\s*:\s*')
@@ -65,7 +67,7 @@ _SIMPLE_STRING = re.compile(rb'"((?:[^"\\]|\\.){0,256})"')
 # JSON tokens the structure walk needs: strings (whole) and punctuation.
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
 # How a user message's type reads in its head (gemini-cli writes it after `id` and `timestamp`).
-_USER_TYPE = b'"type":"user"'
+_USER_TYPE = re.compile(rb'"type"\s*:\s*"user"')
 # The metadata a header or a `$set` may carry that a listing shows.
 _METADATA_KEYS = ("sessionId", "startTime", "lastUpdated", "summary", "kind", "projectHash")
 
@@ -172,8 +174,8 @@ class LiveScan:
     served). Extend it with `extend` (under its lock: `scan_of` does).
     """
 
-    def __init__(self, dev: int, ino: int) -> None:
-        self.dev, self.ino = dev, ino
+    def __init__(self, dev: int, ino: int, legacy: bool = False) -> None:
+        self.dev, self.ino, self.legacy = dev, ino, legacy
         self.head = b""  # the first bytes of the first line, once it is complete
         self.lock = threading.Lock()
         self.covered = 0
@@ -188,6 +190,9 @@ class LiveScan:
 
     def extend(self, source: ByteSource, size: int) -> None:
         """Classify the complete lines between `covered` and `size`."""
+        if self.legacy:
+            self._document(source, size)
+            return
         position = self.covered
         carry = b""
         while position < size:
@@ -230,6 +235,22 @@ class LiveScan:
             return
         self.spans.add(offset, end, False)
 
+    def _document(self, source: ByteSource, size: int) -> None:
+        """An older whole-document session (`session-*.json`): its `messages` are the entries.
+
+        gemini-cli rewrote the file whole at each update, so a version is the whole
+        file: it is read once, and any change of it is another version (`_fresh`).
+        """
+        if size > LEGACY_MAX:
+            return  # not served: the document would be held whole to find its messages
+        data = source.read(size, 0)
+        self.head = data[:64]
+        self._checkpoint(data, 0, ("messages",))
+        self.covered = len(data)
+        record = _parse(data) if len(data) <= PARSE_MAX else None
+        if record is not None:
+            self._metadata(record)
+
     def _record(self, record: dict[str, Any], line: bytes, offset: int) -> bool:
         """Classify a parsed line as gemini-cli does (rewind, message, `$set`, header)."""
         end = offset + len(line)
@@ -268,7 +289,7 @@ class LiveScan:
         if known is not None:
             self.spans.alive[known] = 0
         self.live[message_id] = self.spans.add(start, end, True)
-        if not self.first_user_text and _USER_TYPE in data[low : min(high, low + HEAD_READ)]:
+        if not self.first_user_text and _USER_TYPE.search(data, low, min(high, low + HEAD_READ)):
             self.first_user_text = _user_text(data[low:high])
 
     def _rewind(self, message_id: str) -> None:
@@ -291,8 +312,12 @@ class LiveScan:
             self.spans.alive[index] = 0
         self.live = {}
         previous = offset
-        for start, stop in elements:
+        for k, (start, stop) in enumerate(elements):
             self.spans.add(previous, offset + start, False)
+            # A newline ends the previous element and one starts this one: each is a line
+            # of its own, with no spaces before it (the gap between them a blank line).
+            if k and offset + start - previous >= 2:
+                self.spans.breaks.append(previous)
             if offset + start > previous:
                 self.spans.breaks.append(offset + start - 1)
             head = _FIRST_KEY.match(line, start, min(stop, start + HEAD_READ))
@@ -313,7 +338,7 @@ class LiveScan:
                 if known is not None:
                     self.spans.alive[known] = 0
                 self.live[message_id] = self.spans.add(offset + start, offset + stop, True, flatten)
-                if not self.first_user_text and _USER_TYPE in element[:HEAD_READ]:
+                if not self.first_user_text and _USER_TYPE.search(element, 0, HEAD_READ):
                     self.first_user_text = _user_text(element)
             previous = offset + stop
         self.spans.add(previous, end, False)
@@ -355,9 +380,11 @@ class LiveScan:
 
     @property
     def view_ino(self) -> int:
-        """The view's inode: the file's, mixed with its head and the generation."""
+        """The view's inode: the file's, mixed with its head and the generation (and, for a
+        whole-document session, its size: each rewrite of it is another version)."""
+        generation = self.covered if self.legacy else self.generation
         digest = xxhash.xxh3_64_intdigest(
-            self.ino.to_bytes(8, "little") + self.generation.to_bytes(8, "little") + self.head
+            self.ino.to_bytes(8, "little") + generation.to_bytes(8, "little") + self.head
         )
         return digest & ((1 << 63) - 1)
 
@@ -402,14 +429,19 @@ _SCANS_LOCK = threading.Lock()
 
 
 def _fresh(scan: LiveScan, source: ByteSource, size: int) -> bool:
-    """True if the file still continues what the scan read (same head, the mark in place)."""
+    """True if the file still continues what the scan read (same head, the mark in place);
+    a whole-document session only while its size is the one read."""
+    if scan.legacy and scan.covered and size != scan.covered:
+        return False
     if size < scan.covered or source.read(len(scan.head), 0) != scan.head:
         return False
     start = scan.covered - len(scan.mark)
     return not scan.mark or source.read(len(scan.mark), start) == scan.mark
 
 
-def scan_of(source: ByteSource, stat: SourceStat | None = None) -> LiveScan:
+def scan_of(
+    source: ByteSource, stat: SourceStat | None = None, *, legacy: bool = False
+) -> LiveScan:
     """The scan of an open session file, extended to its complete lines now.
 
     One per file (device, inode) per process; a file that no longer continues
@@ -423,14 +455,14 @@ def scan_of(source: ByteSource, stat: SourceStat | None = None) -> LiveScan:
         if scan is not None:
             _SCANS.move_to_end(key)
     if scan is None:
-        scan = LiveScan(stat.st_dev, stat.st_ino)
+        scan = LiveScan(stat.st_dev, stat.st_ino, legacy)
         with _SCANS_LOCK:
             scan = _SCANS.setdefault(key, scan)
             while len(_SCANS) > SCANS_KEPT:
                 _SCANS.popitem(last=False)
     with scan.lock:
         if not _fresh(scan, source, stat.st_size):
-            scan = LiveScan(stat.st_dev, stat.st_ino)
+            scan = LiveScan(stat.st_dev, stat.st_ino, legacy)
             with _SCANS_LOCK:
                 _SCANS[key] = scan
         if scan.covered < stat.st_size:
@@ -445,16 +477,17 @@ class LiveView(ByteSource):
     sees appends as a file does.
     """
 
-    __slots__ = ("_file", "scan")
+    __slots__ = ("_file", "legacy", "scan")
 
-    def __init__(self, file: ByteSource) -> None:
+    def __init__(self, file: ByteSource, *, legacy: bool = False) -> None:
         self._file = file
-        self.scan = scan_of(file)
+        self.legacy = legacy
+        self.scan = scan_of(file, legacy=legacy)
 
     def stat(self) -> LiveStat:
         """The view's size (prefix and complete lines) and the generation's inode."""
         stat = self._file.stat()
-        self.scan = scan_of(self._file, stat)
+        self.scan = scan_of(self._file, stat, legacy=self.legacy)
         return LiveStat(
             PREFIX_BYTES + self.scan.covered,
             stat.st_dev,
@@ -507,7 +540,7 @@ class LiveView(ByteSource):
 
     def dup(self) -> LiveView:
         """A second view on a second handle of the same file."""
-        return LiveView(self._file.dup())
+        return LiveView(self._file.dup(), legacy=self.legacy)
 
     def close(self) -> None:
         """Close the file's source."""

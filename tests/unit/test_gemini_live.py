@@ -14,6 +14,7 @@ from tests.support.gemini import (
     full_session,
     images_of,
     inline_part,
+    legacy_document,
 )
 from tests.support.media import png_bytes
 
@@ -102,3 +103,23 @@ def test_the_stripped_view_line_names_the_message_by_its_id_and_numbers_its_imag
         expected = images_of(session.messages[stripped.uuid])
         assert [image.index for image in stripped.images] == list(range(len(expected)))
         assert stripped.cut_count == len(expected) and len(stripped.json) < 4096
+
+
+def test_an_older_whole_document_session_is_read_as_its_messages() -> None:
+    session = full_session("s6")
+    document = legacy_document(session)
+    with LiveView(MemorySource(document, ino=8), legacy=True) as view:
+        stat = view.stat()
+        text = view.read(stat.st_size, 0)
+        assert view.scan.title == "what is in this photo?"
+    lines = [line for line in text.split(b"\n") if line.strip()]
+    assert [orjson.loads(line) for line in lines] == list(session.messages.values())
+    assert all(line.startswith(b"{") for line in lines)  # each message a line of its own
+    # Rewritten whole (in place): another version.
+    session.user("u7", "and another")
+    source = MemorySource(document, ino=9)
+    view = LiveView(source, legacy=True)
+    first = view.stat().st_ino
+    source.replace(legacy_document(session))
+    assert view.stat().st_ino != first
+    assert orjson.loads(view.read(10**7, 0).split(b"\n")[-2])["id"] == "u7"

@@ -35,11 +35,12 @@ from tests.support.gemini import (
     full_session,
     images_of,
     inline_part,
+    legacy_document,
     write_session,
 )
 from tests.support.media import png_bytes
 from tests.support.reasons import assert_reason
-from tests.support.servers import ServerPair, user_line
+from tests.support.servers import ServerPair, png, user_line
 
 SESSION = "7d3f6a52-1c2b-4e8f-9a0d-3b5c7e9f1a24"
 
@@ -282,3 +283,34 @@ def test_search_finds_text_thoughts_and_tool_calls_never_payloads_or_rewound_tex
     encoded = base64.b64encode(png_bytes(30_000, seed=9)).decode()
     for probe in ("Sure", "start over", encoded[200:240]):  # rewound text, a payload
         assert _search(gemini_pair, probe, SESSION) == []
+
+
+def test_an_older_whole_document_session_is_served_read_only_with_its_refs(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = full_session(SESSION, seed=11)
+    chats = _home(gemini_pair) / "tmp" / "old-app" / "chats"
+    chats.mkdir(parents=True)
+    name = "session-2025-06-01T10-00-7d3f6a52"
+    (chats / f"{name}.json").write_bytes(legacy_document(session))
+    listed = stubs.sessions()[name]
+    assert (listed.source, listed.project_dir) == ("gemini", "old-app")
+    assert listed.title == "what is in this photo?"
+    entries, _ = stubs.window(name)
+    assert [e.uuid for e in entries] == list(session.messages)
+    refs = [(e.uuid, r) for e in entries for r in e.media_refs]
+    assert [(u, r.index) for u, r in refs] == [("u1", 0), ("g2", 0), ("g2", 1)]
+    for message_id, ref in refs:
+        want = images_of(session.messages[message_id])[ref.index]
+        for hint in (True, False):
+            assert stubs.read(ref, hint=hint)[1] == want
+
+
+def test_thumbnails_of_a_gemini_image(gemini_pair: ServerPair, stubs: Stubs) -> None:
+    session = GeminiSession(SESSION)
+    session.user("u1", [{"text": "a real picture"}, inline_part(png(3, size=300))])
+    write_session(_home(gemini_pair), session)
+    entries, _ = stubs.window(SESSION)
+    ref = entries[0].media_refs[0]
+    thumbnail, data = stubs.read(ref, size=media_pb2.THUMBNAIL_SIZE_96)
+    assert data[:4] == b"RIFF" and thumbnail.width == 96 and thumbnail.height == 96
