@@ -109,6 +109,7 @@ class GatewayStack:
         max_streams: int = 64,
         codex: Path | None = None,
         security: SecuritySettings | None = None,
+        gemini: Path | None = None,
     ) -> None:
         self.tokens_file: Path | None = None
         if tenants is not None:
@@ -116,7 +117,9 @@ class GatewayStack:
             security = SecuritySettings(
                 auth_tokens=self.tokens_file, max_streams_per_principal=max_streams
             )
-        self.pair = ServerPair(tmp_path / "root", tmp_path / "state", security, codex)
+        self.pair = ServerPair(
+            tmp_path / "root", tmp_path / "state", security, codex, gemini=gemini
+        )
         self.tmp = tmp_path
         self.log = RequestLog()
         self.gateway: RunningGateway | None = None
