@@ -478,6 +478,9 @@ class LiveView(ByteSource):
     """
 
     __slots__ = ("_file", "legacy", "scan")
+    # Lines turn blank in place while the version stays (a message rewritten later): what is
+    # kept of the view's lines (the line index) is checked line by line, not by its last bytes.
+    blanks_in_place = True
 
     def __init__(self, file: ByteSource, *, legacy: bool = False) -> None:
         self._file = file

@@ -7,7 +7,9 @@ import pytest
 
 from scrollback.contract.stripping import strip_line
 from scrollback.gemini_live import PREFIX_BYTES, LiveView, checkpoint_elements
+from scrollback.lineindex import LineIndex
 from scrollback.memory_source import MemorySource
+from scrollback.state.line_index_sqlite import SqliteLineIndexStore
 from tests.support.gemini import (
     GeminiSession,
     checkpointed_session,
@@ -123,3 +125,28 @@ def test_an_older_whole_document_session_is_read_as_its_messages() -> None:
     source.replace(legacy_document(session))
     assert view.stat().st_ino != first
     assert orjson.loads(view.read(10**7, 0).split(b"\n")[-2])["id"] == "u7"
+
+
+def test_the_line_index_of_a_view_survives_a_rewrite_of_its_last_message(tmp_path) -> None:
+    session = GeminiSession("s7")
+    for k in range(20):
+        session.user(f"u{k}", f"question {k}")
+        session.gemini(f"g{k}", f"answer {k}")
+    source = MemorySource(session.data(), ino=10)
+    index = LineIndex(SqliteLineIndexStore(tmp_path))
+    try:
+        view = LiveView(source)
+        index.ensure("s7", view)
+        assert index.builds == 1
+        session.stream("g19", "answer 19, streamed on")  # the last line indexed turns blank
+        source.replace(session.data())
+        view.stat()
+        snapshot = index.ensure("s7", view)
+        assert index.builds == 1  # extended, not rebuilt
+        rows = index.lines_before(snapshot, view.stat().st_size, 1000)  # newest first
+        lines = [view.read(length, offset) for offset, length in reversed(rows)]
+        live = [orjson.loads(line) for line in lines if line.strip()]
+        assert live[-1]["content"] == "answer 19, streamed on"
+        assert [m["id"] for m in live] == list(session.messages)[-len(live) :]
+    finally:
+        index.close()
