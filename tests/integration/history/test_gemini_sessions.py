@@ -314,3 +314,45 @@ def test_thumbnails_of_a_gemini_image(gemini_pair: ServerPair, stubs: Stubs) -> 
     ref = entries[0].media_refs[0]
     thumbnail, data = stubs.read(ref, size=media_pb2.THUMBNAIL_SIZE_96)
     assert data[:4] == b"RIFF" and thumbnail.width == 96 and thumbnail.height == 96
+
+
+def _append(path: Path, data: bytes) -> None:
+    with path.open("ab") as handle:
+        handle.write(data)
+
+
+def test_watch_streams_new_messages_and_each_new_version_of_a_streamed_one(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = GeminiSession(SESSION)
+    session.user("u1", "hello")
+    path = write_session(_home(gemini_pair), session)
+    picture = png_bytes(36_000, seed=5)
+    call = stubs.history.WatchSession(pb.WatchSessionRequest(session_id=SESSION), timeout=30)
+    entries: list[pb.Entry] = []
+    heartbeats = 0
+    try:
+        for message in call:
+            kind = message.WhichOneof("event")
+            if kind == "heartbeat":
+                heartbeats += 1
+                written = path.stat().st_size
+                if heartbeats == 1:
+                    session.user("u2", [{"text": "and this"}, inline_part(picture)])
+                    session.gemini("g2", "")
+                    _append(path, session.data()[written:])
+                elif heartbeats == 3:
+                    session.stream("g2", "A heron.")  # half of the new version first
+                    _append(path, session.data()[written:-20])
+                elif heartbeats == 5:
+                    _append(path, session.data()[written:])
+            elif kind == "entry":
+                entries.append(message.entry)
+                if len(entries) == 3:
+                    break
+    finally:
+        call.cancel()
+    assert [e.uuid for e in entries] == ["u2", "g2", "g2"]
+    assert orjson.loads(entries[2].json)["content"] == "A heron."
+    (ref,) = entries[0].media_refs
+    assert stubs.read(ref, hint=False)[1] == picture
