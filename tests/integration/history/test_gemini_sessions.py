@@ -356,3 +356,33 @@ def test_watch_streams_new_messages_and_each_new_version_of_a_streamed_one(
     assert orjson.loads(entries[2].json)["content"] == "A heron."
     (ref,) = entries[0].media_refs
     assert stubs.read(ref, hint=False)[1] == picture
+
+
+def test_list_images_lists_each_live_message_image_with_its_ref(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = full_session(SESSION, seed=2)
+    session.user("u8", [{"text": "a real one"}, inline_part(png(4, size=64))])
+    write_session(_home(gemini_pair), session)
+    listed = [
+        m.image
+        for m in stubs.history.ListImages(pb.ListImagesRequest(session_id=SESSION), timeout=10)
+        if m.WhichOneof("item") == "image"
+    ]
+    assert [(i.entry_uuid, i.index) for i in listed] == [
+        ("u1", 0),
+        ("g2", 0),
+        ("g2", 1),
+        ("u8", 0),
+    ]
+    entries, _ = stubs.window(SESSION)
+    minted = {r.uri: r.pin for e in entries for r in e.media_refs}
+    for image in listed:
+        # The same ref and pin as the window's (a small image stays inline in a window).
+        assert minted.get(image.ref.uri, image.ref.pin) == image.ref.pin
+        want = images_of(session.messages[image.entry_uuid])[image.index]
+        assert stubs.read(image.ref, hint=False)[1] == want
+        assert image.sha256 == hashlib.sha256(want).hexdigest()
+        assert image.size_bytes == len(want)
+    assert (listed[-1].width, listed[-1].height) == (64, 64)
+    assert list(listed[0].problems) == ["undecodable"]  # bytes that only sniff as PNG
