@@ -40,6 +40,7 @@ from history_service.slim import (
     slim_file,
 )
 from history_service.slim_downscale import OVER_DECODE_BUDGET, Downscale, DownscaleAnswer
+from history_service.slim_gemini import slim_gemini_file
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope
@@ -454,15 +455,15 @@ class HistoryCore:
         yield SlimStart(session_id, files[0].project_dir, copy_id)
         for transcript, fd in self._opened(files):
             size = file_size(fd)
-            relative = (
-                f"{copy_id}/subagents/{transcript.session_id}.jsonl"
-                if transcript is not files[0]
-                else f"{copy_id}.jsonl"
-            )
+            relative = _copy_path(transcript, copy_id, transcript is files[0])
             yield SlimFileStart(transcript.session_id, relative, transcript.is_subagent, size)
             stats = SlimStats()
             name = self.root.name_of(transcript, principal)
-            yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)
+            if transcript.source == GEMINI:
+                max_line = self.config.max_line_size
+                yield from slim_gemini_file(fd, size, name, options, max_line, stats)
+            else:
+                yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)
             yield stats
 
     def slim(
@@ -520,3 +521,15 @@ class HistoryCore:
         self.store.close()
         if self.line_index is not None:
             self.line_index.close()
+
+
+def _copy_path(transcript: TranscriptFile, copy_id: str, first: bool) -> str:
+    """Where a slim copy's file goes, relative to the copy: its source's own layout (a Gemini
+    session as `session-<id>.jsonl`, its sub-agents in `<id>/`)."""
+    if transcript.source == GEMINI:
+        if first:
+            return f"session-{copy_id}.jsonl"
+        return f"{copy_id}/{transcript.session_id}.jsonl"
+    if first:
+        return f"{copy_id}.jsonl"
+    return f"{copy_id}/subagents/{transcript.session_id}.jsonl"

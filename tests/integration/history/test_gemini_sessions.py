@@ -386,3 +386,36 @@ def test_list_images_lists_each_live_message_image_with_its_ref(
         assert image.size_bytes == len(want)
     assert (listed[-1].width, listed[-1].height) == (64, 64)
     assert list(listed[0].problems) == ["undecodable"]  # bytes that only sniff as PNG
+
+
+def test_a_slim_copy_is_a_gemini_session_of_the_live_messages_with_images_as_notes(
+    gemini_pair: ServerPair, stubs: Stubs
+) -> None:
+    session = full_session(SESSION, seed=6)
+    write_session(_home(gemini_pair), session)
+    fork = "f0f0f0f0-0000-4000-8000-000000000001"
+    request = pb.SlimSessionRequest(session_id=SESSION, fork_session_id=fork)
+    files: dict[str, bytearray] = {}
+    current = ""
+    for message in stubs.history.SlimSession(request, timeout=10):
+        kind = message.WhichOneof("item")
+        if kind == "file":
+            current = message.file.relative_path
+            files[current] = bytearray()
+        elif kind == "data":
+            files[current] += message.data
+    assert list(files) == [f"session-{fork}.jsonl"]
+    lines = [orjson.loads(line) for line in bytes(files[current]).splitlines()]
+    header, messages = lines[0], lines[1:]
+    assert header["sessionId"] == fork and header["summary"] == "Cat photo and a chart"
+    assert header["projectHash"] == orjson.loads(session.lines[0])["projectHash"]
+    assert [m["id"] for m in messages] == list(session.messages)
+    text = bytes(files[current]).decode()
+    assert "inlineData" not in text and "iVBOR" not in text
+    u1 = messages[0]["content"][1]["text"]
+    assert u1.startswith("[image cut by scrollback slim: image/png, 30,000 bytes")
+    assert f"ref {SESSION}/u1/0 pin " in u1
+    notes = [p for call in messages[3]["toolCalls"] for p in call["result"]]
+    assert f"ref {SESSION}/g2/1" in notes[1]["text"]
+    assert f"ref {SESSION}/g2/0" in notes[0]["functionResponse"]["parts"][0]["text"]
+    assert messages[3]["tokens"]["input"] == 2000  # the latest version of the message
