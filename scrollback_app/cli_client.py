@@ -36,7 +36,7 @@ from rich.text import Text
 from client import Client, Deadlines, Media, media_selector
 from client.errors import Cancelled, InvalidArgument, Unavailable
 from client.tls import TlsConfigError, TlsOptions
-from scrollback.contract.enumeration import is_rollout_entry, iter_image_blocks
+from scrollback.contract.enumeration import is_gemini_message, is_rollout_entry, iter_image_blocks
 from scrollback.contract.proto_json import message_json
 from scrollback.contract.sniff import SNIFF_BYTES, sniff
 from scrollback.history.v1 import history_pb2 as hpb
@@ -195,13 +195,46 @@ def _rollout_parts(payload: dict[str, Any], kind: str, parts: list[str]) -> None
         parts.append(f"[{kind} {item or ''}]".replace(" ]", "]"))
 
 
+def _gemini_texts(content: Any) -> list[str]:
+    """A Gemini Part list's (or string's) texts, an image part as [image]."""
+    if isinstance(content, str):
+        return [content]
+    texts: list[str] = []
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str) and not part.get("thought"):
+            texts.append(part["text"])
+        elif "inlineData" in part:
+            texts.append("[image]")
+    return texts
+
+
+def _gemini_parts(parsed: dict[str, Any], parts: list[str]) -> None:
+    """A Gemini CLI message's labels and texts: [thinking] subjects, text and [image], each
+    tool call as [tool NAME] and its first string argument."""
+    thoughts = [t for t in parsed.get("thoughts") or () if isinstance(t, dict)]
+    if thoughts:
+        parts.append("[thinking]")
+        parts += [str(t.get("subject", "")) for t in thoughts]
+    parts += _gemini_texts(parsed.get("content"))
+    for call in parsed.get("toolCalls") or ():
+        if isinstance(call, dict):
+            parts.append(f"[tool {call.get('name', '')}]")
+            args = call.get("args")
+            values = args.values() if isinstance(args, dict) else ()
+            parts.append(next((v for v in values if isinstance(v, str)), ""))
+
+
 def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
     """A one-line summary of an entry's message: its text, with [image]/[tool_use]/... labels."""
     parsed = _parsed(entry)
     message = parsed.get("message")
     payload = parsed.get("payload")
     parts: list[str] = []
-    if message is None and isinstance(payload, dict):
+    if is_gemini_message(parsed):
+        _gemini_parts(parsed, parts)
+    elif message is None and isinstance(payload, dict):
         _rollout_parts(payload, entry.type, parts)
     elif entry.type == "summary":
         parts.append(str(parsed.get("summary", "")))
@@ -900,6 +933,28 @@ class _Exporter:
         ]
         return body
 
+    def _gemini_html(self, entry: hpb.Entry, parsed: dict[str, Any]) -> str:
+        """A Gemini CLI message's text and photos (exporting its photos here is what gives
+        the page's renderer their files)."""
+        texts = [t for t in _gemini_texts(parsed.get("content")) if t != "[image]"]
+        body = "".join(f'<div class="text">{_html_text(t)}</div>' for t in texts)
+        for call in parsed.get("toolCalls") or ():
+            if isinstance(call, dict):
+                name = html.escape(str(call.get("name", "")))
+                args = json.dumps(call.get("args"), indent=2, ensure_ascii=False)
+                body += f"<details><summary>tool: {name}</summary><pre>{_html_text(args)}</pre></details>"
+        body += "".join(
+            self._image_html(entry, ref.index)
+            for ref in sorted(entry.media_refs, key=lambda r: r.index)
+        )
+        kind = html.escape(entry.type)
+        stamp = html.escape(entry.timestamp)
+        anchor = html.escape(f"e-{entry.uuid or entry.byte_offset}", quote=True)
+        return (
+            f'<div class="entry {kind}" id="{anchor}"><div class="meta">{kind} · '
+            f'<a href="#{anchor}">{stamp}</a></div>{body}</div>\n'
+        )
+
     def entry_html(self, entry: hpb.Entry) -> str:
         """One entry as an HTML fragment ("" for bookkeeping entries)."""
         parsed = _parsed(entry)
@@ -908,6 +963,8 @@ class _Exporter:
             return f'<p class="meta">summary: {text}</p>\n'
         if is_rollout_entry(parsed):
             return self._rollout_html(entry, parsed)
+        if is_gemini_message(parsed):
+            return self._gemini_html(entry, parsed)
         if entry.type not in ("user", "assistant"):
             return ""
         message = parsed.get("message")
