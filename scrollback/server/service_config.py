@@ -317,6 +317,13 @@ def open_transcript_source(
             CODEX_SESSIONS_ENV,
         )
         codex = None
+    if not isinstance(transcripts, Path) and gemini is not None:
+        log.warning(
+            "the transcripts root is a bucket: Gemini's home is not read (%s names a local "
+            "directory, read beside a local transcripts root only)",
+            GEMINI_HOME_ENV,
+        )
+        gemini = None
     return transcript_source(
         transcripts,
         buckets=buckets,
