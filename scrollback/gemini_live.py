@@ -193,24 +193,45 @@ class LiveScan:
         if self.legacy:
             self._document(source, size)
             return
-        position = self.covered
-        carry = b""
+        position = line_start = self.covered
         while position < size:
             chunk = source.read(min(SCAN_CHUNK, size - position), position)
             if not chunk:
                 break
-            data = carry + chunk if carry else chunk
-            base = position - len(carry)
-            line_start = 0
-            while (newline := data.find(b"\n", line_start)) >= 0:
-                self._line(data, line_start, newline, base)
-                line_start = newline + 1
-                self.covered = base + line_start
-            carry = data[line_start:]
+            at = 0
+            while (newline := chunk.find(b"\n", at)) >= 0:
+                if line_start >= position:
+                    self._line(chunk, line_start - position, newline, position)
+                else:  # begun in an earlier chunk: read again, its head at least, never joined
+                    self._long_line(source, line_start, position + newline)
+                line_start = position + newline + 1
+                self.covered = line_start
+                at = newline + 1
             position += len(chunk)
         if self.covered:
             start = max(0, self.covered - 64)
             self.mark = source.read(self.covered - start, start)
+
+    def _long_line(self, source: ByteSource, start: int, end: int) -> None:
+        """Classify a line that spans reads: from its head, the whole line only when it must
+        be parsed (at most PARSE_MAX, a `$set`, the first user message's text)."""
+        head = source.read(min(HEAD_READ, end - start), start)
+        match = _FIRST_KEY.match(head)
+        key = _json_string(match.group(1)) if match is not None else None
+        whole = key != "id" and (end - start <= PARSE_MAX or key == "$set")
+        if key == "id" and not self.first_user_text and _USER_TYPE.search(head):
+            whole = True
+        if whole:
+            line = source.read(end - start, start)
+            self._line(line, 0, len(line), start)
+            return
+        if match is not None and key == "id":
+            value = _SIMPLE_STRING.match(head, match.end())
+            message_id = _json_string(value.group(1)) if value is not None else None
+            if message_id is not None:
+                self._message(message_id, start, end, head, 0, 0)
+                return
+        self.spans.add(start, end, False)
 
     def _line(self, data: bytes, start: int, stop: int, base: int) -> None:
         """Classify the line data[start:stop] (at `base + start` in the file)."""
