@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from history_service.image_list import ImageRecord, problems_of
 from history_service.lines import FileShrankError, is_blank, iter_lines_forward
-from history_service.slim_blocks import LineSource, PayloadFacts, _inline_facts, facts_of
+from history_service.slim_blocks import LineSource, PayloadFacts, facts_of, inline_facts
 from scrollback.contract.enumeration import is_gemini_message, iter_gemini_inline
 from scrollback.contract.extraction import iter_decoded
 from scrollback.contract.refs import entry_name
@@ -47,7 +47,7 @@ def list_gemini_images(
                 except FileShrankError:
                     return records
             elif isinstance(data, str):
-                facts, _ = _inline_facts(data, False)
+                facts, _ = inline_facts(data, False)
             else:
                 facts = PayloadFacts(0, "", None, False)
             declared = inline.get("mimeType")

@@ -24,8 +24,8 @@ from history_service.slim_blocks import (
     OUT_CHUNK,
     LineSource,
     PayloadFacts,
-    _inline_facts,
     facts_of,
+    inline_facts,
     stand_in_text,
 )
 from scrollback.contract.enumeration import is_gemini_message
@@ -55,7 +55,7 @@ def _facts(source: LineSource, probed: ProbedLine, data: Any, index: int) -> Pay
         start, end = probed.spans[cut]
         return facts_of(iter_decoded(source.read, start, end, max(index, 0)), False)[0]
     if isinstance(data, str):
-        return _inline_facts(data, False)[0]
+        return inline_facts(data, False)[0]
     return None
 
 
