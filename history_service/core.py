@@ -24,6 +24,7 @@ from history_service.bus import AcceptedBus
 from history_service.config import HistoryConfig
 from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
+from history_service.gemini_images import list_gemini_images
 from history_service.image_list import ImageRecord, list_images
 from history_service.insight import InsightIndex, SessionDetail, subagents_of
 from history_service.insight_model import Insight, InsightStore
@@ -40,6 +41,7 @@ from history_service.slim import (
     slim_file,
 )
 from history_service.slim_downscale import OVER_DECODE_BUDGET, Downscale, DownscaleAnswer
+from history_service.slim_gemini import slim_gemini_file
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope
@@ -51,7 +53,7 @@ from history_service.windows import (
     validate_mode,
     validate_params,
 )
-from scrollback.contract.refs import validate_id, validate_session_id
+from scrollback.contract.refs import GEMINI, validate_id, validate_session_id
 from scrollback.directory import DirectoryRoot
 from scrollback.linefile import ByteSource, FileIdentity
 from scrollback.lineindex import LineIndex
@@ -468,12 +470,8 @@ class HistoryCore:
         yield SlimStart(session_id, files[0].project_dir, copy_id, files[0].source)
         for transcript, fd in self._opened(files):
             stat = fd.stat()
-            size = stat.st_size
-            relative = (
-                f"{copy_id}/subagents/{transcript.session_id}.jsonl"
-                if transcript is not files[0]
-                else f"{copy_id}.jsonl"
-            )
+            size = file_size(fd)
+            relative = _copy_path(transcript, copy_id, transcript is files[0])
             yield SlimFileStart(
                 transcript.session_id,
                 relative,
@@ -484,7 +482,11 @@ class HistoryCore:
             )
             stats = SlimStats()
             name = self.root.name_of(transcript, principal)
-            yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)
+            if transcript.source == GEMINI:
+                max_line = self.config.max_line_size
+                yield from slim_gemini_file(fd, size, name, options, max_line, stats)
+            else:
+                yield from slim_file(fd, size, name, options, self.config.max_line_size, stats)
             yield stats
 
     def slim(
@@ -517,6 +519,11 @@ class HistoryCore:
             files = self._with_subagents(principal, session_id, include_subagents)
             for transcript, fd in self._opened(files):
                 name = self.root.name_of(transcript, principal)
+                if transcript.source == GEMINI:
+                    records += list_gemini_images(
+                        fd, file_size(fd), name, self.config.max_line_size
+                    )
+                    continue
                 records += list_images(
                     fd,
                     file_size(fd),
@@ -537,3 +544,15 @@ class HistoryCore:
         self.store.close()
         if self.line_index is not None:
             self.line_index.close()
+
+
+def _copy_path(transcript: TranscriptFile, copy_id: str, first: bool) -> str:
+    """Where a slim copy's file goes, relative to the copy: its source's own layout (a Gemini
+    session as `session-<id>.jsonl`, its sub-agents in `<id>/`)."""
+    if transcript.source == GEMINI:
+        if first:
+            return f"session-{copy_id}.jsonl"
+        return f"{copy_id}/{transcript.session_id}.jsonl"
+    if first:
+        return f"{copy_id}.jsonl"
+    return f"{copy_id}/subagents/{transcript.session_id}.jsonl"

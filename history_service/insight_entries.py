@@ -37,6 +37,14 @@ restart, another replica moved the index) reads the rollout again from its
 start. Photos of a rollout are those of its `response_item` lines: the
 `event_msg` copy of a user message and a compaction's replacement history
 repeat images already counted.
+
+Gemini CLI sessions (source "gemini") are read as their live messages
+(scrollback.gemini_live); a `gemini` message's `tokens` count under its `id`
+(a message rewritten while it streams counts once, the field-wise maximum as
+for Claude Code), in our fields: input = `input` less `cached` (Gemini's
+prompt count includes the cached part), cache_read = `cached`, output =
+`output` plus `thoughts` (thinking is billed as output, as Codex's reasoning
+is counted in its output).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from history_service.insight_model import IndexDelta, MessageUsage, Usage, earlier, later
+from scrollback.contract.enumeration import is_gemini_message
 from scrollback.contract.text import indexable
 from scrollback.opencode.view import ENTRY_TYPE as OPENCODE_ENTRY
 
@@ -92,10 +101,29 @@ def _opencode_usage(entry: dict[str, Any]) -> tuple[str, MessageUsage] | None:
     )
 
 
+def gemini_usage(entry: dict[str, Any]) -> tuple[str, MessageUsage] | None:
+    """(id, model and usage) of a Gemini CLI `gemini` message that carries `tokens`."""
+    tokens, model = entry.get("tokens"), entry.get("model")
+    if not isinstance(tokens, dict) or not is_gemini_message(entry):
+        return None
+    inp, cached = _int(tokens.get("input")), _int(tokens.get("cached"))
+    return entry["id"], MessageUsage(
+        model if isinstance(model, str) else "",
+        Usage(
+            max(0, inp - cached),
+            _int(tokens.get("output")) + _int(tokens.get("thoughts")),
+            0,
+            min(cached, inp),
+        ),
+    )
+
+
 def message_usage(entry: dict[str, Any]) -> tuple[str, MessageUsage] | None:
     """(message.id, model and usage) of an assistant entry that carries usage."""
     if entry.get("type") == OPENCODE_ENTRY:
         return _opencode_usage(entry)
+    if entry.get("type") == "gemini":
+        return gemini_usage(entry)
     if entry.get("type") != "assistant":
         return None
     message = entry.get("message")

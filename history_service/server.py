@@ -216,6 +216,7 @@ def _search_parts(
         report_skipped=True,
         codex=config.codex_sessions,
         opencode=config.opencode_db,
+        gemini=config.gemini_home,
     )
     # Each pass reads a file once for search, its line index and its insight.
     indexer = SearchIndexer(
@@ -242,6 +243,7 @@ async def start_history_server(config: HistoryConfig) -> RunningHistoryServer:
         rescan_interval=config.rescan_interval_seconds,
         codex=config.codex_sessions,
         opencode=config.opencode_db,
+        gemini=config.gemini_home,
     )
     with auth_errors_as_config_errors():
         security = prepare_security(

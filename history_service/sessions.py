@@ -20,6 +20,7 @@ from history_service.errors import InvalidArgumentError
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
+from scrollback.gemini_live import LiveView
 from scrollback.layouts import CLAUDE_CODE
 from scrollback.linefile import ByteSource, LineFile, SourceStat
 from scrollback.principals import Principal
@@ -174,7 +175,10 @@ def read_title(fd: ByteSource, size: int) -> str:
 def read_head(fd: ByteSource, size: int) -> HeadFacts:
     """The title (`read_title`) and the session the first slim stand-in of the head names.
     Lines too long to hold (images) are read, their payloads cut, only while no prompt is
-    known, and do not count against the head."""
+    known, and do not count against the head. A Gemini session's title is what its scan
+    found (its `summary` metadata, else its first user text), wherever in the file it is."""
+    if isinstance(fd, LiveView):
+        return HeadFacts(" ".join(fd.scan.title.split())[:TITLE_CHARS])
     prompt = summary = slim_of = ""
     head = 0  # bytes of the head's lines that are not too long to hold
     for raw in iter_lines_forward(

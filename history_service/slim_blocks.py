@@ -82,7 +82,7 @@ def facts_of(pieces: Iterator[bytes], keep: bool) -> tuple[PayloadFacts, bytes |
     return facts, bytes(whole) if whole is not None else None
 
 
-def _inline_facts(data: str, keep: bool) -> tuple[PayloadFacts, bytes | None]:
+def inline_facts(data: str, keep: bool) -> tuple[PayloadFacts, bytes | None]:
     """Facts of a payload small enough that it stayed in the parsed remainder."""
     try:
         decoded: bytes = pybase64.b64decode(data.encode("ascii"), validate=True)
@@ -247,7 +247,7 @@ def block_facts(
         start, end = probed.spans[block.cut]
         facts, data = facts_of(iter_decoded(source.read, start, end, block.image_index), keep)
     else:
-        facts, data = _inline_facts(inline_payload(block.block), keep)
+        facts, data = inline_facts(inline_payload(block.block), keep)
     block.facts, block.data = facts, data
 
 

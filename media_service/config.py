@@ -58,6 +58,7 @@ from scrollback.server.service_config import (
     check_locations,
     check_security,
     default_state_dir,
+    gemini_home_setting,
     location_setting,
     read_server_values,
     with_overrides,
@@ -114,6 +115,8 @@ class MediaConfig:
     codex_sessions: Location | None = None
     # opencode's SQLite database (service_config.opencode_db_from_env); None: none.
     opencode_db: Path | None = None
+    # Gemini CLI's home, a local dir (service_config.gemini_home_from_env); None: none.
+    gemini_home: Path | None = None
     # Bytes of recently read object blocks kept per process when the transcripts are in a
     # bucket (scrollback.objects.BlockCache; SCROLLBACK_BUCKET_CACHE_BYTES); 0: none.
     bucket_cache_bytes: int = DEFAULT_BUCKET_CACHE_BYTES
@@ -147,6 +150,7 @@ class MediaConfig:
         object.__setattr__(self, "transcripts", location_setting(self.transcripts))
         if self.codex_sessions is not None:
             object.__setattr__(self, "codex_sessions", location_setting(self.codex_sessions))
+        object.__setattr__(self, "gemini_home", gemini_home_setting(self.gemini_home))
 
     @classmethod
     def from_env(

@@ -125,6 +125,7 @@ def build_library(
         Buckets(config.bucket_cache_bytes),
         codex=config.codex_sessions,
         opencode=config.opencode_db,
+        gemini=config.gemini_home,
     )
     try:
         line_index = open_line_index(config.state_dir, config.database_url)

@@ -1,5 +1,9 @@
 """The uuid scan: the lines of a transcript holding a top-level `"uuid"` key with a given value.
 
+A Gemini CLI message is named by its `"id"` (docs/contract.md §2), so an `"id"`
+key is a candidate wherever a `"uuid"` key is; the stripper's confirmation
+decides which one names the entry.
+
 The last step of finding an entry's line (media_service.entry_locator), and
 StatMedia's one pass for many entries of one transcript:
 
@@ -36,11 +40,13 @@ _MAX_SPACE = 16
 _KEY_REACH = 6 + _MAX_SPACE + 1 + _MAX_SPACE
 _KEY_WINDOW = 48
 # A `"uuid"` key ending exactly where the quoted value starts (used with endpos = the hit).
-_KEY_BEFORE = re.compile(rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}\Z' % (_MAX_SPACE, _MAX_SPACE))
+_KEY_BEFORE = re.compile(
+    rb'"(?:uu)?id"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}\Z' % (_MAX_SPACE, _MAX_SPACE)
+)
 _WHITESPACE = b" \t\r\n"
 # A top-level-looking `"uuid"` key and its id value (ids per docs/contract.md §4).
 _KEY_AND_ID = re.compile(
-    rb'"uuid"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}"([A-Za-z0-9_-]{1,64})"' % (_MAX_SPACE, _MAX_SPACE)
+    rb'"(?:uu)?id"[ \t\r\n]{0,%d}:[ \t\r\n]{0,%d}"([A-Za-z0-9_-]{1,64})"' % (_MAX_SPACE, _MAX_SPACE)
 )
 # The longest match of _KEY_AND_ID: kept over from one slice to the next.
 _KEY_AND_ID_REACH = _KEY_REACH + 66
@@ -127,14 +133,16 @@ def iter_candidate_lines_many(
     def finder(
         buffer: bytearray, lo: int, hi: int, end: int, base: int
     ) -> Iterator[tuple[int, int, str]]:
-        hit = buffer.find(b'"uuid"', lo, hi)
+        # `id"` ends both keys: one search finds `"uuid"` and `"id"` alike.
+        hit = buffer.find(b'id"', lo, hi)
         while hit >= 0:
-            match = _KEY_AND_ID.match(buffer, hit, end)
+            key = hit - 3 if buffer[max(0, hit - 3) : hit] == b'"uu' else hit - 1
+            match = _KEY_AND_ID.match(buffer, key, end) if key >= 0 else None
             if match is not None:
                 entry_id = match.group(1).decode("ascii")
-                if entry_id in wanted and _preceded_by_object_start(fd, buffer, hit, base):
-                    yield hit, base + match.end(), entry_id
-            hit = buffer.find(b'"uuid"', hit + 1, hi)
+                if entry_id in wanted and _preceded_by_object_start(fd, buffer, key, base):
+                    yield key, base + match.end(), entry_id
+            hit = buffer.find(b'id"', hit + 1, hi)
 
     found = find_key(
         fd, finder, max_line_size, chunk=SCAN_CHUNK, reach=_KEY_AND_ID_REACH, on_slice=on_slice

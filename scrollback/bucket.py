@@ -275,6 +275,7 @@ def transcript_source(
     rescan_interval: float = 2.0,
     report_skipped: bool = False,
     codex: Path | BucketLocation | None = None,
+    gemini: Path | None = None,
 ) -> TranscriptSource:
     """The source a parsed transcripts location names: a directory, or a bucket.
 
@@ -288,6 +289,7 @@ def transcript_source(
             rescan_interval=rescan_interval,
             report_skipped=report_skipped,
             codex=codex if isinstance(codex, Path) else None,
+            gemini=gemini,
         )
     return BucketRoot(
         buckets(transcripts),

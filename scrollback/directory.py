@@ -29,10 +29,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from scrollback.contract.refs import ID_PATTERN
+from scrollback.gemini_live import LiveView
+from scrollback.gemini_tree import GeminiTree
 from scrollback.layouts import (
     CODEX,
     CODEX_ARCHIVE_DIR,
     CODEX_DEPTH,
+    GEMINI,
+    GEMINI_LEGACY_SUFFIX,
     SUBAGENT_DIR,
     TRANSCRIPT_SUFFIX,
     read_session_meta,
@@ -325,7 +329,7 @@ class _CodexTree:
 
 
 class DirectoryRoot:
-    """The transcripts under a directory (and Codex's under another): a TranscriptSource.
+    """The transcripts under a directory (and Codex's and Gemini's under others): a TranscriptSource.
 
     `refreshes` and `dir_scans` count the refreshes and the directory listings
     they made; `skipped` holds the names of the `.jsonl` files skipped because
@@ -339,10 +343,13 @@ class DirectoryRoot:
         rescan_interval: float = 2.0,
         report_skipped: bool = False,
         codex: Path | None = None,
+        gemini: Path | None = None,
     ) -> None:
         self.root = root
         self.codex = codex
         self._codex = _CodexTree(codex) if codex is not None else None
+        self.gemini = gemini
+        self._gemini = GeminiTree(gemini) if gemini is not None else None
         self._report_skipped = report_skipped
         self.skipped: tuple[str, ...] = ()
         self._root_real = os.path.realpath(root)
@@ -404,12 +411,17 @@ class DirectoryRoot:
                 changed = True
             elif self._codex.found_projects():
                 changed = True
+        if self._gemini is not None and self._gemini.changed(now_ns):
+            self._gemini.scan(now_ns)
+            changed = True
         if not changed and self._built:
             return None
         self._built = True
         files = [t for project in self._projects.values() for t in project.files]
         if self._codex is not None:
             files += self._codex.files
+        if self._gemini is not None:
+            files += self._gemini.files
         skipped = tuple(sorted(n for project in self._projects.values() for n in project.skipped))
         if self._report_skipped and skipped != self.skipped:
             log_skipped(skipped)
@@ -448,8 +460,13 @@ class DirectoryRoot:
 
         Its path under the root; a rollout's is its path under the Codex home
         (`sessions/...` or `archived_sessions/...`) after `//codex/`, which no
-        path under the root can start with.
+        path under the root can start with; a Gemini session's its path under
+        Gemini's home after `//gemini/`.
         """
+        if transcript.source == GEMINI and self.gemini is not None:
+            return "//gemini/" + os.path.relpath(transcript.location, self.gemini).replace(
+                os.sep, "/"
+            )
         if transcript.source == CODEX and self.codex is not None:
             home = self.codex.parent
             return "//codex/" + os.path.relpath(transcript.location, home).replace(os.sep, "/")
@@ -463,6 +480,9 @@ class DirectoryRoot:
         if transcript.source == CODEX:
             jail = None if self._codex is None else self._codex.jail_of(transcript)
             return jail is not None and _under(real, jail)
+        if transcript.source == GEMINI:
+            jail = None if self._gemini is None else self._gemini.jail_of(transcript)
+            return jail is not None and _under(real, jail)
         project = os.path.join(self.root, transcript.project_dir)
         project_real = os.path.join(self._root_real, transcript.project_dir)
         # The project dir itself must be a real directory under the root, not a link.
@@ -474,9 +494,17 @@ class DirectoryRoot:
         if not self._is_real_path_jailed(real, transcript):
             raise SessionNotFoundError()
         try:
-            return LocalSource(os.open(real, os.O_RDONLY | os.O_CLOEXEC))
+            opened = LocalSource(os.open(real, os.O_RDONLY | os.O_CLOEXEC))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             raise SessionNotFoundError() from None
+        if transcript.source != GEMINI:
+            return opened
+        # A Gemini session is read as the lines of its live messages (scrollback.gemini_live).
+        try:
+            return LiveView(opened, legacy=transcript.location.endswith(GEMINI_LEGACY_SUFFIX))
+        except BaseException:
+            opened.close()
+            raise
 
     def open_listed(self, transcript: TranscriptFile) -> ByteSource:
         """The transcript as the last listing saw it: a file is opened as `open` does."""

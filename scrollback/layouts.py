@@ -12,6 +12,12 @@ they are written once here and never overridden:
   sibling `archived_sessions/rollout-...jsonl`. The session id is the uuid at
   the end of the file name (else the file name, when it is an id), the project
   the `cwd` of the rollout's first line (`session_meta`, `read_session_meta`).
+- Gemini CLI: `<home>/tmp/<project>/chats/session-<time>-<id prefix>.jsonl`
+  (and the older whole-document `session-*.json`), sub-agents at
+  `chats/<parent session id>/<session id>.jsonl` (`gemini_chat_names`). The
+  session id is the `sessionId` of the file's first line (`read_gemini_header`),
+  else the file name without its suffix; the project is the path written in
+  `<project>/.project_root` (`gemini_project`), else the directory's name.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ import re
 
 import orjson
 
-from scrollback.contract.refs import ID_PATTERN, SESSION_SOURCES
+from scrollback.contract.refs import CLAUDE_CODE as CLAUDE_CODE
+from scrollback.contract.refs import CODEX as CODEX
+from scrollback.contract.refs import GEMINI as GEMINI
+from scrollback.contract.refs import ID_PATTERN
 from scrollback.linefile import ByteSource, LineFile
 
 TRANSCRIPT_SUFFIX = ".jsonl"
-# The files' sources, as the contract orders them (scrollback.contract.refs; more follow).
-CLAUDE_CODE, CODEX = SESSION_SOURCES[:2]
 # Codex's archive: a sibling of its sessions dir.
 CODEX_ARCHIVE_DIR = "archived_sessions"
 # How deep the dated tree of Codex's sessions dir is walked (YYYY/MM/DD).
@@ -107,3 +114,65 @@ def read_session_meta(fd: ByteSource) -> tuple[str, bool]:
         return _cwd_of(line), True
     cwd = _cwd_of(line) if line else ""
     return cwd, bool(cwd)
+
+
+# Gemini CLI's sessions: `<home>/tmp/<project>/chats/...` (packages/core/src/config/storage.ts).
+GEMINI_TMP_DIR = "tmp"
+GEMINI_CHATS_DIR = "chats"
+GEMINI_SESSION_PREFIX = "session-"
+GEMINI_LEGACY_SUFFIX = ".json"
+GEMINI_PROJECT_ROOT_FILE = ".project_root"
+# The most of `.project_root` read (an absolute path).
+_PROJECT_ROOT_MAX = 4096
+
+
+def gemini_chat_names(parts: list[str]) -> tuple[str, str, str] | None:
+    """What a name relative to Gemini's `tmp` dir is: (project dir, file stem, parent id or "").
+
+    `<project>/chats/session-*.jsonl` (or `.json`) is a session; `<project>/chats/
+    <parent id>/<id>.jsonl` a sub-agent's. None for anything else.
+    """
+    if (
+        len(parts) == 3
+        and parts[1] == GEMINI_CHATS_DIR
+        and parts[2].startswith(GEMINI_SESSION_PREFIX)
+    ):
+        name = parts[2]
+        for suffix in (TRANSCRIPT_SUFFIX, GEMINI_LEGACY_SUFFIX):
+            stem = name[: -len(suffix)]
+            if name.endswith(suffix) and ID_PATTERN.fullmatch(stem):
+                return parts[0], stem, ""
+        return None
+    if len(parts) == 4 and parts[1] == GEMINI_CHATS_DIR and ID_PATTERN.fullmatch(parts[2]):
+        stem = parts[3][: -len(TRANSCRIPT_SUFFIX)]
+        if parts[3].endswith(TRANSCRIPT_SUFFIX) and ID_PATTERN.fullmatch(stem):
+            return parts[0], stem, parts[2]
+    return None
+
+
+def gemini_project(project_dir_text: bytes | None, dir_name: str) -> str:
+    """A Gemini project's name: the path in its `.project_root` (trimmed), else the dir's name."""
+    if project_dir_text:
+        text = project_dir_text[:_PROJECT_ROOT_MAX].decode("utf-8", "replace").strip()
+        if text:
+            return text
+    return dir_name
+
+
+def read_gemini_header(fd: ByteSource) -> tuple[str, bool]:
+    """The `sessionId` of a session file's first line (else ""), and whether that answer is
+    final while the file only grows (as `read_session_meta`)."""
+    line, ended = LineFile(fd).line_head(0, SESSION_META_MAX, _META_FIRST_READ)
+    if line is None:
+        return "", True
+    session_id = _session_id_in(line) if ended or line else ""
+    return session_id, ended or bool(session_id)
+
+
+def _session_id_in(line: bytes) -> str:
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return ""
+    value = entry.get("sessionId") if isinstance(entry, dict) else None
+    return value if isinstance(value, str) and ID_PATTERN.fullmatch(value) else ""

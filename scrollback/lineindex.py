@@ -34,7 +34,9 @@ finds them.
   the hash of its first bytes, a size not below what was scanned, and the hash
   of the bytes just before `covered`); any difference discards the rows.
   Callers still verify the line at an indexed offset (its uuid, its pin): a
-  wrong row costs them a search, never wrong bytes.
+  wrong row costs them a search, never wrong bytes. A source marked
+  `blanks_in_place` (scrollback.gemini_live.LiveView, whose lines may turn
+  blank while its version stays) skips the hash of those last bytes.
 """
 
 from __future__ import annotations
@@ -120,7 +122,12 @@ def _continues(fd: ByteSource, state: IndexedFile) -> bool:
         return False
     if state.mark_len:
         mark = LineFile(fd).read(state.mark_len, state.covered - state.mark_len)
-        if _hash(mark) != state.mark_hash or mark[-1:] != NEWLINE:
+        if mark[-1:] != NEWLINE:
+            return False
+        # A source whose lines may turn blank in place while its version stays (a Gemini
+        # session read as its live messages: a message rewritten later) keeps its rows:
+        # a row of a line turned blank reads as blank, and every row is checked at use.
+        if _hash(mark) != state.mark_hash and not getattr(fd, "blanks_in_place", False):
             return False
     return True
 

@@ -27,6 +27,7 @@ _KEY_AND_ID = re.compile(rb'"uuid"' + _SPACE + b":" + _SPACE + rb'"([A-Za-z0-9_-
 _TYPE_BEFORE = re.compile(rb'"type"' + _SPACE + b":" + _SPACE + rb"\Z")
 _TYPE_REACH = 6 + 16 + 1 + 16
 _UUID_KEYS = frozenset({"uuid"})
+_WHITESPACE = b" \t\r\x0b\x0c"
 
 
 def _quoted_spans(data: bytes | bytearray, start: int, end: int) -> list[tuple[int, int]]:
@@ -105,10 +106,16 @@ def chunk_lines(buffer: bytearray, end: int, base: int) -> list[IndexedLine]:
         while i < ni and images[i] < newline:
             i += 1
             count += 1
-        if newline > start:
+        if newline > start and not _blank(buffer, start, newline):
             lines.append(IndexedLine(base + start, newline - start, uuid, count))
         start = newline + 1
     return lines
+
+
+def _blank(buffer: bytearray, start: int, end: int) -> bool:
+    """True for a line of whitespace only, which every reader skips (the index leaves it out:
+    a Gemini session's view has one for each line that is no live message)."""
+    return buffer[start] in _WHITESPACE and buffer[start:end].isspace()
 
 
 def _top_level_uuid(buffer: bytearray, start: int, end: int) -> str | None:

@@ -333,7 +333,7 @@ def indexed(
             gap = (after, position) if backward else (position, offset)
             if not 0 <= gap[1] - gap[0] <= MAX_INDEX_GAP or (not backward and after > end):
                 break
-            if gap[0] != gap[1] and not _only_newlines(reads.read, *gap):
+            if gap[0] != gap[1] and not _only_blank(reads.read, *gap):
                 break
             known = None if probe is None else probe(offset, length, reads)
             if known is None:
@@ -357,12 +357,13 @@ def indexed(
         yield from lines(source, position, end, max_line, changed=changed)
 
 
-def _only_newlines(read: Callable[[int, int], bytes], start: int, end: int) -> bool:
-    """True if [start, end) of the file is newlines only (blank lines the index leaves out)."""
+def _only_blank(read: Callable[[int, int], bytes], start: int, end: int) -> bool:
+    """True if [start, end) of the file is blank lines only (whitespace: the lines the index
+    leaves out)."""
     if end <= start:
         return end == start
     data = read(start, end - start)
-    return len(data) == end - start and data.count(NEWLINE) == len(data)
+    return len(data) == end - start and data.isspace()
 
 
 def _indexed_line(

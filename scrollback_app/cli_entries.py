@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from scrollback.contract.enumeration import is_rollout_entry
+from scrollback.contract.enumeration import is_gemini_message, is_rollout_entry
 from scrollback.contract.refs import OPENCODE as OPENCODE_ENTRY
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback_app.entry_notes import system_note
@@ -204,6 +204,37 @@ def _rollout_parts(payload: dict[str, Any], kind: str, parts: list[str]) -> None
         parts.append(f"[{kind} {item or ''}]".replace(" ]", "]"))
 
 
+def gemini_texts(content: Any) -> list[str]:
+    """A Gemini Part list's (or string's) texts, an image part as [image]."""
+    if isinstance(content, str):
+        return [content]
+    texts: list[str] = []
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str) and not part.get("thought"):
+            texts.append(part["text"])
+        elif "inlineData" in part:
+            texts.append("[image]")
+    return texts
+
+
+def _gemini_parts(parsed: dict[str, Any], parts: list[str]) -> None:
+    """A Gemini CLI message's labels and texts: [thinking] subjects, text and [image], each
+    tool call as [tool NAME] and its first string argument."""
+    thoughts = [t for t in parsed.get("thoughts") or () if isinstance(t, dict)]
+    if thoughts:
+        parts.append("[thinking]")
+        parts += [str(t.get("subject", "")) for t in thoughts]
+    parts += gemini_texts(parsed.get("content"))
+    for call in parsed.get("toolCalls") or ():
+        if isinstance(call, dict):
+            parts.append(f"[tool {call.get('name', '')}]")
+            args = call.get("args")
+            values = args.values() if isinstance(args, dict) else ()
+            parts.append(next((v for v in values if isinstance(v, str)), ""))
+
+
 def _opencode_parts(payload: dict[str, Any], parts: list[str]) -> None:
     """An opencode message's labels and texts: [role] text, [reasoning] text, [tool NAME]
     output, [file NAME], [patch], [subtask] description; steps and snapshots left out."""
@@ -237,7 +268,9 @@ def entry_text(entry: hpb.Entry, limit: int = 0) -> str:
     message = parsed.get("message")
     payload = parsed.get("payload")
     parts: list[str] = []
-    if message is None and isinstance(payload, dict) and entry.type == OPENCODE_ENTRY:
+    if is_gemini_message(parsed):
+        _gemini_parts(parsed, parts)
+    elif message is None and isinstance(payload, dict) and entry.type == OPENCODE_ENTRY:
         _opencode_parts(payload, parts)
     elif message is None and isinstance(payload, dict):
         _rollout_parts(payload, entry.type, parts)

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from client import Client, Media
-from scrollback.contract.enumeration import is_rollout_entry, iter_image_blocks
+from scrollback.contract.enumeration import is_gemini_message, is_rollout_entry, iter_image_blocks
 from scrollback.contract.proto_json import message_json
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback_app import export_page
@@ -29,7 +29,7 @@ from scrollback_app.cli_client import (
     _client,
     _print_json,
 )
-from scrollback_app.cli_entries import _parsed, strip_ansi
+from scrollback_app.cli_entries import _parsed, gemini_texts, strip_ansi
 
 _EXTENSIONS = {
     "image/png": ".png",
@@ -169,6 +169,28 @@ class _Exporter:
         ]
         return body
 
+    def _gemini_html(self, entry: hpb.Entry, parsed: dict[str, Any]) -> str:
+        """A Gemini CLI message's text and photos (exporting its photos here is what gives
+        the page's renderer their files)."""
+        texts = [t for t in gemini_texts(parsed.get("content")) if t != "[image]"]
+        body = "".join(f'<div class="text">{_html_text(t)}</div>' for t in texts)
+        for call in parsed.get("toolCalls") or ():
+            if isinstance(call, dict):
+                name = html.escape(str(call.get("name", "")))
+                args = json.dumps(call.get("args"), indent=2, ensure_ascii=False)
+                body += f"<details><summary>tool: {name}</summary><pre>{_html_text(args)}</pre></details>"
+        body += "".join(
+            self._image_html(entry, ref.index)
+            for ref in sorted(entry.media_refs, key=lambda r: r.index)
+        )
+        kind = html.escape(entry.type)
+        stamp = html.escape(entry.timestamp)
+        anchor = html.escape(f"e-{entry.uuid or entry.byte_offset}", quote=True)
+        return (
+            f'<div class="entry {kind}" id="{anchor}"><div class="meta">{kind} · '
+            f'<a href="#{anchor}">{stamp}</a></div>{body}</div>\n'
+        )
+
     def entry_html(self, entry: hpb.Entry) -> str:
         """One entry as an HTML fragment ("" for bookkeeping entries)."""
         parsed = _parsed(entry)
@@ -177,6 +199,8 @@ class _Exporter:
             return f'<p class="meta">summary: {text}</p>\n'
         if is_rollout_entry(parsed):
             return self._rollout_html(entry, parsed)
+        if is_gemini_message(parsed):
+            return self._gemini_html(entry, parsed)
         if entry.type not in ("user", "assistant"):
             return ""
         message = parsed.get("message")

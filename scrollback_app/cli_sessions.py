@@ -43,7 +43,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 def _project(session: hpb.Session) -> str:
     """The project column: the project's last path component (a Codex session's marked)."""
-    if session.source in ("codex", "opencode"):
+    if session.source in ("codex", "opencode", "gemini"):
         return f"{session.source} {PurePosixPath(session.project_dir).name}".rstrip()
     return project_name(session.project_dir)
 

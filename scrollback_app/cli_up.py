@@ -64,6 +64,8 @@ def _worker_argv(config: Any) -> list[str]:
         argv += ["--codex-sessions", location_text(config.codex_sessions)]
     if config.opencode_db is not None:
         argv += ["--opencode-db", str(config.opencode_db)]
+    if config.gemini_home is not None:
+        argv += ["--gemini-home", str(config.gemini_home)]
     if config.insecure:
         argv.append("--insecure")
     if config.security.auth_tokens is not None:
@@ -80,6 +82,8 @@ def served_sources(config: HistoryConfig) -> list[str]:
         lines.append(f"source codex: {location_text(config.codex_sessions)}")
     if config.opencode_db is not None:
         lines.append(f"source opencode: {config.opencode_db} (read-only)")
+    if config.gemini_home is not None:
+        lines.append(f"source gemini: {config.gemini_home}")
     return lines
 
 

@@ -1029,6 +1029,117 @@ const Render = (function () {
     }
     const error = info.error && typeof info.error === "object" ? info.error : null;
     if (error) body.append(el("div", "failed", "error: " + String((error.data && error.data.message) || error.name || "")));
+  // --- Gemini CLI sessions ------------------------------------------------------------------
+
+  // A Gemini CLI message (docs/contract.md §2): a string `id`, one of Gemini's types, and no
+  // `uuid`, `message` or `payload` member.
+  const GEMINI_TYPES = new Set(["user", "gemini", "info", "error", "warning"]);
+  function isGemini(line) {
+    return !!line && typeof line.id === "string" && GEMINI_TYPES.has(line.type) &&
+      !("uuid" in line) && !("message" in line) && !("payload" in line);
+  }
+
+  // The Gemini image rule (docs/contract.md §2): the i-th object with an `inlineData` of an
+  // image type met in a depth-first walk of the whole entry has index i. An explicit stack, as
+  // the server's walk. Returns part -> index.
+  function geminiImages(line) {
+    const found = new Map();
+    let next = 0;
+    const stack = [line];
+    while (stack.length) {
+      const value = stack.pop();
+      if (!value || typeof value !== "object") continue;
+      const inline = Array.isArray(value) ? null : value.inlineData;
+      if (inline && typeof inline === "object" && typeof inline.mimeType === "string" && inline.mimeType.slice(0, 6).toLowerCase() === "image/") {
+        found.set(value, next++);
+      }
+      const items = Array.isArray(value) ? value : Object.values(value);
+      for (let k = items.length - 1; k >= 0; k--) stack.push(items[k]);
+    }
+    return found;
+  }
+
+  function geminiPhoto(part, data, images, ctx) {
+    const index = images.get(part);
+    if (index === undefined || (data.failedImageIndexes || []).includes(index)) return el("div", "failed", "[image not displayed]");
+    const ref = (data.mediaRefs || []).find((r) => (r.index || 0) === index);
+    return ref ? photo(ref.url, ctx) : el("div", "failed", "[image not displayed]");
+  }
+
+  // The text and photos of a Part list (or a string); function calls and responses are the
+  // tool calls' business, drawn with them.
+  function geminiParts(content, data, images, into, ctx, entry) {
+    if (typeof content === "string") { if (content) into.append(textBlock(content, entry)); return; }
+    for (const part of Array.isArray(content) ? content : [content]) {
+      if (!part || typeof part !== "object") continue;
+      if (part.inlineData) into.append(geminiPhoto(part, data, images, ctx));
+      else if (typeof part.text === "string" && part.text && !part.thought) into.append(textBlock(part.text, entry));
+    }
+  }
+
+  // A tool call as Claude Code's are drawn: its name and main argument on one line, the
+  // arguments and the result (text and photos, a function response's parts too) inside.
+  function geminiCall(call, data, images, ctx) {
+    const details = el("details", "tool");
+    if (typeof call.id === "string" && call.id) {
+      details.dataset.toolUseId = call.id;
+      details.id = "call-" + call.id;
+    }
+    const name = String(call.displayName || call.name || "tool");
+    const args = call.args && typeof call.args === "object" ? call.args : {};
+    const summary = el("summary", "tool-line");
+    summary.append(el("span", "tool-name", name));
+    const arg = mainArgument(String(call.name || name), args);
+    if (arg) summary.append(" ", el("code", "tool-arg", String(arg).split("\n")[0].slice(0, 200)));
+    const failed = call.status === "error" || call.status === "cancelled";
+    summary.append(el("span", "tool-status", call.status === "success" ? " ✓" : failed ? " ✗" : ""));
+    const input = el("div", "tool-input");
+    input.append(codeBlock(JSON.stringify(args, null, 2), "json"));
+    const result = el("div", "tool-result" + (failed ? " tool-error" : ""));
+    result.append(el("div", "tool-result-label", failed ? "error" : "result"));
+    for (const part of Array.isArray(call.result) ? call.result : call.result ? [call.result] : []) {
+      if (!part || typeof part !== "object") continue;
+      const response = part.functionResponse;
+      if (response && typeof response === "object") {
+        const out = response.response && typeof response.response === "object" ? response.response : {};
+        const text = typeof out.output === "string" ? out.output : typeof out.error === "string" ? out.error : "";
+        if (text) result.append(ansiPre(text.replace(/\n+$/, "")));
+        for (const inner of Array.isArray(response.parts) ? response.parts : []) {
+          if (inner && inner.inlineData) result.append(geminiPhoto(inner, data, images, ctx));
+        }
+      } else if (part.inlineData) result.append(geminiPhoto(part, data, images, ctx));
+      else if (typeof part.text === "string" && part.text) result.append(ansiPre(part.text));
+    }
+    details.append(summary, input, result);
+    return details;
+  }
+
+  // What a reader sees of a Gemini message: the user's and the model's text as Claude Code's,
+  // thoughts folded, tool calls with their results, photos lazily; info, warnings and errors
+  // as notes.
+  function geminiEntry(data, line, node, head, body, role, ctx) {
+    const images = geminiImages(line);
+    const type = line.type;
+    const entry = Object.assign({}, data, { type: type === "user" ? "user" : "assistant", meta: false });
+    if (type !== "user" && type !== "gemini") {
+      node.className = "entry meta gemini" + (type === "error" ? " system error" : "");
+      role(type);
+      geminiParts(line.content, data, images, body, ctx, entry);
+      return node;
+    }
+    node.className = "entry gemini " + (type === "user" ? "user" : "assistant");
+    role(type === "user" ? "user" : "assistant" + (line.model ? " (" + line.model + ")" : ""));
+    const thoughts = (Array.isArray(line.thoughts) ? line.thoughts : []).filter((t) => t && (t.subject || t.description));
+    if (thoughts.length) {
+      const details = el("details", "thinking");
+      details.append(el("summary", "", "thinking"));
+      details.append(markdown(thoughts.map((t) => (t.subject ? "**" + t.subject + "** " : "") + (t.description || "")).join("\n\n")));
+      body.append(details);
+    }
+    geminiParts(line.content, data, images, body, ctx, entry);
+    for (const call of Array.isArray(line.toolCalls) ? line.toolCalls : []) {
+      if (call && typeof call === "object") body.append(geminiCall(call, data, images, ctx));
+    }
     return node;
   }
 
@@ -1054,6 +1165,7 @@ const Render = (function () {
     };
     if (isOpencode(line)) return opencodeEntry(data, line, node, body, role, ctx);
     if (isRollout(line)) return codexEntry(data, line, node, head, body, role, ctx);
+    if (isGemini(line)) return geminiEntry(data, line, node, head, body, role, ctx);
     if (type === "system") {
       node.className = "entry meta system" + (line.level === "error" || /error/.test(line.subtype || "") ? " error" : "");
       if (line.subtype === "compact_boundary") {

@@ -18,7 +18,11 @@ a compaction's replacement history repeat what their `response_item` lines
 already hold, and are not indexed again. `_opencode_texts` for opencode
 messages (type "opencode"): text and reasoning parts, tool parts (name,
 input values, title, output, error; never attachments), subtasks' prompts and
-file parts' names.
+file parts' names. `_gemini_texts` for Gemini CLI
+messages: the text of `content` (a string, or its parts' `text`), each
+thought's subject and description, and each tool call's name and the string
+values of its args; never an `inlineData` part, a function response or a
+tool call's result.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from scrollback.contract.enumeration import is_rollout_entry
+from scrollback.contract.enumeration import is_gemini_message, is_rollout_entry
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
 from scrollback.contract.stripping import StrippedLine
 from scrollback.opencode.view import ENTRY_TYPE as OPENCODE_ENTRY
@@ -91,6 +95,8 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
     if entry.get("type") == OPENCODE_ENTRY and isinstance(holder, dict):
         holder = holder.get("message")
     role = holder.get("role") if isinstance(holder, dict) else None
+    if is_gemini_message(entry):
+        role = _GEMINI_ROLES.get(entry["type"], "")
     return EntryText(
         uuid=stripped.uuid,
         type=stripped.type,
@@ -118,6 +124,8 @@ def _texts(entry: dict[str, Any]) -> Iterator[str]:
         return _opencode_texts(entry)
     if is_rollout_entry(entry):
         return _rollout_texts(entry)
+    if is_gemini_message(entry):
+        return _gemini_texts(entry)
     return _claude_code_texts(entry)
 
 
@@ -153,6 +161,31 @@ def _opencode_tool(data: dict[str, Any]) -> Iterator[str]:
         return
     yield from _strings(state.get("input"))
     yield from _strings([state.get("title"), state.get("output"), state.get("error")])
+
+
+# The roles of Gemini's message types, in the words the other sources use.
+_GEMINI_ROLES = {"user": "user", "gemini": "assistant"}
+
+
+def _gemini_texts(entry: dict[str, Any]) -> Iterator[str]:
+    """A Gemini CLI message's text (see the module docstring)."""
+    content = entry.get("content")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+    for thought in entry.get("thoughts") or ():
+        if isinstance(thought, dict):
+            for key in ("subject", "description"):
+                if isinstance(thought.get(key), str):
+                    yield thought[key]
+    for call in entry.get("toolCalls") or ():
+        if isinstance(call, dict):
+            if isinstance(call.get("name"), str):
+                yield call["name"]
+            yield from _strings(call.get("args"))
 
 
 # Rollout items whose text people read, by the payload's own "type".

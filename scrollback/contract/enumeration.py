@@ -13,6 +13,15 @@ depth-first walk of `payload` in document order (object members and array
 items alike). `iter_images` yields every image of either kind as the pair the
 stripper needs: the payload text (None where there is none) and the declared
 media type.
+
+A Gemini CLI message (a top-level string `id`, a `type` of Gemini's message
+types and no `uuid`, `message` or `payload` member: `is_gemini_message`) holds
+its images as `inlineData` parts: its image with index i is the i-th object
+met in a depth-first walk of the whole entry in document order (object members
+and array items alike: `content`, `displayContent`, each tool call's `result`,
+a `functionResponse`'s parts) that has an `inlineData` object whose `mimeType`
+is an `image/...` type; the payload text is `inlineData.data`. An entry that
+is a Gemini message is named by its `id` where others are by `uuid`.
 """
 
 from __future__ import annotations
@@ -63,6 +72,40 @@ def is_rollout_entry(entry: dict[str, Any]) -> bool:
     return "message" not in entry and isinstance(entry.get("payload"), dict)
 
 
+# The message types of Gemini CLI (chatRecordingTypes.ts ConversationRecordExtra).
+GEMINI_MESSAGE_TYPES = frozenset({"user", "gemini", "info", "error", "warning"})
+
+
+def is_gemini_message(entry: dict[str, Any]) -> bool:
+    """True for a Gemini CLI message's shape (see the module's text)."""
+    return (
+        isinstance(entry.get("id"), str)
+        and entry.get("type") in GEMINI_MESSAGE_TYPES
+        and "uuid" not in entry
+        and "message" not in entry
+        and "payload" not in entry
+    )
+
+
+def iter_gemini_inline(entry: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The `inlineData` objects of a Gemini message's image parts, in index order."""
+    stack: list[Iterator[Any]] = [iter((entry,))]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, dict):
+                inline = item.get("inlineData")
+                media_type = inline.get("mimeType") if isinstance(inline, dict) else None
+                if isinstance(media_type, str) and is_image_media_type(media_type):
+                    yield inline  # type: ignore[misc]
+                stack.append(iter(item.values()))
+                break
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+        else:
+            stack.pop()
+
+
 def iter_images(entry: Any) -> Iterator[tuple[Any, Any]]:
     """Yield (payload text, declared media type) of every image of an entry, in index order.
 
@@ -70,6 +113,10 @@ def iter_images(entry: Any) -> Iterator[tuple[Any, Any]]:
     None); for a data URL it is the text after the comma.
     """
     if not isinstance(entry, dict):
+        return
+    if is_gemini_message(entry):
+        for inline in iter_gemini_inline(entry):
+            yield inline.get("data"), inline.get("mimeType")
         return
     if not is_rollout_entry(entry):
         for block in iter_image_blocks(entry):

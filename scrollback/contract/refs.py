@@ -1,7 +1,7 @@
 """The codec for both reference forms (docs/contract.md §4), with validation.
 
 - A session id: an id matching `[A-Za-z0-9_-]{1,64}`, or `<source>:<id>` naming
-  the source too (`claude-code:`, `codex:`, `opencode:`), as a session is listed when another
+  the source too (`claude-code:`, `codex:`, `opencode:`, `gemini:`), as a session is listed when another
   source the caller sees has the same id (`split_session_id`).
 - A transcript image: `<sessionId>/<entryUuid>/<index>`, ids matching
   `[A-Za-z0-9_-]{1,64}` (the session id in either form above), index a decimal 0-9999 with no sign or leading zeros,
@@ -27,7 +27,8 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CLAUDE_CODE = "claude-code"
 CODEX = "codex"
 OPENCODE = "opencode"
-SESSION_SOURCES = (CLAUDE_CODE, CODEX, OPENCODE)
+GEMINI = "gemini"
+SESSION_SOURCES = (CLAUDE_CODE, CODEX, OPENCODE, GEMINI)
 # Between a source and an id in a session id that names its source (`codex:<id>`).
 SOURCE_SEPARATOR = ":"
 _INDEX_PATTERN = re.compile(r"0|[1-9][0-9]{0,3}")

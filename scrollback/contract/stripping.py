@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from scrollback.contract.enumeration import iter_images
+from scrollback.contract.enumeration import is_gemini_message, iter_images
 from scrollback.contract.limits import DEFAULT_INLINE_LIMIT as DEFAULT_INLINE_LIMIT
 from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE as DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.limits import MIN_INLINE_LIMIT as MIN_INLINE_LIMIT
@@ -290,6 +290,8 @@ def _read_entry(
             )
         )
     uuid, type_, timestamp = entry.get("uuid"), entry.get("type"), entry.get("timestamp")
+    if uuid is None and is_gemini_message(entry):
+        uuid = entry["id"]  # a Gemini message is named by its id (docs/contract.md §2)
     # Positional, in the field order (json, uuid, type, timestamp, images,
     # failed_image_indexes, image_count, cut_count, oversize): built for every
     # line read, and keywords cost half as much again as the rest of this.

@@ -38,6 +38,7 @@ from scrollback.server.listening import (
 )
 from scrollback.server.service_config import (
     DEFAULT_CODEX_SESSIONS,
+    DEFAULT_GEMINI_HOME,
     DEFAULT_OPENCODE_DB,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_STATE_TEXT,
@@ -45,6 +46,7 @@ from scrollback.server.service_config import (
     OPENCODE_DB_ENV,
     ConfigError,
     env_name,
+    gemini_home_setting,
     location_setting,
 )
 from scrollback.server.worker_role import current_role
@@ -133,6 +135,11 @@ def add_shared_flags(
         f"{DEFAULT_OPENCODE_DB} when it exists)",
     )
     parser.add_argument(
+        "--gemini-home",
+        help=f"Gemini CLI's home, its sessions under tmp/<project>/chats "
+        f"(SCROLLBACK_GEMINI_HOME, default {DEFAULT_GEMINI_HOME} when it exists)",
+    )
+    parser.add_argument(
         "--state", type=Path, help=f"{state_help} (SCROLLBACK_STATE, default {DEFAULT_STATE_TEXT})"
     )
     parser.add_argument(
@@ -165,6 +172,7 @@ def shared_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "transcripts": location_setting(args.transcripts) if args.transcripts else None,
         "codex_sessions": location_setting(args.codex_sessions) if args.codex_sessions else None,
         "opencode_db": args.opencode_db.expanduser() if args.opencode_db else None,
+        "gemini_home": gemini_home_setting(args.gemini_home) if args.gemini_home else None,
         "state_dir": args.state.expanduser() if args.state else None,
         "insecure": args.insecure or None,
         "auth_tokens": args.auth_tokens,

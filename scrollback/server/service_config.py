@@ -55,6 +55,8 @@ OPENCODE_DB_ENV = "SCROLLBACK_OPENCODE_DB"
 # opencode's database under $XDG_DATA_HOME (its default when that is not set).
 OPENCODE_DB_NAME = "opencode/opencode.db"
 DEFAULT_OPENCODE_DB = "~/.local/share/" + OPENCODE_DB_NAME
+GEMINI_HOME_ENV = "SCROLLBACK_GEMINI_HOME"
+DEFAULT_GEMINI_HOME = "~/.gemini"
 STATE_ENV = "SCROLLBACK_STATE"
 DEFAULT_TRANSCRIPTS = "~/.claude/projects"
 DEFAULT_STATE_TEXT = "$XDG_STATE_HOME/scrollback or ~/.local/state/scrollback"
@@ -201,6 +203,27 @@ def opencode_db_from_env(env: Mapping[str, str] | None = None) -> Path | None:
     return default if default.is_file() else None
 
 
+def gemini_home_from_env(env: Mapping[str, str] | None = None) -> Path | None:
+    """SCROLLBACK_GEMINI_HOME (a directory, ~ expanded), else `~/.gemini` when it exists,
+    else None: Gemini CLI's home, whose `tmp/<project>/chats/` hold its sessions."""
+    source = os.environ if env is None else env
+    text = source.get(GEMINI_HOME_ENV, "")
+    if text:
+        return Path(text).expanduser()
+    default = Path(DEFAULT_GEMINI_HOME).expanduser()
+    return default if default.is_dir() else None
+
+
+def gemini_home_setting(value: Path | str | None) -> Path | None:
+    """A Gemini home given as text or a path (~ expanded); it must be a local directory."""
+    if value is None:
+        return None
+    text = str(value)
+    if "://" in text:
+        raise ConfigError(f"Gemini's home ({GEMINI_HOME_ENV}) must be a local directory")
+    return Path(text).expanduser()
+
+
 @contextmanager
 def auth_errors_as_config_errors() -> Iterator[None]:
     """Re-raise an AuthConfigError of the block as ConfigError (same text)."""
@@ -297,6 +320,7 @@ def open_transcript_source(
     report_skipped: bool = False,
     codex: Location | None = None,
     opencode: Path | None = None,
+    gemini: Path | None = None,
 ) -> TranscriptSource:
     """The transcript source a location names, a directory or a bucket (blocking for a bucket),
     served beside opencode's database when one is given (scrollback.opencode.combined).
@@ -313,22 +337,30 @@ def open_transcript_source(
             CODEX_SESSIONS_ENV,
         )
         codex = None
+    if not isinstance(transcripts, Path) and gemini is not None:
+        log.warning(
+            "the transcripts root is a bucket: Gemini's home is not read (%s names a local "
+            "directory, read beside a local transcripts root only)",
+            GEMINI_HOME_ENV,
+        )
+        gemini = None
     files = transcript_source(
         transcripts,
         buckets=buckets,
         rescan_interval=rescan_interval,
         report_skipped=report_skipped,
         codex=codex,
+        gemini=gemini,
     )
     if opencode is None:
         return files
-    from scrollback.contract.refs import CLAUDE_CODE, CODEX, OPENCODE
+    from scrollback.contract.refs import CLAUDE_CODE, CODEX, GEMINI, OPENCODE
     from scrollback.opencode.combined import CombinedSource
     from scrollback.opencode.source import OpencodeSource
 
     database = OpencodeSource(opencode, rescan_interval=rescan_interval)
     return CombinedSource(
-        [(frozenset({CLAUDE_CODE, CODEX}), files), (frozenset({OPENCODE}), database)]
+        [(frozenset({CLAUDE_CODE, CODEX, GEMINI}), files), (frozenset({OPENCODE}), database)]
     )
 
 
@@ -364,11 +396,14 @@ def read_server_values(
         service=service,
         shared=shared,
         aliases=aliases,
-        skip=frozenset({"transcripts", "state_dir", "codex_sessions", "opencode_db"}),
+        skip=frozenset(
+            {"transcripts", "state_dir", "codex_sessions", "opencode_db", "gemini_home"}
+        ),
     )
     values["transcripts"] = transcripts_from_env(env)
     values["codex_sessions"] = codex_sessions_from_env(env)
     values["opencode_db"] = opencode_db_from_env(env)
+    values["gemini_home"] = gemini_home_from_env(env)
     values["state_dir"] = state_dir_from_env(env)
     values["security"] = security_from_env(env, service=service, auth_tokens=auth_tokens)
     return values

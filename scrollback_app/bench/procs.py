@@ -180,6 +180,7 @@ def history_server(
     *,
     search_indexing: bool = False,
     codex_sessions: Path | None = None,
+    gemini_home: Path | None = None,
     settings: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`python -m history_service` over a transcripts root (with a token file if given).
@@ -193,6 +194,8 @@ def history_server(
     auth = ["--auth-tokens", str(auth_tokens)] if auth_tokens is not None else []
     indexing = [] if search_indexing else ["--no-search-indexing"]
     codex = ["--codex-sessions", str(codex_sessions)] if codex_sessions is not None else []
+    if gemini_home is not None:
+        codex += ["--gemini-home", str(gemini_home)]
     return ServerProcess(
         "history_service",
         ["--transcripts", str(transcripts), "--state", str(state), *auth, *indexing, *codex],

@@ -63,6 +63,10 @@ baseline in the same run, interleaved, median of repeats:
 - Codex rollouts (`scrollback_app.bench.codex`): the latest window and a cold
   image of a 300 MB rollout vs a Claude Code transcript of the same size
   (targets <= 1.5x; quick: 20 MB).
+- Gemini CLI sessions (`scrollback_app.bench.gemini`): the latest window of a
+  300 MB session with rewrites vs a Claude Code transcript of the same size
+  (target <= 1.5x), and the first window of a never-read one vs of a never-read
+  5 MB one (target <= 2x; quick: 20 MB).
 - ListImages (`scrollback_app.bench.list_images`): the history server's peak
   PSS while it lists a 2,000,000-line session vs the same idle (target +100 MB;
   quick: 100,000 lines).
@@ -147,6 +151,7 @@ class BenchConfig:
     slim_bytes: int = 2000 * MB
     codex_bytes: int = 300 * MB
     opencode_bytes: int = 300 * MB
+    gemini_bytes: int = 300 * MB
     list_images_lines: int = 2_000_000
     bucket_bytes: int = 300 * MB
     background_bytes: int = 300 * MB
@@ -198,6 +203,7 @@ class BenchConfig:
             slim_bytes=20 * MB,
             codex_bytes=20 * MB,
             opencode_bytes=20 * MB,
+            gemini_bytes=20 * MB,
             list_images_lines=100_000,
             bucket_bytes=10 * MB,
             background_bytes=20 * MB,
@@ -944,6 +950,16 @@ class _Run:
         for figure in await opencode.measure(
             self.work,
             self.config.opencode_bytes,
+            self.config.image_bytes,
+            self.config.repeats,
+            self.log,
+        ):
+            self.add(figure)
+        from scrollback_app.bench import gemini
+
+        for figure in await gemini.measure(
+            self.work,
+            self.config.gemini_bytes,
             self.config.image_bytes,
             self.config.repeats,
             self.log,

@@ -76,6 +76,8 @@ EXPECTED = {
     "long_tail_window",
     "codex_window_vs_claude",
     "codex_ttfb_cold_vs_claude",
+    "gemini_window_vs_claude",
+    "gemini_first_touch_vs_small",
     "bucket_window_vs_local",
     "bucket_photo_cold_vs_local",
     "bucket_hintless_first_touch_vs_local",

@@ -110,6 +110,7 @@ class GatewayStack:
         codex: Path | None = None,
         security: SecuritySettings | None = None,
         opencode: Path | None = None,
+        gemini: Path | None = None,
     ) -> None:
         self.tokens_file: Path | None = None
         if tenants is not None:
@@ -118,7 +119,12 @@ class GatewayStack:
                 auth_tokens=self.tokens_file, max_streams_per_principal=max_streams
             )
         self.pair = ServerPair(
-            tmp_path / "root", tmp_path / "state", security, codex, opencode=opencode
+            tmp_path / "root",
+            tmp_path / "state",
+            security,
+            codex,
+            opencode=opencode,
+            gemini=gemini,
         )
         self.tmp = tmp_path
         self.log = RequestLog()

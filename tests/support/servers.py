@@ -116,10 +116,13 @@ class ServerPair:
         transcripts: str | None = None,
         bucket_cache_bytes: int | None = None,
         opencode: Path | None = None,
+        gemini: Path | None = None,
     ) -> None:
         self.root = root
         # opencode's database (a third source), or None.
         self.opencode = opencode
+        # Gemini CLI's home (its sessions under tmp/<project>/chats), or None.
+        self.gemini = gemini
         # What the servers are given as their transcripts root: `root`, or a bucket's
         # `s3://bucket/prefix` (its credentials from the AWS variables of this process).
         self.location: Location = parse_location(transcripts) if transcripts else root
@@ -168,6 +171,7 @@ class ServerPair:
             transcripts=self.location,
             codex_sessions=self.codex,
             opencode_db=self.opencode,
+            gemini_home=self.gemini,
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",
             rescan_interval_seconds=0.2,
@@ -186,6 +190,7 @@ class ServerPair:
             transcripts=self.location,
             codex_sessions=self.codex,
             opencode_db=self.opencode,
+            gemini_home=self.gemini,
             state_dir=self.state,
             addr=f"127.0.0.1:{port}",
             gc_interval_seconds=3600,

@@ -3,7 +3,8 @@
 A harness keeps transcripts by names relative to a home, in the same layout
 for every source: `projects/<project>/<sessionId>.jsonl` (Claude Code) and
 `codex/sessions/YYYY/MM/DD/rollout-...jsonl` or `codex/archived_sessions/...`
-(Codex). `write` puts bytes there (a whole new version), `remove` deletes
+(Codex); a directory's home also holds Gemini CLI's home, `gemini/tmp/<project>/
+chats/...` (Gemini's home is a local directory, never a bucket). `write` puts bytes there (a whole new version), `remove` deletes
 them, `source` makes the source over that home. `DirectoryHarness` keeps them
 as files, `BucketHarness` as objects of a real SeaweedFS (tests/support/seaweed.py),
 `OpencodeHarness` as files beside an opencode database (`opencode`, written
@@ -45,7 +46,8 @@ class SourceHarness(Protocol):
 
 
 class DirectoryHarness:
-    """Files under a temporary home: DirectoryRoot over `projects`, Codex's `codex/sessions`."""
+    """Files under a temporary home: DirectoryRoot over `projects`, Codex's `codex/sessions`,
+    Gemini's home `gemini`."""
 
     name = "directory"
 
@@ -53,6 +55,7 @@ class DirectoryHarness:
         self.home = home
         (home / "projects").mkdir(parents=True, exist_ok=True)
         (home / "codex" / "sessions").mkdir(parents=True, exist_ok=True)
+        (home / "gemini" / "tmp").mkdir(parents=True, exist_ok=True)
 
     def write(self, relative: str, data: bytes) -> None:
         """A new file (written aside and renamed over, as a whole new version)."""
@@ -72,12 +75,13 @@ class DirectoryHarness:
         (self.home / relative).unlink()
 
     def source(self, *, rescan_interval: float = 0.0) -> TranscriptSource:
-        """DirectoryRoot over the home's projects, with its Codex sessions dir."""
+        """DirectoryRoot over the home's projects, with its Codex sessions dir and Gemini home."""
         return DirectoryRoot(
             self.home / "projects",
             rescan_interval=rescan_interval,
             report_skipped=True,
             codex=self.home / "codex" / "sessions",
+            gemini=self.home / "gemini",
         )
 
 

@@ -139,7 +139,8 @@ def test_session_ids_name_their_source_and_a_bare_id_the_first_source_seen(
     assert split_session_id("abc") == ("", "abc")
     assert split_session_id("codex:abc") == (CODEX, "abc")
     assert split_session_id("claude-code:abc") == (CLAUDE_CODE, "abc")
-    for bad in ("gemini:abc", "codex:", ":abc", "codex:a:b", "codex:a b", "codex:" + "a" * 65):
+    assert split_session_id("gemini:abc") == ("gemini", "abc")
+    for bad in ("cursor:abc", "codex:", ":abc", "codex:a:b", "codex:a b", "codex:" + "a" * 65):
         with pytest.raises(RefError):
             split_session_id(bad)
     claude, codex = _tree(tmp_path)

@@ -173,7 +173,9 @@ class Session(_message.Message):
     project_dir: _builtins.str
     """The project directory's name under the root (never a full path). For a
     Codex rollout (source "codex"): the working directory its session_meta
-    names, or empty when it has none.
+    names, or empty when it has none. For a Gemini CLI session (source
+    "gemini"): the path its project dir's .project_root holds, else that
+    dir's name.
     """
     size_bytes: _builtins.int
     """The transcript's size in bytes when it was listed."""
@@ -195,9 +197,10 @@ class Session(_message.Message):
     (from the parent's tool result naming the agent); empty when unknown.
     """
     source: _builtins.str
-    """Which agent wrote the transcript: "claude-code" (the transcripts root)
-    or "codex" (a Codex CLI rollout under the Codex sessions dir or its
-    archived_sessions sibling).
+    """Which agent wrote the transcript: "claude-code" (the transcripts root),
+    "codex" (a Codex CLI rollout under the Codex sessions dir or its
+    archived_sessions sibling) or "gemini" (a Gemini CLI session under
+    Gemini's home, served as its live messages: docs/contract.md §1).
     """
     slim_copy_of: _builtins.str
     """For a slim copy under a new id (`scrollback slim --fork`): the id of

@@ -7,7 +7,8 @@ transcript line, and how the media service is asked for it again.
 String forms (docs/contract.md §4):
 - a transcript image is "<sessionId>/<entryUuid>/<index>", where both ids
   match [A-Za-z0-9_-]{1,64} (the session id may carry a source prefix,
-  "claude-code:" or "codex:", naming the source it is looked up in) and the
+  "claude-code:", "codex:", "opencode:" or "gemini:", naming the source it
+  is looked up in) and the
   index is a decimal from 0 to 9999 with no sign and no leading zeros;
 - a content-addressed blob is "media:<sha256>", 64 lowercase hex digits.
 Anything else is INVALID_ARGUMENT.
@@ -19,7 +20,12 @@ the entry's message.content in document order, descending into the
 line (Codex CLI: a top-level "payload" object and no "message" member)
 holds its images as data URLs: its image i is the i-th string whose text
 is a "data:image/<subtype>;base64," URL met in a depth-first walk of
-"payload" in document order. Both services use the same code for this rule.
+"payload" in document order. A Gemini CLI message (a string "id", a "type"
+among user, gemini, info, error, warning, and no "uuid", "message" or
+"payload" member) holds its images as inlineData parts: its image i is the
+i-th object with an "inlineData" of an "image/..." mimeType met in a
+depth-first walk of the whole entry in document order, and its entry is
+named by its "id". Both services use the same code for this rule.
 
 Entries without a uuid (every rollout line, and any line whose "uuid" is
 missing or not an id) are named in refs by their line's byte offset in the

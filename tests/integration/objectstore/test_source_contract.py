@@ -22,7 +22,8 @@ import pytest
 from client import HistoryClient
 from client._core import NO_RETRY
 from scrollback.contract.refs import OPENCODE, RefError
-from scrollback.layouts import CLAUDE_CODE, CODEX
+from scrollback.gemini_live import PREFIX_BYTES
+from scrollback.layouts import CLAUDE_CODE, CODEX, GEMINI
 from scrollback.linefile import FileIdentity, FileRewrittenError
 from scrollback.principals import Principal
 from scrollback.transcripts import (
@@ -32,6 +33,7 @@ from scrollback.transcripts import (
     TranscriptSource,
 )
 from tests.support.codex import CWD, Rollout, rollout_name
+from tests.support.gemini import PROJECT_ROOT, GeminiSession, full_session
 from tests.support.seaweed import SeaweedServer
 from tests.support.servers import ServerPair, assistant_line, user_line
 from tests.support.sources import BucketHarness, DirectoryHarness, OpencodeHarness, SourceHarness
@@ -341,3 +343,86 @@ def test_a_new_database_session_is_found_and_a_deleted_one_is_gone(
         source.open(found)
     assert not source.exists(found)
     _raises(SessionNotFoundError, lambda: source.resolve(fresh, None))
+
+
+def _gemini(session_id: str, kind: str = "main") -> GeminiSession:
+    session = GeminiSession(session_id, kind=kind)
+    session.user(f"{session_id}-u", "first prompt")
+    session.gemini(f"{session_id}-g", "")
+    session.stream(f"{session_id}-g", "an answer")
+    return session
+
+
+def _gemini_path(session: GeminiSession, slug: str = "gemini-project", parent: str = "") -> str:
+    chats = f"gemini/tmp/{slug}/chats"
+    return f"{chats}/{parent}/{session.file_name()}" if parent else f"{chats}/{session.file_name()}"
+
+
+def test_gemini_sessions_are_listed_resolved_and_named_alike(tmp_path: Path) -> None:
+    # Gemini's home is a local directory: its sessions are in the directory harness only.
+    harness = DirectoryHarness(tmp_path)
+    main, shared = str(uuid.uuid4()), str(uuid.uuid4())
+    child = _gemini(str(uuid.uuid4()), kind="subagent")
+    harness.write("gemini/tmp/gemini-project/.project_root", PROJECT_ROOT.encode() + b"\n")
+    harness.write(_gemini_path(_gemini(main)), _gemini(main).data())
+    harness.write(_gemini_path(child, parent=main), child.data())
+    harness.write(_gemini_path(_gemini(shared), slug="bare"), _gemini(shared).data())
+    harness.write(f"projects/proj-a/{shared}.jsonl", _transcript("c"))
+    harness.write("gemini/tmp/bare/chats/notes.jsonl", b"{}\n")  # not a session file
+    source = harness.source()
+    listed = [t for t in source.list(None) if t.source == GEMINI]
+    assert _shape(listed) == {
+        (main, PROJECT_ROOT, False, "", GEMINI),
+        (child.session_id, PROJECT_ROOT, True, main, GEMINI),
+        (shared, "bare", False, "", GEMINI),
+    }
+    assert {source.key_of(t) for t in listed} == {
+        f"//{_gemini_path(_gemini(main))}",
+        f"//{_gemini_path(child, parent=main)}",
+        f"//{_gemini_path(_gemini(shared), slug='bare')}",
+    }
+    # Sources never shadow one another: the bare id is Claude Code's, `gemini:` names Gemini's.
+    assert source.resolve(shared, None).source == CLAUDE_CODE
+    gemini = source.resolve(f"gemini:{shared}", None)
+    assert gemini.source == GEMINI and source.name_of(gemini, None) == f"gemini:{shared}"
+    assert source.resolve(main, Principal("dana", frozenset({PROJECT_ROOT}))).source == GEMINI
+    with pytest.raises(SessionNotFoundError):
+        source.resolve(main, ALICE)
+
+
+def test_a_gemini_session_opens_as_its_live_lines_and_a_rewind_is_a_new_version(
+    tmp_path: Path,
+) -> None:
+    harness = DirectoryHarness(tmp_path)
+    session_id = str(uuid.uuid4())
+    session = full_session(session_id)
+    relative = _gemini_path(session)
+    harness.write(relative, session.data())
+    source = harness.source()
+    transcript = source.resolve(session_id, None)
+    assert source.stat(transcript).st_size == len(session.data())  # the file's own size
+    with source.open(transcript) as opened:
+        identity = FileIdentity.of(opened, source.version)
+        lines = [line for line in opened.read(identity.size, 0).split(b"\n") if line.strip()]
+        version = source.version(opened)
+    latest = {
+        line[7 : line.index(b'"', 7)]: line for line in session.lines if line[:7] == b'{"id":"'
+    }
+    assert lines == [latest[i.encode()] for i in session.messages]
+    assert identity.size == PREFIX_BYTES + len(session.data())
+    # An append that rewrites the last message: the same version, the identity continues.
+    before = session.data()
+    session.gemini("g9", "")
+    session.stream("g9", "streamed on")
+    harness.grow(relative, before, session.data()[len(before) :])
+    with source.open(transcript) as opened:
+        assert source.version(opened) == version
+        assert identity.check(opened, identity.size, source.version).size > identity.size
+    # A rewind drops messages already served: another version, and the identity is refused.
+    before = session.data()
+    session.rewind("g9")
+    harness.grow(relative, before, session.data()[len(before) :])
+    with source.open(transcript) as opened:
+        assert source.version(opened) != version
+        with pytest.raises(FileRewrittenError):
+            identity.check(opened, identity.size, source.version)

@@ -86,7 +86,7 @@ def expected(lines: list[bytes], base: int = 0) -> list[IndexedLine]:
     rows = []
     offset = base
     for item in lines:
-        if item:
+        if item and not item.isspace():  # blank lines are left out, whitespace ones too
             try:
                 parsed = json.loads(item)
             except ValueError:
