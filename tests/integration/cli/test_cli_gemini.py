@@ -46,7 +46,8 @@ def test_the_cli_lists_reads_and_exports_a_gemini_session(
     session = full_session(SESSION)
     write_session(tmp_path / "gemini", session)
     table = _run(capsys, gemini_servers, "sessions")
-    assert SESSION in table and "gemini /home/dev/ge" in table  # the project says its source
+    # The project column says the source and the project's last path component.
+    assert SESSION in table and "gemini gemini-proje" in table
     window = _run(capsys, gemini_servers, "window", SESSION)
     assert "what is in this photo? [image]" in window
     assert "[thinking] Looking It is a photo of a cat." in window
