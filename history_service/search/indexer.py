@@ -44,8 +44,8 @@ from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 log = logging.getLogger(__name__)
 
-# Entries are written in large transactions (FTS5 builds its segments in memory
-# until a commit), bounded so memory stays bounded.
+# Entries are handed to the index in large batches, bounded so memory stays
+# bounded (the index commits by its own size and time bounds).
 BATCH_ROWS = 20_000
 BATCH_TEXT_BYTES = 16 * 1024 * 1024
 
@@ -78,6 +78,7 @@ def search_row(raw: RawLine, stripped: StrippedLine) -> EntryRow | None:
     found = entry_text(stripped)
     if found is None:
         return None
+    text = indexable(found.text)
     return EntryRow(
         offset=raw.start,
         line_end=raw.next_start,
@@ -88,7 +89,8 @@ def search_row(raw: RawLine, stripped: StrippedLine) -> EntryRow | None:
         timestamp=indexable(found.timestamp),
         ts_ms=timestamp_ms(found.timestamp),
         has_photos=found.has_photos,
-        text=indexable(found.text),
+        text=text,
+        prompt=text if found.prompt else "",
     )
 
 
@@ -125,19 +127,27 @@ class SearchIndexer:
         """One pass over every transcript (blocking)."""
         known = self._index.files()
         seen: set[str] = set()
+        whole = True
         for transcript in self._root.list(None):
             if self._stopping.is_set():
+                self._index.flush()
                 return
             key = self.path_key(transcript)
             seen.add(key)
             try:
                 self._index_file(transcript, key, known.get(key))
-            except (LookupError, FileRewrittenError, OSError, ObjectChangedError):
-                continue  # gone, rewritten or reset meanwhile: the next pass sees it anew
+            except LookupError:
+                # Reset meanwhile, or its project indexed by another process.
+                whole = False
+            except (FileRewrittenError, OSError, ObjectChangedError):
+                continue  # gone or rewritten meanwhile: the next pass sees it anew
         for gone in known.keys() - seen:
             self._index.drop_file(gone)
         for gone in self._searched.keys() - seen:
             del self._searched[gone]
+        self._index.flush()
+        if whole:
+            self._index.mark_complete()
         self.stats.passes += 1
 
     def path_key(self, transcript: TranscriptFile) -> str:

@@ -16,6 +16,11 @@ object, no `message`): message text, reasoning summaries (never
 outputs, and a compaction's summary. The `event_msg` copies of messages and
 a compaction's replacement history repeat what their `response_item` lines
 already hold, and are not indexed again.
+
+An entry is a prompt (`EntryText.prompt`) when a person wrote it to start or
+steer the work, or it names the work: a user message that is not a tool's
+result, a summary, a compaction's summary. Relevance weighs its words above
+the same words in tool output.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class EntryText:
     timestamp: str
     has_photos: bool
     text: str
+    prompt: bool = False
 
 
 def entry_text(stripped: StrippedLine) -> EntryText | None:
@@ -92,7 +98,20 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
         timestamp=stripped.timestamp,
         has_photos=stripped.image_count > 0,
         text=text,
+        prompt=_is_prompt(entry, holder, role),
     )
+
+
+def _is_prompt(entry: dict[str, Any], holder: Any, role: Any) -> bool:
+    """Whether the entry is a prompt or a title (see the module docstring)."""
+    if isinstance(entry.get("summary"), str) or entry.get("type") in ("summary", "compacted"):
+        return True
+    if role != "user" or not isinstance(holder, dict):
+        return False
+    content = holder.get("content")
+    if isinstance(content, list):
+        return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return True
 
 
 def _payload_lines(match: re.Match[str]) -> str:
