@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 import threading
 import time
@@ -61,16 +60,18 @@ DIR_NAME = "search"
 OLD_FILE_NAME = "search.sqlite"
 FORMAT = "tantivy-1"
 WORDS = "words"
+MAX_INDEXED_BYTES = 4096
 # A word in a prompt or a title counts this many times the same word in other text.
 PROMPT_BOOST = 3.0
 COMMIT_BYTES = 64 * 1024 * 1024
-COMMIT_SECONDS = 1.0
+COMMIT_SECONDS = 10.0
 MAX_WRITERS = 2
+# Hits asked for past a relevance page (see `_candidates`).
+TIE_SLACK = 64
 WRITER_HEAP = 96 * 1024 * 1024
 # Tantivy wants at least 15 MB of the heap per indexing thread.
 _THREAD_HEAP = 24 * 1024 * 1024
 _ENTRY, _FILE = "e", "f"
-_LONG_WORD = re.compile(rf"[^\W_]{{{MAX_WORD_CHARS + 1},}}")
 
 
 def _schema() -> tantivy.Schema:
@@ -94,9 +95,8 @@ SCHEMA = _schema()
 ANALYZER = (
     tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
     .filter(tantivy.Filter.lowercase())
-    # Words are cut to MAX_WORD_CHARS before they get here: this bound (in bytes) only
-    # keeps a cut word of four-byte characters.
-    .filter(tantivy.Filter.remove_long(MAX_WORD_CHARS * 4 + 1))
+    # Longer words (in bytes) are not indexed: no text people read has them.
+    .filter(tantivy.Filter.remove_long(MAX_INDEXED_BYTES))
     .build()
 )
 
@@ -121,9 +121,11 @@ def _filter(query: tantivy.Query) -> tuple[tantivy.Occur, tantivy.Query]:
 
 
 def _words_query(field: str, term: Term) -> tantivy.Query:
-    words = [word[:MAX_WORD_CHARS] for word in term.lowered or term.words]
-    if term.prefix and len(words) == 1:
-        return tantivy.Query.regex_query(SCHEMA, field, words[0] + ".*")
+    words = list(term.lowered or term.words)
+    if len(words) == 1 and (term.prefix or len(words[0]) > MAX_WORD_CHARS):
+        # A word longer than MAX_WORD_CHARS matches the words that begin alike, as the
+        # SQL backends cut both sides.
+        return tantivy.Query.regex_query(SCHEMA, field, words[0][:MAX_WORD_CHARS] + ".*")
     if term.prefix:
         return tantivy.Query.phrase_prefix_query(SCHEMA, field, list(words))
     if len(words) == 1:
@@ -180,13 +182,6 @@ def _state_doc(state: FileState) -> tantivy.Document:
     )
 
 
-def _cut_long_words(text: str) -> str:
-    """The text with each word cut to MAX_WORD_CHARS, as the SQL backends cut them."""
-    if _LONG_WORD.search(text) is None:
-        return text
-    return _LONG_WORD.sub(lambda m: m.group()[:MAX_WORD_CHARS] + " ", text)
-
-
 def _entry_doc(state: FileState, row: EntryRow, key: int, seq: int) -> tantivy.Document:
     doc = tantivy.Document(
         kind=_ENTRY,
@@ -203,12 +198,12 @@ def _entry_doc(state: FileState, row: EntryRow, key: int, seq: int) -> tantivy.D
         photos=int(row.has_photos),
         offset=row.offset,
         line_end=row.line_end,
-        body=_cut_long_words(row.text),
+        body=row.text,
     )
     if row.ts_ms is not None:
         doc.add_integer("ts", row.ts_ms)
     if row.prompt:
-        doc.add_text("prompt", _cut_long_words(row.prompt))
+        doc.add_text("prompt", row.prompt)
     return doc
 
 
@@ -478,7 +473,9 @@ class TantivySearchIndex:
                 for key, address in result.hits:
                     yield 0.0, int(key), searcher, address
                 continue
-            hits = searcher.search(wanted, page.offset + limit, count=False).hits
+            # Tantivy's top hits cut a run of equal scores anywhere: asking for more keeps
+            # the run whole, so it goes in key order on every page alike.
+            hits = searcher.search(wanted, page.offset + limit + TIE_SLACK, count=False).hits
             keys = searcher.fast_field_values("key", [address for _, address in hits])
             for (score, address), key in zip(hits, keys, strict=True):
                 yield float(score), int(key or 0), searcher, address

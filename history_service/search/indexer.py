@@ -21,6 +21,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from history_service.errors import FileRewrittenError
 from history_service.insight import InsightFeed, InsightIndex
@@ -73,9 +74,12 @@ class IndexStats:
     bytes_read: int = 0
 
 
-def search_row(raw: RawLine, stripped: StrippedLine) -> EntryRow | None:
-    """What the search index keeps of one line (stripped at MIN_INLINE_LIMIT); None: nothing."""
-    found = entry_text(stripped)
+def search_row(
+    raw: RawLine, stripped: StrippedLine, parsed: dict[str, Any] | None = None
+) -> EntryRow | None:
+    """What the search index keeps of one line (stripped at MIN_INLINE_LIMIT, `parsed`: its
+    JSON if parsed already); None: nothing."""
+    found = entry_text(stripped, parsed)
     if found is None:
         return None
     text = indexable(found.text)
@@ -273,12 +277,13 @@ class SearchIndexer:
             if not is_blank(raw):
                 served = serve_line(raw, MediaMode.DEFERRED, MIN_INLINE_LIMIT, self._max_line_size)
                 stripped = None if served is None else served.stripped
+            # One parse of the stripped line, for insight and search both.
+            entry = None
+            if stripped is not None and not stripped.oversize:
+                entry = parse_json_object(stripped.json)
             if wants_insight and insight is not None:
-                entry = None
-                if stripped is not None and not stripped.oversize:
-                    entry = parse_json_object(stripped.json)
                 insight.line(raw, stripped, entry)
-            if wants_search and not search.line(raw, stripped) and self._stopping.is_set():
+            if wants_search and not search.line(raw, stripped, entry) and self._stopping.is_set():
                 return False  # not written: the next server's pass starts from there
         search.finish()
         if lines is not None:
@@ -343,15 +348,18 @@ class _SearchFeed:
         self.start = start
         self.active = True  # False once it wants no more lines
 
-    def line(self, raw: RawLine, stripped: StrippedLine | None) -> bool:
-        """One line from `start` on (`stripped` None: blank or not an object); False once done."""
+    def line(
+        self, raw: RawLine, stripped: StrippedLine | None, parsed: dict[str, Any] | None = None
+    ) -> bool:
+        """One line from `start` on (`stripped` None: blank or not an object; `parsed`: its
+        JSON, if parsed); False once done."""
         if not raw.terminated:
             self.active = False  # the line being written: indexed once it is complete
             return False
         self._progress = raw.next_start
         stats = self._indexer.stats
         stats.bytes_read += raw.size + 1
-        row = None if stripped is None else search_row(raw, stripped)
+        row = None if stripped is None else search_row(raw, stripped, parsed)
         if row is not None:
             self._rows.append(row)
             self._text_bytes += len(row.text)

@@ -66,14 +66,17 @@ class EntryText:
     prompt: bool = False
 
 
-def entry_text(stripped: StrippedLine) -> EntryText | None:
-    """The searchable text of a stripped entry; None when it has none."""
+def entry_text(stripped: StrippedLine, parsed: dict[str, Any] | None = None) -> EntryText | None:
+    """The searchable text of a stripped entry (`parsed`: its JSON, when the caller has
+    parsed it already); None when it has none."""
     if stripped.oversize:
         return None
-    try:
-        entry = orjson.loads(stripped.json)
-    except orjson.JSONDecodeError:
-        return None
+    entry: Any = parsed
+    if entry is None:
+        try:
+            entry = orjson.loads(stripped.json)
+        except orjson.JSONDecodeError:
+            return None
     if not isinstance(entry, dict):
         return None
     parts: list[str] = []
