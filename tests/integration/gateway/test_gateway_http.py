@@ -280,7 +280,19 @@ def test_search_finds_and_opens_the_window_at_the_hit(stack: GatewayStack) -> No
         params={"page_token": hit["windowPageToken"], "page_size": 3},
     ).json()
     assert window["entries"][-1]["uuid"] == hit["entryUuid"]
-    for params in ({"q": ""}, {"q": "x", "since": "soon"}, {"q": "x", "photos": "maybe"}):
+    # Newest first on request (the default is most relevant first), and the build is done.
+    newest = httpx.get(
+        f"{stack.url}/api/v1/search", params={"q": "question", "order": "newest"}
+    ).json()
+    stamps = [h["timestamp"] for h in newest["hits"]]
+    assert len(stamps) == 20 and stamps == sorted(stamps, reverse=True)
+    assert newest.get("partial", False) is False
+    for params in (
+        {"q": ""},
+        {"q": "x", "since": "soon"},
+        {"q": "x", "photos": "maybe"},
+        {"q": "x", "order": "oldest"},
+    ):
         answer = httpx.get(f"{stack.url}/api/v1/search", params=params)
         assert answer.status_code == 400
         assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
