@@ -51,6 +51,16 @@ BATCH_ROWS = 20_000
 BATCH_TEXT_BYTES = 16 * 1024 * 1024
 
 
+def by_project(listed: list[TranscriptFile]) -> list[TranscriptFile]:
+    """The listing with each project's files together, projects in the order they first
+    appear (the listing's own order within each): an index may keep one writer per project,
+    and going back and forth between projects would hand writers over at every turn."""
+    first: dict[str, int] = {}
+    for number, transcript in enumerate(listed):
+        first.setdefault(transcript.project_dir, number)
+    return sorted(listed, key=lambda transcript: first[transcript.project_dir])
+
+
 def identity_text(identity: FileIdentity) -> str:
     """How the index stores a file identity (its size is the progress, kept apart)."""
     version = identity.version
@@ -132,7 +142,7 @@ class SearchIndexer:
         known = self._index.files()
         seen: set[str] = set()
         whole = True
-        for transcript in self._root.list(None):
+        for transcript in by_project(self._root.list(None)):
             if self._stopping.is_set():
                 self._index.flush()
                 return

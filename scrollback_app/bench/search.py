@@ -51,7 +51,7 @@ from history_service.store.insight import SqliteInsightStore
 from scrollback.directory import DirectoryRoot
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
 from scrollback.server.service_config import open_line_index
-from scrollback_app.bench import procs, services
+from scrollback_app.bench import procs, search_engines, services
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.fts5_index import SqliteSearchIndex
 
@@ -190,7 +190,7 @@ def measure_build(
     """The one-pass index build of text sessions vs a bare FTS5 insert of the same texts."""
     root = work / "search-build-root"
     state = work / "state-search-build"
-    written, _ = write_root(root, total_bytes, files, image_every=None)
+    written, words = write_root(root, total_bytes, files, image_every=None)
     log(f"search build: {written / 1e6:,.0f} MB of text sessions in {files} transcripts")
     texts_db = work / "search-build-bare.sqlite"
     seconds, entries = one_pass_build(root, state)
@@ -205,12 +205,18 @@ def measure_build(
     engine = statistics.median(
         [bare_tantivy_insert(texts, work / "bare-tantivy") for _ in range(2)]
     )
-    old_seconds, _ = one_pass_build(root, work / "state-search-build-fts5", fts5=True)
+    old_state = work / "state-search-build-fts5"
+    old_seconds, _ = one_pass_build(root, old_state, fts5=True)
     log(
         f"search build: {entries:,} entries in {seconds:.1f} s, bare FTS5 {bare:.1f} s,"
         f" bare Tantivy {engine:.1f} s, the FTS5 index of earlier versions {old_seconds:.1f} s"
     )
+    engines = [
+        *search_engines.query_latency(state, old_state, words),
+        search_engines.build_memory(root, work / "state-search-build-rss"),
+    ]
     return [
+        *engines,
         Figure(
             key="search_build_vs_tantivy",
             name=(

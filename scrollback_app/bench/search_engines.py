@@ -1,0 +1,124 @@
+"""The embedded index beside the FTS5 index of earlier versions, on the same texts.
+
+- build memory (`search_build_rss`): the one-pass build (Tantivy) in a process of
+  its own; its peak RSS over its RSS once imported and opened (idle). Target:
+  <= +200 MB.
+- query latency (`search_p50_vs_fts5`, `search_p99_vs_fts5`): the same queries
+  (a common, a middling and a rare word, two words, a phrase, a prefix, a role
+  filter) against both indexes in this process, interleaved, 20 hits each:
+  Tantivy most relevant first (the default order) beside FTS5 newest first (its
+  only order). Reported: relevance ranks every match, newest first walks a
+  page.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import statistics
+import time
+from pathlib import Path
+
+from history_service.search.embedded import TantivySearchIndex
+from history_service.search.query import Filters, parse_query
+from history_service.search.store import Order, Page, SearchIndex
+from scrollback_app.bench.figures import Figure, Target
+from scrollback_app.bench.fts5_index import SqliteSearchIndex
+
+RSS_TARGET_MB = 200
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * resource.getpagesize() / 1e6
+
+
+def _build_in_child(root: str, state: str) -> tuple[float, float, float]:
+    """(seconds, idle MB, peak MB) of a one-pass build, measured in this (child) process."""
+    from scrollback_app.bench.search import one_pass_build
+
+    TantivySearchIndex(Path(state)).close()  # imported and opened: the idle figure
+    idle = _rss_mb()
+    seconds, _ = one_pass_build(Path(root), Path(state))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+    return seconds, idle, peak
+
+
+def build_memory(root: Path, state: Path) -> Figure:
+    """The peak RSS of a one-pass build over its idle RSS (a fresh process and state)."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        seconds, idle, peak = pool.apply(_build_in_child, (str(root), str(state)))
+    return Figure(
+        key="search_build_rss",
+        name="peak RSS of the one-pass search build (Tantivy) over the same process idle",
+        figure=peak - idle,
+        baseline=idle,
+        unit="MB",
+        baseline_label="idle RSS",
+        ratio=peak / idle,
+        target=Target(figure_max=RSS_TARGET_MB),
+        note=f"peak {peak:,.0f} MB; the build took {seconds:.1f} s in that process",
+    )
+
+
+def _queries(words: list[str]) -> list[tuple[str, Filters]]:
+    common, middling, rare = words[0], words[300], words[8000]
+    return [
+        (common, Filters()),
+        (middling, Filters()),
+        (rare, Filters()),
+        (f"{middling} {words[40]}", Filters()),
+        (f'"{words[1]} {words[2]}"', Filters()),
+        (words[120][:3] + "*", Filters()),
+        (words[60], Filters(roles=("assistant",))),
+    ]
+
+
+def _timed(index: SearchIndex, query: str, filters: Filters, order: Order) -> float:
+    started = time.perf_counter()
+    index.search(parse_query(query), filters, None, Page(order), 20)
+    return time.perf_counter() - started
+
+
+def query_latency(tantivy_state: Path, fts5_state: Path, words: list[str]) -> list[Figure]:
+    """p50 and p99 of the same queries on both indexes (see the module docstring)."""
+    new = TantivySearchIndex(tantivy_state)
+    old = SqliteSearchIndex(fts5_state)
+    samples: dict[str, list[float]] = {"new": [], "old": []}
+    try:
+        for _ in range(3):  # warm both
+            for query, filters in _queries(words):
+                _timed(new, query, filters, Order.RELEVANCE)
+                _timed(old, query, filters, Order.NEWEST)
+        for _ in range(30):
+            for query, filters in _queries(words):
+                samples["new"].append(_timed(new, query, filters, Order.RELEVANCE))
+                samples["old"].append(_timed(old, query, filters, Order.NEWEST))
+    finally:
+        new.close()
+        old.close()
+    figures = []
+    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+        ours, theirs = (
+            statistics.quantiles(samples[k], n=100)[int(fraction * 100) - 1] * 1e3
+            for k in ("new", "old")
+        )
+        figures.append(
+            Figure(
+                key=f"search_{label}_vs_fts5",
+                name=(
+                    f"search {label} in process, Tantivy most relevant first vs the FTS5 index"
+                    " of earlier versions newest first (same texts, same queries)"
+                ),
+                figure=ours,
+                baseline=theirs,
+                unit="ms",
+                baseline_label="FTS5 newest first",
+                ratio=ours / theirs,
+                target=Target(),
+                note=f"{len(samples['new'])} queries each",
+            )
+        )
+    return figures
