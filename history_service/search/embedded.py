@@ -40,7 +40,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import orjson
 import tantivy
 import xxhash
 
@@ -58,14 +60,14 @@ from history_service.search.terms import MAX_WORD_CHARS
 
 DIR_NAME = "search"
 OLD_FILE_NAME = "search.sqlite"
-FORMAT = "tantivy-1"
+FORMAT = "tantivy-2"
 WORDS = "words"
 MAX_INDEXED_BYTES = 4096
 # A word in a prompt or a title counts this many times the same word in other text.
 PROMPT_BOOST = 3.0
 COMMIT_BYTES = 64 * 1024 * 1024
 COMMIT_SECONDS = 10.0
-MAX_WRITERS = 2
+MAX_WRITERS = 1
 # Hits asked for past a relevance page (see `_candidates`).
 TIE_SLACK = 64
 WRITER_HEAP = 96 * 1024 * 1024
@@ -75,16 +77,15 @@ _ENTRY, _FILE = "e", "f"
 
 
 def _schema() -> tantivy.Schema:
+    # Filters are indexed raw terms or fast columns; what a hit shows is one stored
+    # JSON value (`meta`) and the stored text: no term or column nothing asks for.
     builder = tantivy.SchemaBuilder()
-    builder.add_text_field("kind", tokenizer_name="raw", index_option="basic")
-    for name in ("path", "project", "session", "identity", "uuid", "type", "role", "timestamp"):
-        builder.add_text_field(name, stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_integer_field("key", stored=True, indexed=True, fast=True)
-    builder.add_integer_field("ts", indexed=True, fast=True)
-    builder.add_integer_field("seq", indexed=True, fast=True)
-    builder.add_integer_field("photos", stored=True, indexed=True)
-    for name in ("offset", "line_end", "indexed_to"):
-        builder.add_integer_field(name, stored=True)
+    for name in ("kind", "path", "project", "session", "type", "role"):
+        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    builder.add_integer_field("photos", indexed=True)
+    for name in ("key", "ts", "seq"):
+        builder.add_integer_field(name, fast=True)
+    builder.add_bytes_field("meta", stored=True)
     builder.add_text_field("body", stored=True, tokenizer_name=WORDS)
     builder.add_text_field("prompt", tokenizer_name=WORDS)
     return builder.build()
@@ -172,32 +173,42 @@ def _range(field: str, low: int | None, high: int | None) -> tantivy.Query:
 
 
 def _state_doc(state: FileState) -> tantivy.Document:
-    return tantivy.Document(
-        kind=_FILE,
-        path=state.path_key,
-        project=state.project_dir,
-        session=state.session_id,
-        identity=state.identity,
-        indexed_to=state.indexed_to,
-    )
+    meta = {
+        "path": state.path_key,
+        "project": state.project_dir,
+        "session": state.session_id,
+        "identity": state.identity,
+        "indexed_to": state.indexed_to,
+    }
+    return tantivy.Document(kind=_FILE, path=state.path_key, meta=orjson.dumps(meta))
 
 
 def _entry_doc(state: FileState, row: EntryRow, key: int, seq: int) -> tantivy.Document:
+    meta = {
+        "path": state.path_key,
+        "project": state.project_dir,
+        "session": state.session_id,
+        "identity": state.identity,
+        "uuid": row.uuid,
+        "type": row.type,
+        "role": row.role,
+        "timestamp": row.timestamp,
+        "offset": row.offset,
+        "line_end": row.line_end,
+        "photos": row.has_photos,
+        "key": key,
+    }
     doc = tantivy.Document(
         kind=_ENTRY,
         path=state.path_key,
         project=state.project_dir,
         session=state.session_id,
-        identity=state.identity,
-        uuid=row.uuid,
         type=row.type,
         role=row.role,
-        timestamp=row.timestamp,
+        photos=int(row.has_photos),
         key=key,
         seq=seq,
-        photos=int(row.has_photos),
-        offset=row.offset,
-        line_end=row.line_end,
+        meta=orjson.dumps(meta),
         body=row.text,
     )
     if row.ts_ms is not None:
@@ -207,27 +218,33 @@ def _entry_doc(state: FileState, row: EntryRow, key: int, seq: int) -> tantivy.D
     return doc
 
 
-def _first(doc: tantivy.Document, field: str, default: object = "") -> object:
-    value = doc.get_first(field)
-    return default if value is None else value
+def stored(doc: tantivy.Document) -> dict[str, Any]:
+    """A document's stored values: its `meta` and, for an entry, its text as `body`."""
+    meta = doc.get_first("meta")
+    values: dict[str, Any] = orjson.loads(meta) if isinstance(meta, bytes) else {}
+    body = doc.get_first("body")
+    if body is not None:
+        values["body"] = body
+    return values
 
 
 def _hit(doc: tantivy.Document) -> IndexHit:
-    path = str(_first(doc, "path"))
+    values = stored(doc)
+    path = str(values.get("path", ""))
     return IndexHit(
-        key=int(_first(doc, "key", 0)),  # type: ignore[call-overload]
+        key=int(values.get("key", 0)),
         file_id=file_id_of(path),
-        identity=str(_first(doc, "identity")),
-        project_dir=str(_first(doc, "project")),
-        session_id=str(_first(doc, "session")),
-        offset=int(_first(doc, "offset", 0)),  # type: ignore[call-overload]
-        line_end=int(_first(doc, "line_end", 0)),  # type: ignore[call-overload]
-        uuid=str(_first(doc, "uuid")),
-        type=str(_first(doc, "type")),
-        role=str(_first(doc, "role")),
-        timestamp=str(_first(doc, "timestamp")),
-        has_photos=bool(_first(doc, "photos", 0)),
-        text=str(_first(doc, "body")),
+        identity=str(values.get("identity", "")),
+        project_dir=str(values.get("project", "")),
+        session_id=str(values.get("session", "")),
+        offset=int(values.get("offset", 0)),
+        line_end=int(values.get("line_end", 0)),
+        uuid=str(values.get("uuid", "")),
+        type=str(values.get("type", "")),
+        role=str(values.get("role", "")),
+        timestamp=str(values.get("timestamp", "")),
+        has_photos=bool(values.get("photos", False)),
+        text=str(values.get("body", "")),
     )
 
 
@@ -252,30 +269,42 @@ class _Project:
         # The committed states as last read, and the meta file they were read under.
         self.read_files: dict[str, FileState] = {}
         self.read_under: tuple[int, int, int] | None = None
+        self.reader_under: tuple[int, int, int] | None = None
+
+    def _commit_mark(self) -> tuple[int, int, int]:
+        """Which commit the index is at: its meta file (replaced by each commit) as stat sees it."""
+        try:
+            meta = (self.path / "meta.json").stat()
+        except FileNotFoundError:
+            return (0, 0, 0)
+        return (meta.st_ino, meta.st_size, meta.st_mtime_ns)
+
+    def searcher(self) -> tantivy.Searcher:
+        """A searcher of the latest commit (of any process); reloaded only after one."""
+        mark = self._commit_mark()
+        if mark != self.reader_under:
+            self.index.reload()
+            self.reader_under = mark
+        return self.index.searcher()
 
     def committed_files(self) -> dict[str, FileState]:
         """Every file's state as committed (read again only when a commit happened)."""
-        try:
-            meta = (self.path / "meta.json").stat()
-            under = (meta.st_ino, meta.st_size, meta.st_mtime_ns)
-        except FileNotFoundError:
-            under = (0, 0, 0)
+        under = self._commit_mark()
         if under == self.read_under:
             return self.read_files
-        self.index.reload()
-        searcher = self.index.searcher()
+        searcher = self.searcher()
         found: dict[str, FileState] = {}
         limit = max(1, searcher.num_docs)
         for _, address in searcher.search(_term("kind", _FILE), limit, count=False).hits:
-            doc = searcher.doc(address)
-            path = str(_first(doc, "path"))
+            values = stored(searcher.doc(address))
+            path = str(values.get("path", ""))
             found[path] = FileState(
                 file_id=file_id_of(path),
                 path_key=path,
-                project_dir=str(_first(doc, "project")),
-                session_id=str(_first(doc, "session")),
-                identity=str(_first(doc, "identity")),
-                indexed_to=int(_first(doc, "indexed_to", 0)),  # type: ignore[call-overload]
+                project_dir=str(values.get("project", "")),
+                session_id=str(values.get("session", "")),
+                identity=str(values.get("identity", "")),
+                indexed_to=int(values.get("indexed_to", 0)),
             )
         self.read_files, self.read_under = found, under
         return found
@@ -463,9 +492,7 @@ class TantivySearchIndex:
     ) -> Iterator[tuple[float, int, tantivy.Searcher, tantivy.DocAddress]]:
         """(score, key, searcher, address) of each project's best hits for the page."""
         for name in names:
-            index = self._project(name).index
-            index.reload()
-            searcher = index.searcher()
+            searcher = self._project(name).searcher()
             if page.order == Order.NEWEST:
                 result = searcher.search(
                     wanted, limit, count=False, order_by_field="key", order=tantivy.Order.Desc
@@ -483,13 +510,10 @@ class TantivySearchIndex:
     def stored_entries(self) -> Iterator[dict[str, object]]:
         """Every committed entry's stored fields, project by project (for checks)."""
         for name in self._names():
-            index = self._project(name).index
-            index.reload()
-            searcher = index.searcher()
+            searcher = self._project(name).searcher()
             limit = max(1, searcher.num_docs)
             for _, address in searcher.search(_term("kind", _ENTRY), limit, count=False).hits:
-                doc = searcher.doc(address)
-                yield {field: values[0] for field, values in doc.to_dict().items() if values}
+                yield stored(searcher.doc(address))
 
     def complete(self) -> bool:
         return (self._root / "built").exists()
