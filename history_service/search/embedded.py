@@ -70,7 +70,7 @@ COMMIT_SECONDS = 10.0
 MAX_WRITERS = 1
 # Hits asked for past a relevance page (see `_candidates`).
 TIE_SLACK = 64
-WRITER_HEAP = 96 * 1024 * 1024
+WRITER_HEAP = 48 * 1024 * 1024
 # Tantivy wants at least 15 MB of the heap per indexing thread.
 _THREAD_HEAP = 24 * 1024 * 1024
 _ENTRY, _FILE = "e", "f"
