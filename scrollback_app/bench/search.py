@@ -43,17 +43,13 @@ from pathlib import Path
 import orjson
 import tantivy
 
-from history_service.insight import InsightIndex
 from history_service.search.embedded import WRITER_HEAP, TantivySearchIndex
 from history_service.search.indexer import SearchIndexer
-from history_service.search.store import SearchIndex
-from history_service.store.insight import SqliteInsightStore
 from scrollback.directory import DirectoryRoot
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
-from scrollback.server.service_config import open_line_index
 from scrollback_app.bench import procs, search_engines, services
 from scrollback_app.bench.figures import Figure, Target
-from scrollback_app.bench.fts5_index import SqliteSearchIndex
+from scrollback_app.bench.search_engines import one_pass_build
 
 VOCABULARY = 20_000
 PROJECTS = 10
@@ -140,31 +136,6 @@ def newline_scan(root: Path) -> int:
             while chunk := handle.read(1 << 20):
                 count += chunk.count(b"\n")
     return count
-
-
-def one_pass_build(root: Path, state: Path, *, fts5: bool = False) -> tuple[float, int]:
-    """(seconds, entries): the root indexed for search (Tantivy, or the FTS5 index of
-    earlier versions), line index and insight in one pass."""
-    transcripts = DirectoryRoot(root)
-    index: SearchIndex = SqliteSearchIndex(state) if fts5 else TantivySearchIndex(state)
-    line_index = open_line_index(state, "")
-    insight_store = SqliteInsightStore(state)
-    try:
-        indexer = SearchIndexer(
-            transcripts,
-            index,
-            max_line_size=16 * 1024 * 1024,
-            line_index=line_index,
-            insight=InsightIndex(transcripts, insight_store, max_line_size=16 * 1024 * 1024),
-        )
-        started = time.perf_counter()
-        indexer.catch_up()
-        index.close()  # what is left committed: part of the build
-        return time.perf_counter() - started, indexer.stats.entries
-    finally:
-        insight_store.close()
-        line_index.close()
-        index.close()
 
 
 def bare_fts5_insert(texts: list[str], path: Path) -> float:

@@ -20,9 +20,14 @@ import threading
 import time
 from pathlib import Path
 
+from history_service.insight import InsightIndex
 from history_service.search.embedded import TantivySearchIndex
+from history_service.search.indexer import SearchIndexer
 from history_service.search.query import Filters, parse_query
 from history_service.search.store import Order, Page, SearchIndex
+from history_service.store.insight import SqliteInsightStore
+from scrollback.directory import DirectoryRoot
+from scrollback.server.service_config import open_line_index
 from scrollback_app.bench.figures import Figure, Target
 from scrollback_app.bench.fts5_index import SqliteSearchIndex
 
@@ -33,6 +38,31 @@ def _rss_mb() -> float:
     with open("/proc/self/statm") as statm:
         pages = int(statm.read().split()[1])
     return pages * resource.getpagesize() / 1e6
+
+
+def one_pass_build(root: Path, state: Path, *, fts5: bool = False) -> tuple[float, int]:
+    """(seconds, entries): the root indexed for search (Tantivy, or the FTS5 index of
+    earlier versions), line index and insight in one pass."""
+    transcripts = DirectoryRoot(root)
+    index: SearchIndex = SqliteSearchIndex(state) if fts5 else TantivySearchIndex(state)
+    line_index = open_line_index(state, "")
+    insight_store = SqliteInsightStore(state)
+    try:
+        indexer = SearchIndexer(
+            transcripts,
+            index,
+            max_line_size=16 * 1024 * 1024,
+            line_index=line_index,
+            insight=InsightIndex(transcripts, insight_store, max_line_size=16 * 1024 * 1024),
+        )
+        started = time.perf_counter()
+        indexer.catch_up()
+        index.close()  # what is left committed: part of the build
+        return time.perf_counter() - started, indexer.stats.entries
+    finally:
+        insight_store.close()
+        line_index.close()
+        index.close()
 
 
 def _anon_mb() -> float:
@@ -47,8 +77,6 @@ def _anon_mb() -> float:
 def _build_in_child(root: str, state: str) -> tuple[float, float, float, float, float]:
     """(seconds, idle MB, peak MB, idle anonymous MB, peak anonymous MB) of a one-pass
     build, measured in this (child) process; anonymous memory sampled every 20 ms."""
-    from scrollback_app.bench.search import one_pass_build
-
     TantivySearchIndex(Path(state)).close()  # imported and opened: the idle figure
     idle, idle_anon = _rss_mb(), _anon_mb()
     peaks = [idle_anon]
