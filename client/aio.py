@@ -148,8 +148,10 @@ class AsyncHistoryClient(AsyncChannelClient):
         photos: bool | None = None,
         page_size: int = 0,
         page_token: str = "",
+        newest: bool = False,
     ) -> SearchPage:
-        """One page of search hits, newest first (served by the history server)."""
+        """One page of search hits, most relevant first (`newest`: newest first), served
+        by the history server."""
         request = search_request(
             query,
             project_dir=project_dir,
@@ -161,6 +163,7 @@ class AsyncHistoryClient(AsyncChannelClient):
             photos=photos,
             page_size=page_size,
             page_token=page_token,
+            newest=newest,
         )
 
         async def attempt() -> SearchPage:
@@ -172,7 +175,7 @@ class AsyncHistoryClient(AsyncChannelClient):
         return await retry_async(attempt, self.retry, self._rng, self.addr)
 
     async def iter_search(self, query: str, **filters: Any) -> AsyncIterator[spb.SearchHit]:
-        """Every hit of a query, newest first, page by page (filters as `search`)."""
+        """Every hit of a query, page by page (filters and order as `search`)."""
         token = ""
         while True:
             page = await self.search(query, page_token=token, **filters)

@@ -80,10 +80,12 @@ def window_request(
 
 @dataclass(frozen=True, slots=True)
 class SearchPage:
-    """One page of search hits, newest first, and the token of the next page ("" at the end)."""
+    """One page of search hits (most relevant first, or newest first), the token of the
+    next page ("" at the end), and whether the index was still being built (partial)."""
 
     hits: list[spb.SearchHit]
     next_page_token: str
+    partial: bool = False
 
 
 def search_request(
@@ -98,8 +100,10 @@ def search_request(
     photos: bool | None = None,
     page_size: int = 0,
     page_token: str = "",
+    newest: bool = False,
 ) -> spb.SearchRequest:
-    """The SearchRequest of `search` (sync and asyncio); naive datetimes are UTC."""
+    """The SearchRequest of `search` (sync and asyncio); naive datetimes are UTC; `newest`:
+    newest first instead of most relevant first."""
     request = spb.SearchRequest(
         query=query,
         project_dir=project_dir,
@@ -115,6 +119,7 @@ def search_request(
         ),
         page_size=page_size,
         page_token=page_token,
+        order=spb.SEARCH_ORDER_NEWEST if newest else spb.SEARCH_ORDER_RELEVANCE,
     )
     if start_time is not None:
         request.start_time.FromDatetime(start_time)
@@ -127,12 +132,13 @@ def search_page(messages: Iterable[spb.SearchResponse]) -> SearchPage:
     """A page from the messages of one Search stream."""
     hits: list[spb.SearchHit] = []
     token = ""
+    partial = False
     for message in messages:
         if message.HasField("hit"):
             hits.append(message.hit)
         elif message.HasField("end"):
-            token = message.end.next_page_token
-    return SearchPage(hits, token)
+            token, partial = message.end.next_page_token, message.end.partial
+    return SearchPage(hits, token, partial)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +259,10 @@ class HistoryClient(SyncChannelClient):
         photos: bool | None = None,
         page_size: int = 0,
         page_token: str = "",
+        newest: bool = False,
     ) -> SearchPage:
-        """One page of search hits, newest first (served by the history server)."""
+        """One page of search hits, most relevant first (`newest`: newest first), served
+        by the history server."""
         request = search_request(
             query,
             project_dir=project_dir,
@@ -266,6 +274,7 @@ class HistoryClient(SyncChannelClient):
             photos=photos,
             page_size=page_size,
             page_token=page_token,
+            newest=newest,
         )
         return retry_sync(
             lambda: search_page(
@@ -279,7 +288,7 @@ class HistoryClient(SyncChannelClient):
         )
 
     def iter_search(self, query: str, **filters: Any) -> Iterator[spb.SearchHit]:
-        """Every hit of a query, newest first, page by page (filters as `search`)."""
+        """Every hit of a query, page by page (filters and order as `search`)."""
         token = ""
         while True:
             page = self.search(query, page_token=token, **filters)

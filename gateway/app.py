@@ -15,8 +15,8 @@ Routes (the fixed names of docs/contract.md §12 first):
   the position after it, so `Last-Event-ID` resumes with no gap and no duplicate;
 - `GET /api/v1/media/{ref}?pin=&p=&exp=&sig=&size=`: one photo, streamed, or its thumbnail
   with `size=96|320|960` (see gateway.media);
-- `GET /api/v1/search?q=&project=&session=&type=&role=&since=&until=&photos=with|without&page_size=&page_token=`:
-  `{"hits": [...], "nextPageToken"}`, each hit with its snippet, highlights and the
+- `GET /api/v1/search?q=&project=&session=&type=&role=&since=&until=&photos=with|without&page_size=&page_token=&order=relevance|newest`:
+  `{"hits": [...], "nextPageToken", "partial"}`, most relevant first unless `order=newest`, each hit with its snippet, highlights and the
   `windowPageToken` that opens the session's window at it;
 - `GET /` and `GET /sessions/{id}`: the viewer; `/static/...` its scripts (render.js draws the
   entries, vendor/ holds marked, DOMPurify and highlight.js) and style.
@@ -339,11 +339,19 @@ async def search(request: Request) -> Response:
         photos=_photos(params),
         page_size=_int_param(params, "page_size"),
         page_token=params.get("page_token", ""),
+        newest=_newest(params),
     )
     hits = [message_json(hit) for hit in page.hits]
-    return _json(
-        {"hits": hits, **message_json(spb.SearchEnd(next_page_token=page.next_page_token))}
-    )
+    end = spb.SearchEnd(next_page_token=page.next_page_token, partial=page.partial)
+    return _json({"hits": hits, **message_json(end)})
+
+
+def _newest(params: Any) -> bool:
+    """`order=relevance` (the default) or `order=newest`; anything else is 400."""
+    value = params.get("order", "")
+    if value not in ("", "relevance", "newest"):
+        raise HttpError(400, "INVALID_ARGUMENT")
+    return bool(value == "newest")
 
 
 async def bootstrap(request: Request) -> Response:

@@ -125,7 +125,7 @@ class HistoryConfig:
     rescan_interval_seconds: float = 2.0
     bus_resync_seconds: float = 1.0
     # How often the search indexer looks for grown, new, rewritten or gone transcripts.
-    search_interval_seconds: float = 2.0
+    search_interval_seconds: float = 1.0
     # Off: this server answers searches from the index but does not write it
     # (another replica does, or a benchmark wants no background work).
     search_indexing: bool = True

@@ -16,6 +16,7 @@ import grpc
 from history_service.errors import ERROR_TABLE, InvalidArgumentError
 from history_service.search.query import Filters, check_values, page_size, parse_query
 from history_service.search.searcher import Searcher, SearchHit
+from history_service.search.store import Order
 from scrollback.contract.refs import validate_session_id
 from scrollback.search.v1 import search_pb2 as pb
 from scrollback.search.v1 import search_pb2_grpc
@@ -30,6 +31,18 @@ _PHOTOS = {
     pb.PHOTO_FILTER_WITH_PHOTOS: True,
     pb.PHOTO_FILTER_WITHOUT_PHOTOS: False,
 }
+_ORDERS = {
+    pb.SEARCH_ORDER_UNSPECIFIED: Order.RELEVANCE,
+    pb.SEARCH_ORDER_RELEVANCE: Order.RELEVANCE,
+    pb.SEARCH_ORDER_NEWEST: Order.NEWEST,
+}
+
+
+def order_of(request: pb.SearchRequest) -> Order:
+    """The order a request asks for (InvalidArgumentError for an unknown value)."""
+    if request.order not in _ORDERS:
+        raise InvalidArgumentError("unknown search order")
+    return _ORDERS[request.order]
 
 
 def validate_project_dir(name: str) -> str:
@@ -103,7 +116,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             filters,
             size,
             request.page_token,
+            order_of(request),
         )
         for hit in page.hits:
             yield pb.SearchResponse(hit=hit_to_proto(hit))
-        yield pb.SearchResponse(end=pb.SearchEnd(next_page_token=page.next_page_token))
+        end = pb.SearchEnd(next_page_token=page.next_page_token, partial=page.partial)
+        yield pb.SearchResponse(end=end)

@@ -23,9 +23,9 @@ from history_service.bus import AcceptedBus, InProcessBus, PollingBus
 from history_service.config import HistoryConfig
 from history_service.core import HistoryCore
 from history_service.insight_model import InsightStore
+from history_service.search.embedded import TantivySearchIndex
 from history_service.search.indexer import SearchIndexer
 from history_service.search.searcher import Searcher
-from history_service.search.sqlite import SqliteSearchIndex
 from history_service.search.store import SearchIndex
 from history_service.search_servicer import SEARCH_SERVICE_NAME, SearchServicer
 from history_service.servicer import SERVICE_NAME, HistoryServicer, add_history_servicer
@@ -96,9 +96,9 @@ class SearchParts:
 
 
 async def open_search_index(config: HistoryConfig) -> SearchIndex:
-    """The search index the configuration selects: SQLite FTS5, or PostgreSQL."""
+    """The search index the configuration selects: Tantivy embedded, or PostgreSQL."""
     if not config.database_url:
-        return await asyncio.to_thread(SqliteSearchIndex, config.state_dir)
+        return await asyncio.to_thread(TantivySearchIndex, config.state_dir)
     from history_service.search.postgres import PostgresSearchIndex
 
     pool = await asyncio.to_thread(open_database_pool, config.database_url, name="history-search")

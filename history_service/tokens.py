@@ -38,6 +38,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from history_service.errors import FileRewrittenError, InvalidArgumentError
+from history_service.search.store import Order, Page
 from scrollback.history.v1 import history_pb2
 from scrollback.linefile import ByteSource, FileIdentity, FileVersion, LineFile
 
@@ -64,7 +65,8 @@ _KIND_PAGE = b"P"
 _KIND_POSITION = b"W"
 _KIND_LIST = b"L"
 _KIND_SEARCH = b"S"
-_SEARCH = struct.Struct(">BQ")  # version, the last key served
+# version, order, watermark (0: none), the last key served (newest) or hits looked at
+_SEARCH = struct.Struct(">BBQq")
 
 
 def _unpack_identity(body: bytes, offset: int) -> FileIdentity:
@@ -252,13 +254,23 @@ class TokenCodec:
             raise InvalidArgumentError("malformed page token") from None
         return mtime_ns, project, session
 
-    def search_token(self, scope: str, key: int) -> str:
-        """Mint a Search page token: the ordering key of the last hit looked at."""
-        return self._seal(_KIND_SEARCH, scope, _SEARCH.pack(_VERSION, key))
+    def search_token(self, scope: str, page: Page) -> str:
+        """Mint a Search page token: where the next page starts."""
+        position = page.before_key if page.order == Order.NEWEST else page.offset
+        body = _SEARCH.pack(_VERSION, page.order, page.watermark or 0, position or 0)
+        return self._seal(_KIND_SEARCH, scope, body)
 
-    def parse_search_token(self, scope: str, token: str) -> int:
-        """Verify and decode a Search page token (scope: the caller's namespace)."""
+    def parse_search_token(self, scope: str, token: str, order: Order) -> Page:
+        """Verify and decode a Search page token (scope: the caller's namespace) minted
+        for a search in `order`."""
         body = self._open(_KIND_SEARCH, scope, token, "page token")
         if len(body) != _SEARCH.size or body[0] != _VERSION:
             raise InvalidArgumentError("malformed page token")
-        return int(_SEARCH.unpack(body)[1])
+        _, kind, watermark, position = _SEARCH.unpack(body)
+        if kind != order:
+            raise InvalidArgumentError("page token is of a search in another order")
+        if order == Order.NEWEST:
+            return Page(order, watermark or None, before_key=position)
+        if position < 0:
+            raise InvalidArgumentError("malformed page token")
+        return Page(order, watermark or None, offset=position)

@@ -290,7 +290,7 @@ def _hit_time(hit: spb.SearchHit) -> str:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    """Search every session the caller can read, newest first."""
+    """Search every session the caller can read, most relevant first (--newest: newest)."""
     if args.limit < 0:
         raise UsageError("--limit must not be negative")
     photos = None if args.photos is None else args.photos == "with"
@@ -306,17 +306,21 @@ def cmd_search(args: argparse.Namespace) -> int:
             photos=photos,
             page_size=args.limit,
             page_token=args.page_token or "",
+            newest=args.newest,
         )
     if args.json:
         _print_json(
             {
                 "hits": [message_json(h) for h in page.hits],
                 "nextPageToken": page.next_page_token,
+                "partial": page.partial,
             }
         )
         return 0
     console = _console()
     console.print(_hits_table(console, page.hits))
+    if page.partial:
+        console.print("the search index is still being built: more hits may come")
     if not page.hits:
         console.print("no hits")
     else:

@@ -109,6 +109,11 @@ def add_client_commands(commands: Any) -> None:
     search.add_argument(
         "--photos", choices=["with", "without"], help="only entries with (or without) photos"
     )
+    search.add_argument(
+        "--newest",
+        action="store_true",
+        help="newest first (default: most relevant first)",
+    )
     search.add_argument("--limit", type=int, default=20, help="hits per page (at most 100)")
     search.add_argument("--page-token", metavar="TOKEN", help="the next page: the token printed")
     search.set_defaults(handler=cc.cmd_search)

@@ -21,6 +21,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from history_service.errors import FileRewrittenError
 from history_service.insight import InsightFeed, InsightIndex
@@ -44,10 +45,20 @@ from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 log = logging.getLogger(__name__)
 
-# Entries are written in large transactions (FTS5 builds its segments in memory
-# until a commit), bounded so memory stays bounded.
+# Entries are handed to the index in large batches, bounded so memory stays
+# bounded (the index commits by its own size and time bounds).
 BATCH_ROWS = 20_000
 BATCH_TEXT_BYTES = 16 * 1024 * 1024
+
+
+def by_project(listed: list[TranscriptFile]) -> list[TranscriptFile]:
+    """The listing with each project's files together, projects in the order they first
+    appear (the listing's own order within each): an index may keep one writer per project,
+    and going back and forth between projects would hand writers over at every turn."""
+    first: dict[str, int] = {}
+    for number, transcript in enumerate(listed):
+        first.setdefault(transcript.project_dir, number)
+    return sorted(listed, key=lambda transcript: first[transcript.project_dir])
 
 
 def identity_text(identity: FileIdentity) -> str:
@@ -73,11 +84,15 @@ class IndexStats:
     bytes_read: int = 0
 
 
-def search_row(raw: RawLine, stripped: StrippedLine) -> EntryRow | None:
-    """What the search index keeps of one line (stripped at MIN_INLINE_LIMIT); None: nothing."""
-    found = entry_text(stripped)
+def search_row(
+    raw: RawLine, stripped: StrippedLine, parsed: dict[str, Any] | None = None
+) -> EntryRow | None:
+    """What the search index keeps of one line (stripped at MIN_INLINE_LIMIT, `parsed`: its
+    JSON if parsed already); None: nothing."""
+    found = entry_text(stripped, parsed)
     if found is None:
         return None
+    text = indexable(found.text)
     return EntryRow(
         offset=raw.start,
         line_end=raw.next_start,
@@ -88,7 +103,8 @@ def search_row(raw: RawLine, stripped: StrippedLine) -> EntryRow | None:
         timestamp=indexable(found.timestamp),
         ts_ms=timestamp_ms(found.timestamp),
         has_photos=found.has_photos,
-        text=indexable(found.text),
+        text=text,
+        prompt=text if found.prompt else "",
     )
 
 
@@ -125,19 +141,27 @@ class SearchIndexer:
         """One pass over every transcript (blocking)."""
         known = self._index.files()
         seen: set[str] = set()
-        for transcript in self._root.list(None):
+        whole = True
+        for transcript in by_project(self._root.list(None)):
             if self._stopping.is_set():
+                self._index.flush()
                 return
             key = self.path_key(transcript)
             seen.add(key)
             try:
                 self._index_file(transcript, key, known.get(key))
-            except (LookupError, FileRewrittenError, OSError, ObjectChangedError):
-                continue  # gone, rewritten or reset meanwhile: the next pass sees it anew
+            except LookupError:
+                # Reset meanwhile, or its project indexed by another process.
+                whole = False
+            except (FileRewrittenError, OSError, ObjectChangedError):
+                continue  # gone or rewritten meanwhile: the next pass sees it anew
         for gone in known.keys() - seen:
             self._index.drop_file(gone)
         for gone in self._searched.keys() - seen:
             del self._searched[gone]
+        self._index.flush()
+        if whole:
+            self._index.mark_complete()
         self.stats.passes += 1
 
     def path_key(self, transcript: TranscriptFile) -> str:
@@ -263,12 +287,13 @@ class SearchIndexer:
             if not is_blank(raw):
                 served = serve_line(raw, MediaMode.DEFERRED, MIN_INLINE_LIMIT, self._max_line_size)
                 stripped = None if served is None else served.stripped
+            # One parse of the stripped line, for insight and search both.
+            entry = None
+            if stripped is not None and not stripped.oversize:
+                entry = parse_json_object(stripped.json)
             if wants_insight and insight is not None:
-                entry = None
-                if stripped is not None and not stripped.oversize:
-                    entry = parse_json_object(stripped.json)
                 insight.line(raw, stripped, entry)
-            if wants_search and not search.line(raw, stripped) and self._stopping.is_set():
+            if wants_search and not search.line(raw, stripped, entry) and self._stopping.is_set():
                 return False  # not written: the next server's pass starts from there
         search.finish()
         if lines is not None:
@@ -333,15 +358,18 @@ class _SearchFeed:
         self.start = start
         self.active = True  # False once it wants no more lines
 
-    def line(self, raw: RawLine, stripped: StrippedLine | None) -> bool:
-        """One line from `start` on (`stripped` None: blank or not an object); False once done."""
+    def line(
+        self, raw: RawLine, stripped: StrippedLine | None, parsed: dict[str, Any] | None = None
+    ) -> bool:
+        """One line from `start` on (`stripped` None: blank or not an object; `parsed`: its
+        JSON, if parsed); False once done."""
         if not raw.terminated:
             self.active = False  # the line being written: indexed once it is complete
             return False
         self._progress = raw.next_start
         stats = self._indexer.stats
         stats.bytes_read += raw.size + 1
-        row = None if stripped is None else search_row(raw, stripped)
+        row = None if stripped is None else search_row(raw, stripped, parsed)
         if row is not None:
             self._rows.append(row)
             self._text_bytes += len(row.text)

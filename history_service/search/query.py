@@ -31,6 +31,8 @@ class Term:
 
     words: tuple[str, ...]
     prefix: bool = False
+    # The same words lower-cased, not case-folded: the embedded index's own folding.
+    lowered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,16 @@ class Query:
             yield "(" + " <-> ".join(lexemes) + ")"
 
 
+def folded(words: list[str]) -> tuple[str, ...]:
+    """Words case-folded, as the SQL backends index them."""
+    return tuple(word.casefold() for word in words)
+
+
+def lowered(words: list[str]) -> tuple[str, ...]:
+    """Words lower-cased, as the embedded index's analyzer indexes them."""
+    return tuple(word.lower() for word in words)
+
+
 def parse_query(text: str) -> Query:
     """Parse a query; InvalidArgumentError when it is empty, too long or has no word."""
     if len(text) > MAX_QUERY_CHARS:
@@ -68,17 +80,17 @@ def parse_query(text: str) -> Query:
     for match in _PART.finditer(text):
         phrase, bare = match.group(1), match.group(2)
         if phrase is not None:
-            words = tuple(w.casefold() for w in WORD.findall(phrase))
-            if words:
-                terms.append(Term(words))
+            found = WORD.findall(phrase)
+            if found:
+                terms.append(Term(folded(found), lowered=lowered(found)))
             continue
         assert bare is not None
         prefix = bare.endswith("*")
-        words = tuple(w.casefold() for w in WORD.findall(bare))
-        if not words:
+        found = WORD.findall(bare)
+        if not found:
             continue
         # "foo-bar" and "foo.py" are several words: they must follow each other.
-        terms.append(Term(words, prefix))
+        terms.append(Term(folded(found), prefix, lowered(found)))
     if not terms:
         raise InvalidArgumentError("query has no word to search for")
     if len(terms) > MAX_TERMS:

@@ -8,18 +8,21 @@ does (`TranscriptSource.name_of`). Each hit's file is checked against the identi
 it was indexed under (a rewritten file not yet re-indexed yields no stale
 hit), and its `window_page_token` is a latest-first ReadWindow page token
 whose boundary is the end of the hit's line: that window ends with the hit.
+A search's first page fixes its watermark (now): its later pages serve only
+entries indexed by then, so new entries do not shift them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 from history_service.errors import FileRewrittenError
 from history_service.search.indexer import identity_at
 from history_service.search.query import Filters, Query
 from history_service.search.snippet import Snippet, make_snippet
-from history_service.search.store import IndexHit, SearchIndex
+from history_service.search.store import IndexHit, Order, Page, SearchIndex
 from history_service.tokens import DIRECTION_LATEST_FIRST, PageToken, TokenCodec
 from history_service.windows import open_transcript
 from scrollback.linefile import FileIdentity
@@ -52,6 +55,7 @@ class SearchPage:
 
     hits: list[SearchHit]
     next_page_token: str
+    partial: bool = False
 
 
 class Searcher:
@@ -69,10 +73,14 @@ class Searcher:
         filters: Filters,
         page_size: int,
         page_token: str,
+        order: Order = Order.RELEVANCE,
     ) -> SearchPage:
-        """One page of hits, newest first (blocking; domain errors as ReadWindow's)."""
+        """One page of hits in `order` (blocking; domain errors as ReadWindow's)."""
         scope = "search:" + namespace(principal)
-        before = self._codec.parse_search_token(scope, page_token) if page_token else None
+        if page_token:
+            page = self._codec.parse_search_token(scope, page_token, order)
+        else:
+            page = Page(order, watermark=time.time_ns() // 1000)
         if filters.session_id:
             # NOT_FOUND / FAILED_PRECONDITION exactly as ReadWindow answers them; the
             # index names a session by its unique id (TranscriptFile.unique_id).
@@ -85,17 +93,17 @@ class Searcher:
         more = False
         for _ in range(_MAX_ROUNDS):
             want = page_size - len(hits)
-            rows = self._index.search(query, filters, projects, before, want + 1)
+            rows = self._index.search(query, filters, projects, page, want + 1)
             more = len(rows) > want
             for row in rows[:want]:
-                before = row.key
+                page = page.after(row)
                 hit = self._hit(principal, query, row)
                 if hit is not None:
                     hits.append(hit)
             if not more or len(hits) >= page_size:
                 break
-        token = self._codec.search_token(scope, before) if more and before is not None else ""
-        return SearchPage(hits, token)
+        token = self._codec.search_token(scope, page) if more else ""
+        return SearchPage(hits, token, partial=not self._index.complete())
 
     def _hit(self, principal: Principal | None, query: Query, row: IndexHit) -> SearchHit | None:
         try:

@@ -1,11 +1,13 @@
-"""The search index behind a Protocol: SQLite FTS5 embedded, PostgreSQL full-text scaled.
+"""The search index behind a Protocol: Tantivy embedded, PostgreSQL full-text scaled.
 
 The index keeps, per transcript file, its identity and how far it was indexed
 (`FileState`), and per entry its place in the file, its filters and its text
-(`EntryRow`). An entry's `key` orders the index newest first: the entry's
-time in milliseconds in the high bits and a hash of its place in the low bits
-(moved up by one on the rare clash), so "newest first" is the index's own
-order and a page continues below the last key served.
+(`EntryRow`). An entry's `key` orders it newest first: the entry's time in
+milliseconds in the high bits and a hash of its place in the low bits, so a
+newest-first page continues below the last key served. A most-relevant-first
+page continues after the number of hits already looked at, among the entries
+indexed when the search's first page was answered (`Page.watermark`), so new
+entries do not shift a search's later pages.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 from typing import Any, Protocol
 
 import xxhash
@@ -48,6 +51,37 @@ class EntryRow:
     ts_ms: int | None
     has_photos: bool
     text: str
+    # The part of `text` people wrote to start or name the work (a user's prompt,
+    # a title or summary): it counts more in relevance than tool output.
+    prompt: str = ""
+
+
+class Order(IntEnum):
+    """The order of a search's hits (the values of the proto's SearchOrder)."""
+
+    RELEVANCE = 1
+    NEWEST = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Where a search's page starts.
+
+    `watermark`: only entries indexed at or before this time (microseconds since
+    the epoch) are served; None: every entry. `before_key` (newest first): only
+    keys below it. `offset` (most relevant first): the hits already looked at.
+    """
+
+    order: Order
+    watermark: int | None = None
+    before_key: int | None = None
+    offset: int = 0
+
+    def after(self, hit: IndexHit) -> Page:
+        """The page that continues after `hit`."""
+        if self.order == Order.NEWEST:
+            return Page(self.order, self.watermark, hit.key, self.offset + 1)
+        return Page(self.order, self.watermark, self.before_key, self.offset + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +176,28 @@ class SearchIndex(Protocol):
         """Forget a file and its entries (it is gone from the root)."""
         ...
 
+    def flush(self) -> None:
+        """Make what was added searchable now (the end of an indexing pass)."""
+        ...
+
     def search(
         self,
         query: Query,
         filters: Filters,
         projects: frozenset[str] | None,
-        before_key: int | None,
+        page: Page,
         limit: int,
     ) -> list[IndexHit]:
-        """Up to `limit` hits newest first, below `before_key`, in `projects` (None: all)."""
+        """Up to `limit` hits in the page's order from where it starts, in `projects`
+        (None: all)."""
+        ...
+
+    def complete(self) -> bool:
+        """False while the index is being built for the first time (a search is partial)."""
+        ...
+
+    def mark_complete(self) -> None:
+        """Record that a pass indexed every transcript of the root."""
         ...
 
     def close(self) -> None:

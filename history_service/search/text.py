@@ -23,6 +23,11 @@ messages: the text of `content` (a string, or its parts' `text`), each
 thought's subject and description, and each tool call's name and the string
 values of its args; never an `inlineData` part, a function response or a
 tool call's result.
+
+An entry is a prompt (`EntryText.prompt`) when a person wrote it to start or
+steer the work, or it names the work: a user message that is not a tool's
+result, a summary, a compaction's summary. Relevance weighs its words above
+the same words in tool output.
 """
 
 from __future__ import annotations
@@ -66,16 +71,20 @@ class EntryText:
     timestamp: str
     has_photos: bool
     text: str
+    prompt: bool = False
 
 
-def entry_text(stripped: StrippedLine) -> EntryText | None:
-    """The searchable text of a stripped entry; None when it has none."""
+def entry_text(stripped: StrippedLine, parsed: dict[str, Any] | None = None) -> EntryText | None:
+    """The searchable text of a stripped entry (`parsed`: its JSON, when the caller has
+    parsed it already); None when it has none."""
     if stripped.oversize:
         return None
-    try:
-        entry = orjson.loads(stripped.json)
-    except orjson.JSONDecodeError:
-        return None
+    entry: Any = parsed
+    if entry is None:
+        try:
+            entry = orjson.loads(stripped.json)
+        except orjson.JSONDecodeError:
+            return None
     if not isinstance(entry, dict):
         return None
     parts: list[str] = []
@@ -104,7 +113,20 @@ def entry_text(stripped: StrippedLine) -> EntryText | None:
         timestamp=stripped.timestamp,
         has_photos=stripped.image_count > 0,
         text=text,
+        prompt=_is_prompt(entry, holder, role),
     )
+
+
+def _is_prompt(entry: dict[str, Any], holder: Any, role: Any) -> bool:
+    """Whether the entry is a prompt or a title (see the module docstring)."""
+    if isinstance(entry.get("summary"), str) or entry.get("type") in ("summary", "compacted"):
+        return True
+    if role != "user" or not isinstance(holder, dict):
+        return False
+    content = holder.get("content")
+    if isinstance(content, list):
+        return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return True
 
 
 def _payload_lines(match: re.Match[str]) -> str:

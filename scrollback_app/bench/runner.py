@@ -902,11 +902,10 @@ class _Run:
             self.add(figure)
         from scrollback_app.bench import search
 
-        self.add(
-            search.measure_build(
-                self.work, self.config.search_build_bytes, self.config.search_files, self.log
-            )
-        )
+        for figure in search.measure_build(
+            self.work, self.config.search_build_bytes, self.config.search_files, self.log
+        ):
+            self.add(figure)
         for figure in await search.measure(
             self.work,
             self.config.search_bytes,

@@ -33,6 +33,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import time
@@ -40,17 +41,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import tantivy
 
-from history_service.insight import InsightIndex
+from history_service.search.embedded import WRITER_HEAP, TantivySearchIndex
 from history_service.search.indexer import SearchIndexer
-from history_service.search.sqlite import FILE_NAME as SEARCH_FILE_NAME
-from history_service.search.sqlite import SqliteSearchIndex
-from history_service.store.insight import SqliteInsightStore
 from scrollback.directory import DirectoryRoot
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
-from scrollback.server.service_config import open_line_index
-from scrollback_app.bench import procs, services
+from scrollback_app.bench import procs, search_engines, services
 from scrollback_app.bench.figures import Figure, Target
+from scrollback_app.bench.search_engines import one_pass_build
 
 VOCABULARY = 20_000
 PROJECTS = 10
@@ -139,29 +138,6 @@ def newline_scan(root: Path) -> int:
     return count
 
 
-def one_pass_build(root: Path, state: Path) -> tuple[float, int]:
-    """(seconds, entries): the root indexed for search, line index and insight in one pass."""
-    transcripts = DirectoryRoot(root)
-    index = SqliteSearchIndex(state)
-    line_index = open_line_index(state, "")
-    insight_store = SqliteInsightStore(state)
-    try:
-        indexer = SearchIndexer(
-            transcripts,
-            index,
-            max_line_size=16 * 1024 * 1024,
-            line_index=line_index,
-            insight=InsightIndex(transcripts, insight_store, max_line_size=16 * 1024 * 1024),
-        )
-        started = time.perf_counter()
-        indexer.catch_up()
-        return time.perf_counter() - started, indexer.stats.entries
-    finally:
-        insight_store.close()
-        line_index.close()
-        index.close()
-
-
 def bare_fts5_insert(texts: list[str], path: Path) -> float:
     """Seconds to insert `texts` into a bare FTS5 table (default tokenizer) in one transaction."""
     path.unlink(missing_ok=True)
@@ -179,37 +155,87 @@ def bare_fts5_insert(texts: list[str], path: Path) -> float:
         connection.close()
 
 
-def measure_build(work: Path, total_bytes: int, files: int, log: Callable[[str], None]) -> Figure:
+def measure_build(
+    work: Path, total_bytes: int, files: int, log: Callable[[str], None]
+) -> list[Figure]:
     """The one-pass index build of text sessions vs a bare FTS5 insert of the same texts."""
     root = work / "search-build-root"
     state = work / "state-search-build"
-    written, _ = write_root(root, total_bytes, files, image_every=None)
+    written, words = write_root(root, total_bytes, files, image_every=None)
     log(f"search build: {written / 1e6:,.0f} MB of text sessions in {files} transcripts")
     texts_db = work / "search-build-bare.sqlite"
     seconds, entries = one_pass_build(root, state)
-    connection = sqlite3.connect(state / SEARCH_FILE_NAME)
+    built = TantivySearchIndex(state)
     try:
-        texts = [row[0] for row in connection.execute("SELECT body FROM search_entry")]
+        texts = [str(doc["body"]) for doc in built.stored_entries()]
     finally:
-        connection.close()
-    # The bare insert before and after the build's own time, so both see the same machine.
+        built.close()
+    # The bare inserts before and after the build's own time, so all see the same machine.
     bare = statistics.median([bare_fts5_insert(texts, texts_db), bare_fts5_insert(texts, texts_db)])
     texts_db.unlink(missing_ok=True)
-    log(f"search build: {entries:,} entries in {seconds:.1f} s, bare FTS5 {bare:.1f} s")
-    return Figure(
-        key="search_build_vs_fts5",
-        name=(
-            f"search index build of {written / 1e6:,.0f} MB of text sessions (search, line index"
-            " and insight in one pass) vs the same texts into a bare FTS5 table"
-        ),
-        figure=written / 1e6 / seconds,
-        baseline=written / 1e6 / bare,
-        unit="MB/s",
-        baseline_label="bare FTS5 insert",
-        ratio=bare / seconds,
-        target=Target(">=", 0.5),
-        note=f"{entries:,} entries, {sum(map(len, texts)) / 1e6:,.0f} MB of text",
+    engine = statistics.median(
+        [bare_tantivy_insert(texts, work / "bare-tantivy") for _ in range(2)]
     )
+    old_state = work / "state-search-build-fts5"
+    old_seconds, _ = one_pass_build(root, old_state, fts5=True)
+    log(
+        f"search build: {entries:,} entries in {seconds:.1f} s, bare FTS5 {bare:.1f} s,"
+        f" bare Tantivy {engine:.1f} s, the FTS5 index of earlier versions {old_seconds:.1f} s"
+    )
+    engines = [
+        *search_engines.query_latency(state, old_state, words),
+        search_engines.build_memory(root, work / "state-search-build-rss"),
+    ]
+    return [
+        *engines,
+        Figure(
+            key="search_build_vs_tantivy",
+            name=(
+                f"search index build of {written / 1e6:,.0f} MB of text sessions vs the same"
+                " texts into a bare Tantivy index"
+            ),
+            figure=written / 1e6 / seconds,
+            baseline=written / 1e6 / engine,
+            unit="MB/s",
+            baseline_label="bare Tantivy insert",
+            ratio=engine / seconds,
+            target=Target(">=", 0.5),
+            note=f"the FTS5 index of earlier versions: {written / 1e6 / old_seconds:,.1f} MB/s",
+        ),
+        Figure(
+            key="search_build_vs_fts5",
+            name=(
+                f"search index build of {written / 1e6:,.0f} MB of text sessions (search, line index"
+                " and insight in one pass) vs the same texts into a bare FTS5 table"
+            ),
+            figure=written / 1e6 / seconds,
+            baseline=written / 1e6 / bare,
+            unit="MB/s",
+            baseline_label="bare FTS5 insert",
+            ratio=bare / seconds,
+            target=Target(">=", 1.0),
+            note=f"{entries:,} entries, {sum(map(len, texts)) / 1e6:,.0f} MB of text",
+        ),
+    ]
+
+
+def bare_tantivy_insert(texts: list[str], path: Path) -> float:
+    """Seconds to add `texts` to a bare Tantivy index (one text field, default tokenizer,
+    the embedded index's writer settings) and commit."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("body", stored=True)
+    index = tantivy.Index(builder.build(), str(path))
+    started = time.perf_counter()
+    writer = index.writer(WRITER_HEAP, max(1, min(os.cpu_count() or 1, 4)))
+    for text in texts:
+        writer.add_document(tantivy.Document(body=text))
+    writer.commit()
+    writer.wait_merging_threads()
+    seconds = time.perf_counter() - started
+    shutil.rmtree(path, ignore_errors=True)
+    return seconds
 
 
 def _queries(words: list[str]) -> list[search_pb2.SearchRequest]:
@@ -245,7 +271,7 @@ async def measure(
         started = time.perf_counter()
         newline_scan(root)
         scan_seconds.append(time.perf_counter() - started)
-    index = SqliteSearchIndex(state)
+    index = TantivySearchIndex(state)
     try:
         indexer = SearchIndexer(DirectoryRoot(root), index, max_line_size=16 * 1024 * 1024)
         started = time.perf_counter()
@@ -340,7 +366,7 @@ async def measure_hidden(
     state = work / "state-search-tenants"
     tokens = work / "search-tokens.json"
     write_tenants(root, tokens, entries)
-    index = SqliteSearchIndex(state)
+    index = TantivySearchIndex(state)
     try:
         SearchIndexer(DirectoryRoot(root), index, max_line_size=1024 * 1024).catch_up()
     finally:
@@ -407,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     async def figures(work: Path, log: Callable[[str], None]) -> list[Figure]:
         build = measure_build(work, int(args.build_mb * 1e6), args.files, log)
         if args.build_only:
-            return [build]
-        return [build, *await measure(work, int(args.mb * 1e6), args.files, args.samples, log)]
+            return build
+        return [*build, *await measure(work, int(args.mb * 1e6), args.files, args.samples, log)]
 
     return run_alone("scrollback search bench", figures)
 

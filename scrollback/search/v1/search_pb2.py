@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scrollback/search/v1/search.proto\x12\x14scrollback.search.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x02\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x13\n\x0bproject_dir\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x13\n\x0b\x65ntry_types\x18\x04 \x03(\t\x12\r\n\x05roles\x18\x05 \x03(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\x06photos\x18\x08 \x01(\x0e\x32!.scrollback.search.v1.PhotoFilter\x12\x11\n\tpage_size\x18\t \x01(\x05\x12\x12\n\npage_token\x18\n \x01(\t\"x\n\x0eSearchResponse\x12.\n\x03hit\x18\x01 \x01(\x0b\x32\x1f.scrollback.search.v1.SearchHitH\x00\x12.\n\x03\x65nd\x18\x02 \x01(\x0b\x32\x1f.scrollback.search.v1.SearchEndH\x00\x42\x06\n\x04item\"\'\n\tHighlight\x12\r\n\x05start\x18\x01 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x05\"L\n\x07Snippet\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x33\n\nhighlights\x18\x02 \x03(\x0b\x32\x1f.scrollback.search.v1.Highlight\"\xeb\x01\n\tSearchHit\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bproject_dir\x18\x02 \x01(\t\x12\x12\n\nentry_uuid\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x0c\n\x04role\x18\x05 \x01(\t\x12\x11\n\ttimestamp\x18\x06 \x01(\t\x12\x13\n\x0b\x62yte_offset\x18\x07 \x01(\x03\x12.\n\x07snippet\x18\x08 \x01(\x0b\x32\x1d.scrollback.search.v1.Snippet\x12\x12\n\nhas_photos\x18\t \x01(\x08\x12\x19\n\x11window_page_token\x18\n \x01(\t\"$\n\tSearchEnd\x12\x17\n\x0fnext_page_token\x18\x01 \x01(\t*j\n\x0bPhotoFilter\x12\x1c\n\x18PHOTO_FILTER_UNSPECIFIED\x10\x00\x12\x1c\n\x18PHOTO_FILTER_WITH_PHOTOS\x10\x01\x12\x1f\n\x1bPHOTO_FILTER_WITHOUT_PHOTOS\x10\x02\x32\x66\n\rSearchService\x12U\n\x06Search\x12#.scrollback.search.v1.SearchRequest\x1a$.scrollback.search.v1.SearchResponse0\x01\x42\x8d\x01\x42\x0bSearchProtoP\x01Z/scrollback/gen/go/scrollback/search/v1;searchv1\xa2\x02\x03SSX\xaa\x02\x14Scrollback.Search.V1\xca\x02\x14Scrollback\\Search\\V1\xea\x02\x16Scrollback::Search::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scrollback/search/v1/search.proto\x12\x14scrollback.search.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x02\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x13\n\x0bproject_dir\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x13\n\x0b\x65ntry_types\x18\x04 \x03(\t\x12\r\n\x05roles\x18\x05 \x03(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\x06photos\x18\x08 \x01(\x0e\x32!.scrollback.search.v1.PhotoFilter\x12\x11\n\tpage_size\x18\t \x01(\x05\x12\x12\n\npage_token\x18\n \x01(\t\x12\x30\n\x05order\x18\x0b \x01(\x0e\x32!.scrollback.search.v1.SearchOrder\"x\n\x0eSearchResponse\x12.\n\x03hit\x18\x01 \x01(\x0b\x32\x1f.scrollback.search.v1.SearchHitH\x00\x12.\n\x03\x65nd\x18\x02 \x01(\x0b\x32\x1f.scrollback.search.v1.SearchEndH\x00\x42\x06\n\x04item\"\'\n\tHighlight\x12\r\n\x05start\x18\x01 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x05\"L\n\x07Snippet\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x33\n\nhighlights\x18\x02 \x03(\x0b\x32\x1f.scrollback.search.v1.Highlight\"\xeb\x01\n\tSearchHit\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bproject_dir\x18\x02 \x01(\t\x12\x12\n\nentry_uuid\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x0c\n\x04role\x18\x05 \x01(\t\x12\x11\n\ttimestamp\x18\x06 \x01(\t\x12\x13\n\x0b\x62yte_offset\x18\x07 \x01(\x03\x12.\n\x07snippet\x18\x08 \x01(\x0b\x32\x1d.scrollback.search.v1.Snippet\x12\x12\n\nhas_photos\x18\t \x01(\x08\x12\x19\n\x11window_page_token\x18\n \x01(\t\"5\n\tSearchEnd\x12\x17\n\x0fnext_page_token\x18\x01 \x01(\t\x12\x0f\n\x07partial\x18\x02 \x01(\x08*j\n\x0bPhotoFilter\x12\x1c\n\x18PHOTO_FILTER_UNSPECIFIED\x10\x00\x12\x1c\n\x18PHOTO_FILTER_WITH_PHOTOS\x10\x01\x12\x1f\n\x1bPHOTO_FILTER_WITHOUT_PHOTOS\x10\x02*`\n\x0bSearchOrder\x12\x1c\n\x18SEARCH_ORDER_UNSPECIFIED\x10\x00\x12\x1a\n\x16SEARCH_ORDER_RELEVANCE\x10\x01\x12\x17\n\x13SEARCH_ORDER_NEWEST\x10\x02\x32\x66\n\rSearchService\x12U\n\x06Search\x12#.scrollback.search.v1.SearchRequest\x1a$.scrollback.search.v1.SearchResponse0\x01\x42\x8d\x01\x42\x0bSearchProtoP\x01Z/scrollback/gen/go/scrollback/search/v1;searchv1\xa2\x02\x03SSX\xaa\x02\x14Scrollback.Search.V1\xca\x02\x14Scrollback\\Search\\V1\xea\x02\x16Scrollback::Search::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,20 +33,22 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scrollback.search.v1.search
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'B\013SearchProtoP\001Z/scrollback/gen/go/scrollback/search/v1;searchv1\242\002\003SSX\252\002\024Scrollback.Search.V1\312\002\024Scrollback\\Search\\V1\352\002\026Scrollback::Search::V1'
-  _globals['_PHOTOFILTER']._serialized_start=903
-  _globals['_PHOTOFILTER']._serialized_end=1009
+  _globals['_PHOTOFILTER']._serialized_start=970
+  _globals['_PHOTOFILTER']._serialized_end=1076
+  _globals['_SEARCHORDER']._serialized_start=1078
+  _globals['_SEARCHORDER']._serialized_end=1174
   _globals['_SEARCHREQUEST']._serialized_start=93
-  _globals['_SEARCHREQUEST']._serialized_end=384
-  _globals['_SEARCHRESPONSE']._serialized_start=386
-  _globals['_SEARCHRESPONSE']._serialized_end=506
-  _globals['_HIGHLIGHT']._serialized_start=508
-  _globals['_HIGHLIGHT']._serialized_end=547
-  _globals['_SNIPPET']._serialized_start=549
-  _globals['_SNIPPET']._serialized_end=625
-  _globals['_SEARCHHIT']._serialized_start=628
-  _globals['_SEARCHHIT']._serialized_end=863
-  _globals['_SEARCHEND']._serialized_start=865
-  _globals['_SEARCHEND']._serialized_end=901
-  _globals['_SEARCHSERVICE']._serialized_start=1011
-  _globals['_SEARCHSERVICE']._serialized_end=1113
+  _globals['_SEARCHREQUEST']._serialized_end=434
+  _globals['_SEARCHRESPONSE']._serialized_start=436
+  _globals['_SEARCHRESPONSE']._serialized_end=556
+  _globals['_HIGHLIGHT']._serialized_start=558
+  _globals['_HIGHLIGHT']._serialized_end=597
+  _globals['_SNIPPET']._serialized_start=599
+  _globals['_SNIPPET']._serialized_end=675
+  _globals['_SEARCHHIT']._serialized_start=678
+  _globals['_SEARCHHIT']._serialized_end=913
+  _globals['_SEARCHEND']._serialized_start=915
+  _globals['_SEARCHEND']._serialized_end=968
+  _globals['_SEARCHSERVICE']._serialized_start=1176
+  _globals['_SEARCHSERVICE']._serialized_end=1278
 # @@protoc_insertion_point(module_scope)

@@ -47,6 +47,40 @@ PHOTO_FILTER_WITHOUT_PHOTOS: PhotoFilter.ValueType  # 2
 """Only entries that hold no image."""
 Global___PhotoFilter: _TypeAlias = PhotoFilter  # noqa: Y015
 
+class _SearchOrder:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SearchOrderEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchOrder.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SEARCH_ORDER_UNSPECIFIED: _SearchOrder.ValueType  # 0
+    """The default: SEARCH_ORDER_RELEVANCE."""
+    SEARCH_ORDER_RELEVANCE: _SearchOrder.ValueType  # 1
+    """Most relevant first (BM25 on the embedded index, ts_rank_cd on
+    PostgreSQL): an entry with more of the query's words, rarer words, in a
+    shorter text ranks higher, and a word in a user's prompt or a session's
+    title or summary counts more than the same word in tool output. Ties go
+    newest first.
+    """
+    SEARCH_ORDER_NEWEST: _SearchOrder.ValueType  # 2
+    """Newest first, by the entry's timestamp."""
+
+class SearchOrder(_SearchOrder, metaclass=_SearchOrderEnumTypeWrapper):
+    """The order of the hits."""
+
+SEARCH_ORDER_UNSPECIFIED: SearchOrder.ValueType  # 0
+"""The default: SEARCH_ORDER_RELEVANCE."""
+SEARCH_ORDER_RELEVANCE: SearchOrder.ValueType  # 1
+"""Most relevant first (BM25 on the embedded index, ts_rank_cd on
+PostgreSQL): an entry with more of the query's words, rarer words, in a
+shorter text ranks higher, and a word in a user's prompt or a session's
+title or summary counts more than the same word in tool output. Ties go
+newest first.
+"""
+SEARCH_ORDER_NEWEST: SearchOrder.ValueType  # 2
+"""Newest first, by the entry's timestamp."""
+Global___SearchOrder: _TypeAlias = SearchOrder  # noqa: Y015
+
 @_typing.final
 class SearchRequest(_message.Message):
     """One search, or the next page of one."""
@@ -63,6 +97,7 @@ class SearchRequest(_message.Message):
     PHOTOS_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ORDER_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The query: words (all must match), "quoted phrases" (the words in that
     order), and prefixes (word*). Case does not matter; punctuation between
@@ -90,8 +125,13 @@ class SearchRequest(_message.Message):
     page_token: _builtins.str
     """The next_page_token of a previous answer to the same caller, or empty for
     the first page. The query and filters must be sent again with it. A
-    token that does not verify is INVALID_ARGUMENT.
+    token that does not verify, or that was minted for another order, is
+    INVALID_ARGUMENT. A page token holds across new entries: the pages of
+    one search serve only the entries indexed when its first page was
+    answered.
     """
+    order: Global___SearchOrder.ValueType
+    """The order of the hits; an unknown value is INVALID_ARGUMENT."""
     @_builtins.property
     def entry_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """When not empty, only entries whose top-level "type" is one of these
@@ -130,10 +170,11 @@ class SearchRequest(_message.Message):
         photos: Global___PhotoFilter.ValueType = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        order: Global___SearchOrder.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "entry_types", b"entry_types", "page_size", b"page_size", "page_token", b"page_token", "photos", b"photos", "project_dir", b"project_dir", "query", b"query", "roles", b"roles", "session_id", b"session_id", "start_time", b"start_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "entry_types", b"entry_types", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "photos", b"photos", "project_dir", b"project_dir", "query", b"query", "roles", b"roles", "session_id", b"session_id", "start_time", b"start_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -301,18 +342,25 @@ class SearchEnd(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PARTIAL_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """The token of the next page (send it with the same query and filters), or
     empty when there are no more hits.
+    """
+    partial: _builtins.bool
+    """True while the index is still being built for the first time (after an
+    upgrade, or on a new state directory): the answer covers only the
+    transcripts indexed so far, and the same search may find more later.
     """
     def __init__(
         self,
         *,
         next_page_token: _builtins.str = ...,
+        partial: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "partial", b"partial"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

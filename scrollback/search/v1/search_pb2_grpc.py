@@ -59,8 +59,9 @@ class SearchServiceServicer:
     """
 
     def Search(self, request, context):
-        """Streams the entries that match a query, newest first: up to page_size
-        SearchHit messages, then one SearchEnd. A caller only ever sees hits in
+        """Streams the entries that match a query, most relevant first (or newest
+        first, see SearchRequest.order): up to page_size SearchHit messages,
+        then one SearchEnd. A caller only ever sees hits in
         the sessions ReadWindow would show it; a session it may not read never
         appears, in hits or anywhere else. Errors: INVALID_ARGUMENT for an empty
         or malformed query, a malformed session id or project dir, a negative

@@ -44,8 +44,9 @@ class SearchServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SearchServiceAsyncStub: ...
     Search: _grpc.UnaryStreamMultiCallable[_search_pb2.SearchRequest, _search_pb2.SearchResponse]
-    """Streams the entries that match a query, newest first: up to page_size
-    SearchHit messages, then one SearchEnd. A caller only ever sees hits in
+    """Streams the entries that match a query, most relevant first (or newest
+    first, see SearchRequest.order): up to page_size SearchHit messages,
+    then one SearchEnd. A caller only ever sees hits in
     the sessions ReadWindow would show it; a session it may not read never
     appears, in hits or anywhere else. Errors: INVALID_ARGUMENT for an empty
     or malformed query, a malformed session id or project dir, a negative
@@ -69,8 +70,9 @@ class SearchServiceAsyncStub(SearchServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Search: _aio.UnaryStreamMultiCallable[_search_pb2.SearchRequest, _search_pb2.SearchResponse]  # type: ignore[assignment]
-    """Streams the entries that match a query, newest first: up to page_size
-    SearchHit messages, then one SearchEnd. A caller only ever sees hits in
+    """Streams the entries that match a query, most relevant first (or newest
+    first, see SearchRequest.order): up to page_size SearchHit messages,
+    then one SearchEnd. A caller only ever sees hits in
     the sessions ReadWindow would show it; a session it may not read never
     appears, in hits or anywhere else. Errors: INVALID_ARGUMENT for an empty
     or malformed query, a malformed session id or project dir, a negative
@@ -97,8 +99,9 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _search_pb2.SearchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_search_pb2.SearchResponse], _abc.AsyncIterator[_search_pb2.SearchResponse]]:
-        """Streams the entries that match a query, newest first: up to page_size
-        SearchHit messages, then one SearchEnd. A caller only ever sees hits in
+        """Streams the entries that match a query, most relevant first (or newest
+        first, see SearchRequest.order): up to page_size SearchHit messages,
+        then one SearchEnd. A caller only ever sees hits in
         the sessions ReadWindow would show it; a session it may not read never
         appears, in hits or anywhere else. Errors: INVALID_ARGUMENT for an empty
         or malformed query, a malformed session id or project dir, a negative

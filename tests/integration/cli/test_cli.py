@@ -294,6 +294,21 @@ def test_search(capsys: pytest.CaptureFixture[str], cli_servers: ServerPair) -> 
         capsys, cli_servers, "search", "tangerine", "--page-token", paged["nextPageToken"]
     )
     assert [h["entryUuid"] for h in rest["hits"]] == ["a1"]
+    newest = run_json(capsys, cli_servers, "search", "tangerine", "--newest")
+    stamps = [h["timestamp"] for h in newest["hits"]]
+    assert len(stamps) == 3 and stamps == sorted(stamps, reverse=True)
+    assert newest["partial"] is False
+    # A token of one order is refused for the other.
+    code, _, err = run(
+        capsys,
+        cli_servers,
+        "search",
+        "tangerine",
+        "--newest",
+        "--page-token",
+        paged["nextPageToken"],
+    )
+    assert code != 0
     # The jump token opens the window ending at the hit.
     window = run_json(capsys, cli_servers, "window", "c1", "--older", first["windowPageToken"])
     assert window["entries"][-1]["uuid"] == "u2"

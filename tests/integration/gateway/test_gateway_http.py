@@ -280,7 +280,19 @@ def test_search_finds_and_opens_the_window_at_the_hit(stack: GatewayStack) -> No
         params={"page_token": hit["windowPageToken"], "page_size": 3},
     ).json()
     assert window["entries"][-1]["uuid"] == hit["entryUuid"]
-    for params in ({"q": ""}, {"q": "x", "since": "soon"}, {"q": "x", "photos": "maybe"}):
+    # Newest first on request (the default is most relevant first), and the build is done.
+    newest = httpx.get(
+        f"{stack.url}/api/v1/search", params={"q": "question", "order": "newest"}
+    ).json()
+    stamps = [h["timestamp"] for h in newest["hits"]]
+    assert len(stamps) == 20 and stamps == sorted(stamps, reverse=True)
+    assert newest.get("partial", False) is False
+    for params in (
+        {"q": ""},
+        {"q": "x", "since": "soon"},
+        {"q": "x", "photos": "maybe"},
+        {"q": "x", "order": "oldest"},
+    ):
         answer = httpx.get(f"{stack.url}/api/v1/search", params=params)
         assert answer.status_code == 400
         assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
@@ -581,10 +593,20 @@ def test_the_api_answers_the_canonical_json_mapping_plus_signed_urls(stack: Gate
         found = history.search("question", page_size=4)
     assert httpx.get(f"{api}/sessions?page_size=10").json() == message_json(listed)
     assert httpx.get(f"{api}/sessions/{SESSION}").json() == message_json(session)
+    # Each search's token holds the time of its first page: equal tokens only for one search.
     assert hits == {
         "hits": [message_json(hit) for hit in found.hits],
-        "nextPageToken": found.next_page_token,
+        "nextPageToken": hits["nextPageToken"],
+        "partial": found.partial,
     }
+    assert hits["nextPageToken"] and found.next_page_token
+    with HistoryClient(stack.pair.history_addr) as history:
+        after = history.search("question", page_size=4, page_token=found.next_page_token)
+    more = httpx.get(
+        f"{api}/search",
+        params={"q": "question", "page_size": 4, "page_token": hits["nextPageToken"]},
+    ).json()
+    assert more["hits"] == [message_json(hit) for hit in after.hits]
     body = httpx.get(f"{api}/sessions/{SESSION}/window?page_size=30").json()
     assert body["nextPageToken"] == "" and body["fileSizeBytes"] == str(window.file_size_bytes)
     assert len(body["entries"]) == 30

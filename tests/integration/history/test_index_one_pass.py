@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from history_service.insight import InsightIndex
+from history_service.search.embedded import TantivySearchIndex
 from history_service.search.indexer import SearchIndexer
-from history_service.search.sqlite import FILE_NAME, SqliteSearchIndex
 from history_service.store.insight import SqliteInsightStore
 from scrollback.directory import DirectoryRoot
 from scrollback.linefile import LocalSource
@@ -71,7 +70,7 @@ class Indexes:
 
     def __init__(self, root: Path, state: Path) -> None:
         self.transcripts = DirectoryRoot(root)
-        self.search = SqliteSearchIndex(state)
+        self.search = TantivySearchIndex(state)
         self.lines = LineIndex(SqliteLineIndexStore(state))
         self.insight_store = SqliteInsightStore(state)
         self.insight = InsightIndex(self.transcripts, self.insight_store, max_line_size=MAX_LINE)
@@ -83,15 +82,10 @@ class Indexes:
         self.search.close()
 
     def search_rows(self) -> list[tuple[object, ...]]:
-        connection = sqlite3.connect(self.state / FILE_NAME)
-        try:
-            return connection.execute(
-                "SELECT f.path_key, e.line_start, e.line_end, e.uuid, e.type, e.body"
-                " FROM search_entry e JOIN search_file f USING (file_id)"
-                " ORDER BY f.path_key, e.line_start"
-            ).fetchall()
-        finally:
-            connection.close()
+        """Every entry of every project's index: (path, start, end, uuid, type, text)."""
+        fields = ("path", "offset", "line_end", "uuid", "type", "body")
+        rows = [tuple(doc.get(f) for f in fields) for doc in self.search.stored_entries()]
+        return sorted(rows, key=lambda row: (str(row[0]), str(row[1]).zfill(20)))
 
     def line_rows(self, path: Path) -> tuple[list[tuple[int, int]], list[IndexedLine]]:
         key = os.path.relpath(path, self.transcripts.root)

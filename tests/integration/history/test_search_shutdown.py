@@ -15,15 +15,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from history_service.search.embedded import TantivySearchIndex
 from history_service.search.indexer import SearchIndexer
-from history_service.search.sqlite import SqliteSearchIndex
 from history_service.search.store import EntryRow
 from history_service.server import SearchParts
 from scrollback.directory import DirectoryRoot
 
 
-class SlowWritingIndex(SqliteSearchIndex):
-    """The real SQLite index, with slow batch writes and a count of calls inside it."""
+class SlowWritingIndex(TantivySearchIndex):
+    """The real embedded index, with slow batch writes and a count of calls inside it."""
 
     def __init__(self, state_dir: Path) -> None:
         super().__init__(state_dir)

@@ -1,4 +1,4 @@
-"""Search over real history servers, on both index backends (SQLite FTS5, PostgreSQL).
+"""Search over real history servers, on both index backends (Tantivy, PostgreSQL).
 
 Each test starts a history server with auth (alice sees proj-a, bob proj-b,
 admin everything) over a fresh root, with its search index in the state dir
@@ -27,10 +27,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from history_service.config import HistoryConfig
+from history_service.search.embedded import TantivySearchIndex
 from history_service.search.postgres import PostgresSearchIndex
 from history_service.search.query import Filters, parse_query
-from history_service.search.sqlite import SqliteSearchIndex
-from history_service.search.store import EntryRow, SearchIndex
+from history_service.search.store import EntryRow, Order, Page, SearchIndex
 from history_service.server import RunningHistoryServer, start_history_server
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback.history.v1 import history_pb2_grpc
@@ -43,6 +43,7 @@ from tests.support.security import auth, write_token_file
 from tests.support.servers import png
 
 ADMIN = auth("admin")
+NEWEST = spb.SEARCH_ORDER_NEWEST
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Harness:
 Factory = Callable[[], Any]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["tantivy", "postgres"])
 def search_server(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
     """`async with search_server() as harness` on the test's backend."""
     database_url = ""
@@ -168,7 +169,7 @@ async def test_hits_are_newest_first_with_marked_snippets(search_server: Factory
             entry("u3", "Banana bread recipe", timestamp=at(10))
             + entry("u4", "nothing to see here", timestamp=at(12))
         )
-        hits = await harness.until("banana", 3)
+        hits = await harness.until("banana", 3, order=NEWEST)
         assert [h.entry_uuid for h in hits] == ["u2", "u3", "u1"]
         assert [h.session_id for h in hits] == ["s1", "s2", "s1"]
         assert hits[0].timestamp == at(11) and hits[0].type == "user"
@@ -185,7 +186,7 @@ async def test_hits_are_newest_first_with_marked_snippets(search_server: Factory
         assert len(prefix) == 3
         assert (await harness.page("bana"))[0] == []
         marked = [prefix[0].snippet.text[m.start : m.end] for m in prefix[0].snippet.highlights]
-        assert marked == ["banana"]
+        assert [word.lower() for word in marked] == ["banana"]
 
 
 async def test_each_filter(search_server: Factory) -> None:
@@ -200,7 +201,8 @@ async def test_each_filter(search_server: Factory) -> None:
         await harness.until("kiwi", 5)
 
         async def uuids(**request: Any) -> list[str]:
-            return [h.entry_uuid or h.type for h in (await harness.page("kiwi", **request))[0]]
+            hits = (await harness.page("kiwi", order=NEWEST, **request))[0]
+            return [h.entry_uuid or h.type for h in hits]
 
         assert await uuids(project_dir="proj-b") == ["u4"]
         assert await uuids(session_id="s1") == ["u3", "u2", "u1", "summary"]
@@ -229,7 +231,7 @@ async def test_paging_covers_every_hit_once(search_server: Factory) -> None:
         token = ""
         pages = 0
         while True:
-            hits, token = await harness.page("mango", page_size=3, page_token=token)
+            hits, token = await harness.page("mango", page_size=3, page_token=token, order=NEWEST)
             seen += [h.entry_uuid for h in hits]
             pages += 1
             if not token:
@@ -239,9 +241,15 @@ async def test_paging_covers_every_hit_once(search_server: Factory) -> None:
         assert seen[:3] == ["u6", "u5", "u4"] and seen[-2:] == ["u1", "u0"]
         assert set(seen[3:5]) == {"u3", "same"} and seen[5] == "u2"
         # A token is the caller's own: another principal's use of it is refused.
-        _, first_token = await harness.page("mango", page_size=3)
+        _, first_token = await harness.page("mango", page_size=3, order=NEWEST)
         with pytest.raises(grpc.aio.AioRpcError) as error:
-            await harness.page("mango", auth("alice"), page_size=3, page_token=first_token)
+            await harness.page(
+                "mango", auth("alice"), page_size=3, page_token=first_token, order=NEWEST
+            )
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # ... and so is a token used for a search in another order.
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await harness.page("mango", page_size=3, page_token=first_token)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -393,6 +401,7 @@ async def test_another_principals_sessions_never_appear(search_server: Factory) 
         {"query": "a", "session_id": "../etc"},
         {"query": "a", "project_dir": "a/b"},
         {"query": "a", "entry_types": ["t"] * 17},
+        {"query": "a", "order": 9},
     ],
 )
 async def test_bad_requests_are_invalid_argument(
@@ -430,7 +439,7 @@ async def test_health_lists_the_search_service(search_server: Factory) -> None:
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["tantivy", "postgres"])
 def search_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchIndex]:
     """A fresh SearchIndex on each backend."""
     index: SearchIndex
@@ -438,7 +447,7 @@ def search_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sea
         url = request.getfixturevalue("make_database")()
         index = PostgresSearchIndex(open_pool(url, name="search-test"))
     else:
-        index = SqliteSearchIndex(tmp_path / "state")
+        index = TantivySearchIndex(tmp_path / "state")
     try:
         yield index
     finally:
@@ -447,6 +456,9 @@ def search_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sea
 
 def _row(offset: int, text: str, ts_ms: int | None = 1000) -> EntryRow:
     return EntryRow(offset, offset + 10, f"u{offset}", "user", "user", "t", ts_ms, False, text)
+
+
+NEWEST_PAGE = Page(Order.NEWEST)
 
 
 def test_index_contract(search_index: SearchIndex) -> None:
@@ -463,26 +475,31 @@ def test_index_contract(search_index: SearchIndex) -> None:
         index.add_entries(file_id + 999, [_row(0, "x")], 0, 5)
     other = index.reset_file("q/t.jsonl", "q", "t", "5:6:7:8")
     assert index.add_entries(other, [_row(0, "fig three", 2000)], 0, 10)
-    hits = index.search(parse_query("fig"), Filters(), None, None, 10)
+    index.flush()
+    hits = index.search(parse_query("fig"), Filters(), None, NEWEST_PAGE, 10)
     assert hits[0].text == "fig three" and len(hits) == 3
     assert len({h.key for h in hits}) == 3
     assert [
-        h.text for h in index.search(parse_query("fig"), Filters(), frozenset({"q"}), None, 10)
+        h.text
+        for h in index.search(parse_query("fig"), Filters(), frozenset({"q"}), NEWEST_PAGE, 10)
     ] == ["fig three"]
-    assert index.search(parse_query("fig"), Filters(), frozenset(), None, 10) == []
-    below = index.search(parse_query("fig"), Filters(), None, hits[0].key, 10)
+    assert index.search(parse_query("fig"), Filters(), frozenset(), NEWEST_PAGE, 10) == []
+    below = index.search(parse_query("fig"), Filters(), None, NEWEST_PAGE.after(hits[0]), 10)
     assert [h.key for h in below] == [h.key for h in hits[1:]]
     # Resetting a file drops its entries; dropping forgets it.
     index.reset_file("p/s.jsonl", "p", "s", "9:9:9:9")
-    assert [h.text for h in index.search(parse_query("fig"), Filters(), None, None, 10)] == [
+    index.flush()
+    assert [h.text for h in index.search(parse_query("fig"), Filters(), None, NEWEST_PAGE, 10)] == [
         "fig three"
     ]
     index.drop_file("q/t.jsonl")
-    assert index.search(parse_query("fig"), Filters(), None, None, 10) == []
+    index.flush()
+    assert index.search(parse_query("fig"), Filters(), None, NEWEST_PAGE, 10) == []
     assert set(index.files()) == {"p/s.jsonl"}
     # A word longer than PostgreSQL keeps a lexeme (2 KiB) is cut alike when indexed and asked.
     long = index.reset_file("r/u.jsonl", "r", "u", "1:1:1:1")
     assert index.add_entries(long, [_row(0, "ж" * 1500 + " end")], 0, 10)
+    index.flush()
     for projects in (None, frozenset({"r"})):
-        hits = index.search(parse_query("ж" * 900), Filters(), projects, None, 10)
+        hits = index.search(parse_query("ж" * 900), Filters(), projects, NEWEST_PAGE, 10)
         assert [h.text[-3:] for h in hits] == ["end"]

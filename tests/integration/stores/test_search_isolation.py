@@ -5,12 +5,12 @@ included. The index holds alice's project with a word in thousands of
 entries; bob, who sees another project, searches for that word and for a
 word that occurs nowhere. Both find nothing, and both must cost the same:
 not as timed here (benchmarks are not tests; `scrollback bench` prints the
-times), but as the database counts its own work for the store's query:
-SQLite's virtual machine steps (a progress handler on the store's
-connection) and PostgreSQL's buffers (the plan `auto_explain` reports for
-the store's statement). On PostgreSQL a page of bob's own words is read
-from his entries, not by walking everyone's newest first. Also: an index
-written by the previous schema is rebuilt, not misread.
+times), but by what the search reads: on Tantivy, only the indexes of bob's
+projects are opened, and the one he reads holds neither word; on
+PostgreSQL, the buffers of the plan `auto_explain` reports for the store's
+statement. On PostgreSQL a page of bob's own words is read from his
+entries, not by walking everyone's newest first. Also: an index written by
+the previous schema (or engine) is rebuilt, not misread.
 """
 
 from __future__ import annotations
@@ -25,10 +25,15 @@ import psycopg
 import psycopg_pool
 import pytest
 
+from history_service.search.embedded import (
+    FORMAT,
+    OLD_FILE_NAME,
+    TantivySearchIndex,
+    project_name,
+)
 from history_service.search.postgres import PostgresSearchIndex
 from history_service.search.query import Filters, parse_query
-from history_service.search.sqlite import FILE_NAME, SqliteSearchIndex
-from history_service.search.store import EntryRow, SearchIndex
+from history_service.search.store import EntryRow, Order, Page, SearchIndex
 from scrollback.state.postgres import open_pool
 
 FREQUENT = 3000
@@ -51,39 +56,41 @@ def _fill(index: SearchIndex) -> None:
     bob = index.reset_file("proj-b/t.jsonl", "proj-b", "t", "5:6:7:8")
     mine = [EntryRow(0, 50, "b0", "user", "user", "t", 5000, False, "bob's own apple")]
     assert index.add_entries(bob, mine, 0, 50)
+    index.flush()
 
 
-def _searches(index: SearchIndex, query: str, projects: frozenset[str] | None) -> list[str]:
-    return [h.uuid for h in index.search(parse_query(query), Filters(), projects, None, 20)]
+def _searches(
+    index: SearchIndex, query: str, projects: frozenset[str] | None, order: Order = Order.NEWEST
+) -> list[str]:
+    found = index.search(parse_query(query), Filters(), projects, Page(order), 20)
+    return [h.uuid for h in found]
 
 
-def test_sqlite_search_steps_do_not_depend_on_hidden_matches(tmp_path: Path) -> None:
-    index = SqliteSearchIndex(tmp_path / "state")
+def test_tantivy_search_reads_only_the_callers_projects(tmp_path: Path) -> None:
+    _fill(TantivySearchIndex(tmp_path / "state"))  # closed by its owner's end: committed
+    index = TantivySearchIndex(tmp_path / "state")
     try:
-        _fill(index)
-        assert len(_searches(index, "quince", ALICE)) == 20  # alice's word is indexed
-        assert len(_searches(index, "quin*", None)) == 20  # and found by who sees everything
-        assert _searches(index, '"own apple"', None) == _searches(index, "apple", BOB) == ["b0"]
-        connection = index._connection()  # this thread's: the one the searches below use
-
-        def steps(query: str) -> int:
-            count = 0
-
-            def tick() -> int:
-                nonlocal count
-                count += 1
-                return 0
-
-            connection.set_progress_handler(tick, 1)
-            try:
-                assert _searches(index, query, BOB) == []
-            finally:
-                connection.set_progress_handler(None, 1)
-            return count
-
-        for _ in range(3):  # again and again: a cached statement must not change that
+        for order in Order:
+            assert len(_searches(index, "quince", ALICE, order)) == 20  # alice's word is indexed
+            assert len(_searches(index, "quin*", None, order)) == 20  # found by who sees all
+            assert _searches(index, '"own apple"', None, order) == ["b0"]
+            assert _searches(index, "apple", BOB, order) == ["b0"]
+        fresh = TantivySearchIndex(tmp_path / "state")
+        try:
             for frequent, absent in PROBES:
-                assert steps(frequent) <= steps(absent) + 10 < 1000, (frequent, absent)
+                for order in Order:
+                    assert _searches(fresh, frequent, BOB, order) == []
+                    assert _searches(fresh, absent, BOB, order) == []
+            # Bob's searches opened his project's index only ...
+            assert set(fresh._projects) == {project_name("proj-b")}
+            # ... which holds neither word: both cost a lookup of a word it does not have.
+            searcher = fresh._projects[project_name("proj-b")].index.searcher()
+            for word in ("quince", "zzyzx", "ripe"):
+                assert searcher.doc_freq("body", word) == 0
+            assert searcher.terms_with_prefix("body", "quin") == []
+            assert searcher.doc_freq("body", "apple") == 1
+        finally:
+            fresh.close()
     finally:
         index.close()
 
@@ -133,22 +140,30 @@ def test_postgres_search_buffers_do_not_depend_on_hidden_matches(
         _fill(index)
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute("VACUUM ANALYZE search_entry")
-        assert len(_searches(index, "quince", ALICE)) == 20
-        assert len(_searches(index, "quin*", None)) == 20
-        assert _searches(index, '"own apple"', None) == _searches(index, "apple", BOB) == ["b0"]
+        for order in Order:
+            assert len(_searches(index, "quince", ALICE, order)) == 20
+            assert len(_searches(index, "quin*", None, order)) == 20
+            assert _searches(index, '"own apple"', None, order) == ["b0"]
+            assert _searches(index, "apple", BOB, order) == ["b0"]
 
-        def blocks(query: str) -> int:
+        def blocks(query: str, order: Order) -> int:
             plans.clear()
-            assert _searches(index, query, BOB) == []
+            assert _searches(index, query, BOB, order) == []
             searches = [p for p in plans if "search_entry e" in p["Query Text"]]
             assert len(searches) == 1, [p["Query Text"] for p in plans]
             return _blocks(searches[0])
 
         # Again and again: a statement prepared after a few runs (psycopg) may get a
-        # generic plan, which must not walk every entry either.
+        # generic plan, which must not walk every entry either. Relevance ranks every
+        # visible match, and reads no more than newest first for what is hidden.
         for _ in range(4):
             for frequent, absent in PROBES:
-                assert blocks(frequent) <= blocks(absent) + 2 < 20, (frequent, absent)
+                for order in Order:
+                    assert blocks(frequent, order) <= blocks(absent, order) + 2 < 20, (
+                        frequent,
+                        absent,
+                        order,
+                    )
     finally:
         index.close()
 
@@ -200,24 +215,14 @@ def test_postgres_page_of_own_words_does_not_step_over_hidden_entries(
 
 @pytest.fixture
 def old_sqlite_index(tmp_path: Path) -> Iterator[Path]:
-    """A search.sqlite as the previous schema wrote it: text in FTS5, no version."""
+    """A state dir with the FTS5 index of earlier versions (and its WAL)."""
     state = tmp_path / "state"
     state.mkdir()
-    with sqlite3.connect(state / FILE_NAME) as connection:
+    with sqlite3.connect(state / OLD_FILE_NAME) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")
         connection.executescript(
             """
-            CREATE TABLE search_file (file_id INTEGER PRIMARY KEY, path_key TEXT NOT NULL UNIQUE,
-                project_dir TEXT NOT NULL, session_id TEXT NOT NULL, identity TEXT NOT NULL,
-                indexed_to INTEGER NOT NULL);
-            CREATE TABLE search_entry (key INTEGER PRIMARY KEY, file_id INTEGER NOT NULL,
-                line_start INTEGER NOT NULL, line_end INTEGER NOT NULL,
-                project_dir TEXT NOT NULL, session_id TEXT NOT NULL, uuid TEXT NOT NULL,
-                type TEXT NOT NULL, role TEXT NOT NULL, timestamp TEXT NOT NULL, ts_ms INTEGER,
-                has_photos INTEGER NOT NULL);
             CREATE VIRTUAL TABLE search_text USING fts5 (body);
-            INSERT INTO search_file VALUES (1, 'proj-a/s.jsonl', 'proj-a', 's', '1:2:3:4', 99);
-            INSERT INTO search_entry VALUES (7, 1, 0, 99, 'proj-a', 's', 'u', 'user', 'user',
-                't', 1, 0);
             INSERT INTO search_text (rowid, body) VALUES (7, 'an old medlar');
             """
         )
@@ -225,32 +230,31 @@ def old_sqlite_index(tmp_path: Path) -> Iterator[Path]:
     yield state
 
 
-def test_an_index_of_the_previous_schema_is_rebuilt(old_sqlite_index: Path) -> None:
-    index = SqliteSearchIndex(old_sqlite_index)
+def test_the_old_fts5_index_is_dropped_and_rebuilt(old_sqlite_index: Path) -> None:
+    index = TantivySearchIndex(old_sqlite_index)
     try:
-        # Forgotten, so the indexer reads every transcript again into the new tables.
-        assert index.files() == {}
-        assert _searches(index, "medlar", ALICE) == []
+        assert not any(p.name.startswith(OLD_FILE_NAME) for p in old_sqlite_index.iterdir())
+        # Nothing indexed yet: built again by the indexer, and partial until then.
+        assert index.files() == {} and not index.complete()
         _fill(index)
         assert _searches(index, "apple", BOB) == ["b0"]
-        index.drop_file("proj-a/s.jsonl")
-        index.drop_file("proj-b/t.jsonl")
-        # A contentless row is deleted by its terms: none may stay behind.
-        connection = index._connection()
-        for table in ("search_text", "search_all"):
-            connection.execute(
-                f"CREATE VIRTUAL TABLE temp.{table}_terms USING fts5vocab(main, {table}, row)"
-            )
-            assert connection.execute(f"SELECT count(*) FROM temp.{table}_terms").fetchone() == (0,)
+        index.mark_complete()
+        assert index.complete()
     finally:
         index.close()
-    # Opening it again keeps it (the version matches).
-    index = SqliteSearchIndex(old_sqlite_index)
+    # Opening it again keeps it (its format matches) ...
+    index = TantivySearchIndex(old_sqlite_index)
     try:
-        _fill(index)
+        assert index.complete() and _searches(index, "apple", BOB) == ["b0"]
+        assert set(index.files()) == {"proj-a/s.jsonl", "proj-b/t.jsonl"}
+    finally:
         index.close()
-        index = SqliteSearchIndex(old_sqlite_index)
-        assert _searches(index, "apple", BOB) == ["b0"]
+    # ... and an index of another format is dropped and built again.
+    (old_sqlite_index / "search" / "format").write_text(FORMAT + "-old")
+    index = TantivySearchIndex(old_sqlite_index)
+    try:
+        assert index.files() == {} and not index.complete()
+        assert _searches(index, "apple", BOB) == []
     finally:
         index.close()
 

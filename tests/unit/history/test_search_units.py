@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from history_service.errors import InvalidArgumentError
+from history_service.search.embedded import TantivySearchIndex
 from history_service.search.indexer import SearchIndexer
 from history_service.search.query import Filters, Term, parse_query
 from history_service.search.snippet import make_snippet
-from history_service.search.sqlite import SqliteSearchIndex
-from history_service.search.store import entry_key, timestamp_ms
+from history_service.search.store import Order, Page, entry_key, timestamp_ms
 from history_service.search.terms import WORD, index_words
 from history_service.search.text import entry_text
 from scrollback.contract.marker import STRIPPED_MEDIA_MARKER
@@ -35,11 +35,16 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 def test_parse_query_words_phrases_prefixes() -> None:
     query = parse_query('Foo "Bar  baz" qu* history_service/tokens.py')
     assert query.terms == (
-        Term(("foo",)),
-        Term(("bar", "baz")),
-        Term(("qu",), prefix=True),
-        Term(("history", "service", "tokens", "py")),
+        Term(("foo",), lowered=("foo",)),
+        Term(("bar", "baz"), lowered=("bar", "baz")),
+        Term(("qu",), prefix=True, lowered=("qu",)),
+        Term(
+            ("history", "service", "tokens", "py"), lowered=("history", "service", "tokens", "py")
+        ),
     )
+    # Case-folded for the SQL backends, lower-cased as Tantivy's analyzer does.
+    (street,) = parse_query("Straße").terms
+    assert (street.words, street.lowered) == (("strasse",), ("straße",))
     # Each word under each visible project's tag; an entry matches within its one project.
     assert query.fts5(["pa", "pb"]) == (
         '("pafoo" AND "pabar pabaz" AND "paqu"* AND "pahistory paservice patokens papy")'
@@ -231,7 +236,7 @@ def test_corpus_is_indexed_without_payloads(tmp_path: Path) -> None:
         project.mkdir(parents=True, exist_ok=True)
         (project / f"s{number}.jsonl").write_bytes(path.read_bytes())
         nonempty += path.stat().st_size > 0
-    index = SqliteSearchIndex(tmp_path / "state")
+    index = TantivySearchIndex(tmp_path / "state")
     try:
         indexer = SearchIndexer(DirectoryRoot(root), index, max_line_size=16 * 1024 * 1024)
         indexer.catch_up()
@@ -242,15 +247,15 @@ def test_corpus_is_indexed_without_payloads(tmp_path: Path) -> None:
             for match in re.finditer(rb'"data":\s*"([A-Za-z0-9+/=]{2000,})"', path.read_bytes()):
                 pieces.add(match.group(1)[1000:1032].decode())
         assert pieces, "the corpus has images"
-        connection = index._connection()
-        bodies = [row[0] for row in connection.execute("SELECT body FROM search_entry")]
+        bodies = [str(doc["body"]) for doc in index.stored_entries()]
+        assert len(bodies) == indexer.stats.entries
         assert not any(piece in body for body in bodies for piece in pieces)
         assert not any('"type":' in body and '"uuid":' in body for body in bodies)
         # A second pass over unchanged files reads nothing.
         read = indexer.stats.bytes_read
         indexer.catch_up()
         assert indexer.stats.bytes_read == read
-        hits = index.search(parse_query("the"), Filters(), None, None, 5)
+        hits = index.search(parse_query("the"), Filters(), None, Page(Order.NEWEST), 5)
         assert len(hits) == 5 and [h.key for h in hits] == sorted(
             (h.key for h in hits), reverse=True
         )

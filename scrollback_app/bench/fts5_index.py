@@ -1,4 +1,10 @@
-"""The embedded search index: SQLite FTS5 in its own file, `<state>/search.sqlite`.
+"""The embedded search index of earlier versions, kept as the bench's baseline: SQLite FTS5.
+
+It lived in its own file, `<state>/search.sqlite` (the history service now
+deletes that file at start and indexes into Tantivy instead); `scrollback
+bench` builds it and searches it in-process beside the new index, so the
+figures compare both engines in one run. Newest first only: it has no
+relevance.
 
 A file of its own keeps the state database's write lock free while a large
 transcript is indexed. WAL mode: searches (one connection per thread) read
@@ -25,11 +31,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from history_service.search.postgres import sql_filters
 from history_service.search.query import Filters, Query
 from history_service.search.store import (
     EntryRow,
     FileState,
     IndexHit,
+    Page,
     entry_key,
     hit_of,
     project_scope,
@@ -263,9 +271,10 @@ class SqliteSearchIndex:
         query: Query,
         filters: Filters,
         projects: frozenset[str] | None,
-        before_key: int | None,
+        page: Page,
         limit: int,
     ) -> list[IndexHit]:
+        before_key = page.before_key
         scope = project_scope(filters, projects)
         if scope is not None and not scope:
             return []
@@ -306,33 +315,17 @@ class SqliteSearchIndex:
         rows = self._connection().execute(sql, args).fetchall()
         return [hit_of(row) for row in rows]
 
+    def flush(self) -> None:
+        """Each batch is its own transaction: nothing waits."""
+
+    def complete(self) -> bool:
+        return True
+
+    def mark_complete(self) -> None:
+        """Nothing to record."""
+
     def close(self) -> None:
         with self._lock:
             for connection in self._all:
                 connection.close()
             self._all.clear()
-
-
-def sql_filters(filters: Filters, where: list[str], args: list[Any]) -> None:
-    """The filter clauses shared by both backends' SQL (placeholders: `?`)."""
-    if filters.project_dir:
-        where.append("e.project_dir = ?")
-        args.append(filters.project_dir)
-    if filters.session_id:
-        where.append("e.session_id = ?")
-        args.append(filters.session_id)
-    if filters.types:
-        where.append(f"e.type IN ({','.join('?' * len(filters.types))})")
-        args.extend(filters.types)
-    if filters.roles:
-        where.append(f"e.role IN ({','.join('?' * len(filters.roles))})")
-        args.extend(filters.roles)
-    if filters.start_ms is not None:
-        where.append("e.ts_ms >= ?")
-        args.append(filters.start_ms)
-    if filters.end_ms is not None:
-        where.append("e.ts_ms < ?")
-        args.append(filters.end_ms)
-    if filters.photos is not None:
-        where.append("e.has_photos = ?")
-        args.append(filters.photos)
