@@ -25,6 +25,7 @@ from history_service.config import HistoryConfig
 from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
 from history_service.image_list import ImageRecord, list_images
+from history_service.image_list_opencode import list_opencode_images
 from history_service.insight import InsightIndex, SessionDetail, subagents_of
 from history_service.insight_model import Insight, InsightStore
 from history_service.sessions import SessionInfo, SessionLister
@@ -50,7 +51,7 @@ from history_service.windows import (
     validate_mode,
     validate_params,
 )
-from scrollback.contract.refs import validate_id, validate_session_id
+from scrollback.contract.refs import OPENCODE, validate_id, validate_session_id
 from scrollback.linefile import ByteSource, FileIdentity
 from scrollback.lineindex import LineIndex
 from scrollback.principals import Principal, namespace
@@ -494,6 +495,11 @@ class HistoryCore:
             files = self._with_subagents(principal, session_id, include_subagents)
             for transcript, fd in self._opened(files):
                 name = self.root.name_of(transcript, principal)
+                if transcript.source == OPENCODE:
+                    records += list_opencode_images(
+                        fd, file_size(fd), name, self.config.max_line_size
+                    )
+                    continue
                 records += list_images(
                     fd,
                     file_size(fd),

@@ -458,3 +458,55 @@ def test_a_part_rewritten_before_a_tokens_boundary_refuses_the_token(
     again, _ = stubs.window(sample.session, page_size=100)
     assert [e.uuid for e in again][-2:] == [e.uuid for e in first]
     assert "at length" in again[1].json
+
+
+def _listed(stubs: Stubs, session_id: str, **request: Any) -> list[pb.ImageInfo]:
+    return [
+        m.image
+        for m in stubs.history.ListImages(
+            pb.ListImagesRequest(session_id=session_id, **request), timeout=30
+        )
+        if m.HasField("image")
+    ]
+
+
+def test_list_images_lists_every_file_part_and_attachment_with_the_windows_refs(
+    stubs: Stubs, sample: Sample
+) -> None:
+    db = sample.db
+    small = png(3, 10)  # a real 10x10 PNG, inline in every window: listed without a ref
+    small_part = db.part(sample.session, sample.tool_message, file_part(small, "tiny.png"), small)
+    real = png(4, 100)  # a real 100x100 PNG, cut
+    real_part = db.part(sample.session, sample.tool_message, file_part(real, "real.png"), real)
+    entries, _ = stubs.window(
+        sample.session, direction=pb.READ_DIRECTION_OLDEST_FIRST, inline_limit_bytes=LIMIT
+    )
+    minted = [r for _, r in _refs(entries)]
+    listed = _listed(stubs, sample.session, include_subagents=True)
+    with_ref = [i for i in listed if i.HasField("ref")]
+    assert [(i.ref.uri, i.ref.pin, i.ref.line_offset_hint) for i in with_ref] == [
+        (r.uri, r.pin, r.line_offset_hint) for r in minted
+    ]
+    line_of = {e.uuid: n for n, e in enumerate(entries, 1)}
+    for info in with_ref:
+        want = db.part_images[info.ref.entry_uuid][info.ref.index]
+        assert info.index == info.ref.index and info.kind == "image"
+        assert info.entry_uuid in (sample.photo_message, sample.tool_message)
+        assert info.line_number == line_of[info.entry_uuid]
+        assert (info.size_bytes, info.sha256) == (len(want), hashlib.sha256(want).hexdigest())
+        assert info.declared_media_type == "image/png" and not info.api_path
+        if info.ref.entry_uuid == real_part:
+            assert (info.media_type, info.width, info.height) == ("image/png", 100, 100)
+            assert not list(info.problems)
+        else:  # the sample's images sniff as PNG but have no PNG header to read
+            assert (info.media_type, info.width, list(info.problems)) == ("", 0, ["undecodable"])
+        # The listed ref is the one ReadMedia serves.
+        assert stubs.read(info.ref, hint=False)[1] == want
+    inline = [i for i in listed if not i.HasField("ref")]
+    assert [(i.entry_uuid, i.sha256, i.width) for i in inline] == [
+        (sample.tool_message, hashlib.sha256(small).hexdigest(), 10)
+    ]
+    assert real_part in {i.ref.entry_uuid for i in with_ref}
+    assert db.part_images[small_part] == [small]
+    # A session without images lists none; the sub-session has none either.
+    assert _listed(stubs, sample.other) == []
