@@ -40,6 +40,7 @@ from history_service.slim import (
     slim_file,
 )
 from history_service.slim_downscale import OVER_DECODE_BUDGET, Downscale, DownscaleAnswer
+from history_service.slim_opencode import opencode_copy
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope
@@ -449,6 +450,16 @@ class HistoryCore:
         (`slim` runs it under the decode budget).
         """
         files = self._with_subagents(principal, session_id, include_subagents)
+        if files[0].source == OPENCODE:
+            yield from opencode_copy(
+                self.root,
+                principal,
+                files,
+                self._opened(files),
+                options,
+                self.config.max_line_size,
+            )
+            return
         # A copy is named by its bare id (`codex:<id>` is no file name); its refs as listed.
         copy_id = options.fork_session_id or files[0].session_id
         yield SlimStart(session_id, files[0].project_dir, copy_id)

@@ -49,7 +49,7 @@ def _image_lines(fd: ByteSource, size: int, max_line: int) -> Iterator[tuple[int
             offset += len(text) + 1
 
 
-def _inline_facts(text: str) -> PayloadFacts:
+def inline_facts(text: str) -> PayloadFacts:
     """Facts of a payload small enough to stay in the probe (its base64 text)."""
     try:
         data = text.encode("ascii")
@@ -58,6 +58,22 @@ def _inline_facts(text: str) -> PayloadFacts:
     return facts_of(
         iter_decoded(lambda start, length: data[start : start + length], 0, len(data)), False
     )[0]
+
+
+def probed_names(session_id: str, offset: int, probed: ProbedLine) -> dict[str, tuple[str, str]]:
+    """The placeholder of each cut image of a probed line of the view -> its (ref, pin), as a
+    window mints them (the line at `offset`)."""
+    entry = probed.entry
+    uuid = entry.get("uuid")
+    names = entry_image_names(entry)
+    found: dict[str, tuple[str, str]] = {}
+    for index, (text, _) in enumerate(iter_images(entry)):
+        cut = probed.span_of(text) if isinstance(text, str) else -1
+        if cut >= 0:
+            default = (entry_name(uuid if isinstance(uuid, str) else "", offset), index)
+            name, within = names.get(index, default)
+            found[text] = (f"{session_id}/{name}/{within}", probed.pins[cut])
+    return found
 
 
 def _line_images(
@@ -77,7 +93,7 @@ def _line_images(
             start, end = probed.spans[cut]
             facts = facts_of(iter_decoded(source.read, start, end, index), False)[0]
         else:
-            facts = _inline_facts(text)
+            facts = inline_facts(text)
         name, within = names.get(index, (entry_name(message_id, raw.start), index))
         yield ImageRecord(
             session_id,

@@ -199,6 +199,7 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
                         session_id=event.session_id,
                         project_dir=event.project_dir,
                         copy_session_id=event.copy_session_id,
+                        source=event.source,
                     )
                 )
             else:

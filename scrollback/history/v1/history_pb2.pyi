@@ -1303,7 +1303,9 @@ class SlimSessionRequest(_message.Message):
     [A-Za-z0-9_-]{1,64}.
     """
     images: Global___SlimImages.ValueType
-    """TEXT (the default) or DOWNSCALE."""
+    """TEXT (the default) or DOWNSCALE. DOWNSCALE of an opencode session is
+    INVALID_ARGUMENT (its copy replaces every image by text).
+    """
     max_side: _builtins.int
     """DOWNSCALE: the longest side in pixels; 0 means 2000; below 16 is
     INVALID_ARGUMENT.
@@ -1314,7 +1316,7 @@ class SlimSessionRequest(_message.Message):
     """
     keep_last: _builtins.int
     """The last this many images of each file's message.content are kept as
-    they are.
+    they are. Set for an opencode session: INVALID_ARGUMENT.
     """
     include_subagents: _builtins.bool
     """Also copy the session's sub-agent transcripts."""
@@ -1346,22 +1348,32 @@ class SlimHeader(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PROJECT_DIR_FIELD_NUMBER: _builtins.int
     COPY_SESSION_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session copied."""
     project_dir: _builtins.str
     """Its project directory's name under the root (never a full path)."""
     copy_session_id: _builtins.str
-    """The copy's session id: fork_session_id, or session_id without a fork."""
+    """The copy's session id: fork_session_id, or session_id without a fork.
+    For an opencode session: its id with the copy's tag (a new session id
+    whether or not fork_session_id is set, so `opencode import` adds it).
+    """
+    source: _builtins.str
+    """"opencode" for a copy of an opencode session: each file is then one JSON
+    object in opencode's export format, for `opencode import FILE`; empty
+    for a Claude Code or Codex transcript (JSONL, as the original).
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         project_dir: _builtins.str = ...,
         copy_session_id: _builtins.str = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_session_id", b"copy_session_id", "project_dir", b"project_dir", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1381,7 +1393,9 @@ class SlimFile(_message.Message):
     """The transcript copied (the session, or one of its sub-agents)."""
     relative_path: _builtins.str
     """Where the copy goes under the project directory, as Claude Code lays it
-    out: "<copy id>.jsonl" or "<copy id>/subagents/<agent>.jsonl".
+    out: "<copy id>.jsonl" or "<copy id>/subagents/<agent>.jsonl"; for an
+    opencode session "<copy id>.json" or "<copy id>/subagents/<copy of the
+    sub-session>.json".
     """
     is_subagent: _builtins.bool
     """True for a sub-agent transcript."""
