@@ -37,6 +37,7 @@ from scrollback.ref.v1 import ref_pb2
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
 from scrollback_app.cli import main
 from tests.integration.history.test_codex_rollouts import Stubs as CodexStubs
+from tests.support.history import bytes_read
 from tests.support.media import png_bytes
 from tests.support.opencode import DIRECTORY, Sample, file_part, write_sample
 from tests.support.reasons import assert_reason
@@ -256,6 +257,7 @@ def _peak_rss() -> int:
 _WRITE_BIG = """
 import hashlib, sys
 from pathlib import Path
+from tests.support.history import bytes_read
 from tests.support.media import png_bytes
 from tests.support.opencode import OpencodeDb
 db = OpencodeDb(Path(sys.argv[1]))
@@ -610,3 +612,28 @@ def test_list_images_lists_every_file_part_and_attachment_with_the_windows_refs(
     assert db.part_images[small_part] == [small]
     # A session without images lists none; the sub-session has none either.
     assert _listed(stubs, sample.other) == []
+
+
+def test_windows_find_a_views_lines_by_its_messages(stubs: Stubs, sample: Sample) -> None:
+    """A view knows where each message's line is: windows of both directions and their
+    page tokens find lines by it, and the same window again reads the lines' marks only."""
+    rows = [mid for mid, _ in _message_rows(sample, sample.session)][:-1]
+    seen: list[str] = []
+    token = ""
+    while True:
+        page, end = stubs.window(sample.session, page_size=2, page_token=token)
+        seen[:0] = [e.uuid for e in page]
+        token = end.next_page_token
+        if not token:
+            break
+    assert seen == rows
+    forward, _ = stubs.window(sample.session, direction=pb.READ_DIRECTION_OLDEST_FIRST)
+    assert [e.uuid for e in forward] == rows
+    # The lines of the latest window hold the session's images (75 KB of data URLs): served
+    # again, the entries the first window served answer, their marks checked.
+    latest, _ = stubs.window(sample.session, page_size=200)
+    size = sum(len(e.json) for e in latest) + 100_000
+    before = bytes_read()
+    again, _ = stubs.window(sample.session, page_size=200)
+    assert [e.uuid for e in again] == [e.uuid for e in latest]
+    assert bytes_read() - before < size // 4
