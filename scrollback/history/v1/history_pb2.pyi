@@ -1571,13 +1571,17 @@ class ImageInfo(_message.Message):
     a usable uuid, scrollback/ref/v1/ref.proto).
     """
     index: _builtins.int
-    """Its index by the image-enumeration rule; unset for a document."""
+    """Its index by the image-enumeration rule; unset for a document. For an
+    opencode session: its index within the part that holds it, as its ref's
+    (entry_uuid is then the message's id, the ref names the part).
+    """
     api_path: _builtins.str
     """Its place in the API's message list, "messages.N.content.M" (with
     ".content.K" for a block inside a tool_result), as the API numbers it in
     its errors; empty for an entry not on the conversation's chain. A line
     too large to parse once its payloads are cut counts as a message of its
-    top-level "type" with one block.
+    top-level "type" with one block. Empty for an opencode session's image
+    (opencode keeps no such message list).
     """
     kind: _builtins.str
     """"image" or "document"."""
