@@ -26,6 +26,7 @@ from history_service.entry_cache import EntryCache
 from history_service.errors import InvalidArgumentError
 from history_service.gemini_images import list_gemini_images
 from history_service.image_list import ImageRecord, list_images
+from history_service.image_list_opencode import list_opencode_images
 from history_service.insight import InsightIndex, SessionDetail, subagents_of
 from history_service.insight_model import Insight, InsightStore
 from history_service.latest_windows import LatestWindows
@@ -42,6 +43,7 @@ from history_service.slim import (
 )
 from history_service.slim_downscale import OVER_DECODE_BUDGET, Downscale, DownscaleAnswer
 from history_service.slim_gemini import slim_gemini_file
+from history_service.slim_opencode import opencode_copy
 from history_service.store.base import AcceptedMessageStore
 from history_service.tokens import DIRECTION_LATEST_FIRST, TokenCodec, WatchPosition
 from history_service.watch import SessionWatcher, position_scope
@@ -53,7 +55,7 @@ from history_service.windows import (
     validate_mode,
     validate_params,
 )
-from scrollback.contract.refs import GEMINI, validate_id, validate_session_id
+from scrollback.contract.refs import GEMINI, OPENCODE, validate_id, validate_session_id
 from scrollback.directory import DirectoryRoot
 from scrollback.linefile import ByteSource, FileIdentity
 from scrollback.lineindex import LineIndex
@@ -465,6 +467,16 @@ class HistoryCore:
         (`slim` runs it under the decode budget).
         """
         files = self._with_subagents(principal, session_id, include_subagents)
+        if files[0].source == OPENCODE:
+            yield from opencode_copy(
+                self.root,
+                principal,
+                files,
+                self._opened(files),
+                options,
+                self.config.max_line_size,
+            )
+            return
         # A copy is named by its bare id (`codex:<id>` is no file name); its refs as listed.
         copy_id = options.fork_session_id or files[0].session_id
         yield SlimStart(session_id, files[0].project_dir, copy_id, files[0].source)
@@ -519,10 +531,11 @@ class HistoryCore:
             files = self._with_subagents(principal, session_id, include_subagents)
             for transcript, fd in self._opened(files):
                 name = self.root.name_of(transcript, principal)
-                if transcript.source == GEMINI:
-                    records += list_gemini_images(
-                        fd, file_size(fd), name, self.config.max_line_size
+                if transcript.source in (GEMINI, OPENCODE):
+                    lister = (
+                        list_gemini_images if transcript.source == GEMINI else list_opencode_images
                     )
+                    records += lister(fd, file_size(fd), name, self.config.max_line_size)
                     continue
                 records += list_images(
                     fd,

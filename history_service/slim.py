@@ -364,7 +364,7 @@ class SlimStart:
     session_id: str
     project_dir: str
     copy_session_id: str
-    source: str = ""
+    source: str = ""  # the session's source, named for an opencode copy (its format differs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ from history_service.tokens import (
 from scrollback.contract.stripping import MIN_INLINE_LIMIT
 from scrollback.linefile import ByteSource, FileIdentity, FileVersion, LineFile
 from scrollback.lineindex import INDEX_UNAVAILABLE, LineIndex, Snapshot
-from scrollback.linewalk import Probe
+from scrollback.linewalk import IndexRows, KnownLines, Probe
 from scrollback.principals import Principal
 from scrollback.transcripts import Stamp, TranscriptFile, TranscriptSource, stamp_of
 
@@ -404,8 +404,8 @@ class _Scan:
         at any point means the byte scan, never an error.
         """
         index, opened = self.reader.line_index, self.opened
-        if index is None or not opened.index_key:
-            return None
+        if index is None or not opened.index_key or isinstance(opened.fd, KnownLines):
+            return None  # a source that knows its lines needs no index (`_lines`)
         try:
             if opened.token is not None:
                 return index.covering(opened.index_key, opened.fd, opened.token.boundary)
@@ -458,7 +458,13 @@ class _Scan:
     def _lines(self, start: int, end: int, *, backward: bool) -> Iterator[RawLine | Record]:
         """The lines of [start, end) in reading order: through the index if there is one."""
         fd, max_line = self.opened.fd, self.reader.max_line_size
-        if self.snapshot is None:
+        rows: IndexRows | None = None
+        if self.snapshot is not None:
+            rows = self._rows_before if backward else self._rows_from
+        elif isinstance(fd, KnownLines):
+            # Its own rows, checked as an index's are: O(window) from the first page on.
+            rows = fd.lines_before if backward else fd.lines_from
+        if rows is None:
             if backward:
                 return iter_lines_backward(fd, end, max_line)
             return iter_lines_forward(fd, start, end, max_line)
@@ -467,7 +473,7 @@ class _Scan:
             start,
             end,
             max_line,
-            self._rows_before if backward else self._rows_from,
+            rows,
             backward=backward,
             probe=self.server.probe,
             batch=self.params.page_size + 8,

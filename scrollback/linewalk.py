@@ -33,7 +33,7 @@ import ctypes
 import ctypes.util
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from scrollback.line_budget import LINE_BUDGET
 from scrollback.linefile import (
@@ -58,6 +58,22 @@ T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 # Rows of the persisted line index, fetched on demand: (offset, length) from a position.
 IndexRows = Callable[[int, int], list[tuple[int, int]]]
+
+
+@runtime_checkable
+class KnownLines(Protocol):
+    """A byte source that knows where its own lines are (a view made of a database's rows):
+    its rows are the line index's, with no index to build."""
+
+    def lines_before(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting before `offset`, newest first."""
+        ...
+
+    def lines_from(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting at or after `offset`, in order."""
+        ...
+
+
 # What a caller may answer for an indexed line before it is read (offset, length, its batch's reads).
 Probe = Callable[[int, int, "RowReads"], T | None]
 # A key finder over a block: (buffer, lo, hi, end, base) -> (line search from, inside the

@@ -14,6 +14,9 @@
   symlink): a backup never replaces anything, so every earlier original
   stays recoverable however many runs follow. To stdout the copy holds the
   session alone, and the command says how many sub-agent threads it left out.
+  An opencode session's copy is opencode's export JSON under a new session
+  id; `--install` writes it to the current directory and prints the
+  `opencode import FILE` command (opencode's database is never written).
 - `scrollback images SESSION [--at messages.N.content.M]`: every image and
   document with its place in the API's message list, size, pixels and
   problems (ListImages).
@@ -25,6 +28,7 @@ import argparse
 import itertools
 import os
 import re
+import shlex
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -35,7 +39,7 @@ from typing import IO, Any
 from client.errors import ScrollbackError
 from client.history import ImageList
 from scrollback.contract.proto_json import message_json
-from scrollback.contract.refs import CODEX
+from scrollback.contract.refs import CODEX, OPENCODE
 from scrollback.history.v1 import history_pb2 as hpb
 from scrollback_app.cli_client import (
     UsageError,
@@ -85,7 +89,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the copy where `claude --resume` (for a Codex rollout, `codex resume`) "
         "finds it (with --fork: as a new session; without: over the original, after moving "
-        "it to a printed backup)",
+        "it to a printed backup); an opencode session's copy goes to ./<copy id>.json and the "
+        "`opencode import` command is printed",
     )
     slim.add_argument(
         "--fork", action="store_true", help="give the copy a new session id (as Claude Code's fork)"
@@ -182,6 +187,9 @@ def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.Sli
     relative = _inside(file.relative_path)
     if args.install and header.source == CODEX:
         return _codex_destination(args, header)
+    if args.install and header.source == OPENCODE:
+        # Never into opencode's database: the export file here, for `opencode import`.
+        return Path.cwd() / relative
     if args.install:
         projects = projects_dir(args.projects_dir)
         destination = projects / _inside(header.project_dir) / relative
@@ -195,7 +203,7 @@ def _destination(args: argparse.Namespace, header: hpb.SlimHeader, file: hpb.Sli
     output = Path(args.output)
     if not file.is_subagent and relative.parent == Path("."):
         return output
-    stem = output.name.removesuffix(".jsonl")
+    stem = output.name.removesuffix(".jsonl").removesuffix(".json")
     return output.parent / stem / relative.relative_to(relative.parts[0])
 
 
@@ -392,6 +400,14 @@ def _report(
         print(f"the original {original} is now {backup}", file=out)
     if args.install and header.source == CODEX:
         print(f"resume it with: codex resume {header.copy_session_id}", file=out)
+    elif args.install and header.source == OPENCODE:
+        # opencode's database is never written by Scrollback: opencode imports the copy itself.
+        imports = " && ".join(f"opencode import {shlex.quote(str(i.destination))}" for i in written)
+        print(
+            f"add it to opencode in the project's directory with: {imports}\n"
+            f"then continue it with: opencode --session {header.copy_session_id}",
+            file=out,
+        )
     elif args.install:
         print(
             f"resume it in the project's directory with: claude --resume {header.copy_session_id}",

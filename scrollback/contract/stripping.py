@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from scrollback.contract.enumeration import is_gemini_message, iter_images
+from scrollback.contract.enumeration import is_gemini_message, is_rollout_entry, iter_images
 from scrollback.contract.limits import DEFAULT_INLINE_LIMIT as DEFAULT_INLINE_LIMIT
 from scrollback.contract.limits import DEFAULT_MAX_LINE_SIZE as DEFAULT_MAX_LINE_SIZE
 from scrollback.contract.limits import MIN_INLINE_LIMIT as MIN_INLINE_LIMIT
@@ -270,7 +270,12 @@ def _read_entry(
     images: list[StrippedImage] = []
     failed: list[int] = []
     index = -1
-    for index, (data, media_type) in enumerate(iter_images(entry)):
+    found = iter_images(entry)
+    if _no_data_url(probe) and is_rollout_entry(entry):
+        # A rollout line's images are data URLs, so one whose text has no ";base64," (and no
+        # escape that could spell it) has none: its strings are not walked.
+        found = iter(())
+    for index, (data, media_type) in enumerate(found):
         if not isinstance(data, str):
             continue
         if data == "":
@@ -306,6 +311,11 @@ def _read_entry(
         len(spans),
         False,
     )
+
+
+def _no_data_url(text: bytes) -> bool:
+    """True if no string of this JSON text can be a base64 data URL."""
+    return b";base64," not in text and b"\\u" not in text
 
 
 class ProbedLine(NamedTuple):

@@ -15,10 +15,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from scrollback.contract.refs import SOURCE_SEPARATOR, split_session_id
 from scrollback.linefile import ByteSource, FileVersion, SourceStat
+from scrollback.opencode.export import SessionInfos
 from scrollback.opencode.naming import PartImages
 from scrollback.opencode.view import SessionView
 from scrollback.principals import Principal
@@ -123,6 +124,13 @@ class CombinedSource:
         member = self._member(transcript.source)
         if isinstance(member, PartImages):
             return member.entry_of_part(transcript, part_id, index)
+        return None
+
+    def session_info(self, transcript: TranscriptFile) -> dict[str, Any] | None:
+        """The session's info in opencode's export format, for a member that keeps one."""
+        member = self._member(transcript.source)
+        if isinstance(member, SessionInfos):
+            return member.session_info(transcript)
         return None
 
     def version(self, opened: ByteSource, stat: SourceStat | None = None) -> FileVersion:

@@ -38,6 +38,11 @@ def image_names(stripped: StrippedLine) -> dict[int, tuple[str, int]]:
         entry = orjson.loads(stripped.json)
     except orjson.JSONDecodeError:
         return {}
+    return entry_image_names(entry)
+
+
+def entry_image_names(entry: Any) -> dict[int, tuple[str, int]]:
+    """`image_names` of a parsed line (stripped, or probed with placeholders in its cuts)."""
     payload = entry.get("payload") if isinstance(entry, dict) else None
     if not isinstance(payload, dict) or not isinstance(payload.get("parts"), list):
         return {}

@@ -22,13 +22,14 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
 from scrollback.contract.refs import ID_PATTERN, OPENCODE
 from scrollback.linefile import ByteSource, FileVersion, SourceStat
 from scrollback.opencode.db import OpencodeDatabase, has_column, rows
+from scrollback.opencode.export import session_info
 from scrollback.opencode.naming import images_in
 from scrollback.opencode.view import (
     ChangeKey,
@@ -279,6 +280,12 @@ class OpencodeSource:
                     self._counts.pop(next(iter(self._counts)))
                 self._counts[(rowid, size)] = count
         return count
+
+    def session_info(self, transcript: TranscriptFile) -> dict[str, Any] | None:
+        """The session's info as `opencode export` writes it (scrollback.opencode.export)."""
+        if transcript.source != OPENCODE or not self.db.exists():
+            return None
+        return self.db.read(lambda conn: session_info(conn, transcript.location))
 
     def key_of(self, transcript: TranscriptFile) -> str:
         """The session's name in the state store's indexes: `//opencode/<session id>`."""

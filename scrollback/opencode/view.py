@@ -205,6 +205,10 @@ def build_map(conn: sqlite3.Connection, session: str, key: ChangeKey, ino: int) 
     )
 
 
+def _line_start(line: tuple[int, str]) -> int:
+    return line[0]
+
+
 def _iso(ms: int) -> bytes:
     """A time in ms since the epoch as a quoted ISO 8601 UTC string (as Claude Code writes)."""
     try:
@@ -259,6 +263,25 @@ class SessionView(ByteSource):
             if self._parts is None:
                 self._parts = PartReader(self._db)
             return self._parts.read(rowid, length, offset, expected)
+
+    def _line(self, k: int) -> tuple[int, int]:
+        """(offset, length without its newline) of line k of the view."""
+        lines = self.map.lines
+        start = lines[k][0]
+        end = lines[k + 1][0] if k + 1 < len(lines) else self.map.size
+        return start, end - start - 1
+
+    def lines_before(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting before `offset`, newest first: the
+        map knows where each message's line is (linewalk.KnownLines), so a window finds its
+        lines without a scan or a line index."""
+        k = bisect.bisect_left(self.map.lines, offset, key=_line_start)
+        return [self._line(j) for j in range(k - 1, max(k - 1 - limit, -1), -1)]
+
+    def lines_from(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """(offset, length) of up to `limit` lines starting at or after `offset`, in order."""
+        k = bisect.bisect_left(self.map.lines, offset, key=_line_start)
+        return [self._line(j) for j in range(k, min(k + limit, len(self.map.lines)))]
 
     def read_into(self, buffer: memoryview | bytearray, offset: int) -> int:
         """Copy into `buffer` from `offset`; the count copied, fewer at the end."""

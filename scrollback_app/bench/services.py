@@ -75,8 +75,10 @@ async def read_window(
     direction: int = LATEST,
     keep_messages: bool = False,
     max_batch_bytes: int = BATCH_BYTES,
+    inline_limit_bytes: int = 0,
 ) -> WindowResult:
-    """Read one window to its end (batched as the client library asks, unless told)."""
+    """Read one window to its end (batched as the client library asks, unless told; 0: the
+    server's default inline limit)."""
     result = WindowResult()
     request = history_pb2.ReadWindowRequest(
         session_id=session_id,
@@ -84,6 +86,7 @@ async def read_window(
         page_token=page_token,
         direction=direction,  # type: ignore[arg-type]
         max_batch_bytes=max_batch_bytes,
+        inline_limit_bytes=inline_limit_bytes,
     )
     async for message in stub.ReadWindow(request):
         if keep_messages:

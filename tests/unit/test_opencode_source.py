@@ -8,9 +8,10 @@ from pathlib import Path
 import orjson
 
 from scrollback.contract.stripping import strip_line
+from scrollback.linewalk import KnownLines
 from scrollback.opencode.naming import image_names
 from scrollback.opencode.source import MAPS_KEPT, OpencodeSource
-from tests.support.opencode import OpencodeDb
+from tests.support.opencode import OpencodeDb, write_sample
 
 
 def test_listing_more_sessions_than_maps_kept_makes_each_map_once(tmp_path: Path) -> None:
@@ -87,3 +88,26 @@ def test_image_names_name_each_image_by_its_part_and_its_index_there() -> None:
     stripped = strip_line(line, 1024)
     assert stripped is not None and stripped.image_count == 4
     assert image_names(stripped) == {0: ("prt_a", 0), 1: ("prt_c", 0), 2: ("prt_c", 1)}
+
+
+def test_a_view_gives_its_lines_as_a_line_index_would(tmp_path: Path) -> None:
+    """`lines_before` / `lines_from` (linewalk.KnownLines) give exactly the view's lines."""
+    sample = write_sample(tmp_path / "opencode.db")
+    source = OpencodeSource(sample.db.path)
+    (transcript,) = [t for t in source.list(None) if t.session_id == sample.session]
+    view = source.open(transcript)
+    assert isinstance(view, KnownLines)
+    size = view.stat().st_size
+    data = view.read(size, 0)
+    lines, start = [], 0
+    for text in data.split(b"\n")[:-1]:
+        lines.append((start, len(text)))
+        start += len(text) + 1
+    assert len(lines) == len(sample.messages)
+    assert view.lines_from(0, 100) == lines
+    assert view.lines_before(size, 100) == lines[::-1]
+    for k, (offset, _) in enumerate(lines):
+        assert view.lines_before(offset, 2) == lines[max(0, k - 2) : k][::-1]
+        assert view.lines_from(offset, 2) == lines[k : k + 2]
+        assert view.lines_from(offset + 1, 1) == lines[k + 1 : k + 2]
+    view.close()

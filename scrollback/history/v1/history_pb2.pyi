@@ -1323,7 +1323,9 @@ class SlimSessionRequest(_message.Message):
     [A-Za-z0-9_-]{1,64}.
     """
     images: Global___SlimImages.ValueType
-    """TEXT (the default) or DOWNSCALE."""
+    """TEXT (the default) or DOWNSCALE. DOWNSCALE of an opencode session is
+    INVALID_ARGUMENT (its copy replaces every image by text).
+    """
     max_side: _builtins.int
     """DOWNSCALE: the longest side in pixels; 0 means 2000; below 16 is
     INVALID_ARGUMENT.
@@ -1334,7 +1336,7 @@ class SlimSessionRequest(_message.Message):
     """
     keep_last: _builtins.int
     """The last this many images of each file's message.content are kept as
-    they are.
+    they are. Set for an opencode session: INVALID_ARGUMENT.
     """
     include_subagents: _builtins.bool
     """Also copy the session's sub-agent transcripts."""
@@ -1372,11 +1374,17 @@ class SlimHeader(_message.Message):
     project_dir: _builtins.str
     """Its project directory's name under the root (never a full path)."""
     copy_session_id: _builtins.str
-    """The copy's session id: fork_session_id, or session_id without a fork."""
+    """The copy's session id: fork_session_id, or session_id without a fork.
+    For an opencode session: its id with the copy's tag (a new session id
+    whether or not fork_session_id is set, so `opencode import` adds it).
+    """
     source: _builtins.str
-    """The session's source, as Session.source: "claude-code", or "codex" for a
+    """The session's source, as Session.source: "claude-code"; "codex" for a
     Codex CLI rollout (whose copy belongs in Codex's sessions tree, its
-    project_dir being the rollout's working directory).
+    project_dir being the rollout's working directory); "gemini" for a Gemini
+    CLI session (a copy in Gemini's JSONL); "opencode" for an opencode session:
+    each file is then one JSON object in opencode's export format, for
+    `opencode import FILE`.
     """
     def __init__(
         self,
@@ -1410,7 +1418,9 @@ class SlimFile(_message.Message):
     """The transcript copied (the session, or one of its sub-agents)."""
     relative_path: _builtins.str
     """Where the copy goes under the project directory, as Claude Code lays it
-    out: "<copy id>.jsonl" or "<copy id>/subagents/<agent>.jsonl".
+    out: "<copy id>.jsonl" or "<copy id>/subagents/<agent>.jsonl"; for an
+    opencode session "<copy id>.json" or "<copy id>/subagents/<copy of the
+    sub-session>.json".
     """
     is_subagent: _builtins.bool
     """True for a sub-agent transcript."""
@@ -1638,13 +1648,17 @@ class ImageInfo(_message.Message):
     a usable uuid, scrollback/ref/v1/ref.proto).
     """
     index: _builtins.int
-    """Its index by the image-enumeration rule; unset for a document."""
+    """Its index by the image-enumeration rule; unset for a document. For an
+    opencode session: its index within the part that holds it, as its ref's
+    (entry_uuid is then the message's id, the ref names the part).
+    """
     api_path: _builtins.str
     """Its place in the API's message list, "messages.N.content.M" (with
     ".content.K" for a block inside a tool_result), as the API numbers it in
     its errors; empty for an entry not on the conversation's chain. A line
     too large to parse once its payloads are cut counts as a message of its
-    top-level "type" with one block.
+    top-level "type" with one block. Empty for an opencode session's image
+    (opencode keeps no such message list).
     """
     kind: _builtins.str
     """"image" or "document"."""

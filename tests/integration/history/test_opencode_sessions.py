@@ -35,7 +35,9 @@ from scrollback.history.v1 import history_pb2 as pb
 from scrollback.media.v1 import media_pb2
 from scrollback.ref.v1 import ref_pb2
 from scrollback.search.v1 import search_pb2, search_pb2_grpc
+from scrollback_app.cli import main
 from tests.integration.history.test_codex_rollouts import Stubs as CodexStubs
+from tests.support.history import bytes_read
 from tests.support.media import png_bytes
 from tests.support.opencode import DIRECTORY, Sample, file_part, write_sample
 from tests.support.reasons import assert_reason
@@ -255,6 +257,7 @@ def _peak_rss() -> int:
 _WRITE_BIG = """
 import hashlib, sys
 from pathlib import Path
+from tests.support.history import bytes_read
 from tests.support.media import png_bytes
 from tests.support.opencode import OpencodeDb
 db = OpencodeDb(Path(sys.argv[1]))
@@ -416,26 +419,125 @@ def test_a_locked_database_is_unavailable_then_read_again(tmp_path: Path) -> Non
         pair.close()
 
 
-def test_get_session_links_the_sub_session_and_slim_cuts_every_payload(
-    stubs: Stubs, sample: Sample
-) -> None:
+def test_get_session_links_the_sub_session(stubs: Stubs, sample: Sample) -> None:
     got = stubs.history.GetSession(pb.GetSessionRequest(session_id=sample.session), timeout=10)
     assert got.session.subagent_count == 1
     child = stubs.history.GetSession(pb.GetSessionRequest(session_id=sample.child), timeout=10)
     assert child.session.parent_session_id == sample.session
-    data = b""
-    for message in stubs.history.SlimSession(
-        pb.SlimSessionRequest(session_id=sample.session), timeout=30
-    ):
-        if message.WhichOneof("item") == "data":
-            data += message.data
-    lines = [orjson.loads(line) for line in data.splitlines()]
-    # The view's lines, every image's payload replaced by a note naming its sha256.
-    assert [line["uuid"] for line in lines] == sample.messages
-    assert b";base64,iVBOR" not in data
-    for mid in (sample.photo_message, sample.tool_message):
-        for image in sample.db.images[mid]:
-            assert hashlib.sha256(image).hexdigest().encode() in data
+
+
+def _slim(stubs: Stubs, **request: Any) -> tuple[pb.SlimHeader, list[tuple[pb.SlimFile, bytes]]]:
+    header = pb.SlimHeader()
+    files: list[tuple[pb.SlimFile, bytes]] = []
+    for message in stubs.history.SlimSession(pb.SlimSessionRequest(**request), timeout=30):
+        kind = message.WhichOneof("item")
+        if kind == "header":
+            header = message.header
+        elif kind == "file":
+            files.append((message.file, b""))
+        elif kind == "data":
+            files[-1] = (files[-1][0], files[-1][1] + message.data)
+    return header, files
+
+
+def test_slim_is_opencodes_export_format_with_each_image_a_text_part_naming_its_ref(
+    stubs: Stubs, sample: Sample
+) -> None:
+    entries, _ = stubs.window(
+        sample.session, direction=pb.READ_DIRECTION_OLDEST_FIRST, inline_limit_bytes=LIMIT
+    )
+    refs = {r.entry_uuid: [] for _, r in _refs(entries)}  # part id -> its refs
+    for _, ref in _refs(entries):
+        refs[ref.entry_uuid].append(ref)
+    header, files = _slim(stubs, session_id=sample.session, include_subagents=True)
+    assert header.source == "opencode" and header.session_id == sample.session
+    tag = header.copy_session_id.removeprefix(sample.session)
+    assert len(tag) == 8 and header.copy_session_id != sample.session
+    (top, data), (sub, child_data) = files
+    assert top.relative_path == f"{header.copy_session_id}.json"
+    assert sub.relative_path == f"{header.copy_session_id}/subagents/{sample.child}{tag}.json"
+    assert b";base64," not in data
+    copy = orjson.loads(data)
+    # opencode's export: the session's info, then each message's info and parts, every id
+    # tagged so that `opencode import` adds it beside the original.
+    info = copy["info"]
+    assert (info["id"], info["title"], info["directory"]) == (
+        header.copy_session_id,
+        "Fix the login page",
+        DIRECTORY,
+    )
+    assert {"slug", "projectID", "version", "time"} <= set(info)
+    assert [m["info"]["id"] for m in copy["messages"]] == [mid + tag for mid in sample.messages]
+    assert orjson.loads(child_data)["info"]["parentID"] == header.copy_session_id
+    rows = dict(_message_rows(sample, sample.session))
+    by_id = {m["info"]["id"]: m for m in copy["messages"]}
+    for mid in sample.messages:
+        message = by_id[mid + tag]
+        stored = orjson.loads(rows[mid])
+        assert message["info"] == {
+            "id": mid + tag,
+            "sessionID": header.copy_session_id,
+            **stored,
+            **({"parentID": stored["parentID"] + tag} if "parentID" in stored else {}),
+        }
+        for part in message["parts"]:
+            assert part["sessionID"] == header.copy_session_id
+            assert part["messageID"] == mid + tag and part["id"].startswith("prt_")
+    # The pasted image's file part is now a text part naming it, its ref and sha256.
+    photo_parts = by_id[sample.photo_message + tag]["parts"]
+    photo_part = next(
+        pid for pid in refs if pid in {p["id"].removesuffix(tag) for p in photo_parts}
+    )
+    note = next(p for p in photo_parts if p["id"] == photo_part + tag)
+    (ref,) = refs[photo_part]
+    image = sample.db.part_images[photo_part][0]
+    assert note["type"] == "text" and "[image paste-0.png cut by scrollback slim" in note["text"]
+    assert f"ref {ref.uri} pin {ref.pin}" in note["text"]
+    assert hashlib.sha256(image).hexdigest() in note["text"]
+    # The tool part keeps its call and output; its image attachments are named by the text
+    # part that follows it.
+    tool_parts = by_id[sample.tool_message + tag]["parts"]
+    at = next(k for k, p in enumerate(tool_parts) if p.get("type") == "tool")
+    tool, notes = tool_parts[at], tool_parts[at + 1]
+    assert tool["state"]["output"] == "export function login() {}"
+    assert tool["state"]["attachments"] == []
+    assert notes["id"] == tool["id"] + "n" and notes["type"] == "text"
+    for ref in refs[tool["id"].removesuffix(tag)]:
+        assert f"ref {ref.uri} pin {ref.pin}" in notes["text"]
+    # The same session and fork give the same copy id; a fork another.
+    again, _ = _slim(stubs, session_id=sample.session)
+    forked, _ = _slim(stubs, session_id=sample.session, fork_session_id="fork1")
+    assert again.copy_session_id == header.copy_session_id != forked.copy_session_id
+    # Downscale and keep_last keep Claude Code's blocks: not for an opencode copy.
+    for options in ({"images": pb.SLIM_IMAGES_DOWNSCALE}, {"keep_last": 1}):
+        with pytest.raises(grpc.RpcError) as failed:
+            _slim(stubs, session_id=sample.session, **options)
+        assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_slim_install_writes_the_export_file_and_prints_opencodes_import_command(
+    pair: ServerPair,
+    sample: Sample,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    before = sample.db.path.read_bytes()
+    addrs = ["--history-addr", pair.history_addr, "--media-addr", pair.media_addr]
+    assert main(["slim", *addrs, sample.session, "--install"]) == 0
+    printed = capsys.readouterr().out
+    (written,) = here.glob("*.json")
+    copy = orjson.loads(written.read_bytes())
+    assert written.name == copy["info"]["id"] + ".json"
+    assert f"opencode import {written}" in printed
+    assert f"opencode --session {copy['info']['id']}" in printed
+    assert "claude --resume" not in printed
+    # opencode's database is not written.
+    assert sample.db.path.read_bytes() == before
+    assert sample.db.conn.execute("SELECT count(*) FROM session").fetchone()[0] == 3
 
 
 def test_a_part_rewritten_before_a_tokens_boundary_refuses_the_token(
@@ -458,3 +560,80 @@ def test_a_part_rewritten_before_a_tokens_boundary_refuses_the_token(
     again, _ = stubs.window(sample.session, page_size=100)
     assert [e.uuid for e in again][-2:] == [e.uuid for e in first]
     assert "at length" in again[1].json
+
+
+def _listed(stubs: Stubs, session_id: str, **request: Any) -> list[pb.ImageInfo]:
+    return [
+        m.image
+        for m in stubs.history.ListImages(
+            pb.ListImagesRequest(session_id=session_id, **request), timeout=30
+        )
+        if m.HasField("image")
+    ]
+
+
+def test_list_images_lists_every_file_part_and_attachment_with_the_windows_refs(
+    stubs: Stubs, sample: Sample
+) -> None:
+    db = sample.db
+    small = png(3, 10)  # a real 10x10 PNG, inline in every window: listed without a ref
+    small_part = db.part(sample.session, sample.tool_message, file_part(small, "tiny.png"), small)
+    real = png(4, 100)  # a real 100x100 PNG, cut
+    real_part = db.part(sample.session, sample.tool_message, file_part(real, "real.png"), real)
+    entries, _ = stubs.window(
+        sample.session, direction=pb.READ_DIRECTION_OLDEST_FIRST, inline_limit_bytes=LIMIT
+    )
+    minted = [r for _, r in _refs(entries)]
+    listed = _listed(stubs, sample.session, include_subagents=True)
+    with_ref = [i for i in listed if i.HasField("ref")]
+    assert [(i.ref.uri, i.ref.pin, i.ref.line_offset_hint) for i in with_ref] == [
+        (r.uri, r.pin, r.line_offset_hint) for r in minted
+    ]
+    line_of = {e.uuid: n for n, e in enumerate(entries, 1)}
+    for info in with_ref:
+        want = db.part_images[info.ref.entry_uuid][info.ref.index]
+        assert info.index == info.ref.index and info.kind == "image"
+        assert info.entry_uuid in (sample.photo_message, sample.tool_message)
+        assert info.line_number == line_of[info.entry_uuid]
+        assert (info.size_bytes, info.sha256) == (len(want), hashlib.sha256(want).hexdigest())
+        assert info.declared_media_type == "image/png" and not info.api_path
+        if info.ref.entry_uuid == real_part:
+            assert (info.media_type, info.width, info.height) == ("image/png", 100, 100)
+            assert not list(info.problems)
+        else:  # the sample's images sniff as PNG but have no PNG header to read
+            assert (info.media_type, info.width, list(info.problems)) == ("", 0, ["undecodable"])
+        # The listed ref is the one ReadMedia serves.
+        assert stubs.read(info.ref, hint=False)[1] == want
+    inline = [i for i in listed if not i.HasField("ref")]
+    assert [(i.entry_uuid, i.sha256, i.width) for i in inline] == [
+        (sample.tool_message, hashlib.sha256(small).hexdigest(), 10)
+    ]
+    assert real_part in {i.ref.entry_uuid for i in with_ref}
+    assert db.part_images[small_part] == [small]
+    # A session without images lists none; the sub-session has none either.
+    assert _listed(stubs, sample.other) == []
+
+
+def test_windows_find_a_views_lines_by_its_messages(stubs: Stubs, sample: Sample) -> None:
+    """A view knows where each message's line is: windows of both directions and their
+    page tokens find lines by it, and the same window again reads the lines' marks only."""
+    rows = [mid for mid, _ in _message_rows(sample, sample.session)][:-1]
+    seen: list[str] = []
+    token = ""
+    while True:
+        page, end = stubs.window(sample.session, page_size=2, page_token=token)
+        seen[:0] = [e.uuid for e in page]
+        token = end.next_page_token
+        if not token:
+            break
+    assert seen == rows
+    forward, _ = stubs.window(sample.session, direction=pb.READ_DIRECTION_OLDEST_FIRST)
+    assert [e.uuid for e in forward] == rows
+    # The lines of the latest window hold the session's images (75 KB of data URLs): served
+    # again, the entries the first window served answer, their marks checked.
+    latest, _ = stubs.window(sample.session, page_size=200)
+    size = sum(len(e.json) for e in latest) + 100_000
+    before = bytes_read()
+    again, _ = stubs.window(sample.session, page_size=200)
+    assert [e.uuid for e in again] == [e.uuid for e in latest]
+    assert bytes_read() - before < size // 4
