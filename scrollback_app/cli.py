@@ -282,13 +282,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command's handler; once more with the whole session id when the one given was
     NOT_FOUND and is the unique prefix (8 characters or more) of one listed."""
-    import grpc
-
-    from client.errors import NotFound, from_rpc_error
-
     try:
         code: int = args.handler(args)
-    except (NotFound, grpc.RpcError) as error:
+    except Exception as error:
+        # Imported only on failure: `up`, a long-lived parent of workers, never speaks
+        # gRPC itself, and grpc and protobuf would stay in its memory.
+        import grpc
+
+        from client.errors import NotFound, from_rpc_error
+
+        if not isinstance(error, NotFound | grpc.RpcError):
+            raise
         failure = from_rpc_error(error) if isinstance(error, grpc.RpcError) else error
         if not isinstance(failure, NotFound):
             raise

@@ -247,3 +247,19 @@ def test_a_worker_starts_as_a_fresh_interpreter_when_no_fork_server_starts_again
     assert (
         "ready_worker: the fork server did not start; starting worker 0 as a fresh" in caplog.text
     )
+
+
+def test_up_itself_loads_neither_grpc_nor_protobuf(tmp_path: Path) -> None:
+    # `up` only supervises its workers: grpc's and protobuf's libraries would stay in
+    # its memory for as long as it runs, beside the workers' shared copy.
+    root, state = _tree(tmp_path)
+    log = tmp_path / "up.log"
+    process = _up(root, state, log)
+    try:
+        assert process.stdout is not None
+        assert SERVING.search(process.stdout.readline()), log.read_text()
+        mapped = Path(f"/proc/{process.pid}/maps").read_text()
+        assert "cygrpc" not in mapped
+        assert "_upb" not in mapped
+    finally:
+        _stop(process)
