@@ -208,12 +208,12 @@ def _short_usage(command: argparse.ArgumentParser) -> str:
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """The parsed arguments; an unknown flag is refused by its command's parser, which shows
     that command's usage and the closest flag it has (argparse would show the top level's)."""
-    import difflib
-
     given = list(sys.argv[1:] if argv is None else argv)
     word = next((arg for arg in given if not arg.startswith("-")), None)
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if word is not None and word not in commands.choices:
+        import difflib
+
         close = difflib.get_close_matches(word, list(commands.choices), n=1, cutoff=0.6)
         hint = f"; did you mean `scrollback {close[0]}`?" if close else ""
         parser.error(f"unknown command {word!r}{hint} (`scrollback --help` lists them)")
@@ -224,6 +224,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         hint = ""
         typo = next((word for word in unknown if word.startswith("--")), None)
         if typo is not None:
+            import difflib
+
             close = difflib.get_close_matches(typo.split("=", 1)[0], flags, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else ""
         command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
@@ -282,13 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command's handler; once more with the whole session id when the one given was
     NOT_FOUND and is the unique prefix (8 characters or more) of one listed."""
-    import grpc
-
-    from client.errors import NotFound, from_rpc_error
-
     try:
         code: int = args.handler(args)
-    except (NotFound, grpc.RpcError) as error:
+    except Exception as error:
+        # Imported only on failure: `up`, a long-lived parent of workers, never speaks
+        # gRPC itself, and grpc and protobuf would stay in its memory.
+        import grpc
+
+        from client.errors import NotFound, from_rpc_error
+
+        if not isinstance(error, NotFound | grpc.RpcError):
+            raise
         failure = from_rpc_error(error) if isinstance(error, grpc.RpcError) else error
         if not isinstance(failure, NotFound):
             raise

@@ -178,6 +178,11 @@ def up_configs(args: argparse.Namespace) -> tuple[HistoryConfig, MediaConfig]:
     )
 
 
+# Imported by a worker's start (its transcripts source and line index store), not by
+# the services' modules.
+_WORKER_START_MODULES = ("scrollback.bucket", "scrollback.state.line_index_sqlite")
+
+
 async def _start_forkserver(names: list[str]) -> Any:
     """One fork server for the workers of the services `names`; None when there are none,
     or where this process cannot adopt the workers it forks (not Linux).
@@ -189,8 +194,10 @@ async def _start_forkserver(names: list[str]) -> Any:
 
     if not names or not become_subreaper():
         return None
+    # Beside the services' modules, those every worker imports as it starts serving.
     forkserver = ForkServer(
         [module for name in names for module in (f"{name}.__main__", f"{name}.server")]
+        + list(_WORKER_START_MODULES)
     )
     await asyncio.to_thread(forkserver.start)
     return forkserver

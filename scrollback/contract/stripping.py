@@ -164,6 +164,10 @@ def strip_line(
     cut unchecked, so the line's `json` is only fit for locating images.
     Never raises for any input bytes.
     """
+    if len(line) < inline_limit + 2 and len(line) <= max_line_size:
+        # Too short to hold a payload, as most lines are: straight to the reading.
+        text = bytes(line)
+        return _read_entry(text, text, {}, [], _no_pin)
     pins: dict[tuple[int, int], str] = {}
     spans = payload_spans(line, inline_limit, validate_payloads, pins)
     if not spans and len(line) <= max_line_size:
@@ -266,6 +270,23 @@ def _read_entry(
     entry = parse_json_object(probe)
     if entry is None:
         return None
+    uuid, type_, timestamp = entry.get("uuid"), entry.get("type"), entry.get("timestamp")
+    if uuid is None and is_gemini_message(entry):
+        uuid = entry["id"]  # a Gemini message is named by its id (docs/contract.md §2)
+    if _holds_no_image(entry):
+        # Most lines are plain text turns: they skip the enumeration walk's
+        # generators, a large share of what such a line costs once parsed.
+        return StrippedLine(
+            stripped,
+            uuid if isinstance(uuid, str) else "",
+            type_ if isinstance(type_, str) else "",
+            timestamp if isinstance(timestamp, str) else "",
+            (),
+            (),
+            0,
+            len(spans),
+            False,
+        )
 
     images: list[StrippedImage] = []
     failed: list[int] = []
@@ -294,9 +315,6 @@ def _read_entry(
                 raw_end=end,
             )
         )
-    uuid, type_, timestamp = entry.get("uuid"), entry.get("type"), entry.get("timestamp")
-    if uuid is None and is_gemini_message(entry):
-        uuid = entry["id"]  # a Gemini message is named by its id (docs/contract.md §2)
     # Positional, in the field order (json, uuid, type, timestamp, images,
     # failed_image_indexes, image_count, cut_count, oversize): built for every
     # line read, and keywords cost half as much again as the rest of this.
@@ -316,6 +334,22 @@ def _read_entry(
 def _no_data_url(text: bytes) -> bool:
     """True if no string of this JSON text can be a base64 data URL."""
     return b";base64," not in text and b"\\u" not in text
+
+
+def _holds_no_image(entry: dict[str, Any]) -> bool:
+    """True if `iter_images` would yield nothing for the entry, told from its message's
+    top-level blocks alone: no block is an image or holds blocks of its own. False
+    where only the whole walk can tell (a rollout line, nested content)."""
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return "message" in entry  # a rollout line has no `message` member
+    content = message.get("content")
+    if not isinstance(content, list):
+        return True
+    for block in content:
+        if isinstance(block, dict) and (block.get("type") == "image" or "content" in block):
+            return False
+    return True
 
 
 class ProbedLine(NamedTuple):

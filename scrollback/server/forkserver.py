@@ -5,9 +5,11 @@ asyncio and the service's modules itself, and keeps its own copy of them:
 code objects, module dictionaries and the libraries' relocated data, most
 of a worker's memory at idle. `scrollback up` instead starts one
 `ForkServer`: a fresh interpreter that imports every module its workers
-serve from, freezes them out of the garbage collector's reach (`gc.freeze`,
-so a collection in a worker does not write to, and so copy, every page
-holding an object) and forks a worker per request. The workers share those
+serve from (the garbage collector off meanwhile, so no collection leaves
+holes among the kept objects for a worker's allocations to fill), freezes
+them out of the collector's reach (`gc.freeze`, so a collection in a worker
+does not write to, and so copy, every page holding an object) and forks a
+worker per request; the worker turns its collector back on. The workers share those
 pages copy-on-write, and each service's workers and the other service's
 share what both import.
 
@@ -295,6 +297,7 @@ class ForkServer:
 def _become_worker(request: dict[str, Any], ready_fd: int, intermediate: int) -> None:
     """In the forked worker: take its environment and run its service; never returns."""
     code: int = 1
+    gc.enable()  # off in the fork server only (`main`)
     try:
         # Its intermediate parent may still be exiting: until it has, this process is not the
         # caller's child, which could neither wait for it nor be followed by it.
@@ -358,10 +361,13 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     metrics = tempfile.mkdtemp(prefix="scrollback-forkserver-")
     os.environ[MULTIPROC_ENV] = metrics
+    # No collection while importing: one would free objects between the ones kept and
+    # leave holes that a worker's first allocations fill, writing to (and so copying)
+    # pages it would otherwise share.
+    gc.disable()
     try:
         for module in argv[1:]:
             importlib.import_module(module)
-        gc.collect()
         gc.freeze()
         control.send(b"ready")
         while True:

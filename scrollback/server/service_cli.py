@@ -24,7 +24,6 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -95,6 +94,10 @@ EXIT_CONFIG = FATAL_STATUS
 
 def version() -> str:
     """The installed package's version."""
+    # Imported here: it brings the email package, which `up`'s long-lived parent
+    # would otherwise hold for nothing.
+    from importlib import metadata
+
     try:
         return metadata.version("scrollback")
     except metadata.PackageNotFoundError:  # run from a source tree without installing
@@ -106,9 +109,34 @@ def plain(text: str | None) -> str | None:
     return text.replace("`", "") if text else text
 
 
+class _VersionAction(argparse.Action):
+    """argparse's `version` action, the version read only when asked for: reading it imports
+    importlib.metadata and the email package, which a long-lived `up` would hold for nothing."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, prog: str = "") -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+        self.prog = prog
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{self.prog} {version()}")
+        parser.exit()
+
+
 def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
     """`--version` prints `<prog> <version>`."""
-    parser.add_argument("--version", action="version", version=f"{prog} {version()}")
+    parser.add_argument("--version", action=_VersionAction, prog=prog)
 
 
 def add_shared_flags(

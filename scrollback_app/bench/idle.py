@@ -49,6 +49,12 @@ READY_LINE = "Ctrl-C stops"
 # Starts of `up` timed (after one untimed) and the most it may take to serve.
 START_REPEATS = 3
 START_TARGET_SECONDS = 1.5
+# The health-check client tries to connect again this often while nothing listens yet.
+RETRY_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 10),
+    ("grpc.min_reconnect_backoff_ms", 10),
+    ("grpc.max_reconnect_backoff_ms", 10),
+]
 BARE = "import sys, grpc\nprint('ready', flush=True)\nsys.stdin.read()\n"
 UP = "import sys\nfrom scrollback_app.cli import main\nsys.exit(main())\n"
 
@@ -156,7 +162,9 @@ def up_pss(work: Path, args: Sequence[str] = ()) -> tuple[int, int]:
 
 def _serving(addr: str, deadline: float) -> None:
     """Wait until the gRPC health check at `addr` says SERVING (RuntimeError at `deadline`)."""
-    with grpc.insecure_channel(addr) as channel:
+    # A refused connection puts a channel in reconnect backoff (a second at first): the
+    # figure would be when the client tried again, not when the service began to serve.
+    with grpc.insecure_channel(addr, options=RETRY_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,21 @@ def test_help_names_each_variable_and_default(capsys: pytest.CaptureFixture[str]
         "--stall-timeout-seconds",
     ):
         assert expected in text
+
+
+def test_parsing_a_command_line_reads_no_package_metadata() -> None:
+    # The version is read when --version is given, not to build the parsers: reading it
+    # imports importlib.metadata and the email package, which `up`'s parent and every
+    # worker would hold for nothing.
+    code = (
+        "import sys\n"
+        "from scrollback_app.cli import build_parser\n"
+        "from media_service.__main__ import parse_args\n"
+        "build_parser(only_up=True).parse_args(['up'])\n"
+        "parse_args([])\n"
+        "print(sorted(m for m in sys.modules if m == 'email' or m == 'importlib.metadata'))\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert shown.strip() == "[]"

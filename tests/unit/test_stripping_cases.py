@@ -9,6 +9,7 @@ import re
 import pytest
 import xxhash
 
+from scrollback.contract.enumeration import iter_images
 from scrollback.contract.extraction import (
     ImageNotFoundError,
     ImageNotStrippedError,
@@ -684,3 +685,40 @@ def test_a_data_url_whose_payload_is_under_the_limit_is_kept() -> None:
     line = b'{"type":"x","payload":{"image_url":"data:image/png;base64,' + short + b'"}}'
     result = strip_line(line, inline_limit=LIMIT)
     assert result is not None and result.cut_count == 0 and result.image_count == 1
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"message": {"content": [{"type": "text", "text": "hi"}]}},
+        {"message": {"content": "plain text"}},
+        {"message": "not an object"},
+        {"message": {"content": [{"type": "image", "source": {"data": "", "media_type": "x"}}]}},
+        {"message": {"content": [{"type": "image", "source": {"data": "QUJD"}}, "text"]}},
+        {
+            "message": {
+                "content": [
+                    {"type": "text", "text": "before"},
+                    {"type": "tool_result", "content": [{"type": "image", "source": {}}]},
+                ]
+            }
+        },
+        {"message": {"content": [{"type": "tool_result", "content": "no blocks"}]}},
+        {"payload": {"content": [{"image_url": "data:image/png;base64,QUJD"}]}},
+        {"payload": {"text": "data:text/plain;base64,QUJD"}},
+        {"type": "user"},
+    ],
+)
+def test_short_lines_count_and_fail_their_images_as_the_walk_does(entry: dict) -> None:
+    # Lines too short to hold a payload, with or without images of their own:
+    # their counts and failed indexes are the enumeration walk's.
+    line = json.dumps(entry, separators=(",", ":")).encode()
+    images = list(iter_images(entry))
+    result = strip_line(line, DEFAULT_INLINE_LIMIT)
+    assert result is not None
+    assert result.image_count == len(images)
+    assert result.failed_image_indexes == tuple(
+        index for index, (data, _) in enumerate(images) if data == ""
+    )
+    assert result.json == line
+    assert result.images == ()

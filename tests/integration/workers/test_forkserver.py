@@ -247,3 +247,59 @@ def test_a_worker_starts_as_a_fresh_interpreter_when_no_fork_server_starts_again
     assert (
         "ready_worker: the fork server did not start; starting worker 0 as a fresh" in caplog.text
     )
+
+
+def test_up_itself_loads_neither_grpc_nor_protobuf(tmp_path: Path) -> None:
+    # `up` only supervises its workers: grpc's and protobuf's libraries would stay in
+    # its memory for as long as it runs, beside the workers' shared copy.
+    root, state = _tree(tmp_path)
+    log = tmp_path / "up.log"
+    process = _up(root, state, log)
+    try:
+        assert process.stdout is not None
+        assert SERVING.search(process.stdout.readline()), log.read_text()
+        mapped = Path(f"/proc/{process.pid}/maps").read_text()
+        assert "cygrpc" not in mapped
+        assert "_upb" not in mapped
+    finally:
+        _stop(process)
+
+
+# A worker that writes whether its garbage collector runs, and how many objects it
+# inherited frozen, to the file its argv names.
+GC_WORKER = """
+import gc, pathlib
+
+
+def main(argv):
+    pathlib.Path(argv[0]).write_text(f"{gc.isenabled()} {gc.get_freeze_count()}")
+    return 0
+"""
+
+
+def test_a_forked_worker_collects_garbage_and_shares_its_parents_objects_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "gc_worker"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(GC_WORKER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    server = ForkServer(["gc_worker.__main__"])
+    server.start()
+    report = tmp_path / "gc.txt"
+    read_end, write_end = os.pipe()
+    try:
+        worker = server.spawn("gc_worker", [str(report)], dict(os.environ), write_end)
+        deadline = time.monotonic() + 30
+        while not report.exists() or not report.read_text():
+            assert time.monotonic() < deadline, "the worker never reported"
+            time.sleep(0.02)
+        enabled, frozen = report.read_text().split()
+        assert enabled == "True"  # off in the fork server only
+        assert int(frozen) > 0
+        del worker
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        server.close()
