@@ -185,6 +185,6 @@ async def test_a_rollout_named_after_a_claude_session_never_blocks_it(
 
     # A source that does not exist is a malformed id, named as such and never echoed.
     with pytest.raises(grpc.aio.AioRpcError) as bad:
-        await _window(history, f"gemini:{s.sid}", "alice")
+        await _window(history, f"cursor:{s.sid}", "alice")
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert s.sid not in (bad.value.details() or "")
