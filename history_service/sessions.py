@@ -1,8 +1,9 @@
 """Listing the sessions under the root: newest first, with titles, paged by keyset tokens.
 
 Newest by the session's own last activity: the time of its last entry as the
-insight index knows it (one query per listing), where the index covers the
-file as listed; else the file's modification time.
+insight index knows it (one query per listing, never after the file's
+modification time), where the index covers the file as listed; else the
+file's modification time.
 
 The tree walk is TranscriptSource's (cached). A title is the one its source
 keeps (opencode's session title), else the conversation's
@@ -168,10 +169,14 @@ def _head_entry(fd: ByteSource, raw: RawLine, *, long_lines: bool) -> dict[str, 
 def _activity_ns(indexed: tuple[int, int] | None, stat: SourceStat) -> int:
     """A session's last entry's time in ns when the index covers the file as listed (indexed to
     its very size), else 0: a file that grew since holds later entries, its mtime says when,
-    and one of another size was rewritten."""
+    and one of another size was rewritten.
+
+    Never after the file's mtime (no entry is written after its file was): so a session the
+    index reaches only ever moves down the list, never past a page token from below it.
+    """
     if indexed is None or indexed[0] != stat.st_size:
         return 0
-    return indexed[1] * 1000
+    return min(indexed[1] * 1000, stat.st_mtime_ns)
 
 
 def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:

@@ -70,12 +70,14 @@ async def listed(harness: HistoryHarness, page_size: int = 0) -> list[str]:
 
 
 async def listed_all(harness: HistoryHarness, count: int) -> list[str]:
-    """The listing once it shows `count` sessions (the tree walk is cached for a moment)."""
+    """The listing once it shows `count` sessions, listed again after the tree walk's cache
+    (0.2 s here) is renewed: the walk may have caught a file half-written."""
     deadline = time.monotonic() + 10
     while len(ids := await listed(harness)) < count:
         assert time.monotonic() < deadline, ids
         await asyncio.sleep(0.1)
-    return ids
+    await asyncio.sleep(0.3)
+    return await listed(harness)
 
 
 async def test_a_touched_file_lists_by_its_last_entry_not_its_mtime(
@@ -135,3 +137,27 @@ async def test_a_copy_of_an_old_slim_fork_lists_by_its_entries_time(
         order = await listed(harness)
         assert order.index("recent") < order.index("copied")
         assert order == ["recent", "copied", "forked", "original"]
+
+
+async def test_a_walk_over_pages_misses_no_session_the_index_reaches_meanwhile(
+    history_server: HarnessFactory, backend: dict[str, Any]
+) -> None:
+    # Entries stamped later than their files' mtimes (clocks disagree): a session counts as no
+    # later than its file, so being indexed never moves it up past a page token.
+    async with history_server(**backend) as harness:
+        names = [f"s{n}" for n in range(6)]
+        for n, name in enumerate(names):
+            write_session(harness.transcript(name), name, "2026-03-01", mtime=1_700_000_000 + n)
+        await asyncio.sleep(0.3)  # past the tree walk's cache: the next listing sees them all
+        reply = await harness.stub.ListSessions(pb.ListSessionsRequest(page_size=2))
+        walked = [s.session_id for s in reply.sessions]
+        # Another reader opens the oldest session meanwhile: the index reaches it.
+        await harness.stub.GetSession(pb.GetSessionRequest(session_id="s0"))
+        token = reply.next_page_token
+        while token:
+            reply = await harness.stub.ListSessions(
+                pb.ListSessionsRequest(page_size=2, page_token=token)
+            )
+            walked += [s.session_id for s in reply.sessions]
+            token = reply.next_page_token
+        assert walked == names[::-1]
