@@ -155,7 +155,7 @@ class HistoryCore:
             if self.entry_cache is not None and isinstance(root, DirectoryRoot)
             else None
         )
-        self.lister = SessionLister(root, codec)
+        self.lister = SessionLister(root, codec, insight_store)
         self.insight_store = insight_store
         self.insight = InsightIndex(root, insight_store, max_line_size=config.max_line_size)
         self.watcher = SessionWatcher(

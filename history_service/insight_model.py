@@ -246,6 +246,12 @@ class InsightStore(Protocol):
         """The indexed totals of one transcript, or None if never indexed."""
         ...
 
+    def last_activity(self, project_dir: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """(project_dir, session_id) -> (indexed offset, last entry time in microseconds) of
+        every indexed transcript with a timestamped entry, of one project if `project_dir`
+        is not empty: one query for a whole listing."""
+        ...
+
     def links(self, project_dir: str, session_id: str) -> dict[str, str]:
         """tool_use id -> sub-agent session id, for the calls of one parent transcript."""
         ...

@@ -1,5 +1,10 @@
 """Listing the sessions under the root: newest first, with titles, paged by keyset tokens.
 
+Newest by the session's own last activity: the time of its last entry as the
+insight index knows it (one query per listing, never after the file's
+modification time), where the index covers the file as listed; else the
+file's modification time.
+
 The tree walk is TranscriptSource's (cached). A title is the one its source
 keeps (opencode's session title), else the conversation's
 summary, or else its first real user prompt, found in the head of the file
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from history_service.errors import InvalidArgumentError
+from history_service.insight_model import InsightStore
 from history_service.lines import FileShrankError, RawLine, is_blank, iter_lines_forward
 from history_service.tokens import TokenCodec
 from scrollback.contract.stripping import MIN_INLINE_LIMIT, parse_json_object, strip_line_streamed
@@ -24,6 +30,7 @@ from scrollback.gemini_live import LiveView
 from scrollback.layouts import CLAUDE_CODE
 from scrollback.linefile import ByteSource, LineFile, SourceStat
 from scrollback.principals import Principal
+from scrollback.state.errors import StoreBusyError
 from scrollback.transcripts import TranscriptFile, TranscriptSource
 
 TITLE_CHARS = 200
@@ -87,11 +94,18 @@ class SessionInfo:
     source: str = CLAUDE_CODE
     # The session this one is a slim copy of (a fork by `scrollback slim --fork`), or "".
     slim_copy_of: str = ""
+    # Its last activity (ns since the epoch): its last entry's time, or 0 for the file's mtime.
+    activity_ns: int = 0
+
+    @property
+    def last_activity_ns(self) -> int:
+        """When the session was last active: its last entry's time, else the file's mtime."""
+        return self.activity_ns or self.modified_ns
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
-        """Newest first, then by project and id (the keyset of the page token)."""
-        return (-self.modified_ns, self.project_dir, self.session_id)
+        """Most recently active first, then by project and id (the keyset of the page token)."""
+        return (-self.last_activity_ns, self.project_dir, self.session_id)
 
 
 def _rollout_prompt_text(entry: dict[str, object]) -> str:
@@ -151,6 +165,19 @@ def _head_entry(fd: ByteSource, raw: RawLine, *, long_lines: bool) -> dict[str, 
     if stripped is None or stripped.oversize:
         return None
     return parse_json_object(stripped.json)
+
+
+def _activity_ns(indexed: tuple[int, int] | None, stat: SourceStat) -> int:
+    """A session's last entry's time in ns when the index covers the file as listed (indexed to
+    its very size), else 0: a file that grew since holds later entries, its mtime says when,
+    and one of another size was rewritten.
+
+    Never after the file's mtime (no entry is written after its file was): so a session the
+    index reaches only ever moves down the list, never past a page token from below it.
+    """
+    if indexed is None or indexed[0] != stat.st_size:
+        return 0
+    return min(indexed[1] * 1000, stat.st_mtime_ns)
 
 
 def _title_key(name: str, stat: SourceStat) -> tuple[str, int, int, int, str]:
@@ -216,9 +243,12 @@ def read_head(fd: ByteSource, size: int) -> HeadFacts:
 class SessionLister:
     """Lists the sessions of one root."""
 
-    def __init__(self, root: TranscriptSource, codec: TokenCodec) -> None:
+    def __init__(
+        self, root: TranscriptSource, codec: TokenCodec, insight: InsightStore | None = None
+    ) -> None:
         self._root = root
         self._codec = codec
+        self._insight = insight
         self._titles: dict[tuple[str, int, int, int, str], HeadFacts] = {}
         self._lock = threading.Lock()
 
@@ -231,8 +261,8 @@ class SessionLister:
         size = DEFAULT_LIST_SIZE if page_size == 0 else min(page_size, MAX_LIST_SIZE)
         after = None
         if page_token:
-            modified_ns, project, session = self._codec.parse_list_token(page_token)
-            after = (-modified_ns, project, session)
+            activity_ns, project, session = self._codec.parse_list_token(page_token)
+            after = (-activity_ns, project, session)
         return await asyncio.to_thread(self._list, principal, size, after, project_dir)
 
     def _list(
@@ -243,6 +273,7 @@ class SessionLister:
         project_dir: str,
     ) -> tuple[list[SessionInfo], str]:
         infos: list[tuple[SessionInfo, TranscriptFile, SourceStat]] = []
+        activity = self._last_activity(project_dir)
         for transcript in self._root.list(principal):
             if project_dir and transcript.project_dir != project_dir:
                 continue
@@ -261,6 +292,9 @@ class SessionLister:
                         transcript.is_subagent,
                         transcript.parent_session_id,
                         transcript.source,
+                        activity_ns=_activity_ns(
+                            activity.get((transcript.project_dir, transcript.unique_id)), stat
+                        ),
                     ),
                     transcript,
                     stat,
@@ -274,8 +308,20 @@ class SessionLister:
         token = ""
         if len(infos) > size:
             last = page[-1][0]
-            token = self._codec.list_token((last.modified_ns, last.project_dir, last.session_id))
+            token = self._codec.list_token(
+                (last.last_activity_ns, last.project_dir, last.session_id)
+            )
         return titled, token
+
+    def _last_activity(self, project_dir: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """What the insight index knows of the sessions' last entries; nothing when it cannot
+        answer (the listing never fails for the index: those sessions sort by mtime)."""
+        if self._insight is None:
+            return {}
+        try:
+            return self._insight.last_activity(project_dir)
+        except (LookupError, OSError, StoreBusyError):
+            return {}
 
     def _titled(
         self, page: list[tuple[SessionInfo, TranscriptFile, SourceStat]]
@@ -359,4 +405,5 @@ class SessionLister:
             info.parent_session_id,
             info.source,
             slim_of,
+            info.activity_ns,
         )

@@ -103,6 +103,16 @@ def when(stamp: Any, now: datetime | None = None) -> str:
     return moment.strftime("%m-%d %H:%M") if moment.year == now.year else f"{moment:%Y-%m-%d}"
 
 
+def _active(session: hpb.Session) -> Any:
+    """When the session was last active, as ListSessions orders it: its last entry's time,
+    never after its file's mtime (a touched or copied file keeps its conversation's time)."""
+    last = session.insight.last_time
+    known = session.HasField("insight") and session.insight.HasField("last_time")
+    if known and last.ToNanoseconds() < session.modified_time.ToNanoseconds():
+        return last
+    return session.modified_time
+
+
 def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     """One row per session: every column on one line if the terminal is wide enough, else
     the id and the title on the first line, the other columns in one line under the title."""
@@ -111,7 +121,7 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     id_width = max((len(s.session_id) for s in sessions), default=7)
     rows = []
     for s in sessions:
-        modified = when(s.modified_time) if s.HasField("modified_time") else ""
+        modified = when(_active(s)) if s.HasField("modified_time") else ""
         title = ("↳ " if s.is_subagent else "") + ("slim copy: " if s.slim_copy_of else "")
         title += s.title[:60]
         rows.append((s, human_size(s.size_bytes), modified, _short_usage(s), title))
@@ -122,7 +132,7 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
     size_width = max((len(size) for _, size, _, _, _ in rows), default=4)
     usage_width = max((len(usage) for _, _, _, usage, _ in rows), default=5)
     wide.add_column("size", justify="right", no_wrap=True, min_width=size_width)
-    wide.add_column("modified", no_wrap=True, min_width=11)
+    wide.add_column("active", no_wrap=True, min_width=11)
     wide.add_column("usage", justify="right", no_wrap=True, min_width=usage_width)
     wide.add_column("title", overflow="ellipsis", min_width=_MAIN_MIN_WIDTH)
     for s, size, modified, usage, title in rows:
@@ -131,7 +141,7 @@ def _sessions_table(console: Console, sessions: list[hpb.Session]) -> Table:
         return wide
     narrow = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     narrow.add_column("session", no_wrap=True, min_width=id_width)
-    narrow.add_column(Text("title\nmodified  usage  size  project"), overflow="ellipsis")
+    narrow.add_column(Text("title\nactive  usage  size  project"), overflow="ellipsis")
     for s, size, modified, usage, title in rows:
         details = "  ".join(part for part in (modified, usage, size, _project(s)) if part)
         cell = _line(title) if title else _line("(no title)", style="dim")

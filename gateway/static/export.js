@@ -17,7 +17,9 @@
   document.title = title + " · Scrollback export";
 
   const where = document.getElementById("where");
-  where.append(el("span", "project", session.projectDir || ""));
+  const project = el("span", "project", Render.projectName(session, Render.cwdOf(data.entries)));
+  if (session.projectDir) project.title = session.projectDir;
+  where.append(project);
   const insight = session.insight;
   if (insight && insight.firstTime) {
     const span = el("span", "span");

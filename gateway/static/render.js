@@ -286,6 +286,43 @@ const Render = (function () {
   }
 
   // A title without tags: IDE notes and reminders dropped, a command as its name and args.
+  // A project as the CLI names it (scrollback_app/cli_sessions.py `project_name`): the last
+  // component of its path. Claude Code names a project's directory by that path with every
+  // character but letters and digits made a dash, so the path is taken from an entry's `cwd`
+  // when the directory's name is that path's; else the directory's last whole dash-separated
+  // words that fit in 20 characters, after an ellipsis. A Codex or opencode session's directory
+  // is a path already: its last component, marked with the source.
+  const NOT_NAME = /[^A-Za-z0-9]/g;
+  const PROJECT_WIDTH = 20;
+  function lastComponent(path) {
+    const parts = String(path || "").split("/").filter(Boolean);
+    return parts.length ? parts[parts.length - 1] : "";
+  }
+  function projectName(session, cwd) {
+    const dir = String((session && session.projectDir) || "");
+    const source = session && session.source;
+    if (source === "codex" || source === "opencode") return (source + " " + lastComponent(dir)).trim();
+    if (cwd && lastComponent(cwd) && String(cwd).replace(NOT_NAME, "-") === dir) return lastComponent(cwd);
+    const whole = dir.replace(/^-+|-+$/g, "");
+    const words = whole.split("-");
+    let tail = words[words.length - 1];
+    for (let i = words.length - 2; i >= 0; i--) {
+      if (words[i].length + 1 + tail.length + 1 > PROJECT_WIDTH) break;
+      tail = words[i] + "-" + tail;
+    }
+    return tail === whole ? tail : "…" + tail;
+  }
+  // The working directory the latest entry of a window that names one was written in.
+  const CWD = /"cwd"\s*:\s*("(?:[^"\\]|\\.)*")/;
+  function cwdOf(entries) {
+    for (let i = (entries || []).length - 1; i >= 0; i--) {
+      const match = CWD.exec(entries[i].json || "");
+      if (!match) continue;
+      try { return String(JSON.parse(match[1])); } catch (e) { /* not a string: look further */ }
+    }
+    return "";
+  }
+
   function cleanTitle(title) {
     let text = String(title || "");
     text = text.replace(/<(ide_opened_file|ide_selection|ide_diagnostics|system-reminder|local-command-caveat|command-message)>[\s\S]*?(<\/\1>|$)/g, " ");
@@ -1208,5 +1245,5 @@ const Render = (function () {
     return node;
   }
 
-  return { configure, el, ansi, stripAnsi, markdown, cleanTitle, IMAGE_PLACEHOLDER, entry, pairTools, photo, timeNode, setTime, when, diff, checklist };
+  return { configure, el, ansi, stripAnsi, markdown, cleanTitle, projectName, cwdOf, IMAGE_PLACEHOLDER, entry, pairTools, photo, timeNode, setTime, when, diff, checklist };
 })();

@@ -269,7 +269,7 @@ function sessionCard(s) {
   const facts = el("span", "session-facts");
   const insight = s.insight;
   const last = (insight && insight.lastTime) || s.modifiedTime;
-  facts.append(el("span", "project", projectName(s.projectDir)));
+  facts.append(projectNode(s));
   if (last) facts.append(Render.timeNode(last));
   if (insight) {
     facts.append(el("span", "", plural(entryTotal(insight), "entry", "entries")));
@@ -297,12 +297,6 @@ function slimOf(originalId) {
   }
   originalTitles.get(originalId).then((title) => { if (title) link.textContent = title; });
   return line;
-}
-
-// A project directory's name as Claude Code writes it ("-home-me-src-app"): its last parts.
-function projectName(dir) {
-  const name = String(dir || "");
-  return name.length > 40 ? "…" + name.slice(-39) : name;
 }
 
 async function showSessions(project) {
@@ -352,6 +346,8 @@ async function loadSessions(list, more, select) {
     if (listState.project) query.set("project", listState.project);
     const page = await api("/api/v1/sessions?" + query);
     for (const s of page.sessions) {
+      // A session the index reached between two pages moves down and may come again.
+      if (listState.byId.has(s.sessionId)) continue;
       const card = sessionCard(s);
       listState.byId.set(s.sessionId, card);
       const parent = s.isSubagent && s.parentSessionId ? listState.byId.get(s.parentSessionId) : null;
@@ -459,7 +455,7 @@ async function showSearch(q, pageToken) {
     title.href = hitHref(sessionId, hits[0]);
     head.append(title);
     const facts = el("div", "session-facts");
-    facts.append(el("span", "project", projectName(hits[0].projectDir)), el("span", "hit-count", plural(hits.length, "hit")));
+    facts.append(projectNode(hits[0]), el("span", "hit-count", plural(hits.length, "hit")));
     if (session && session.insight && session.insight.lastTime) facts.append(Render.timeNode(session.insight.lastTime));
     group.append(head, facts);
     for (const hit of hits) {
@@ -485,7 +481,14 @@ async function showSearch(q, pageToken) {
 
 // --- One session ----------------------------------------------------------------------------
 
-const view = { sessionId: "", older: "", loading: false, list: null, more: null, session: null };
+const view = { sessionId: "", older: "", loading: false, list: null, more: null, session: null, cwd: "" };
+
+// The project as the CLI names it (its last path component), its directory's name on hover.
+function projectNode(session, cwd) {
+  const node = el("span", "project", Render.projectName(session, cwd));
+  if (session.projectDir) node.title = session.projectDir;
+  return node;
+}
 
 // The header: title (tags removed), project, time span and the insight figures. Loaded beside
 // the window (never before it) into lines of the bar whose height is fixed, so nothing below
@@ -505,7 +508,7 @@ async function showHeader(sessionId) {
   document.title = title + " · Scrollback";
   const where = document.getElementById("where");
   where.replaceChildren();
-  where.append(el("span", "project", session.projectDir));
+  where.append(projectNode(session, view.cwd));
   const insight = session.insight;
   if (insight && insight.firstTime) {
     const span = el("span", "span");
@@ -593,6 +596,7 @@ function maybeLoadOlder() {
 
 function openSessionFrame(sessionId) {
   view.sessionId = sessionId;
+  view.cwd = "";
   document.getElementById("title").textContent = "";
   view.list = el("div", "entries");
   view.list.setAttribute("aria-label", "messages");
@@ -603,6 +607,7 @@ async function showSession(sessionId) {
   const boot = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/bootstrap?page_size=${PAGE_SIZE}`);
   view.more = el("div", "more", boot.nextPageToken ? "loading older…" : "start of session");
   renderInto(view.list, boot.entries, false);
+  view.cwd = Render.cwdOf(boot.entries);
   for (const message of boot.pending) view.list.append(renderAccepted(message));
   view.older = boot.nextPageToken;
   showHeader(sessionId);
@@ -664,6 +669,7 @@ async function showSessionAt(sessionId, at, words, hitUuid) {
   const window_ = await api(`/api/v1/sessions/${encodeURIComponent(sessionId)}/window?${query}`);
   view.more = el("div", "more", window_.nextPageToken ? "loading older…" : "start of session");
   renderInto(view.list, window_.entries, false);
+  view.cwd = Render.cwdOf(window_.entries);
   let hit = hitUuid ? view.list.querySelector(`.entry[data-uuid="${CSS.escape(hitUuid)}"]`) : null;
   hit = hit || view.list.lastElementChild;
   const latest = el("a", "more", "go to the latest messages");

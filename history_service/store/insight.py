@@ -314,6 +314,19 @@ class _SqlInsightStore:
 
         return self._read(work)
 
+    def last_activity(self, project_dir: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """(project_dir, session_id) -> (indexed offset, last entry time in microseconds) of
+        every indexed transcript that has a timestamped entry (of one project, if named)."""
+        sql = (
+            "SELECT project_dir, session_id, indexed_offset, last_time_us FROM insight_file"
+            " WHERE last_time_us IS NOT NULL"
+        )
+        params: tuple[str, ...] = ()
+        if project_dir:
+            sql, params = sql + " AND project_dir = ?", (project_dir,)
+        rows = self._read(lambda c: c.execute(self._sql(sql), params).fetchall())
+        return {(str(p), str(s)): (int(o), int(t)) for p, s, o, t in rows}
+
     def links(self, project_dir: str, session_id: str) -> dict[str, str]:
         """tool_use id -> sub-agent session id of one parent transcript."""
         rows = self._read(

@@ -217,7 +217,10 @@ class Session(_message.Message):
     """
     @_builtins.property
     def modified_time(self) -> _timestamp_pb2.Timestamp:
-        """When the transcript was last modified."""
+        """When the transcript was last modified. ListSessions orders by the
+        session's last entry (insight.last_time) where the index covers the
+        file, by this time elsewhere (docs/contract.md section 5).
+        """
 
     @_builtins.property
     def insight(self) -> Global___SessionInsight:

@@ -76,6 +76,21 @@ def test_sessions_show_human_sizes_years_and_the_project_name(
     assert "codex codex-proj" in out and "co..." not in out, out
 
 
+def test_sessions_show_when_the_conversation_was_active_not_when_its_file_was_touched(
+    servers: ServerPair,
+) -> None:
+    last_year = datetime.now(UTC).year - 1
+    touched = servers.transcript("70ced000-3333-4a2b-9c3d-000000000003")
+    touched.write_bytes(
+        user_line("t1", "a touched session", timestamp=f"{last_year}-03-01T12:00:00Z")
+    )
+    # Touched (or copied without -p) today: its file is new, its conversation is not.
+    code, out = in_terminal(servers, COLUMNS, "sessions")
+    assert code == 0, out
+    assert f"{last_year}-03-01" in out, out
+    assert "active" in out, out
+
+
 def test_a_command_typo_gets_a_suggestion(servers: ServerPair) -> None:
     result = cli(servers, "windw", "some-session")
     assert result.returncode == 2, result.stderr

@@ -179,7 +179,7 @@ def test_a_reader_sees_rendered_messages_tags_tools_and_a_live_header(
     assert "T09:" not in stamp.inner_text() and "Z" not in stamp.inner_text()
     assert stamp.get_attribute("title") == "2026-03-04 09:02:00 UTC"
     where = page.inner_text("#where")
-    assert PROJECT in where
+    assert PROJECT.strip("-") in where and PROJECT not in where
 
     # Keys: "/" focuses search, j and k move between messages, Esc leaves the box.
     page.keyboard.press("/")
@@ -324,7 +324,9 @@ def test_every_session_is_reachable_from_the_list_with_sub_agents_nested(
 
     page.select_option("#project-filter", "-home-dev-other")
     page.wait_for_function("() => document.querySelectorAll('li.session').length === 65")
-    assert set(page.locator(".session-facts .project").all_inner_texts()) == {"-home-dev-other"}
+    # Each project by its last path component (as the CLI names it), its directory on hover.
+    assert set(page.locator(".session-facts .project").all_inner_texts()) == {"home-dev-other"}
+    assert page.locator(".session-facts .project").first.get_attribute("title") == "-home-dev-other"
 
 
 def test_a_search_hit_inside_a_tool_result_opens_expanded_and_marked(
@@ -338,7 +340,7 @@ def test_a_search_hit_inside_a_tool_result_opens_expanded_and_marked(
     assert group.count() == 1
     assert group.locator("h2").inner_text() == TITLE
     assert group.locator(".hit-count").inner_text() == "1 hit"
-    assert PROJECT in group.locator(".project").inner_text()
+    assert group.locator(".project").inner_text() == PROJECT.strip("-")
     assert group.locator("time").count() >= 1
     assert _axe(page) == []
     page.click(".hit-link")

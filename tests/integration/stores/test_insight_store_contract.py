@@ -126,6 +126,27 @@ def test_reset_drops_the_old_rows(stores: Stores) -> None:
     assert store.links(*KEY) == {} and store.parent_of("proj", "agent-x") is None
 
 
+def test_last_activity_lists_every_timestamped_transcript_in_one_call(stores: Stores) -> None:
+    store = stores.store
+    assert store.last_activity("") == {}
+    assert store.apply(*KEY, None, False, _delta(m1=(1, 1)), _state(10))
+    assert store.apply("proj", "later", None, False, _delta(m2=(1, 1)), _state(30))
+    assert store.apply(*KEY, _state(10), False, _delta(m3=(1, 1)), _state(20))
+    untimed = _delta()
+    untimed.first_time_us = untimed.last_time_us = None
+    assert store.apply("other", "untimed", None, False, untimed, _state(5))
+    timed = _delta()
+    timed.last_time_us = 9_000
+    assert store.apply("other", "timed", None, False, timed, _state(7))
+    assert store.last_activity("") == {
+        KEY: (20, 2_000),
+        ("proj", "later"): (30, 2_000),
+        ("other", "timed"): (7, 9_000),
+    }
+    assert store.last_activity("other") == {("other", "timed"): (7, 9_000)}
+    assert store.last_activity("none") == {}
+
+
 def test_two_replicas_racing_from_one_base_one_wins(stores: Stores) -> None:
     assert stores.store.apply(*KEY, None, False, _delta(m1=(1, 1)), _state(10))
     others = [stores.replica() for _ in range(4)]
