@@ -1066,6 +1066,8 @@ const Render = (function () {
     }
     const error = info.error && typeof info.error === "object" ? info.error : null;
     if (error) body.append(el("div", "failed", "error: " + String((error.data && error.data.message) || error.name || "")));
+  }
+
   // --- Gemini CLI sessions ------------------------------------------------------------------
 
   // A Gemini CLI message (docs/contract.md §2): a string `id`, one of Gemini's types, and no
