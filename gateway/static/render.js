@@ -1066,6 +1066,7 @@ const Render = (function () {
     }
     const error = info.error && typeof info.error === "object" ? info.error : null;
     if (error) body.append(el("div", "failed", "error: " + String((error.data && error.data.message) || error.name || "")));
+    return node;
   }
 
   // --- Gemini CLI sessions ------------------------------------------------------------------

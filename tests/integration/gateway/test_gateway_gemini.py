@@ -27,6 +27,10 @@ def gemini_stack(tmp_path: Path) -> Iterator[GatewayStack]:
         running.close()
 
 
+# A photo's box: the image, or what stands for it once its thumbnail was refused.
+PHOTO = "img.photo, .photo-refused"
+
+
 def test_gemini_sessions_and_photos_through_the_gateway(
     gemini_stack: GatewayStack, tmp_path: Path
 ) -> None:
@@ -74,16 +78,18 @@ def test_a_reader_sees_a_gemini_session_in_the_viewer(
     assert call.locator("summary .tool-name").inner_text() == "read_many_files"
     call.locator("summary").click()
     assert "read 1 file" in call.locator(".tool-result").inner_text()
-    assert call.locator(".tool-result img.photo").count() == 2
-    user_photos = page.locator(".entry.gemini.user > .body img.photo")
-    assert user_photos.count() == 1
+    assert call.locator(f".tool-result :is({PHOTO})").count() == 2
+    assert page.locator(f".entry.gemini.user > .body :is({PHOTO})").count() == 1
     for img in page.locator("img.photo").all():
         assert img.get_attribute("loading") == "lazy"
-        img.scroll_into_view_if_needed()
-        page.wait_for_function(
-            "(i) => i.hasAttribute('src')", arg=img.element_handle(), timeout=10_000
-        )
-        answer = httpx.get(gemini_stack.url + str(img.get_attribute("data-full")))
+    # The test's PNGs sniff as PNG but do not decode: each photo scrolled to has its thumbnail
+    # refused, and its box links to the image, which the gateway serves.
+    for box in page.locator(PHOTO).all():
+        box.scroll_into_view_if_needed()
+    page.wait_for_function("() => document.querySelectorAll('.photo-refused').length === 3")
+    for box in page.locator(".photo-refused").all():
+        href = str(box.locator("a").first.get_attribute("href"))
+        answer = httpx.get(gemini_stack.url + href)
         assert (answer.status_code, answer.headers["content-type"]) == (200, "image/png")
     page.screenshot(path=str(artifacts_dir() / "reader-gemini.png"), full_page=True)
     assert errors == []
