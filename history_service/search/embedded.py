@@ -387,6 +387,17 @@ class TantivySearchIndex:
                 self.drop_file(path_key)
             project = self._writable(name)
             assert project.writer is not None
+            held = project.files.get(path_key)
+            if held is not None and (held.project_dir, held.session_id, held.identity) == (
+                project_dir,
+                session_id,
+                identity,
+            ):
+                # Another indexer reset this version since the caller listed the files: its
+                # progress stands, and the caller's rows from 0 are refused by add_entries.
+                self._where[path_key] = name
+                self._ids[held.file_id] = (name, path_key)
+                return held.file_id
             project.writer.delete_documents_by_term("path", path_key)
             state = FileState(file_id_of(path_key), path_key, project_dir, session_id, identity, 0)
             project.writer.add_document(_state_doc(state))
