@@ -9,6 +9,7 @@ called (no engine runs in the unit tests; tests/integration/deploy runs compose 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -33,8 +34,22 @@ def _tools(tmp_path: Path, *, v2: bool, v1: bool) -> Path:
     return bin_dir
 
 
+def _system(tmp_path: Path) -> Path:
+    """A dir of the few system tools the wrapper runs, so that a compose installed on this
+    machine (/usr/bin/docker-compose on a CI machine) is not on the wrapper's PATH."""
+    system = tmp_path / "system"
+    system.mkdir(exist_ok=True)
+    for tool in ("bash", "sh", "id", "dirname", "tail", "cat"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        if not (system / tool).exists():
+            (system / tool).symlink_to(found)
+    return system
+
+
 def _run(tmp_path: Path, home: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "LOG": str(tmp_path / "log")}
+    path = f"{bin_dir}:{_system(tmp_path)}"
+    env = {"PATH": path, "HOME": str(home), "LOG": str(tmp_path / "log")}
     return subprocess.run([str(ROOT / "scripts" / "compose"), "up", "-d"], env=env,
                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
 
