@@ -75,8 +75,9 @@ def test_compose_structure() -> None:
         assert service["image"] == "${SCROLLBACK_IMAGE:-scrollback:latest}", "one image for all"
         assert service["build"]["context"] == "."
         assert service["build"]["args"]["PYTHON_IMAGE"].endswith(":-python:3.11-slim}")
-        transcripts, state = (_volume(v) for v in service["volumes"])
+        transcripts, codex, state = (_volume(v) for v in service["volumes"])
         assert transcripts[1:] == ("/transcripts", "ro")
+        assert codex[1:] == ("/codex", "ro")
         assert state == ("state", "/state", "rw")
         variable = f"SCROLLBACK_{name.upper()}_PORT"
         assert service["ports"] == [f"127.0.0.1:${{{variable}:-{port}}}:{port}"], "loopback only"
